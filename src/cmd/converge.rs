@@ -1,0 +1,11 @@
+//! `flux-converger converge` (to be implemented).
+
+use super::Exit;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub async fn run(args: Args) -> anyhow::Result<Exit> {
+    let _ = args;
+    anyhow::bail!("`converge` is not implemented yet")
+}

@@ -1,0 +1,1 @@
+//! Issue #3: to be implemented.

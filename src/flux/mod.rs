@@ -1,0 +1,6 @@
+//! What the converger reads from and does like Flux: its objects, artifacts, rendering and substitution.
+
+pub mod artifact;
+pub mod objects;
+pub mod render;
+pub mod substitute;

@@ -1,0 +1,1 @@
+//! Issue #4: to be implemented.

@@ -1,0 +1,15 @@
+//! flux-converger: lets a Flux Kustomization carry a grown StatefulSet volume size.
+//!
+//! The flow, from the outside in: `main.rs` parses the CLI and calls one of `cmd::*`;
+//! each command reads its input, calls the pure core (`quantity`, `decide`,
+//! `flux::substitute`) and, where it must touch a cluster, the I/O edges
+//! (`cluster`, `journal`, `flux::artifact`, `flux::render`) through `converge`.
+
+pub mod cluster;
+pub mod converge;
+pub mod decide;
+pub mod flux;
+pub mod journal;
+pub mod manifest;
+pub mod quantity;
+pub mod tls;

@@ -1,0 +1,107 @@
+//! The `flux-converger` binary: parse the command line, set up logging, run one command.
+//!
+//! Every command lives in `cmd::<name>` and returns an [`cmd::Exit`]; errors carry their
+//! exit code (2 bad input, 1 failure) so the contract of DESIGN.md §5 is kept in one place.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "flux-converger",
+    version,
+    about = "Lets a Flux Kustomization carry a grown StatefulSet volume size"
+)]
+struct Cli {
+    /// Log format, as Flux's controllers offer it.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FLUX_CONVERGER_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `flux_converger=debug`.
+    #[arg(
+        long,
+        global = true,
+        default_value = "info",
+        env = "FLUX_CONVERGER_LOG_LEVEL"
+    )]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Plan the converge of the desired StatefulSets against a cluster state read from files (offline, pure).
+    Plan(cmd::plan::Args),
+    /// Converge the desired StatefulSets against the current kube context.
+    Converge(cmd::converge::Args),
+    /// Render a Kustomization's revision as kustomize-controller would.
+    Render(cmd::render::Args),
+}
+
+fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
+    // Logs go to stderr: stdout carries the command's output (plans, renders) for pipes.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // clap's --help/--version are successes; usage errors are bad input (2).
+            return if e.use_stderr() {
+                ExitCode::from(cmd::Exit::BadInput as u8)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    if let Err(e) = init_logging(cli.log_format, &cli.log_level) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(cmd::Exit::BadInput as u8);
+    }
+    flux_converger::tls::install_crypto_provider();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(cmd::Exit::Failure as u8);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Plan(args) => cmd::plan::run(args).await,
+            Command::Converge(args) => cmd::converge::run(args).await,
+            Command::Render(args) => cmd::render::run(args).await,
+        }
+    });
+    match result {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(cmd::exit_code_of(&e) as u8)
+        }
+    }
+}
