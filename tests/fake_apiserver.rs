@@ -1,0 +1,996 @@
+//! The fake API server's own tests: each fixture behaviour, through a real `kube::Client`, with
+//! the fixture's exact status bodies. If the fake drifts from the captured server, these fail.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::Api;
+use kube::api::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+    WatchEvent, WatchParams,
+};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+use support::*;
+
+fn fixture(rel: &str) -> String {
+    let path = format!("{}/tests/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+}
+
+fn fixture_json(rel: &str) -> Value {
+    serde_json::from_str(&fixture(rel)).expect("fixture JSON parses")
+}
+
+fn fixture_yaml(rel: &str) -> Value {
+    serde_saphyr::from_str(&fixture(rel)).expect("fixture YAML parses")
+}
+
+/// One raw request through the client: (status code, JSON body).
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http::Request::builder().method(method).uri(path);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+    let resp = client
+        .send(req.body(kube::client::Body::from(bytes)).unwrap())
+        .await
+        .expect("the fake answers");
+    let code = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), usize::MAX)
+        .await
+        .unwrap();
+    let v = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)))
+    };
+    (code, v)
+}
+
+const STS: &str = "/apis/apps/v1/namespaces/default/statefulsets";
+const PVCS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
+
+fn sts_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "StatefulSet"));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn pvc_api(client: &kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "PersistentVolumeClaim"));
+    Api::namespaced_with(client.clone(), "default", &ar)
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply("kustomize-controller").force()
+}
+
+fn meta<'a>(obj: &'a Value, field: &str) -> &'a Value {
+    &obj["metadata"][field]
+}
+
+// ---------------------------------------------------------------- StatefulSet immutability
+
+#[tokio::test]
+async fn grown_template_is_forbidden_by_every_route_with_the_exact_status() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let want = fixture_json("v1.28/error-statefulset-update-forbidden.json");
+    let desired = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+
+    for query in ["", "&dryRun=All"] {
+        let (code, body) = raw(
+            &client,
+            "PATCH",
+            &format!("{STS}/web?fieldManager=kustomize-controller&force=true{query}"),
+            Some("application/apply-patch+yaml"),
+            Some(desired.clone()),
+        )
+        .await;
+        assert_eq!((code, &body), (422, &want), "apply{query}");
+    }
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web"),
+        Some("application/json-patch+json"),
+        Some(json!([{"op": "replace", "path": "/spec/volumeClaimTemplates/0/spec/resources/requests/storage", "value": "2Gi"}])),
+    )
+    .await;
+    assert_eq!((code, &body), (422, &want), "json patch");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web?dryRun=All"),
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"serviceName": "other"}})),
+    )
+    .await;
+    assert_eq!((code, &body), (422, &want), "serviceName merge patch");
+    let mut live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    live["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let (code, body) = raw(
+        &client,
+        "PUT",
+        &format!("{STS}/web"),
+        Some("application/json"),
+        Some(live),
+    )
+    .await;
+    assert_eq!((code, &body), (422, &want), "replace");
+
+    // Nothing was written.
+    let after = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(meta(&after, "resourceVersion"), "229");
+    assert_eq!(meta(&after, "generation"), 1);
+}
+
+#[tokio::test]
+async fn identical_apply_changes_neither_generation_nor_resource_version() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    let desired: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-1Gi.yaml")).unwrap();
+    let out = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    assert_eq!(out.metadata.resource_version.as_deref(), Some("229"));
+    assert_eq!(out.metadata.generation, Some(1));
+    let live = fixture_yaml("v1.28/live-statefulset.yaml");
+    let stored = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(
+        stored["spec"], live["spec"],
+        "defaults match the real server's"
+    );
+}
+
+#[tokio::test]
+async fn mutable_change_bumps_generation_and_keeps_status() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]["replicas"] = json!(5);
+    desired["spec"]["template"]["spec"]["containers"][0]["image"] = json!("busybox:1.36");
+    desired["status"] = json!({"replicas": 99});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web?fieldManager=kustomize-controller&force=true"),
+        Some("application/apply-patch+yaml"),
+        Some(desired),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(meta(&body, "generation"), 2);
+    assert_ne!(meta(&body, "resourceVersion"), "229");
+    assert_eq!(body["spec"]["replicas"], 5);
+    assert_eq!(
+        body["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(body["status"]["replicas"], 3, "status is a subresource");
+
+    // Status writes go through /status and leave generation alone.
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web/status"),
+        Some("application/merge-patch+json"),
+        Some(json!({"status": {"readyReplicas": 2}, "spec": {"replicas": 1}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["status"]["readyReplicas"], 2);
+    assert_eq!(body["spec"]["replicas"], 5);
+    assert_eq!(meta(&body, "generation"), 2);
+}
+
+#[tokio::test]
+async fn proof_dry_run_with_live_templates_passes_and_other_immutable_fields_fail() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    let mut proof = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+    proof["spec"]["volumeClaimTemplates"] = live["spec"]["volumeClaimTemplates"].clone();
+    proof["spec"]["replicas"] = json!(4);
+    let path = format!("{STS}/web?fieldManager=kustomize-controller&force=true&dryRun=All");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(proof.clone()),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["spec"]["replicas"], 4);
+    assert_eq!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .unwrap()["spec"]["replicas"],
+        3,
+        "a dry run writes nothing"
+    );
+    proof["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(proof),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body,
+        fixture_json("v1.28/error-statefulset-update-forbidden.json")
+    );
+}
+
+#[tokio::test]
+async fn on_delete_over_rolling_update_is_invalid_for_another_reason() {
+    let fake = FakeApiServer::new();
+    let mut live = fixture_yaml("v1.28/live-statefulset.yaml");
+    live["metadata"]["name"] = json!("db");
+    fake.seed(live);
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["metadata"]["name"] = json!("db");
+    desired["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    let (code, body) = raw(
+        &fake.client(),
+        "PATCH",
+        &format!("{STS}/db?fieldManager=kustomize-controller&force=true&dryRun=All"),
+        Some("application/apply-patch+yaml"),
+        Some(desired),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body,
+        fixture_json("v1.28/error-statefulset-dryrun-invalid-other.json")
+    );
+}
+
+#[tokio::test]
+async fn selector_change_adds_a_second_cause() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]["selector"] = json!({"matchLabels": {"app": "other"}});
+    let (code, body) = raw(
+        &fake.client(),
+        "PATCH",
+        &format!("{STS}/web?fieldManager=kustomize-controller&force=true"),
+        Some("application/apply-patch+yaml"),
+        Some(desired),
+    )
+    .await;
+    assert_eq!(code, 422);
+    let causes = body["details"]["causes"].as_array().unwrap();
+    assert_eq!(causes.len(), 2, "{body}");
+    assert_eq!(causes[0]["field"], "spec.template.metadata.labels");
+    assert_eq!(causes[1]["field"], "spec");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("StatefulSet.apps \"web\" is invalid: [")
+    );
+}
+
+// ---------------------------------------------------------------- PersistentVolumeClaims
+
+fn seed_claims(fake: &FakeApiServer, version: &str) {
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.seed_yaml(&fixture(&format!("{version}/pvc-pending.yaml")));
+}
+
+fn bound_claim(version: &str, name: &str, class: Option<&str>) -> Value {
+    let mut pvc = fixture_yaml(&format!("{version}/pvc-bound.yaml"));
+    pvc["metadata"]["name"] = json!(name);
+    pvc["metadata"]["uid"] = json!(format!("uid-{name}"));
+    match class {
+        Some(c) => pvc["spec"]["storageClassName"] = json!(c),
+        None => {
+            pvc["spec"]
+                .as_object_mut()
+                .unwrap()
+                .remove("storageClassName");
+        }
+    }
+    pvc
+}
+
+fn grow(size: &str) -> Value {
+    json!({"spec": {"resources": {"requests": {"storage": size}}}})
+}
+
+#[tokio::test]
+async fn growing_an_unbound_claim_is_immutable_with_the_exact_diff() {
+    for (version, kube) in [("v1.28", KubeVersion::V1_28), ("v1.32", KubeVersion::V1_32)] {
+        let fake = FakeApiServer::with_version(kube);
+        seed_claims(&fake, version);
+        let (code, body) = raw(
+            &fake.client(),
+            "PATCH",
+            &format!("{PVCS}/data-web-0"),
+            Some("application/merge-patch+json"),
+            Some(grow("2Gi")),
+        )
+        .await;
+        assert_eq!(code, 422, "{version}");
+        let want = fixture_json(&format!("{version}/error-pvc-unbound-immutable.json"));
+        assert_eq!(
+            body["message"].as_str().unwrap(),
+            want["message"].as_str().unwrap(),
+            "{version}"
+        );
+        assert_eq!(body, want, "{version}");
+    }
+}
+
+#[tokio::test]
+async fn growing_a_bound_claim_needs_an_expandable_class() {
+    for (version, kube) in [("v1.28", KubeVersion::V1_28), ("v1.32", KubeVersion::V1_32)] {
+        let fake = FakeApiServer::with_version(kube);
+        seed_claims(&fake, version);
+        fake.seed(bound_claim(version, "claim-fixed", Some("fixed")));
+        fake.seed(bound_claim(version, "claim-none", None));
+        fake.seed(bound_claim(version, "claim-gone", Some("deleted-class")));
+        fake.seed(bound_claim(version, "claim-ok", Some("expandable")));
+        let client = fake.client();
+        let want = fixture_json(&format!("{version}/error-pvc-not-expandable.json"));
+        for query in ["", "?dryRun=All"] {
+            let (code, body) = raw(
+                &client,
+                "PATCH",
+                &format!("{PVCS}/claim-fixed{query}"),
+                Some("application/merge-patch+json"),
+                Some(grow("2Gi")),
+            )
+            .await;
+            assert_eq!((code, &body), (403, &want), "{version}{query}");
+        }
+        for name in ["claim-none", "claim-gone"] {
+            let (code, body) = raw(
+                &client,
+                "PATCH",
+                &format!("{PVCS}/{name}"),
+                Some("application/merge-patch+json"),
+                Some(grow("2Gi")),
+            )
+            .await;
+            assert_eq!(code, 403, "{name}");
+            assert_eq!(
+                body["message"],
+                want["message"]
+                    .as_str()
+                    .unwrap()
+                    .replace("claim-fixed", name)
+            );
+        }
+        let pvcs = pvc_api(&client);
+        let dry = pvcs
+            .patch(
+                "claim-ok",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(grow("2Gi")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(dry.data["spec"]["resources"]["requests"]["storage"], "2Gi");
+        let stored = fake
+            .get("v1", "PersistentVolumeClaim", Some("default"), "claim-ok")
+            .unwrap();
+        assert_eq!(stored["spec"]["resources"]["requests"]["storage"], "1Gi");
+        let grown = pvcs
+            .patch(
+                "claim-ok",
+                &PatchParams::default(),
+                &Patch::Merge(grow("2048Mi")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            grown.data["spec"]["resources"]["requests"]["storage"], "2Gi",
+            "canonical"
+        );
+        assert_eq!(
+            grown.data["status"]["capacity"]["storage"], "1Gi",
+            "no resizer ran"
+        );
+    }
+}
+
+#[tokio::test]
+async fn shrinking_a_claim_follows_the_version_rule() {
+    let fake = FakeApiServer::new();
+    seed_claims(&fake, "v1.28");
+    fake.seed(fixture_yaml("v1.28/pvc-bound.yaml"));
+    let (code, body) = raw(
+        &fake.client(),
+        "PATCH",
+        &format!("{PVCS}/data-web-0"),
+        Some("application/merge-patch+json"),
+        Some(grow("512Mi")),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (422, fixture_json("v1.28/error-pvc-shrink.json"))
+    );
+
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    seed_claims(&fake, "v1.32");
+    let mut pvc = fixture_yaml("v1.32/pvc-bound.yaml");
+    pvc["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+    fake.seed(pvc);
+    let client = fake.client();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{PVCS}/data-web-0"),
+        Some("application/merge-patch+json"),
+        Some(grow("1Gi")),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (
+            422,
+            fixture_json("v1.32/error-pvc-shrink-below-capacity.json")
+        )
+    );
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{PVCS}/data-web-0"),
+        Some("application/merge-patch+json"),
+        Some(grow("1536Mi")),
+    )
+    .await;
+    assert_eq!(
+        code, 200,
+        "1.32 allows a decrease above status.capacity: {body}"
+    );
+}
+
+// ---------------------------------------------------------------- errors
+
+#[tokio::test]
+async fn not_found_and_unknown_paths() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let (code, body) = raw(&client, "GET", &format!("{STS}/nope"), None, None).await;
+    assert_eq!(
+        (code, body),
+        (404, fixture_json("v1.28/error-not-found.json"))
+    );
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/apis/example.com/v1/namespaces/default/widgets",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert_eq!(
+        body["message"],
+        "the server could not find the requested resource"
+    );
+    let err = sts_api(&client, "default").get("nope").await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => assert_eq!((s.code, s.reason.as_str()), (404, "NotFound")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn delete_with_a_wrong_uid_precondition_conflicts() {
+    let fake = FakeApiServer::new();
+    let mut live = fixture_yaml("v1.28/live-statefulset.yaml");
+    live["metadata"]["uid"] = json!("8bad4553-3f89-467c-9b61-791dab420034");
+    fake.seed(live);
+    let (code, body) = raw(
+        &fake.client(),
+        "DELETE",
+        &format!("{STS}/web"),
+        Some("application/json"),
+        Some(json!({"propagationPolicy": "Orphan", "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}})),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (
+            409,
+            fixture_json("v1.28/error-delete-precondition-uid.json")
+        )
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn stale_update_conflicts() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    let mut obj = api.get("web").await.unwrap();
+    obj.metadata.resource_version = Some("1".into());
+    match api
+        .replace("web", &PostParams::default(), &obj)
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 409);
+            assert_eq!(
+                s.message,
+                "Operation cannot be fulfilled on statefulsets.apps \"web\": the object has been modified; please apply your changes to the latest version and try again"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- orphan deletion and GC
+
+/// The StatefulSet of `delete-orphan-response.json` before its deletion.
+fn db_before_delete() -> Value {
+    let mut db = fixture_json("v1.28/delete-orphan-response.json");
+    let m = db["metadata"].as_object_mut().unwrap();
+    for k in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "finalizers",
+    ] {
+        m.remove(k);
+    }
+    m.insert("generation".into(), json!(1));
+    m.insert("resourceVersion".into(), json!("453"));
+    db
+}
+
+#[tokio::test]
+async fn orphan_delete_answers_like_the_real_server_then_gc_removes_it() {
+    let fake = FakeApiServer::new();
+    fake.seed(db_before_delete());
+    let client = fake.client();
+    let api = sts_api(&client, "fx");
+    let watch = api
+        .watch(&WatchParams::default().fields("metadata.name=db"), "453")
+        .await
+        .unwrap();
+    let (code, body) = raw(
+        &client,
+        "DELETE",
+        "/apis/apps/v1/namespaces/fx/statefulsets/db",
+        Some("application/json"),
+        Some(json!({"propagationPolicy": "Orphan", "preconditions": {"uid": "392a6bba-cad0-43b9-992b-f3d2ceaf40cb"}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let mut want = fixture_json("v1.28/delete-orphan-response.json");
+    want["metadata"]["deletionTimestamp"] = body["metadata"]["deletionTimestamp"].clone();
+    want["metadata"]["resourceVersion"] = body["metadata"]["resourceVersion"].clone();
+    assert_eq!(body, want);
+
+    let events: Vec<(String, Value)> = watch
+        .take(2)
+        .map(|e| match e.unwrap() {
+            WatchEvent::Modified(o) => ("MODIFIED".to_string(), serde_json::to_value(o).unwrap()),
+            WatchEvent::Deleted(o) => ("DELETED".to_string(), serde_json::to_value(o).unwrap()),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+        .await;
+    assert_eq!(events[0].0, "MODIFIED");
+    assert_eq!(events[0].1, body);
+    assert_eq!(events[1].0, "DELETED");
+    assert_eq!(events[1].1["metadata"]["finalizers"], json!(["orphan"]));
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("fx"), "db")
+            .is_none()
+    );
+}
+
+fn pod_of(set: &Value, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": set["metadata"]["namespace"], "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": set["metadata"]["name"],
+                "uid": set["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    })
+}
+
+#[tokio::test]
+async fn orphaning_keeps_dependents_and_strips_their_owner_reference() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    fake.seed(fixture_yaml("v1.28/pod-web-0.yaml"));
+    fake.seed(pod_of(&live, "web-1"));
+    fake.set_orphan_gc(GcMode::Stuck);
+    let api = sts_api(&fake.client(), "default");
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        preconditions: Some(Preconditions {
+            uid: Some("529384b8-cf92-4028-81ea-97763f7e3d7b".into()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let out = api.delete("web", &dp).await.unwrap();
+    let deleting = out.left().expect("the object, not a Status");
+    assert_eq!(
+        deleting.metadata.finalizers,
+        Some(vec!["orphan".to_string()])
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some(),
+        "stuck"
+    );
+
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(10)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+    let pod = fake.get("v1", "Pod", Some("default"), "web-0").unwrap();
+    assert_eq!(
+        pod["metadata"]["uid"],
+        "e541e29e-9956-4cb6-ac0c-31ea371631c7"
+    );
+    assert!(pod["metadata"].get("ownerReferences").is_none(), "{pod}");
+    assert!(
+        fake.get("v1", "Pod", Some("default"), "web-1").unwrap()["metadata"]
+            .get("ownerReferences")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn background_delete_removes_dependents() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    fake.seed(pod_of(&live, "web-0"));
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(10)));
+    let out = sts_api(&fake.client(), "default")
+        .delete("web", &DeleteParams::background())
+        .await
+        .unwrap();
+    let status = out.right().expect("StatefulSet deletion answers a Status");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_none());
+}
+
+// ---------------------------------------------------------------- list, watch
+
+#[tokio::test]
+async fn list_filters_by_label_and_field_selectors() {
+    let fake = FakeApiServer::new();
+    for (name, app) in [("a", "x"), ("b", "y"), ("c", "z")] {
+        fake.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}}}));
+    }
+    let client = fake.client();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(client.clone());
+    let names = |l: kube::api::ObjectList<k8s_openapi::api::core::v1::ConfigMap>| {
+        l.items
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app=y"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app in (x,z)"))
+                .await
+                .unwrap()
+        ),
+        ["a", "c"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app!=x"))
+                .await
+                .unwrap()
+        ),
+        ["b", "c"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().fields("metadata.name=c"))
+                .await
+                .unwrap()
+        ),
+        ["c"]
+    );
+    let all: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client);
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn watch_resumes_from_a_version_and_ends_at_its_timeout() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let cms: Api<DynamicObject> = Api::default_namespaced_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+    );
+    let cm = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+    };
+    let first = cms
+        .create(&PostParams::default(), &cm("one"))
+        .await
+        .unwrap();
+    let rv = first.metadata.resource_version.clone().unwrap();
+    cms.create(&PostParams::default(), &cm("two"))
+        .await
+        .unwrap();
+    cms.patch(
+        "one",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "w"}})),
+    )
+    .await
+    .unwrap();
+    cms.delete("two", &DeleteParams::default()).await.unwrap();
+    let events: Vec<String> = cms
+        .watch(&WatchParams::default().timeout(1), &rv)
+        .await
+        .unwrap()
+        .map_ok(|e| match e {
+            WatchEvent::Added(o) => format!("ADDED {}", o.metadata.name.unwrap()),
+            WatchEvent::Modified(o) => format!("MODIFIED {}", o.metadata.name.unwrap()),
+            WatchEvent::Deleted(o) => format!("DELETED {}", o.metadata.name.unwrap()),
+            other => format!("{other:?}"),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(events, ["ADDED two", "MODIFIED one", "DELETED two"]);
+    let only_one: Vec<_> = cms
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=one")
+                .timeout(1),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(only_one.len(), 1);
+}
+
+// ---------------------------------------------------------------- faults and the request log
+
+#[tokio::test]
+async fn faults_and_request_log() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    fake.add_fault(FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/statefulsets/web".into(),
+        nth: 1,
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "boom".into(),
+        },
+    });
+    api.get("web").await.unwrap();
+    match api.get("web").await.unwrap_err() {
+        kube::Error::Api(s) => assert_eq!((s.code, s.message.as_str()), (500, "boom")),
+        other => panic!("{other:?}"),
+    }
+    api.get("web").await.unwrap();
+
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Drop,
+    });
+    let patch = Patch::Merge(json!({"spec": {"replicas": 4}}));
+    let r = api.patch("web", &PatchParams::default(), &patch).await;
+    assert!(r.is_err(), "{r:?} {:?}", fake.requests());
+    assert_eq!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .unwrap()["spec"]["replicas"],
+        3
+    );
+
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::DropAfterWrite,
+    });
+    assert!(
+        api.patch("web", &PatchParams::default(), &patch)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .unwrap()["spec"]["replicas"],
+        4
+    );
+
+    fake.clear_requests();
+    api.patch("web", &PatchParams::apply("flux-converger").dry_run(), &Patch::Apply(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"}, "spec": {"replicas": 4}
+    }))).await.unwrap();
+    let log = fake.requests();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].method, Method::PATCH);
+    assert_eq!(
+        log[0].path,
+        "/apis/apps/v1/namespaces/default/statefulsets/web"
+    );
+    assert_eq!(log[0].field_manager.as_deref(), Some("flux-converger"));
+    assert!(log[0].dry_run && !log[0].is_write() && log[0].is_apply());
+    let dp = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::orphan()
+    };
+    api.delete("web", &dp).await.unwrap();
+    assert!(fake.requests()[1].dry_run, "dryRun in a DELETE body counts");
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some()
+    );
+}
+
+// ---------------------------------------------------------------- Flux custom resources
+
+#[tokio::test]
+async fn flux_custom_resources_have_status_and_generation_and_need_a_resource_version() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "flux-system"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true, "suspend": true,
+            "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+        "status": {"lastAppliedRevision": "main@sha1:aaaa"},
+    }));
+    fake.seed(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"name": "flux-system", "namespace": "flux-system"},
+        "spec": {"interval": "1m", "url": "https://example.com/repo"},
+        "status": {"artifact": {"revision": "main@sha1:bbbb", "digest": "sha256:cc"}},
+    }));
+    let client = fake.client();
+    let ks = "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/apps";
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{ks}?fieldManager=flux-converger"),
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"suspend": false}, "status": {"lastAppliedRevision": "x"}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["metadata"]["generation"], 2);
+    assert_eq!(body["status"]["lastAppliedRevision"], "main@sha1:aaaa");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{ks}?fieldManager=flux-converger"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "now"}}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        body["metadata"]["generation"], 2,
+        "metadata does not bump generation"
+    );
+    let (code, _) = raw(
+        &client,
+        "PATCH",
+        ks,
+        Some("application/strategic-merge-patch+json"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(code, 415, "custom resources take no strategic merge patch");
+    let mut unconditional = body.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let (code, body) = raw(
+        &client,
+        "PUT",
+        ks,
+        Some("application/json"),
+        Some(unconditional),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        body["items"][0]["kind"], "GitRepository",
+        "custom resource lists keep the type"
+    );
+    assert_eq!(
+        body["items"][0]["status"]["artifact"]["revision"],
+        "main@sha1:bbbb"
+    );
+    for path in ["ocirepositories", "buckets", "externalartifacts"] {
+        let (code, _) = raw(
+            &client,
+            "GET",
+            &format!("/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/{path}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{path}");
+    }
+}

@@ -1,0 +1,273 @@
+//! A fake kube-apiserver for the integration tests: a real `kube::Client` talks to it over
+//! HTTP semantics (in process, or on a socket with a kubeconfig for the binary and kubectl),
+//! and it answers like the v1.28 (or v1.32) server captured in `tests/fixtures/` where this
+//! project depends on it: StatefulSet immutability, claim resize rules, orphan deletion with a
+//! simulated garbage collector, server-side apply, watches, dry runs.
+//!
+//! Usage: `mod support; use support::*;` then `let fake = FakeApiServer::new();
+//! let client = fake.client();`. `client()` must be called inside a Tokio runtime.
+//!
+//! What it does not do: authentication/authorisation, admission beyond the plugins named in
+//! `semantics`, namespaces as a precondition of creates, protobuf, table output, paging
+//! (`limit`/`continue` are ignored: every list is complete).
+#![allow(dead_code, unused_imports)]
+
+mod apply;
+mod controller;
+mod discovery;
+mod errors;
+mod faults;
+mod gc;
+mod handlers;
+mod patch;
+mod query;
+mod resources;
+mod semantics;
+mod serve;
+mod store;
+mod watch;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+pub use errors::ApiError;
+pub use faults::{Fault, FaultRule, RequestRecord};
+pub use http::Method;
+pub use serve::Served;
+
+use store::{Key, State};
+
+fn obj_namespace_owned(obj: &Value) -> Option<String> {
+    store::obj_namespace(obj).map(str::to_string)
+}
+
+/// The Kubernetes version whose behaviour is emulated (the fixtures differ in claim rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeVersion {
+    V1_28,
+    V1_32,
+}
+
+impl KubeVersion {
+    pub fn minor(&self) -> u32 {
+        match self {
+            KubeVersion::V1_28 => 28,
+            KubeVersion::V1_32 => 32,
+        }
+    }
+
+    pub fn git_version(&self) -> &'static str {
+        match self {
+            KubeVersion::V1_28 => "v1.28.0",
+            KubeVersion::V1_32 => "v1.32.6",
+        }
+    }
+}
+
+/// How the simulated garbage collector (and the other finalizer-removing controllers) behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcMode {
+    /// Finish deletions this long after they start (the real GC took ~0.15 s).
+    After(Duration),
+    /// Never remove a finalizer: deletions stay pending until the mode changes.
+    Stuck,
+}
+
+#[derive(Clone)]
+pub struct FakeApiServer {
+    state: Arc<Mutex<State>>,
+}
+
+impl Default for FakeApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FakeApiServer {
+    /// Emulates kube-apiserver v1.28.
+    pub fn new() -> Self {
+        Self::with_version(KubeVersion::V1_28)
+    }
+
+    pub fn with_version(version: KubeVersion) -> Self {
+        flux_converger::tls::install_crypto_provider();
+        FakeApiServer {
+            state: Arc::new(Mutex::new(State::new(version))),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking test thread must not hide the state from the others.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn version(&self) -> KubeVersion {
+        self.lock().version
+    }
+
+    /// A client over an in-process tower service (no socket); default namespace `default`.
+    pub fn client(&self) -> kube::Client {
+        serve::in_process_client(self.clone())
+    }
+
+    /// Serves on `127.0.0.1:0` and writes a kubeconfig for it; both live until the `Served`
+    /// is dropped.
+    pub async fn serve(&self) -> Served {
+        serve::serve(self.clone(), "127.0.0.1:0")
+            .await
+            .expect("the fake API server binds a loopback port")
+    }
+
+    /// Stores an object as-is (uid, resourceVersion, creationTimestamp and generation filled
+    /// when missing); not logged as a request, but watchers see it ADDED (or MODIFIED).
+    pub fn seed(&self, mut obj: Value) {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+        let rt = resources::by_kind(&api_version, &kind)
+            .unwrap_or_else(|| panic!("the fake does not serve {api_version} {kind}"));
+        let mut state = self.lock();
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        let meta = &mut obj["metadata"];
+        if rt.namespaced && meta.get("namespace").is_none() {
+            meta["namespace"] = json!("default");
+        }
+        if !rt.namespaced
+            && let Some(m) = meta.as_object_mut()
+        {
+            m.remove("namespace");
+        }
+        if meta.get("uid").is_none() {
+            meta["uid"] = json!(state.new_uid());
+        }
+        if meta.get("creationTimestamp").is_none() {
+            meta["creationTimestamp"] = json!(store::now());
+        }
+        if rt.has_generation && meta.get("generation").is_none() {
+            meta["generation"] = json!(1);
+        }
+        let namespace = obj_namespace_owned(&obj);
+        state.seed(rt, obj);
+        controller::after_write(self, &mut state, &rt, namespace.as_deref());
+    }
+
+    /// Seeds every document of a multi-document YAML (a fixture file, for instance).
+    pub fn seed_yaml(&self, yaml: &str) {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).expect("test YAML parses");
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            self.seed(doc);
+        }
+    }
+
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let rt = resources::by_kind(api_version, kind)?;
+        self.lock().get(&Key::new(&rt, namespace, name)).cloned()
+    }
+
+    /// Stored objects of a kind, in one namespace or (`None`) all.
+    pub fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        match resources::by_kind(api_version, kind) {
+            Some(rt) => self.lock().list(&rt, namespace),
+            None => Vec::new(),
+        }
+    }
+
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.lock().requests.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        self.lock().requests.clear();
+    }
+
+    pub fn add_fault(&self, rule: FaultRule) {
+        self.lock().faults.push((rule, 0));
+    }
+
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// Switching from `Stuck` to `After` finishes the deletions that were left pending.
+    pub fn set_orphan_gc(&self, mode: GcMode) {
+        let mut state = self.lock();
+        state.gc = mode;
+        if let GcMode::After(_) = mode {
+            let pending = std::mem::take(&mut state.gc_pending);
+            for p in pending {
+                gc::schedule(self, &mut state, p);
+            }
+        }
+    }
+
+    /// Turns on the minimal StatefulSet controller (claims, pods, ControllerRevisions,
+    /// adoption of orphans, status) and reconciles what is already stored.
+    pub fn enable_statefulset_controller(&self) {
+        let mut state = self.lock();
+        state.sts_controller = true;
+        controller::after_write(self, &mut state, &resources::STATEFULSET, None);
+    }
+
+    /// Sets `status.phase` of a claim (and, for `Bound`, the binding details and
+    /// `status.capacity` = the request, as the volume binder does).
+    pub fn set_pvc_phase(&self, namespace: &str, name: &str, phase: &str) {
+        let mut state = self.lock();
+        let key = Key::new(&resources::PVC, Some(namespace), name);
+        let Some(mut pvc) = state.get(&key).cloned() else {
+            panic!("set_pvc_phase: no claim {namespace}/{name}");
+        };
+        pvc["status"]["phase"] = json!(phase);
+        if phase == "Bound" {
+            let request = pvc
+                .pointer("/spec/resources/requests/storage")
+                .cloned()
+                .unwrap_or(json!("0"));
+            let modes = pvc
+                .pointer("/spec/accessModes")
+                .cloned()
+                .unwrap_or(json!([]));
+            pvc["status"]["accessModes"] = modes;
+            pvc["status"]["capacity"] = json!({"storage": request});
+            if pvc["spec"]["volumeName"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty()
+            {
+                pvc["spec"]["volumeName"] = json!(format!("pv-{name}"));
+            }
+            let annotations = &mut pvc["metadata"]["annotations"];
+            if !annotations.is_object() {
+                *annotations = json!({});
+            }
+            annotations["pv.kubernetes.io/bind-completed"] = json!("yes");
+            annotations["pv.kubernetes.io/bound-by-controller"] = json!("yes");
+        }
+        state.replace(resources::PVC, pvc);
+    }
+
+    /// Sets a claim's `status.capacity.storage` (what an external resizer does after a grow).
+    pub fn set_pvc_capacity(&self, namespace: &str, name: &str, capacity: &str) {
+        let mut state = self.lock();
+        let key = Key::new(&resources::PVC, Some(namespace), name);
+        let Some(mut pvc) = state.get(&key).cloned() else {
+            panic!("set_pvc_capacity: no claim {namespace}/{name}");
+        };
+        pvc["status"]["capacity"] = json!({"storage": capacity});
+        state.replace(resources::PVC, pvc);
+    }
+
+    /// The current resourceVersion (of the last write).
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+}
