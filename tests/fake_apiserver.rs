@@ -994,3 +994,282 @@ async fn flux_custom_resources_have_status_and_generation_and_need_a_resource_ve
         assert_eq!(code, 200, "{path}");
     }
 }
+
+// ---------------------------------------------------------------- StatefulSet controller
+
+fn uids(fake: &FakeApiServer, kind: &str, api_version: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = fake
+        .list(api_version, kind, Some("default"))
+        .iter()
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+                o["metadata"]["uid"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn controller_creates_claims_pods_and_a_revision_like_the_fixtures() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    let api = sts_api(&fake.client(), "default");
+    let desired: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-1Gi.yaml")).unwrap();
+    let created = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let pods = fake.list("v1", "Pod", Some("default"));
+    assert_eq!(pods.len(), 3);
+    let pod = fake.get("v1", "Pod", Some("default"), "web-0").unwrap();
+    let want = fixture_yaml("v1.28/pod-web-0.yaml");
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+    assert_eq!(
+        pod["metadata"]["generateName"],
+        want["metadata"]["generateName"]
+    );
+    let hash = pod["metadata"]["labels"]["controller-revision-hash"]
+        .as_str()
+        .unwrap();
+    assert!(hash.starts_with("web-"));
+    let mut labels = want["metadata"]["labels"].clone();
+    labels["controller-revision-hash"] = json!(hash);
+    assert_eq!(pod["metadata"]["labels"], labels);
+    // Same spec as the real pod, but for the random token volume name.
+    let token = |p: &Value| {
+        p["spec"]["volumes"][1]["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let spec = pod["spec"].to_string().replace(&token(&pod), "TOKEN");
+    let want_spec = want["spec"].to_string().replace(&token(&want), "TOKEN");
+    assert_eq!(
+        serde_json::from_str::<Value>(&spec).unwrap(),
+        serde_json::from_str::<Value>(&want_spec).unwrap()
+    );
+    assert_eq!(pod["status"], want["status"]);
+
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+        .unwrap();
+    let want = fixture_yaml("v1.28/pvc-pending.yaml");
+    for field in ["labels", "annotations", "finalizers"] {
+        assert_eq!(claim["metadata"][field], want["metadata"][field], "{field}");
+    }
+    assert_eq!(claim["spec"], want["spec"]);
+    assert_eq!(claim["status"], want["status"]);
+    assert!(
+        claim["metadata"].get("ownerReferences").is_none(),
+        "retention policy Retain"
+    );
+
+    let revisions = fake.list("apps/v1", "ControllerRevision", Some("default"));
+    assert_eq!(revisions.len(), 1);
+    assert_eq!(revisions[0]["metadata"]["name"], hash);
+    let set = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(set["status"]["replicas"], 3);
+    assert_eq!(set["status"]["updateRevision"], hash);
+    assert_eq!(set["status"]["currentRevision"], hash);
+    assert_eq!(set["status"]["observedGeneration"], 1);
+}
+
+#[tokio::test]
+async fn converge_by_hand_keeps_pods_claims_and_revision() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(20)));
+    let client = fake.client();
+    let api = sts_api(&client, "default");
+    let small: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-1Gi.yaml")).unwrap();
+    let grown: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-2Gi.yaml")).unwrap();
+    let first = api
+        .patch("web", &apply_params(), &Patch::Apply(&small))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        fake.set_pvc_phase("default", &format!("data-web-{i}"), "Bound");
+    }
+    let pods_before = uids(&fake, "Pod", "v1");
+    let claims_before = uids(&fake, "PersistentVolumeClaim", "v1");
+    let revisions_before = uids(&fake, "ControllerRevision", "apps/v1");
+
+    // Applying the grown set is refused; grow the claims, orphan, re-apply.
+    assert!(
+        api.patch("web", &apply_params(), &Patch::Apply(&grown))
+            .await
+            .is_err()
+    );
+    for i in 0..3 {
+        pvc_api(&client)
+            .patch(
+                &format!("data-web-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(grow("2Gi")),
+            )
+            .await
+            .unwrap();
+    }
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        preconditions: Some(Preconditions {
+            uid: first.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    api.delete("web", &dp).await.unwrap();
+    let gone = api
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=web")
+                .timeout(5),
+            "0",
+        )
+        .await
+        .unwrap()
+        .try_filter(|e| futures::future::ready(matches!(e, WatchEvent::Deleted(_))))
+        .boxed()
+        .next()
+        .await;
+    assert!(gone.is_some(), "the garbage collector deletes the set");
+    for pod in fake.list("v1", "Pod", Some("default")) {
+        assert!(
+            pod["metadata"].get("ownerReferences").is_none(),
+            "orphaned: {pod}"
+        );
+    }
+    let second = api
+        .patch("web", &apply_params(), &Patch::Apply(&grown))
+        .await
+        .unwrap();
+    assert_ne!(second.metadata.uid, first.metadata.uid);
+
+    assert_eq!(uids(&fake, "Pod", "v1"), pods_before, "no pod restarted");
+    assert_eq!(
+        uids(&fake, "PersistentVolumeClaim", "v1"),
+        claims_before,
+        "no claim recreated"
+    );
+    assert_eq!(
+        uids(&fake, "ControllerRevision", "apps/v1"),
+        revisions_before,
+        "revision adopted"
+    );
+    for pod in fake.list("v1", "Pod", Some("default")) {
+        assert_eq!(
+            pod["metadata"]["ownerReferences"][0]["uid"],
+            json!(second.metadata.uid),
+            "adopted"
+        );
+    }
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+        .unwrap();
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+    assert_eq!(
+        second.data["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+
+    // A new replica gets a claim from the grown template.
+    api.patch("web", &apply_params(), &Patch::Apply(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"},
+        "spec": grown.data["spec"].clone().as_object().map(|s| { let mut s = s.clone(); s.insert("replicas".into(), json!(4)); s }).unwrap(),
+    }))).await.unwrap();
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-3")
+        .unwrap();
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+}
+
+#[tokio::test]
+async fn watch_of_an_orphan_delete_with_the_controller_matches_the_fixture_sequence() {
+    let fake = FakeApiServer::new();
+    fake.enable_statefulset_controller();
+    let mut db = db_before_delete();
+    db["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let api = sts_api(&fake.client(), "fx");
+    let obj: DynamicObject = serde_json::from_value(db).unwrap();
+    let created = api.create(&PostParams::default(), &obj).await.unwrap();
+    let rv = fake
+        .get("apps/v1", "StatefulSet", Some("fx"), "db")
+        .unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let watch = api
+        .watch(
+            &WatchParams::default().fields("metadata.name=db").timeout(2),
+            &rv,
+        )
+        .await
+        .unwrap();
+    api.delete(
+        "db",
+        &DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: created.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::orphan()
+        },
+    )
+    .await
+    .unwrap();
+    let events: Vec<WatchEvent<DynamicObject>> = watch.try_collect().await.unwrap();
+    let seq: Vec<(&str, Value)> = events
+        .iter()
+        .map(|e| match e {
+            WatchEvent::Modified(o) => ("MODIFIED", serde_json::to_value(o).unwrap()),
+            WatchEvent::Deleted(o) => ("DELETED", serde_json::to_value(o).unwrap()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let kinds: Vec<&str> = seq.iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, ["MODIFIED", "MODIFIED", "DELETED"]);
+    let want: Vec<Value> = fixture("v1.28/watch-orphan-delete.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["object"].clone())
+        .collect();
+    for ((_, got), want) in seq.iter().zip(&want) {
+        for field in ["generation", "finalizers", "deletionGracePeriodSeconds"] {
+            assert_eq!(got["metadata"][field], want["metadata"][field], "{field}");
+        }
+        assert_eq!(
+            got["status"]["observedGeneration"],
+            want["status"]["observedGeneration"]
+        );
+    }
+    let rvs: Vec<u64> = seq
+        .iter()
+        .map(|(_, o)| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(rvs.windows(2).all(|w| w[0] < w[1]), "{rvs:?}");
+    assert_eq!(
+        rvs[2] - rvs[1],
+        4,
+        "2 pods and 1 revision orphaned in between, as in the fixture"
+    );
+}
