@@ -1273,3 +1273,171 @@ async fn watch_of_an_orphan_delete_with_the_controller_matches_the_fixture_seque
         "2 pods and 1 revision orphaned in between, as in the fixture"
     );
 }
+
+// ---------------------------------------------------------------- on a socket, with kubectl
+
+async fn kubeconfig_client(served: &Served) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn kubectl(served: &Served, cache: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&served.kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn served_on_a_socket_with_a_kubeconfig() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let served = fake.serve().await;
+    let client = kubeconfig_client(&served).await;
+    assert_eq!(client.default_namespace(), "default");
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "28")
+    );
+    let api = sts_api(&client, "default");
+    assert_eq!(
+        api.get("web")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .as_deref(),
+        Some("229")
+    );
+    let err = api
+        .patch(
+            "web",
+            &apply_params(),
+            &Patch::Apply(fixture_yaml("v1.28/desired-statefulset-2Gi.yaml")),
+        )
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => assert_eq!(s.code, 422),
+        other => panic!("{other:?}"),
+    }
+
+    fake.add_fault(FaultRule {
+        method: None,
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Drop,
+    });
+    assert!(api.get("web").await.is_err(), "dropped connection");
+    assert!(api.get("web").await.is_ok(), "next connection works");
+    drop(served);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drives_the_fake_like_a_cluster() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    let served = fake.serve().await;
+    let cache = tempfile::tempdir().unwrap();
+    let dir = format!("{}/tests/fixtures/v1.28", env!("CARGO_MANIFEST_DIR"));
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl(&served, cache.path(), &args)
+    };
+    let (ok, out) = run(vec![
+        "apply".into(),
+        "--server-side".into(),
+        "-f".into(),
+        format!("{dir}/desired-statefulset-1Gi.yaml"),
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("statefulset.apps/web serverside-applied"),
+        "{out}"
+    );
+    let (ok, out) = run(vec!["get".into(), "statefulsets".into(), "-A".into()]);
+    assert!(ok && out.contains("web"), "{out}");
+    let (ok, out) = run(vec![
+        "apply".into(),
+        "--server-side".into(),
+        "-f".into(),
+        format!("{dir}/desired-statefulset-2Gi.yaml"),
+    ]);
+    assert!(!ok);
+    assert!(
+        out.contains("spec: Forbidden: updates to statefulset spec for fields other than"),
+        "{out}"
+    );
+    fake.set_pvc_phase("default", "data-web-0", "Bound");
+    let (ok, out) = run(vec![
+        "patch".into(),
+        "pvc".into(),
+        "data-web-0".into(),
+        "-p".into(),
+        r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#.into(),
+    ]);
+    assert!(ok, "{out}");
+    let (ok, out) = run(vec![
+        "patch".into(),
+        "pvc".into(),
+        "data-web-1".into(),
+        "-p".into(),
+        r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#.into(),
+    ]);
+    assert!(
+        !ok && out.contains("spec is immutable after creation"),
+        "{out}"
+    );
+    let pod_uid =
+        fake.get("v1", "Pod", Some("default"), "web-0").unwrap()["metadata"]["uid"].clone();
+    let (ok, out) = run(vec![
+        "delete".into(),
+        "statefulset".into(),
+        "web".into(),
+        "--cascade=orphan".into(),
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none(),
+        "kubectl waits for the finalizer"
+    );
+    let (ok, out) = run(vec![
+        "apply".into(),
+        "--server-side".into(),
+        "-f".into(),
+        format!("{dir}/desired-statefulset-2Gi.yaml"),
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        fake.get("v1", "Pod", Some("default"), "web-0").unwrap()["metadata"]["uid"],
+        pod_uid
+    );
+    let managers: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.is_write())
+        .filter_map(|r| r.field_manager.clone())
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .all(|m| m == "kubectl" || m == "kubectl-patch"),
+        "{managers:?}"
+    );
+}

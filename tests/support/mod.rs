@@ -121,6 +121,11 @@ impl FakeApiServer {
             .expect("the fake API server binds a loopback port")
     }
 
+    /// Serves on a given address (`127.0.0.1:8080`, or port 0 for any).
+    pub async fn serve_on(&self, listen: &str) -> std::io::Result<Served> {
+        serve::serve(self.clone(), listen).await
+    }
+
     /// Stores an object as-is (uid, resourceVersion, creationTimestamp and generation filled
     /// when missing); not logged as a request, but watchers see it ADDED (or MODIFIED).
     pub fn seed(&self, mut obj: Value) {
