@@ -1441,3 +1441,239 @@ async fn kubectl_drives_the_fake_like_a_cluster() {
         "{managers:?}"
     );
 }
+
+// ---------------------------------------------------------------- more verbs and rules
+
+#[tokio::test]
+async fn kube_runtime_waits_for_a_deletion() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    let uid = "529384b8-cf92-4028-81ea-97763f7e3d7b";
+    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some(),
+        "finalizer first"
+    );
+    let gone = tokio::time::timeout(
+        Duration::from_secs(5),
+        kube::runtime::wait::await_condition(
+            api,
+            "web",
+            kube::runtime::conditions::is_deleted(uid),
+        ),
+    )
+    .await;
+    assert!(matches!(gone, Ok(Ok(None))), "{gone:?}");
+}
+
+#[tokio::test]
+async fn apply_without_force_reports_conflicts_and_removes_dropped_fields() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let cm = |manager: &str, data: Value, force: bool| {
+        let client = client.clone();
+        let manager = manager.to_string();
+        async move {
+            let mut q = format!("fieldManager={manager}");
+            if force {
+                q.push_str("&force=true");
+            }
+            raw(
+                &client,
+                "PATCH",
+                &format!("/api/v1/namespaces/default/configmaps/cm?{q}"),
+                Some("application/apply-patch+yaml"),
+                Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data})),
+            )
+            .await
+        }
+    };
+    let (code, _) = cm("a", json!({"x": "1", "y": "1"}), false).await;
+    assert_eq!(code, 201);
+    let (code, body) = cm("b", json!({"x": "2"}), false).await;
+    assert_eq!(code, 409);
+    assert_eq!(body["reason"], "Conflict");
+    assert_eq!(
+        body["message"],
+        "Apply failed with 1 conflict: conflict with \"a\" using v1: .data.x"
+    );
+    let (code, _) = cm("b", json!({"x": "1", "z": "3"}), false).await;
+    assert_eq!(code, 200, "same value: shared ownership, no conflict");
+    let (code, body) = cm("b", json!({"x": "2"}), true).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        body["data"],
+        json!({"x": "2", "y": "1"}),
+        "z was b's and is dropped"
+    );
+    let (code, body) = cm("a", json!({"y": "1"}), false).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["data"], json!({"x": "2", "y": "1"}), "x is b's now");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/cm",
+        Some("application/apply-patch+yaml"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+}
+
+#[tokio::test]
+async fn create_dry_run_generate_name_and_already_exists() {
+    let fake = FakeApiServer::new();
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(fake.client());
+    let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+    cm.metadata.generate_name = Some("journal-".into());
+    let dry = api
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &cm,
+        )
+        .await
+        .unwrap();
+    assert!(dry.metadata.name.unwrap().starts_with("journal-"));
+    assert!(fake.list("v1", "ConfigMap", None).is_empty());
+    let made = api.create(&PostParams::default(), &cm).await.unwrap();
+    let name = made.metadata.name.clone().unwrap();
+    assert_eq!(name.len(), "journal-".len() + 5);
+    assert!(made.metadata.uid.is_some() && made.metadata.creation_timestamp.is_some());
+    let mut again = k8s_openapi::api::core::v1::ConfigMap::default();
+    again.metadata.name = Some(name.clone());
+    match api
+        .create(&PostParams::default(), &again)
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
+            assert_eq!(s.message, format!("configmaps \"{name}\" already exists"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let out = api.delete(&name, &DeleteParams::default()).await.unwrap();
+    assert!(out.is_right(), "ConfigMap deletion answers a Status");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(fake.client());
+    let mut pod = k8s_openapi::api::core::v1::Pod::default();
+    pod.metadata.name = Some("p".into());
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    assert!(
+        pods.delete("p", &DeleteParams::default())
+            .await
+            .unwrap()
+            .is_left(),
+        "pods answer the object"
+    );
+}
+
+#[tokio::test]
+async fn foreground_delete_waits_for_dependents() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    fake.seed(pod_of(&live, "web-0"));
+    fake.set_orphan_gc(GcMode::Stuck);
+    let out = sts_api(&fake.client(), "default")
+        .delete("web", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let obj = out.left().unwrap();
+    assert_eq!(
+        obj.metadata.finalizers,
+        Some(vec!["foregroundDeletion".to_string()])
+    );
+    assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_some());
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(5)));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_none());
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn delay_fault_and_impersonation_are_visible() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.add_fault(FaultRule {
+        method: None,
+        path_contains: "storageclasses".into(),
+        nth: 0,
+        action: Fault::Delay(Duration::from_millis(50)),
+    });
+    let client = fake.client();
+    let started = tokio::time::Instant::now();
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/apis/storage.k8s.io/v1/storageclasses",
+        None,
+        None,
+    )
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    assert_eq!(code, 200);
+    assert_eq!(body["items"].as_array().unwrap().len(), 2);
+    let req = http::Request::builder()
+        .uri("/api/v1/namespaces/default/configmaps")
+        .header(
+            "Impersonate-User",
+            "system:serviceaccount:flux-system:kustomize-controller",
+        )
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    client.send(req).await.unwrap();
+    let log = fake.requests();
+    assert_eq!(
+        log.last().unwrap().impersonate_user.as_deref(),
+        Some("system:serviceaccount:flux-system:kustomize-controller")
+    );
+}
+
+#[tokio::test]
+async fn discovery_answers_what_kubectl_asks() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    let client = fake.client();
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.git_version, "v1.32.6");
+    let groups = client.list_api_groups().await.unwrap();
+    let names: Vec<&str> = groups.groups.iter().map(|g| g.name.as_str()).collect();
+    for g in [
+        "apps",
+        "storage.k8s.io",
+        "kustomize.toolkit.fluxcd.io",
+        "source.toolkit.fluxcd.io",
+        "coordination.k8s.io",
+        "events.k8s.io",
+    ] {
+        assert!(names.contains(&g), "{g}");
+    }
+    let core = client.list_core_api_resources("v1").await.unwrap();
+    assert!(
+        core.resources
+            .iter()
+            .any(|r| r.name == "persistentvolumeclaims/status")
+    );
+    let apps = client.list_api_group_resources("apps/v1").await.unwrap();
+    let sts = apps
+        .resources
+        .iter()
+        .find(|r| r.name == "statefulsets")
+        .unwrap();
+    assert_eq!(sts.short_names.as_deref(), Some(&["sts".to_string()][..]));
+    let discovery = kube::Discovery::new(client).run().await.unwrap();
+    assert!(discovery.has_group("source.toolkit.fluxcd.io"));
+}

@@ -52,6 +52,8 @@ pub struct RequestRecord {
     pub watch: bool,
     /// `Content-Type`, if any (tells the patch types apart).
     pub content_type: Option<String>,
+    /// `Impersonate-User`, if any (writes made on behalf of a service account).
+    pub impersonate_user: Option<String>,
 }
 
 impl RequestRecord {

@@ -144,6 +144,11 @@ pub async fn handle(
         dry_run: query.dry_run() || (parts.method == Method::DELETE && body_dry_run(&body_json)),
         watch: query.flag("watch"),
         content_type: content_type(&parts),
+        impersonate_user: parts
+            .headers
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
     };
     let fault = {
         let mut state = fake.lock();
