@@ -1677,3 +1677,80 @@ async fn discovery_answers_what_kubectl_asks() {
     let discovery = kube::Discovery::new(client).run().await.unwrap();
     assert!(discovery.has_group("source.toolkit.fluxcd.io"));
 }
+
+#[tokio::test]
+async fn apply_of_a_fetched_object_is_refused_like_the_real_server() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let path = format!("{STS}/web?fieldManager=kustomize-controller&force=true");
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(live.clone()),
+    )
+    .await;
+    assert_eq!(
+        (code, body["message"].as_str()),
+        (400, Some("metadata.managedFields must be nil"))
+    );
+    let mut stale = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(stale),
+    )
+    .await;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["reason"], "Conflict");
+}
+
+#[tokio::test]
+async fn retention_policy_delete_owns_claims_across_recreation() {
+    let fake = FakeApiServer::new();
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(5)));
+    let api = sts_api(&fake.client(), "default");
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]["replicas"] = json!(1);
+    desired["spec"]["persistentVolumeClaimRetentionPolicy"] = json!({"whenDeleted": "Delete"});
+    let first = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    let claim_owner = |fake: &FakeApiServer| {
+        fake.get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+            .unwrap()["metadata"]["ownerReferences"][0]["uid"]
+            .clone()
+    };
+    assert_eq!(claim_owner(&fake), json!(first.metadata.uid));
+    assert_eq!(
+        first.data["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"],
+        "Retain"
+    );
+    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(claim_owner(&fake), Value::Null, "orphaned");
+    let second = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    assert_eq!(claim_owner(&fake), json!(second.metadata.uid), "re-owned");
+    api.delete("web", &DeleteParams::background())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        fake.list("v1", "PersistentVolumeClaim", None).is_empty(),
+        "deleted with the set"
+    );
+    assert!(fake.list("v1", "Pod", None).is_empty());
+}

@@ -226,7 +226,8 @@ fn ensure_claims(state: &mut State, set: &Value, ordinal: i64) {
     for t in claim_templates(set) {
         let claim_name = format!("{}-{set_name}-{ordinal}", obj_name(&t));
         let key = Key::new(&resources::PVC, Some(&ns), &claim_name);
-        if state.get(&key).is_some() {
+        if let Some(existing) = state.get(&key).cloned() {
+            sync_claim_owner(state, set, existing);
             continue;
         }
         let mut labels = t.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
@@ -277,6 +278,40 @@ fn ensure_claims(state: &mut State, set: &Value, ordinal: i64) {
         semantics::default(&resources::PVC, &mut claim);
         create(state, resources::PVC, claim);
     }
+}
+
+/// Retention policy `whenDeleted: Delete` gives each claim an ownerReference to its set (and
+/// re-created sets take over existing claims); `Retain` removes it.
+fn sync_claim_owner(state: &mut State, set: &Value, mut claim: Value) {
+    let delete = set.pointer("/spec/persistentVolumeClaimRetentionPolicy/whenDeleted")
+        == Some(&json!("Delete"));
+    let uid = obj_uid(set);
+    let refs: Vec<Value> = claim
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let has_mine = refs.iter().any(|r| r["uid"] == uid);
+    let other_set = refs
+        .iter()
+        .any(|r| r["kind"] == "StatefulSet" && r["uid"] != uid);
+    let next: Vec<Value> = if delete && !has_mine && !other_set {
+        let mut r = owner_ref(set);
+        r["controller"] = json!(false);
+        refs.iter().cloned().chain(std::iter::once(r)).collect()
+    } else if !delete && has_mine {
+        refs.iter().filter(|r| r["uid"] != uid).cloned().collect()
+    } else {
+        return;
+    };
+    if next.is_empty() {
+        if let Some(m) = claim["metadata"].as_object_mut() {
+            m.remove("ownerReferences");
+        }
+    } else {
+        claim["metadata"]["ownerReferences"] = json!(next);
+    }
+    state.replace(resources::PVC, claim);
 }
 
 fn new_pod(state: &mut State, set: &Value, ordinal: i64, revision: &str) -> Value {

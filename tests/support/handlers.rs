@@ -620,6 +620,26 @@ fn patch_object(
         };
         let applied = parse_apply_body(raw)?;
         check_identity(t, Some(name), &applied)?;
+        if applied
+            .pointer("/metadata/managedFields")
+            .is_some_and(|m| !m.is_null())
+        {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        // A resourceVersion in the applied object is a precondition, as on update.
+        if let (Some(want), Some(live)) = (
+            applied
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty()),
+            old.as_ref(),
+        ) && live
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            != Some(want)
+        {
+            return Err(ApiError::conflict_modified(&t.rt, name));
+        }
         let on_status = t.subresource.as_deref() == Some("status");
         let skip_status = t.rt.status_subresource && !on_status;
         let merged = apply::apply(
