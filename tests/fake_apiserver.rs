@@ -661,7 +661,7 @@ async fn orphaning_keeps_dependents_and_strips_their_owner_reference() {
     );
 
     fake.set_orphan_gc(GcMode::After(Duration::from_millis(10)));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    fake.gc_settled().await;
     assert!(
         fake.get("apps/v1", "StatefulSet", Some("default"), "web")
             .is_none()
@@ -701,7 +701,7 @@ async fn background_delete_removes_dependents() {
         fake.get("apps/v1", "StatefulSet", Some("default"), "web")
             .is_none()
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    fake.gc_settled().await;
     assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_none());
 }
 
@@ -1596,7 +1596,7 @@ async fn foreground_delete_waits_for_dependents() {
     );
     assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_some());
     fake.set_orphan_gc(GcMode::After(Duration::from_millis(5)));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.gc_settled().await;
     assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_none());
     assert!(
         fake.get("apps/v1", "StatefulSet", Some("default"), "web")
@@ -1737,7 +1737,7 @@ async fn retention_policy_delete_owns_claims_across_recreation() {
         "Retain"
     );
     api.delete("web", &DeleteParams::orphan()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.gc_settled().await;
     assert_eq!(claim_owner(&fake), Value::Null, "orphaned");
     let second = api
         .patch("web", &apply_params(), &Patch::Apply(&desired))
@@ -1747,7 +1747,7 @@ async fn retention_policy_delete_owns_claims_across_recreation() {
     api.delete("web", &DeleteParams::background())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    fake.gc_settled().await;
     assert!(
         fake.list("v1", "PersistentVolumeClaim", None).is_empty(),
         "deleted with the set"

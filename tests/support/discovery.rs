@@ -14,8 +14,7 @@ use super::FakeApiServer;
 use super::handlers::json_response;
 use super::resources::{self, ResourceType};
 
-fn verbs(rt: &ResourceType) -> Value {
-    let _ = rt;
+fn verbs() -> Value {
     json!([
         "create",
         "delete",
@@ -43,7 +42,7 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
             "singularName": rt.singular,
             "namespaced": rt.namespaced,
             "kind": rt.kind,
-            "verbs": verbs(rt),
+            "verbs": verbs(),
         });
         if !rt.short_names.is_empty() {
             r["shortNames"] = json!(rt.short_names);

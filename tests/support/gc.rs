@@ -120,10 +120,12 @@ pub fn schedule(fake: &FakeApiServer, state: &mut State, p: Pending) {
         GcMode::Stuck => state.gc_pending.push(p),
         GcMode::After(delay) => match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
+                state.gc_inflight += 1;
                 let fake = fake.clone();
                 handle.spawn(async move {
                     tokio::time::sleep(delay).await;
                     let mut state = fake.lock();
+                    state.gc_inflight -= 1;
                     finish(&fake, &mut state, p);
                 });
             }

@@ -101,20 +101,17 @@ fn content_type(parts: &http::request::Parts) -> Option<String> {
         .map(|s| s.split(';').next().unwrap_or(s).trim().to_string())
 }
 
-/// The field manager of a write: the query parameter, else (for updates) the user agent's
-/// program name, as the real server derives it.
+/// The field manager of a write: the query parameter, else the user agent's program name
+/// (`kubectl/v1.32 ...` → `kubectl`), as the real server derives it for updates.
 fn field_manager(parts: &http::request::Parts, query: &Query) -> Option<String> {
     if let Some(m) = query.get("fieldManager") {
         return Some(m.to_string());
     }
-    None.or_else(|| {
-        parts
-            .headers
-            .get(header::USER_AGENT)
-            .and_then(|v| v.to_str().ok())
-            .map(|ua| ua.split('/').next().unwrap_or(ua).to_string())
-    })
-    .filter(|_| matches!(parts.method, Method::POST | Method::PUT | Method::PATCH))
+    parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(|ua| ua.split('/').next().unwrap_or(ua).to_string())
 }
 
 fn body_dry_run(body: &Value) -> bool {
@@ -364,7 +361,7 @@ pub fn create_object(
         && let Some(m) = obj.as_object_mut()
     {
         m.remove("status");
-        if let Some(s) = semantics::initial_status(rt, &Value::Null) {
+        if let Some(s) = semantics::initial_status(rt) {
             m.insert("status".into(), s);
         }
     }

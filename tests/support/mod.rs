@@ -39,6 +39,13 @@ pub use serve::Served;
 
 use store::{Key, State};
 
+/// `tests/fixtures/<rel>` of this crate.
+pub fn fixture_path(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
 fn obj_namespace_owned(obj: &Value) -> Option<String> {
     store::obj_namespace(obj).map(str::to_string)
 }
@@ -158,6 +165,21 @@ impl FakeApiServer {
         let namespace = obj_namespace_owned(&obj);
         state.seed(rt, obj);
         controller::after_write(self, &mut state, &rt, namespace.as_deref());
+    }
+
+    /// Seeds a fixture file by its path under `tests/fixtures/` (`"v1.28/live-statefulset.yaml"`).
+    pub fn seed_fixture(&self, rel: &str) {
+        let yaml = std::fs::read_to_string(fixture_path(rel))
+            .unwrap_or_else(|e| panic!("fixture {rel}: {e}"));
+        self.seed_yaml(&yaml);
+    }
+
+    /// Waits until the simulated garbage collector has nothing scheduled (deletions parked by
+    /// `GcMode::Stuck` do not count).
+    pub async fn gc_settled(&self) {
+        while self.lock().gc_inflight > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Seeds every document of a multi-document YAML (a fixture file, for instance).

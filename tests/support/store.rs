@@ -103,6 +103,8 @@ pub struct State {
     /// Deletions waiting for a stuck garbage collector.
     pub gc_pending: Vec<Pending>,
     pub sts_controller: bool,
+    /// Collector passes scheduled and not yet run.
+    pub gc_inflight: usize,
 }
 
 impl State {
@@ -120,6 +122,7 @@ impl State {
             gc: GcMode::After(std::time::Duration::from_millis(150)),
             gc_pending: Vec::new(),
             sts_controller: false,
+            gc_inflight: 0,
         }
     }
 

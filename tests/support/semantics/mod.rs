@@ -180,7 +180,7 @@ pub fn admit_update(
 }
 
 /// A fresh object's status: what `PrepareForCreate` leaves of it.
-pub fn initial_status(rt: &ResourceType, obj: &Value) -> Option<Value> {
+pub fn initial_status(rt: &ResourceType) -> Option<Value> {
     if *rt == resources::STATEFULSET {
         Some(json!({"replicas": 0, "availableReplicas": 0}))
     } else if *rt == resources::PVC {
@@ -190,7 +190,6 @@ pub fn initial_status(rt: &ResourceType, obj: &Value) -> Option<Value> {
     } else if *rt == resources::NAMESPACE {
         Some(json!({"phase": "Active"}))
     } else {
-        let _ = obj;
         None
     }
 }
