@@ -1754,3 +1754,47 @@ async fn retention_policy_delete_owns_claims_across_recreation() {
     );
     assert!(fake.list("v1", "Pod", None).is_empty());
 }
+
+#[tokio::test]
+async fn a_watch_from_before_a_compaction_is_expired() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let api = sts_api(&fake.client(), "default");
+    let old = "229";
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .unwrap();
+    fake.compact();
+    let events: Vec<_> = api
+        .watch(&WatchParams::default().timeout(1), old)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(events.len(), 1);
+    match &events[0] {
+        Ok(WatchEvent::Error(e)) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+            assert!(
+                e.message.starts_with("too old resource version: 229 ("),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // kube-runtime's watcher relists and carries on.
+    let stream = kube::runtime::watcher(api.clone(), kube::runtime::watcher::Config::default());
+    let first = kube::runtime::WatchStreamExt::applied_objects(stream)
+        .boxed()
+        .next()
+        .await;
+    assert_eq!(
+        first.unwrap().unwrap().metadata.name.as_deref(),
+        Some("web")
+    );
+}

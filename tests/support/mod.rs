@@ -293,6 +293,14 @@ impl FakeApiServer {
         state.replace(resources::PVC, pvc);
     }
 
+    /// Forgets the event history, like an etcd compaction: a watch from an older
+    /// resourceVersion gets a 410 Expired ERROR event and must list again.
+    pub fn compact(&self) {
+        let mut state = self.lock();
+        state.compacted_rv = state.rv;
+        state.history.clear();
+    }
+
     /// The current resourceVersion (of the last write).
     pub fn resource_version(&self) -> u64 {
         self.lock().rv

@@ -105,6 +105,8 @@ pub struct State {
     pub sts_controller: bool,
     /// Collector passes scheduled and not yet run.
     pub gc_inflight: usize,
+    /// Watches from before this version answer 410 Expired (see `FakeApiServer::compact`).
+    pub compacted_rv: u64,
 }
 
 impl State {
@@ -123,6 +125,7 @@ impl State {
             gc_pending: Vec::new(),
             sts_controller: false,
             gc_inflight: 0,
+            compacted_rv: 0,
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Without a `resourceVersion` (or with `"0"`) the stream starts with an ADDED event per
 //! current object, like the real server; with one, it replays every later event from the
-//! store's history (the fake never compacts, so there is no 410 Gone). It ends after
+//! store's history, unless a test compacted it (`FakeApiServer::compact`): then the watch gets
+//! the real server's single ERROR event (410 Expired). It ends after
 //! `timeoutSeconds` (default 1800 s, like the server's upper bound) or when the client leaves.
 
 use std::convert::Infallible;
@@ -40,6 +41,22 @@ pub fn start(fake: &FakeApiServer, t: &Target, query: &Query) -> Result<Response
         .get("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(1800);
+    if let Some(rv) = from {
+        let compacted = fake.lock().compacted_rv;
+        if rv < compacted {
+            // What etcd compaction looks like to a watcher: one ERROR event, then the end.
+            let event = json!({"type": "ERROR", "object": {
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("too old resource version: {rv} ({compacted})"),
+                "reason": "Expired", "code": 410,
+            }});
+            return Ok(Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(line(&event)))
+                .expect("static response parts are valid"));
+        }
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     let initial: Vec<Value> = {
         let mut state = fake.lock();
