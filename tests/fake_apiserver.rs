@@ -1798,3 +1798,32 @@ async fn a_watch_from_before_a_compaction_is_expired() {
         Some("web")
     );
 }
+
+#[tokio::test]
+async fn undecodable_bodies_are_bad_requests_not_panics() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let client = fake.client();
+    for patch in [
+        json!({"spec": "nope"}),
+        json!({"spec": {"updateStrategy": "OnDelete"}}),
+        json!({"spec": {"volumeClaimTemplates": [{"spec": 1}]}}),
+        json!({"metadata": []}),
+    ] {
+        let (code, body) = raw(
+            &client,
+            "PATCH",
+            &format!("{STS}/web"),
+            Some("application/merge-patch+json"),
+            Some(patch.clone()),
+        )
+        .await;
+        assert_eq!(code, 400, "{patch} -> {body}");
+        assert_eq!(body["reason"], "BadRequest");
+    }
+    let (code, _) = raw(&client, "POST", PVCS, Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "x"}, "spec": {"resources": "big"}}))).await;
+    assert_eq!(code, 400);
+    let (code, _) = raw(&client, "GET", &format!("{STS}/web"), None, None).await;
+    assert_eq!(code, 200, "still serving");
+}

@@ -365,6 +365,7 @@ pub fn create_object(
             m.insert("status".into(), s);
         }
     }
+    semantics::check_shape(rt, &obj)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj);
     semantics::validate_create(rt, &obj)?;
@@ -441,6 +442,7 @@ pub fn update_object(
         }
         None => {}
     }
+    semantics::check_shape(rt, &candidate)?;
     let mut new = with_type(rt, candidate);
     if !new["metadata"].is_object() {
         new["metadata"] = json!({});

@@ -71,6 +71,115 @@ pub fn semantic_eq(a: &Value, b: &Value) -> bool {
     strip_zero(a) == strip_zero(b)
 }
 
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The JSON pointers (with `*` for every list element) that must hold objects for the typed
+/// decoding of the real server to succeed, and that the defaults write into.
+fn object_paths(rt: &ResourceType) -> &'static [&'static str] {
+    if *rt == resources::STATEFULSET {
+        &[
+            "/spec/selector",
+            "/spec/template",
+            "/spec/template/metadata",
+            "/spec/template/spec",
+            "/spec/template/spec/containers/*",
+            "/spec/template/spec/containers/*/resources",
+            "/spec/template/spec/initContainers/*",
+            "/spec/template/spec/volumes/*",
+            "/spec/updateStrategy",
+            "/spec/updateStrategy/rollingUpdate",
+            "/spec/persistentVolumeClaimRetentionPolicy",
+            "/spec/volumeClaimTemplates/*",
+            "/spec/volumeClaimTemplates/*/metadata",
+            "/spec/volumeClaimTemplates/*/spec",
+            "/spec/volumeClaimTemplates/*/spec/resources",
+            "/spec/volumeClaimTemplates/*/status",
+        ]
+    } else if *rt == resources::PVC {
+        &[
+            "/spec/resources",
+            "/spec/resources/requests",
+            "/status/capacity",
+        ]
+    } else if *rt == resources::POD {
+        &[
+            "/spec/containers/*",
+            "/spec/containers/*/resources",
+            "/spec/initContainers/*",
+            "/spec/volumes/*",
+        ]
+    } else {
+        &[]
+    }
+}
+
+fn check_objects(v: &Value, segs: &[&str], path: &str, bad: &mut Option<(String, &'static str)>) {
+    if bad.is_some() {
+        return;
+    }
+    let Some((first, rest)) = segs.split_first() else {
+        if !(v.is_object() || v.is_null()) {
+            *bad = Some((path.to_string(), json_type(v)));
+        }
+        return;
+    };
+    if *first == "*" {
+        if let Some(items) = v.as_array() {
+            for (i, item) in items.iter().enumerate() {
+                check_objects(item, rest, &format!("{path}[{i}]"), bad);
+            }
+        }
+    } else if let Some(child) = v.get(*first) {
+        check_objects(child, rest, &format!("{path}.{first}"), bad);
+    }
+}
+
+/// Rejects bodies the real server could not decode into its types (400), before any default
+/// or rule looks at them.
+pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    let mut bad = None;
+    for top in ["metadata", "spec", "status"] {
+        if let Some(v) = obj.get(top)
+            && !(v.is_object() || v.is_null())
+        {
+            bad = Some((top.to_string(), json_type(v)));
+        }
+    }
+    for pointer in object_paths(rt) {
+        let segs: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+        check_objects(obj, &segs, "", &mut bad);
+    }
+    for list in [
+        "/spec/volumeClaimTemplates",
+        "/spec/template/spec/containers",
+        "/spec/containers",
+    ] {
+        if let Some(v) = obj.pointer(list)
+            && !(v.is_array() || v.is_null())
+        {
+            bad = Some((list.trim_start_matches('/').replace('/', "."), json_type(v)));
+        }
+    }
+    match bad {
+        None => Ok(()),
+        Some((field, found)) => Err(ApiError::bad_request(&format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: json: cannot unmarshal {found} into Go struct field {kind}.{field} of type object",
+            kind = rt.kind,
+            version = rt.version,
+            field = field.trim_start_matches('.'),
+        ))),
+    }
+}
+
 /// Server defaults for a type, applied on create and on every update before validation.
 pub fn default(rt: &ResourceType, obj: &mut Value) {
     if *rt == resources::STATEFULSET {
