@@ -1827,3 +1827,39 @@ async fn undecodable_bodies_are_bad_requests_not_panics() {
     let (code, _) = raw(&client, "GET", &format!("{STS}/web"), None, None).await;
     assert_eq!(code, 200, "still serving");
 }
+
+#[tokio::test]
+async fn ordered_ready_waits_for_each_pod() {
+    let fake = FakeApiServer::new();
+    fake.enable_statefulset_controller();
+    let api = sts_api(&fake.client(), "default");
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("podManagementPolicy");
+    let out = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    assert_eq!(out.data["spec"]["podManagementPolicy"], "OrderedReady");
+    let names = |fake: &FakeApiServer| {
+        uids(fake, "Pod", "v1")
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&fake),
+        ["web-0"],
+        "a Pending pod blocks the next ordinal"
+    );
+    assert_eq!(fake.list("v1", "PersistentVolumeClaim", None).len(), 1);
+    fake.set_pods_ready(true);
+    assert_eq!(names(&fake), ["web-0", "web-1", "web-2"]);
+    let set = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(set["status"]["readyReplicas"], 3);
+    assert_eq!(set["status"]["availableReplicas"], 3);
+}

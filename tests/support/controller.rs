@@ -6,8 +6,11 @@
 //! `volumeClaimTemplates` (never recreated while they exist, so a grown template does not touch
 //! existing claims), and the pods `<set>-<ordinal>`: a missing pod is created, an orphaned pod
 //! matching the selector is adopted (same uid, no restart), a pod of an older revision is
-//! replaced under `RollingUpdate` (all at once: pods never become ready here, so the
-//! controller behaves as `Parallel`), pods above `replicas` are deleted. Status follows.
+//! replaced under `RollingUpdate` (all at once, without waiting for readiness), pods above
+//! `replicas` are deleted. Status follows. Pods stay Pending (no nodes, as when the fixtures
+//! were captured) unless `set_pods_ready(true)`; with `podManagementPolicy: OrderedReady` the
+//! controller stops at the first pod that is not Running and Ready, as the real one does, so
+//! with Pending pods only ordinal 0 exists.
 //!
 //! When a set has no ControllerRevision yet but its existing pods all carry one
 //! `controller-revision-hash` (seeded from the fixtures), that hash names the first revision,
@@ -384,15 +387,44 @@ fn new_pod(state: &mut State, set: &Value, ordinal: i64, revision: &str) -> Valu
     if let Some(a) = template.pointer("/metadata/annotations") {
         metadata["annotations"] = a.clone();
     }
+    let status = if state.pods_ready {
+        running_status(ordinal as usize)
+    } else {
+        json!({"phase": "Pending", "qosClass": "BestEffort"})
+    };
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
         "spec": spec,
-        "status": {"phase": "Pending", "qosClass": "BestEffort"},
+        "status": status,
     });
     default_pod(&mut pod);
     pod
+}
+
+pub fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/phase") == Some(&json!("Running"))
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+}
+
+/// The status of a pod a kubelet has started (what `set_pods_ready` gives).
+pub fn running_status(ordinal_ip: usize) -> Value {
+    let condition = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now()});
+    json!({
+        "phase": "Running",
+        "conditions": [condition("Initialized"), condition("Ready"), condition("ContainersReady"), condition("PodScheduled")],
+        "hostIP": "10.0.0.1",
+        "podIP": format!("10.244.0.{}", ordinal_ip % 250 + 2),
+        "qosClass": "BestEffort",
+        "startTime": now(),
+    })
 }
 
 fn ordinal_of(pod_name: &str, set_name: &str) -> Option<i64> {
@@ -436,6 +468,7 @@ fn reconcile(state: &mut State, set: &Value) {
         .and_then(Value::as_i64)
         .unwrap_or(0);
 
+    let ordered = set.pointer("/spec/podManagementPolicy") != Some(&json!("Parallel"));
     for ordinal in start..start + replicas {
         ensure_claims(state, set, ordinal);
         let key = Key::new(&resources::POD, Some(&ns), &format!("{name}-{ordinal}"));
@@ -463,6 +496,10 @@ fn reconcile(state: &mut State, set: &Value) {
                 }
                 _ => {}
             },
+        }
+        // OrderedReady: the next ordinal waits until this pod runs and is ready.
+        if ordered && !state.get(&key).is_some_and(is_ready) {
+            break;
         }
     }
     // Scale down: owned pods outside the ordinal range go.
@@ -506,7 +543,8 @@ fn reconcile(state: &mut State, set: &Value) {
             .unwrap_or(&revision)
             .to_string()
     };
-    let status = json!({
+    let ready = owned.iter().filter(|p| is_ready(p)).count();
+    let mut status = json!({
         "observedGeneration": generation,
         "replicas": owned.len(),
         "currentReplicas": if current_revision == revision { updated } else { owned.len() - updated },
@@ -514,8 +552,11 @@ fn reconcile(state: &mut State, set: &Value) {
         "currentRevision": current_revision,
         "updateRevision": revision,
         "collisionCount": current.pointer("/status/collisionCount").cloned().unwrap_or(json!(0)),
-        "availableReplicas": 0,
+        "availableReplicas": ready,
     });
+    if ready > 0 {
+        status["readyReplicas"] = json!(ready);
+    }
     if current.get("status") != Some(&status) {
         let mut s = current.clone();
         s["status"] = status;

@@ -245,6 +245,22 @@ impl FakeApiServer {
         controller::after_write(self, &mut state, &resources::STATEFULSET, None);
     }
 
+    /// Makes pods Running and Ready (existing ones now, new ones at creation), as on a cluster
+    /// with nodes; `false` lets new pods stay Pending (the default, like the fixtures).
+    pub fn set_pods_ready(&self, ready: bool) {
+        let mut state = self.lock();
+        state.pods_ready = ready;
+        if ready {
+            for (i, mut pod) in state.list(&resources::POD, None).into_iter().enumerate() {
+                if !controller::is_ready(&pod) {
+                    pod["status"] = controller::running_status(i);
+                    state.replace(resources::POD, pod);
+                }
+            }
+        }
+        controller::after_write(self, &mut state, &resources::POD, None);
+    }
+
     /// Sets `status.phase` of a claim (and, for `Bound`, the binding details and
     /// `status.capacity` = the request, as the volume binder does).
     pub fn set_pvc_phase(&self, namespace: &str, name: &str, phase: &str) {

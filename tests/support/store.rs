@@ -107,6 +107,8 @@ pub struct State {
     pub gc_inflight: usize,
     /// Watches from before this version answer 410 Expired (see `FakeApiServer::compact`).
     pub compacted_rv: u64,
+    /// Pods start Running and Ready (a cluster with nodes) instead of Pending.
+    pub pods_ready: bool,
 }
 
 impl State {
@@ -126,6 +128,7 @@ impl State {
             sts_controller: false,
             gc_inflight: 0,
             compacted_rv: 0,
+            pods_ready: false,
         }
     }
 
