@@ -1863,3 +1863,66 @@ async fn ordered_ready_waits_for_each_pod() {
     assert_eq!(set["status"]["readyReplicas"], 3);
     assert_eq!(set["status"]["availableReplicas"], 3);
 }
+
+#[tokio::test]
+async fn deleted_claims_are_recreated_at_the_template_size_once_no_scheduled_pod_uses_them() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/storageclasses.yaml");
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(5)));
+    let client = fake.client();
+    let api = sts_api(&client, "default");
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+    desired["spec"]["replicas"] = json!(2);
+    api.patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    let claim_uid = |fake: &FakeApiServer, name: &str| {
+        fake.get("v1", "PersistentVolumeClaim", Some("default"), name)
+            .unwrap()["metadata"]["uid"]
+            .clone()
+    };
+    let pod_uid = |fake: &FakeApiServer, name: &str| {
+        fake.get("v1", "Pod", Some("default"), name).unwrap()["metadata"]["uid"].clone()
+    };
+    let pvcs = pvc_api(&client);
+
+    // No nodes: a Pending pod holds nothing, the claim goes and comes back at once.
+    let (claim0, pod0) = (claim_uid(&fake, "data-web-0"), pod_uid(&fake, "web-0"));
+    pvcs.delete("data-web-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    assert_ne!(claim_uid(&fake, "data-web-0"), claim0, "recreated");
+    assert_eq!(pod_uid(&fake, "web-0"), pod0);
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+        .unwrap();
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+
+    // With nodes: the claim waits for its running pod; deleting the pod lets both come back.
+    fake.set_pods_ready(true);
+    let claim1 = claim_uid(&fake, "data-web-1");
+    pvcs.delete("data-web-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    assert_eq!(
+        claim_uid(&fake, "data-web-1"),
+        claim1,
+        "protected by the running web-1"
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(client.clone());
+    let pod1 = pod_uid(&fake, "web-1");
+    pods.delete("web-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    assert_ne!(claim_uid(&fake, "data-web-1"), claim1);
+    assert_ne!(pod_uid(&fake, "web-1"), pod1);
+    let pod = fake.get("v1", "Pod", Some("default"), "web-1").unwrap();
+    assert_eq!(
+        pod["status"]["phase"], "Running",
+        "started once its new claim exists"
+    );
+}

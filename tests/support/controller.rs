@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::FakeApiServer;
 use super::apply;
+use super::gc;
 use super::query::LabelSelector;
 use super::resources::{self, ResourceType};
 use super::semantics::{self, pod::default_pod};
@@ -30,27 +31,26 @@ const HASH_LABEL: &str = "controller-revision-hash";
 
 /// Called after writes: reconciles the StatefulSets of `namespace` (all for `None` or `""`).
 pub fn after_write(
-    _fake: &FakeApiServer,
+    fake: &FakeApiServer,
     state: &mut State,
     rt: &ResourceType,
     namespace: Option<&str>,
 ) {
-    if !state.sts_controller {
-        return;
-    }
     let relevant = [
         resources::STATEFULSET,
         resources::POD,
         resources::PVC,
         resources::CONTROLLER_REVISION,
     ];
-    if !relevant.contains(rt) {
-        return;
+    if state.sts_controller && relevant.contains(rt) {
+        let namespace = namespace.filter(|n| !n.is_empty());
+        for set in state.list(&resources::STATEFULSET, namespace) {
+            reconcile(state, &set);
+        }
     }
-    let namespace = namespace.filter(|n| !n.is_empty());
-    let sets = state.list(&resources::STATEFULSET, namespace);
-    for set in sets {
-        reconcile(state, &set);
+    // Pods may have gone (here or in the write itself): claims waiting for them can go on.
+    if !state.pvc_waiting.is_empty() {
+        gc::recheck_protected(fake, state);
     }
 }
 
@@ -387,19 +387,17 @@ fn new_pod(state: &mut State, set: &Value, ordinal: i64, revision: &str) -> Valu
     if let Some(a) = template.pointer("/metadata/annotations") {
         metadata["annotations"] = a.clone();
     }
-    let status = if state.pods_ready {
-        running_status(ordinal as usize)
-    } else {
-        json!({"phase": "Pending", "qosClass": "BestEffort"})
-    };
     let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata,
         "spec": spec,
-        "status": status,
+        "status": {"phase": "Pending", "qosClass": "BestEffort"},
     });
     default_pod(&mut pod);
+    if state.pods_ready && claims_usable(state, &pod) {
+        start_pod(&mut pod, ordinal as usize);
+    }
     pod
 }
 
@@ -414,8 +412,33 @@ pub fn is_ready(pod: &Value) -> bool {
             })
 }
 
-/// The status of a pod a kubelet has started (what `set_pods_ready` gives).
-pub fn running_status(ordinal_ip: usize) -> Value {
+/// Schedules and starts a pod, as a scheduler and kubelet would (what `set_pods_ready` gives).
+pub fn start_pod(pod: &mut Value, n: usize) {
+    pod["spec"]["nodeName"] = json!("node-1");
+    pod["status"] = running_status(n);
+}
+
+/// No claim the pod mounts is missing or terminating (else the scheduler leaves it Pending).
+pub fn claims_usable(state: &State, pod: &Value) -> bool {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .map(|vols| {
+            vols.iter()
+                .filter_map(|v| {
+                    v.pointer("/persistentVolumeClaim/claimName")
+                        .and_then(Value::as_str)
+                })
+                .all(|c| {
+                    state
+                        .get(&Key::new(&resources::PVC, Some(ns), c))
+                        .is_some_and(|claim| claim["metadata"].get("deletionTimestamp").is_none())
+                })
+        })
+        .unwrap_or(true)
+}
+
+fn running_status(ordinal_ip: usize) -> Value {
     let condition = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now()});
     json!({
         "phase": "Running",
@@ -500,6 +523,22 @@ fn reconcile(state: &mut State, set: &Value) {
         // OrderedReady: the next ordinal waits until this pod runs and is ready.
         if ordered && !state.get(&key).is_some_and(is_ready) {
             break;
+        }
+    }
+    // A cluster with nodes starts the pods whose claims are usable.
+    if state.pods_ready {
+        for (i, mut pod) in state
+            .list(&resources::POD, Some(&ns))
+            .into_iter()
+            .enumerate()
+        {
+            if controller_uid(&pod).as_deref() == Some(uid.as_str())
+                && !is_ready(&pod)
+                && claims_usable(state, &pod)
+            {
+                start_pod(&mut pod, i);
+                state.replace(resources::POD, pod);
+            }
         }
     }
     // Scale down: owned pods outside the ordinal range go.

@@ -6,8 +6,10 @@
 //! (orphan) or deletes them (foreground), removes the finalizer and deletes the object: the
 //! MODIFIED ... DELETED sequence of `watch-orphan-delete.jsonl`. `Background` deletes at once and
 //! the collector deletes the dependents after the delay. The collector also plays the
-//! pvc-protection controller (removes `kubernetes.io/pvc-protection`, without checking for pods
-//! that still use the claim). Other finalizers stay until a client removes them.
+//! pvc-protection controller: `kubernetes.io/pvc-protection` goes once no scheduled pod that
+//! is not being deleted mounts the claim (the claim waits, and is looked at again after pod
+//! writes). Pending pods of a cluster without nodes never hold a claim.
+//! Other finalizers stay until a client removes them.
 
 use serde_json::{Value, json};
 
@@ -25,7 +27,43 @@ pub enum Propagation {
 const ORPHAN: &str = "orphan";
 const FOREGROUND: &str = "foregroundDeletion";
 /// Finalizers the simulated controllers remove.
-const HANDLED: &[&str] = &[ORPHAN, FOREGROUND, "kubernetes.io/pvc-protection"];
+const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+const HANDLED: &[&str] = &[ORPHAN, FOREGROUND, PVC_PROTECTION];
+
+/// A scheduled pod that is not being deleted mounts the claim (the real controller ignores
+/// unscheduled pods: no kubelet will start them on a terminating claim).
+fn claim_in_use(state: &State, namespace: &str, claim: &str) -> bool {
+    state
+        .list(&resources::POD, Some(namespace))
+        .iter()
+        .any(|pod| {
+            pod["metadata"].get("deletionTimestamp").is_none()
+                && pod
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| !n.is_empty())
+                && pod
+                    .pointer("/spec/volumes")
+                    .and_then(Value::as_array)
+                    .is_some_and(|vols| {
+                        vols.iter().any(|v| {
+                            v.pointer("/persistentVolumeClaim/claimName") == Some(&json!(claim))
+                        })
+                    })
+        })
+}
+
+/// Schedules again the claims that waited for their pods, once no pod uses them.
+pub fn recheck_protected(fake: &FakeApiServer, state: &mut State) {
+    let waiting = std::mem::take(&mut state.pvc_waiting);
+    for p in waiting {
+        if claim_in_use(state, &p.key.namespace, &p.key.name) {
+            state.pvc_waiting.push(p);
+        } else {
+            schedule(fake, state, p);
+        }
+    }
+}
 
 fn finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/metadata/finalizers")
@@ -174,11 +212,17 @@ pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
             begin_delete(fake, state, &rt, &key, Propagation::Background);
         }
     }
+    let protected = p.rt == resources::PVC
+        && f.iter().any(|x| x == PVC_PROTECTION)
+        && claim_in_use(state, &p.key.namespace, &p.key.name);
     let remaining: Vec<String> = f
         .iter()
-        .filter(|x| !HANDLED.contains(&x.as_str()))
+        .filter(|x| !HANDLED.contains(&x.as_str()) || (protected && *x == PVC_PROTECTION))
         .cloned()
         .collect();
+    if protected {
+        state.pvc_waiting.push(p.clone());
+    }
     if remaining.is_empty() {
         state.remove(p.rt, &p.key);
         if p.rt == resources::STATEFULSET || p.rt == resources::POD || p.rt == resources::PVC {

@@ -245,15 +245,16 @@ impl FakeApiServer {
         controller::after_write(self, &mut state, &resources::STATEFULSET, None);
     }
 
-    /// Makes pods Running and Ready (existing ones now, new ones at creation), as on a cluster
-    /// with nodes; `false` lets new pods stay Pending (the default, like the fixtures).
+    /// Makes pods scheduled, Running and Ready (existing ones now, new ones at creation) once
+    /// their claims exist and are not terminating, as on a cluster with nodes; `false` lets new
+    /// pods stay Pending and unscheduled (the default, like the fixtures).
     pub fn set_pods_ready(&self, ready: bool) {
         let mut state = self.lock();
         state.pods_ready = ready;
         if ready {
             for (i, mut pod) in state.list(&resources::POD, None).into_iter().enumerate() {
-                if !controller::is_ready(&pod) {
-                    pod["status"] = controller::running_status(i);
+                if !controller::is_ready(&pod) && controller::claims_usable(&state, &pod) {
+                    controller::start_pod(&mut pod, i);
                     state.replace(resources::POD, pod);
                 }
             }

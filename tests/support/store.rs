@@ -109,6 +109,8 @@ pub struct State {
     pub compacted_rv: u64,
     /// Pods start Running and Ready (a cluster with nodes) instead of Pending.
     pub pods_ready: bool,
+    /// Deleting claims whose `pvc-protection` waits for the pods that mount them.
+    pub pvc_waiting: Vec<Pending>,
 }
 
 impl State {
@@ -129,6 +131,7 @@ impl State {
             gc_inflight: 0,
             compacted_rv: 0,
             pods_ready: false,
+            pvc_waiting: Vec::new(),
         }
     }
 
