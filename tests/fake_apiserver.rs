@@ -1371,7 +1371,18 @@ async fn kubectl_drives_the_fake_like_a_cluster() {
         "{out}"
     );
     let (ok, out) = run(vec!["get".into(), "statefulsets".into(), "-A".into()]);
-    assert!(ok && out.contains("web"), "{out}");
+    assert!(ok, "{out}");
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["NAMESPACE", "NAME", "READY", "AGE"], "{out}");
+    assert_eq!(lines[1][..3], ["default", "web", "0/3"], "{out}");
+    let (ok, out) = run(vec!["get".into(), "pvc".into()]);
+    assert!(
+        ok && out.contains("STORAGECLASS") && out.contains("data-web-2"),
+        "{out}"
+    );
     let (ok, out) = run(vec![
         "apply".into(),
         "--server-side".into(),

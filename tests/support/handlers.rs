@@ -19,6 +19,7 @@ use super::query::{Query, Selectors};
 use super::resources::{self, ResourceType};
 use super::semantics;
 use super::store::{Key, State, now, obj_name, obj_namespace};
+use super::table;
 use super::watch;
 
 /// The connection was dropped on purpose (a fault rule): the client sees a transport error.
@@ -184,14 +185,14 @@ fn dispatch(
         return error_response(&ApiError::no_route());
     };
     let result = match (&parts.method, &target.name) {
-        (&Method::GET, Some(name)) => get(fake, &target, name),
+        (&Method::GET, Some(name)) => get(fake, &target, name, as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {
             return match watch::start(fake, &target, query) {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             };
         }
-        (&Method::GET, None) => list(fake, &target, query),
+        (&Method::GET, None) => list(fake, &target, query, as_table(parts)),
         (&Method::POST, None) => create(fake, parts, &target, query, body),
         (&Method::PUT, Some(name)) => update(fake, parts, &target, name, query, body),
         (&Method::PATCH, Some(name)) => {
@@ -217,18 +218,41 @@ fn with_type(rt: &ResourceType, mut obj: Value) -> Value {
     obj
 }
 
-fn get(fake: &FakeApiServer, t: &Target, name: &str) -> VerbResult {
+fn as_table(parts: &http::request::Parts) -> bool {
+    table::wants_table(
+        parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    )
+}
+
+fn get(fake: &FakeApiServer, t: &Target, name: &str, as_table: bool) -> VerbResult {
     let state = fake.lock();
     let key = Key::new(&t.rt, t.namespace.as_deref(), name);
     match state.get(&key) {
+        Some(obj) if as_table => {
+            let rv = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default();
+            Ok((200, table::table(&t.rt, std::slice::from_ref(obj), rv)))
+        }
         Some(obj) => Ok((200, with_type(&t.rt, obj.clone()))),
         None => Err(ApiError::not_found(&t.rt, name)),
     }
 }
 
-fn list(fake: &FakeApiServer, t: &Target, query: &Query) -> VerbResult {
+fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> VerbResult {
     let selectors = Selectors::from_query(query)?;
     let state = fake.lock();
+    if as_table {
+        let items: Vec<Value> = state
+            .list(&t.rt, t.namespace.as_deref())
+            .into_iter()
+            .filter(|o| selectors.matches(o))
+            .collect();
+        return Ok((200, table::table(&t.rt, &items, &state.rv.to_string())));
+    }
     let items: Vec<Value> = state
         .list(&t.rt, t.namespace.as_deref())
         .into_iter()

@@ -8,8 +8,8 @@
 //! let client = fake.client();`. `client()` must be called inside a Tokio runtime.
 //!
 //! What it does not do: authentication/authorisation, admission beyond the plugins named in
-//! `semantics`, namespaces as a precondition of creates, protobuf, table output, paging
-//! (`limit`/`continue` are ignored: every list is complete).
+//! `semantics`, namespaces as a precondition of creates, protobuf, paging (`limit`/`continue`
+//! are ignored: every list is complete), the `scale` subresource, watch bookmarks.
 #![allow(dead_code, unused_imports)]
 
 mod apply;
@@ -25,6 +25,7 @@ mod resources;
 mod semantics;
 mod serve;
 mod store;
+mod table;
 mod watch;
 
 use std::sync::{Arc, Mutex, MutexGuard};
