@@ -10,7 +10,7 @@
 //! What it does not do: authentication/authorisation, admission beyond the plugins named in
 //! `semantics`, namespaces as a precondition of creates, protobuf, paging (`limit`/`continue`
 //! are ignored: every list is complete), the `scale` subresource, watch bookmarks.
-#![allow(dead_code, unused_imports)]
+#![allow(dead_code)]
 
 mod apply;
 mod controller;
@@ -20,12 +20,14 @@ mod faults;
 mod gc;
 mod handlers;
 mod patch;
+mod pipeline;
 mod query;
 mod resources;
 mod semantics;
 mod serve;
 mod store;
 mod table;
+mod verbs;
 mod watch;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,9 +35,14 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+// Each test binary uses a subset of these.
+#[allow(unused_imports)]
 pub use errors::ApiError;
+#[allow(unused_imports)]
 pub use faults::{Fault, FaultRule, RequestRecord};
+#[allow(unused_imports)]
 pub use http::Method;
+#[allow(unused_imports)]
 pub use serve::Served;
 
 use store::{Key, State};
