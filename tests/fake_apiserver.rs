@@ -1937,3 +1937,97 @@ async fn deleted_claims_are_recreated_at_the_template_size_once_no_scheduled_pod
         "started once its new claim exists"
     );
 }
+
+// ---------------------------------------------------------------- pure pieces, by table
+
+#[test]
+fn quantities_are_stored_in_canonical_form_and_compared_by_value() {
+    use std::cmp::Ordering::*;
+    use support::semantics::quantity::{canonical_str, cmp_str};
+    for (input, want) in [
+        ("1Gi", "1Gi"),
+        ("1024Mi", "1Gi"),
+        ("1.5Gi", "1536Mi"),
+        ("1000M", "1G"),
+        ("2G", "2G"),
+        ("500m", "500m"),
+        ("0.5", "500m"),
+        ("100", "100"),
+        ("1536", "1536"),
+        ("2048", "2048"),
+        ("2048Ki", "2Mi"),
+        ("0", "0"),
+        ("1e3", "1e3"),
+        ("1000e3", "1e6"),
+    ] {
+        assert_eq!(canonical_str(input), want, "{input}");
+    }
+    for (a, b, want) in [
+        ("1Gi", "1024Mi", Equal),
+        ("1G", "1Gi", Less),
+        ("2Gi", "2000Mi", Greater),
+        ("1.5Gi", "1536Mi", Equal),
+        ("100m", "0.1", Equal),
+    ] {
+        assert_eq!(cmp_str(a, b), want, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn label_selectors_parse_like_the_real_server() {
+    use support::query::LabelSelector;
+    let obj = json!({"metadata": {"labels": {"app": "web", "tier": "db"}}});
+    for (selector, matches) in [
+        ("app=web", true),
+        ("app==web", true),
+        ("app!=web", false),
+        ("app in (web, api)", true),
+        ("app notin (web)", false),
+        ("tier,app=web", true),
+        ("!tier", false),
+        ("missing", false),
+        ("!missing", true),
+        ("app=web,tier in (cache)", false),
+    ] {
+        assert_eq!(
+            LabelSelector::parse(selector).unwrap().matches(&obj),
+            matches,
+            "{selector}"
+        );
+    }
+    assert!(LabelSelector::parse("app in web").is_err());
+}
+
+#[test]
+fn ages_print_like_kubectl() {
+    use support::table::human_age;
+    for (seconds, want) in [
+        (0, "0s"),
+        (119, "119s"),
+        (120, "2m"),
+        (150, "2m30s"),
+        (600, "10m"),
+        (3 * 3600 + 60, "3h1m"),
+        (9 * 3600, "9h"),
+        (50 * 3600, "2d2h"),
+        (30 * 86400, "30d"),
+    ] {
+        assert_eq!(human_age(seconds), want, "{seconds}");
+    }
+}
+
+#[test]
+fn the_claim_diff_elides_identical_fields_like_go_cmp() {
+    // Keys align across a run of one-line records, diff lines included; an ellipsis or a
+    // multi-line record ends the run (go-cmp's textList.alignLens).
+    use support::semantics::pvc_diff::spec_diff;
+    let old = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "expandable", "volumeMode": "Filesystem"});
+    let mut new = old.clone();
+    new["storageClassName"] = json!("fixed");
+    let diff = spec_diff(&old, &new, KubeVersion::V1_28);
+    assert_eq!(
+        diff,
+        "  core.PersistentVolumeClaimSpec{\n  \t... // 2 identical fields\n  \tResources:        {Requests: {s\"storage\": {i: resource.int64Amount{value: 1073741824}, s: \"1Gi\", Format: \"BinarySI\"}}},\n  \tVolumeName:       \"\",\n- \tStorageClassName: &\"expandable\",\n+ \tStorageClassName: &\"fixed\",\n  \tVolumeMode:       &\"Filesystem\",\n  \tDataSource:       nil,\n  \tDataSourceRef:    nil,\n  }\n"
+    );
+}

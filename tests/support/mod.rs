@@ -21,12 +21,12 @@ mod gc;
 mod handlers;
 mod patch;
 mod pipeline;
-mod query;
+pub mod query;
 mod resources;
-mod semantics;
+pub mod semantics;
 mod serve;
 mod store;
-mod table;
+pub mod table;
 mod verbs;
 mod watch;
 
