@@ -1685,8 +1685,32 @@ async fn discovery_answers_what_kubectl_asks() {
         .find(|r| r.name == "statefulsets")
         .unwrap();
     assert_eq!(sts.short_names.as_deref(), Some(&["sts".to_string()][..]));
-    let discovery = kube::Discovery::new(client).run().await.unwrap();
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
     assert!(discovery.has_group("source.toolkit.fluxcd.io"));
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| n.metadata.name.unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+    ns.metadata.name = Some("flux-system".into());
+    let made = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    assert_eq!(
+        made.metadata.labels.unwrap()["kubernetes.io/metadata.name"],
+        "flux-system"
+    );
+    assert_eq!(made.status.unwrap().phase.as_deref(), Some("Active"));
 }
 
 #[tokio::test]

@@ -109,9 +109,20 @@ impl FakeApiServer {
 
     pub fn with_version(version: KubeVersion) -> Self {
         flux_converger::tls::install_crypto_provider();
-        FakeApiServer {
+        let fake = FakeApiServer {
             state: Arc::new(Mutex::new(State::new(version))),
+        };
+        // The namespaces of a fresh cluster.
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            fake.seed(json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }));
         }
+        fake
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {

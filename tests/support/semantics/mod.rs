@@ -188,6 +188,15 @@ pub fn default(rt: &ResourceType, obj: &mut Value) {
         pvc::default(obj);
     } else if *rt == resources::POD {
         pod::default_pod(obj);
+    } else if *rt == resources::NAMESPACE {
+        // `NamespaceDefaultLabelName` and the lifecycle finalizer of every namespace.
+        let name = obj_name(obj).to_string();
+        set_default(obj, "spec", json!({}));
+        set_default(&mut obj["spec"], "finalizers", json!(["kubernetes"]));
+        set_default(&mut obj["metadata"], "labels", json!({}));
+        if let Some(labels) = obj["metadata"]["labels"].as_object_mut() {
+            labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+        }
     }
 }
 
