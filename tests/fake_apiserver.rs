@@ -2079,3 +2079,38 @@ async fn kubectl_style_watches_get_one_row_tables() {
     assert_eq!(event["object"]["rows"][0]["cells"][0], "web");
     assert_eq!(event["object"]["rows"][0]["cells"][1], "0/3");
 }
+
+#[tokio::test]
+async fn label_filtered_watches_see_objects_enter_and_leave() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(client);
+    let rv = fake.resource_version().to_string();
+    let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+    cm.metadata.name = Some("j".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let label = |v: &str| Patch::Merge(json!({"metadata": {"labels": {"role": v}}}));
+    cms.patch("j", &PatchParams::default(), &label("intent"))
+        .await
+        .unwrap();
+    cms.patch("j", &PatchParams::default(), &label("result"))
+        .await
+        .unwrap();
+    let events: Vec<String> = cms
+        .watch(
+            &WatchParams::default().labels("role=intent").timeout(1),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .map_ok(|e| match e {
+            WatchEvent::Added(_) => "ADDED".to_string(),
+            WatchEvent::Modified(_) => "MODIFIED".to_string(),
+            WatchEvent::Deleted(_) => "DELETED".to_string(),
+            other => format!("{other:?}"),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(events, ["ADDED", "DELETED"]);
+}

@@ -81,8 +81,8 @@ pub fn start(
             Some(rv) => state
                 .history
                 .iter()
-                .filter(|e| e.rt == t.rt && e.rv > rv && in_scope(&e.wire["object"]))
-                .map(|e| e.wire.clone())
+                .filter(|e| e.rt == t.rt && e.rv > rv)
+                .filter_map(|e| e.seen_by(in_scope))
                 .collect(),
         };
         state.watchers.push(Watcher {
