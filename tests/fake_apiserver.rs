@@ -2114,3 +2114,66 @@ async fn label_filtered_watches_see_objects_enter_and_leave() {
         .unwrap();
     assert_eq!(events, ["ADDED", "DELETED"]);
 }
+
+#[tokio::test]
+async fn v1_32_refuses_the_grown_template_with_its_fixture_and_accepts_the_proof_without_template_meta()
+ {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    fake.seed_fixture("v1.32/live-statefulset.yaml");
+    let client = fake.client();
+    let path = format!("{STS}/web?fieldManager=kustomize-controller&force=true&dryRun=All");
+    let grown = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(grown.clone()),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (
+            422,
+            fixture_json("v1.32/error-statefulset-update-forbidden.json")
+        )
+    );
+    // The proof object: live templates put back without their status/apiVersion/kind.
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    let mut templates = live["spec"]["volumeClaimTemplates"].clone();
+    for t in templates.as_array_mut().unwrap() {
+        let t = t.as_object_mut().unwrap();
+        for k in ["status", "apiVersion", "kind"] {
+            t.remove(k);
+        }
+    }
+    let mut proof = grown;
+    proof["spec"]["volumeClaimTemplates"] = templates;
+    proof["spec"]["template"]["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    proof["spec"]["persistentVolumeClaimRetentionPolicy"] = json!({"whenScaled": "Delete"});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(proof),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        meta(&body, "generation"),
+        2,
+        "the dry run shows the would-be generation"
+    );
+    assert_eq!(
+        meta(
+            &fake
+                .get("apps/v1", "StatefulSet", Some("default"), "web")
+                .unwrap(),
+            "generation"
+        ),
+        1
+    );
+}
