@@ -2177,3 +2177,40 @@ async fn v1_32_refuses_the_grown_template_with_its_fixture_and_accepts_the_proof
         1
     );
 }
+
+#[tokio::test]
+async fn a_deleting_object_takes_no_new_finalizers_and_goes_when_the_last_is_removed() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    fake.set_orphan_gc(GcMode::Stuck);
+    let client = fake.client();
+    let api = sts_api(&client, "default");
+    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"finalizers": ["orphan", "example.com/hold"]}})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "StatefulSet.apps \"web\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/hold\"}"
+    );
+    // Removing the last finalizer by hand deletes the object (what the GC would do).
+    let (code, _) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"finalizers": null}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+}
