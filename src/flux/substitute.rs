@@ -252,6 +252,46 @@ pub fn substitute_document(
     substitute_text(text, &object, vars, options)
 }
 
+/// Splits a multi-document YAML stream (e.g. `kustomize build` output) into its documents, at
+/// lines that are exactly `---` plus optional spaces or tabs, as fluxcd/pkg's
+/// `splitYAMLDocuments` does. Empty documents are kept; callers skip them.
+pub fn split_documents(stream: &str) -> Vec<&str> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in stream.split_inclusive('\n') {
+        let content = line.trim_end_matches('\n').trim_end_matches('\r');
+        let is_separator = content
+            .strip_prefix("---")
+            .is_some_and(|rest| rest.chars().all(|c| c == ' ' || c == '\t'));
+        if is_separator {
+            docs.push(&stream[start..offset]);
+            start = offset + line.len();
+        }
+        offset += line.len();
+    }
+    docs.push(&stream[start..]);
+    docs
+}
+
+/// Substitutes every object of a `kustomize build` output stream separately, as
+/// kustomize-controller does per resource, and returns the objects in order (empty documents
+/// dropped). Each object keeps the quoting kustomize printed, so results match Flux's.
+pub fn substitute_stream(
+    stream: &str,
+    vars: &Variables,
+    options: &Options,
+) -> Result<Vec<Value>, SubstituteError> {
+    let mut objects = Vec::new();
+    for doc in split_documents(stream) {
+        let object = substitute_document(doc, vars, options)?;
+        if !object.is_null() {
+            objects.push(object);
+        }
+    }
+    Ok(objects)
+}
+
 fn substitute_text(
     text: &str,
     object: &Value,
