@@ -1153,3 +1153,47 @@ spec:
         .collect();
     assert_eq!(from_objects, vec![want]);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Characters that exercise every branch of the scanner, including multi-byte ones.
+    fn text() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop::sample::select(vec![
+                '$', '{', '}', ':', '-', '=', '#', '%', '/', '\\', '^', ',', '?', '+', '*', '[',
+                ']', 'a', 'b', '_', '1', ' ', '\n', 'é', 'ß', '日',
+            ]),
+            0..40,
+        )
+        .prop_map(|chars| chars.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(input in text(), strict in any::<bool>()) {
+            let v = vars(&[("a", "aé1"), ("b", ""), ("_", "/x/")]);
+            let _ = envsubst(&input, &v, strict);
+        }
+
+        #[test]
+        fn text_without_dollar_is_unchanged(input in text(), strict in any::<bool>()) {
+            let input = input.replace('$', "");
+            prop_assert_eq!(envsubst(&input, &Variables::new(), strict), Ok(input.clone()));
+        }
+
+        #[test]
+        fn escaped_reference_is_literal(name in "[A-Za-z_][A-Za-z0-9_]{0,8}", strict in any::<bool>()) {
+            let input = format!("x $${{{name}}} y");
+            prop_assert_eq!(envsubst(&input, &Variables::new(), strict), Ok(format!("x ${{{name}}} y")));
+        }
+
+        #[test]
+        fn set_variables_expand(name in "[A-Za-z_][A-Za-z0-9_]{0,8}", value in "[^\\x00]{0,12}") {
+            let v = vars(&[(name.as_str(), value.as_str())]);
+            let input = format!("<${{{name}}}>");
+            prop_assert_eq!(envsubst(&input, &v, true), Ok(format!("<{value}>")));
+        }
+    }
+}
