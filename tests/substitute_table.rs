@@ -1031,6 +1031,22 @@ fn substitute_document_follows_the_source_quoting() {
         other => panic!("want a YAML error, got {other:?}"),
     }
 
+    let enabled = "kind: ConfigMap\nmetadata:\n  name: cm\n  annotations:\n    kustomize.toolkit.fluxcd.io/substitute: enabled\ndata:\n  a: ${NOPE}\n";
+    assert_eq!(
+        substitute_document(enabled, &v, &STRICT).map_err(|e| e.to_string()),
+        Err("post build failed for 'ConfigMap/cm': envsubst error: variable substitution failed: variable not set (strict mode): \"NOPE\"".to_owned())
+    );
+    // Flux checks names for every substituted object, even one without any `${`.
+    let plain = "kind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  a: b\n";
+    assert_eq!(
+        substitute_document(plain, &vars(&[("a.b", "x")]), &STRICT).map_err(|e| e.to_string()),
+        Err("post build failed for 'ConfigMap/plain': envsubst error: 'a.b' var name is invalid, must match '^[_[:alpha:]][_[:alpha:][:digit:]]*$'".to_owned())
+    );
+    assert_eq!(
+        substitute_document(plain, &Variables::new(), &STRICT),
+        Ok(json!({"kind": "ConfigMap", "metadata": {"name": "plain"}, "data": {"a": "b"}}))
+    );
+
     assert!(matches!(
         substitute_document("a: [", &v, &STRICT),
         Err(SubstituteError::Document { .. })

@@ -187,13 +187,6 @@ pub fn object_id(object: &Value) -> String {
     }
 }
 
-fn in_object(object: &Value, reason: SubstituteError) -> SubstituteError {
-    SubstituteError::Object {
-        object: object_id(object),
-        reason: Box::new(reason),
-    }
-}
-
 /// Serialises like kyaml for substitution purposes: plain scalars where possible, literal
 /// blocks for multi-line strings, and never folded lines (a fold inside `${...}` would change
 /// the expression).
@@ -214,42 +207,90 @@ fn from_yaml(text: &str) -> Result<Value, String> {
     serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| e.to_string())
 }
 
-/// Whether [`substitute_object`] would change anything at all for this object.
-fn applies(object: &Value, vars: &Variables, options: &Options) -> bool {
-    !substitution_disabled(object) && (options.always || !vars.is_empty())
+/// Whether substitution runs at all for this Kustomization.
+fn runs(vars: &Variables, options: &Options) -> bool {
+    options.always || !vars.is_empty()
+}
+
+/// Text without `$` (or the NUL that ends Go's scan) comes out of envsubst unchanged.
+fn untouched(text: &str) -> bool {
+    !text.contains(['$', '\0'])
 }
 
 /// Substitutes `${...}` in one rendered object, as kustomize-controller does on the object's YAML text.
 /// Objects labelled or annotated `kustomize.toolkit.fluxcd.io/substitute: disabled` are returned unchanged.
 ///
 /// The object is first written as YAML; quoting then follows this crate's emitter rather than
-/// the source file. When the object's YAML text as kustomize printed it is at hand, prefer
-/// [`substitute_document`], which substitutes that text exactly as Flux does.
+/// kustomize's (the two agree on plain, quoted and block strings as far as tested). When the
+/// text kustomize printed is at hand, [`substitute_stream`] substitutes exactly that, as Flux does.
 pub fn substitute_object(
     object: &Value,
     vars: &Variables,
     options: &Options,
 ) -> Result<Value, SubstituteError> {
-    if !applies(object, vars, options) {
+    if !runs(vars, options) || substitution_disabled(object) {
         return Ok(object.clone());
     }
-    let text = to_yaml(object).map_err(|e| in_object(object, e))?;
-    substitute_text(&text, object, vars, options)
+    let original = Original::Parsed(object);
+    vars::validate_names(vars).map_err(|e| original.wrap(e))?;
+    let text = to_yaml(object).map_err(|e| original.wrap(e))?;
+    if untouched(&text) {
+        return Ok(object.clone());
+    }
+    substitute_text(&text, &original, vars, options)
 }
 
 /// Substitutes one YAML document (one object, as `kustomize build` printed it) and returns the
 /// resulting object. This is the closest match to Flux: quoting in the text decides whether
 /// `replicas: ${N}` becomes a number and `replicas: "${N}"` a string, as it does for Flux.
+/// The document is parsed once on the common path (parsing dominates the cost); the original
+/// is parsed as well only to look for the opt-out marker when its key appears in the text.
 pub fn substitute_document(
     text: &str,
     vars: &Variables,
     options: &Options,
 ) -> Result<Value, SubstituteError> {
-    let object = from_yaml(text).map_err(|message| SubstituteError::Document { message })?;
-    if !applies(&object, vars, options) {
-        return Ok(object);
+    let parse_as_is = || from_yaml(text).map_err(|message| SubstituteError::Document { message });
+    if !runs(vars, options) {
+        return parse_as_is();
     }
-    substitute_text(text, &object, vars, options)
+    let parsed;
+    let original = if text.contains(DISABLE_KEY) {
+        parsed = parse_as_is()?;
+        if substitution_disabled(&parsed) {
+            return Ok(parsed);
+        }
+        Original::Parsed(&parsed)
+    } else {
+        Original::Text(text)
+    };
+    vars::validate_names(vars).map_err(|e| original.wrap(e))?;
+    if untouched(text) {
+        return parse_as_is();
+    }
+    substitute_text(text, &original, vars, options)
+}
+
+/// The object a document holds, for error messages; parsed only when an error needs it.
+enum Original<'a> {
+    Parsed(&'a Value),
+    Text(&'a str),
+}
+
+impl Original<'_> {
+    fn wrap(&self, reason: SubstituteError) -> SubstituteError {
+        let object = match self {
+            Original::Parsed(object) => object_id(object),
+            Original::Text(text) => match from_yaml(text) {
+                Ok(object) => object_id(&object),
+                Err(_) => "(unparsable YAML document)".to_owned(),
+            },
+        };
+        SubstituteError::Object {
+            object,
+            reason: Box::new(reason),
+        }
+    }
 }
 
 /// Splits a multi-document YAML stream (e.g. `kustomize build` output) into its documents, at
@@ -294,11 +335,10 @@ pub fn substitute_stream(
 
 fn substitute_text(
     text: &str,
-    object: &Value,
+    original: &Original<'_>,
     vars: &Variables,
     options: &Options,
 ) -> Result<Value, SubstituteError> {
-    vars::validate_names(vars).map_err(|e| in_object(object, e))?;
-    let out = envsubst(text, vars, options.strict).map_err(|e| in_object(object, e))?;
-    from_yaml(&out).map_err(|message| in_object(object, SubstituteError::Yaml { message }))
+    let out = envsubst(text, vars, options.strict).map_err(|e| original.wrap(e))?;
+    from_yaml(&out).map_err(|message| original.wrap(SubstituteError::Yaml { message }))
 }
