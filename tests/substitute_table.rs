@@ -1284,3 +1284,48 @@ fn flux_kustomization_varsub_testdata() {
     want.sort_by_key(by_kind);
     assert_eq!(got, want);
 }
+
+#[test]
+fn var_sources_from_json_objects() {
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds"},
+        "data": {"PASSWORD": "czNjcjN0", "CERT": "bGluZTEKbGluZTIK"},
+        "stringData": {"USER": "admin"}
+    });
+    let got = VarSource::from_object(VarSourceKind::Secret, "creds", false, Some(&secret));
+    assert_eq!(
+        got.as_ref().map(|s| s.data.clone()),
+        Ok(Some(BTreeMap::from([
+            ("CERT".to_owned(), "line1\nline2\n".to_owned()),
+            ("PASSWORD".to_owned(), "s3cr3t".to_owned()),
+            ("USER".to_owned(), "admin".to_owned()),
+        ])))
+    );
+    let vars = collect_variables(&[got.expect("secret")], None);
+    assert_eq!(
+        vars.map(|v| v.get("CERT").cloned()),
+        Ok(Some("line1line2".to_owned()))
+    );
+
+    let cm = json!({"kind": "ConfigMap", "metadata": {"name": "v"}, "data": {"A": "1"}, "binaryData": {"B": "AAE="}});
+    assert_eq!(
+        VarSource::from_object(VarSourceKind::ConfigMap, "v", true, Some(&cm)).map(|s| s.data),
+        Ok(Some(BTreeMap::from([("A".to_owned(), "1".to_owned())])))
+    );
+    assert_eq!(
+        VarSource::from_object(VarSourceKind::ConfigMap, "v", true, None).map(|s| s.data),
+        Ok(None)
+    );
+    let bad_base64 = json!({"kind": "Secret", "data": {"A": "not base64!"}});
+    assert!(matches!(
+        VarSource::from_object(VarSourceKind::Secret, "s", false, Some(&bad_base64)),
+        Err(SubstituteError::Invalid(msg)) if msg.starts_with("substitute from 'Secret/s': ")
+    ));
+    assert_eq!(
+        VarSource::from_object(VarSourceKind::Secret, "v", false, Some(&cm))
+            .map_err(|e| e.to_string()),
+        Err("substitute from 'Secret/v': the object is a ConfigMap, not a Secret".to_owned())
+    );
+}

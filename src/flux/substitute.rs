@@ -6,6 +6,22 @@
 //! (unless `substituteStrategy: Always`), otherwise runs fluxcd/pkg `envsubst` over the object's
 //! YAML text and parses the result again. The grammar is reproduced quirk for quirk (see
 //! `parse`), because a size written as `${SIZE:=10Gi}` must come out exactly as Flux applies it.
+//!
+//! A render gathers the variables once per Kustomization and substitutes kustomize's output:
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use flux_converger::flux::substitute::{Options, VarSource, collect_variables, substitute_stream};
+//!
+//! let inline = BTreeMap::from([("SIZE".to_owned(), "20Gi".to_owned())]);
+//! // `postBuild.substituteFrom: [{kind: ConfigMap, name: cluster-vars, optional: true}]`, absent.
+//! let from = [VarSource::from_config_map("cluster-vars", true, None)];
+//! let vars = collect_variables(&from, Some(&inline))?;
+//! let built = "kind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  resources:\n    requests:\n      storage: ${SIZE}\n";
+//! let objects = substitute_stream(built, &vars, &Options::default())?;
+//! assert_eq!(objects[0]["spec"]["resources"]["requests"]["storage"], "20Gi");
+//! # Ok::<(), flux_converger::flux::substitute::SubstituteError>(())
+//! ```
 
 mod error;
 mod eval;
