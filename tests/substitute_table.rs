@@ -1329,3 +1329,16 @@ fn var_sources_from_json_objects() {
         Err("substitute from 'Secret/v': the object is a ConfigMap, not a Secret".to_owned())
     );
 }
+
+#[test]
+fn nesting_depth() {
+    let nested = |depth: usize| format!("{}x{}", "${a:-".repeat(depth), "}".repeat(depth));
+    assert_eq!(
+        envsubst(&nested(200), &Variables::new(), true),
+        Ok("x".to_owned())
+    );
+    assert_eq!(
+        envsubst(&nested(100_000), &Variables::new(), true).map_err(|e| e.to_string()),
+        Err("substitutions nested deeper than 256 levels".to_owned())
+    );
+}

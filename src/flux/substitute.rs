@@ -45,6 +45,8 @@ pub const DISABLE_KEY: &str = "kustomize.toolkit.fluxcd.io/substitute";
 pub const DISABLED_VALUE: &str = "disabled";
 
 /// How substitution runs, from the Kustomization's `postBuild` and the controller's flags.
+/// kustomize-controller substitutes only when `spec.postBuild` is set at all; that check is
+/// the caller's (with `postBuild` absent, do not call into this module).
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Strict mode (Flux's default since kustomize-controller 1.9): an unset variable without default fails.
