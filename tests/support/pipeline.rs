@@ -90,6 +90,7 @@ pub fn create_object(
             "the body of the request is not an object",
         ));
     }
+    semantics::check_shape(rt, &obj)?;
     obj = with_type(rt, obj);
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
@@ -133,7 +134,6 @@ pub fn create_object(
             m.insert("status".into(), s);
         }
     }
-    semantics::check_shape(rt, &obj)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj);
     semantics::validate_create(rt, &obj)?;
