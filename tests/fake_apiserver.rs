@@ -878,6 +878,7 @@ async fn faults_and_request_log() {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"}, "spec": {"replicas": 4}
     }))).await.unwrap();
     let log = fake.requests();
+    assert!(fake.writes().is_empty(), "a dry run is no write");
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].method, Method::PATCH);
     assert_eq!(

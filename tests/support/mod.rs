@@ -255,6 +255,15 @@ impl FakeApiServer {
         self.lock().requests.clone()
     }
 
+    /// The requests that changed (or would have changed, but for a fault) stored state:
+    /// POST/PUT/PATCH/DELETE without dry run.
+    pub fn writes(&self) -> Vec<RequestRecord> {
+        self.requests()
+            .into_iter()
+            .filter(RequestRecord::is_write)
+            .collect()
+    }
+
     pub fn clear_requests(&self) {
         self.lock().requests.clear();
     }
