@@ -2289,3 +2289,26 @@ async fn orphan_delete_watch_events_equal_the_fixture_with_the_controller_runnin
         assert!(pod["metadata"].get("ownerReferences").is_none());
     }
 }
+
+#[tokio::test]
+async fn secrets_take_string_data_into_data() {
+    let fake = FakeApiServer::new();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(fake.client());
+    let mut s = k8s_openapi::api::core::v1::Secret::default();
+    s.metadata.name = Some("vars".into());
+    s.string_data = Some(
+        [
+            ("a".to_string(), "x".to_string()),
+            ("b".to_string(), "hello!".to_string()),
+        ]
+        .into(),
+    );
+    let made = secrets.create(&PostParams::default(), &s).await.unwrap();
+    assert!(made.string_data.is_none());
+    assert_eq!(made.type_.as_deref(), Some("Opaque"));
+    let data = made.data.unwrap();
+    assert_eq!(data["a"].0, b"x");
+    assert_eq!(data["b"].0, b"hello!");
+    let stored = fake.get("v1", "Secret", Some("default"), "vars").unwrap();
+    assert_eq!(stored["data"], json!({"a": "eA==", "b": "aGVsbG8h"}));
+}

@@ -180,6 +180,41 @@ pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     }
 }
 
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `type: Opaque` by default; `stringData` is write-only: merged into `data` (base64).
+fn secret_default(obj: &mut Value) {
+    set_default(obj, "type", json!("Opaque"));
+    let Some(string_data) = obj.as_object_mut().and_then(|m| m.remove("stringData")) else {
+        return;
+    };
+    if let Some(entries) = string_data.as_object() {
+        set_default(obj, "data", json!({}));
+        for (k, v) in entries {
+            obj["data"][k] = json!(base64(v.as_str().unwrap_or_default().as_bytes()));
+        }
+    }
+}
+
 /// Server defaults for a type, applied on create and on every update before validation.
 pub fn default(rt: &ResourceType, obj: &mut Value) {
     if *rt == resources::STATEFULSET {
@@ -188,6 +223,8 @@ pub fn default(rt: &ResourceType, obj: &mut Value) {
         pvc::default(obj);
     } else if *rt == resources::POD {
         pod::default_pod(obj);
+    } else if *rt == resources::SECRET {
+        secret_default(obj);
     } else if *rt == resources::NAMESPACE {
         // `NamespaceDefaultLabelName` and the lifecycle finalizer of every namespace.
         let name = obj_name(obj).to_string();
