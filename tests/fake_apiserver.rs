@@ -2312,3 +2312,81 @@ async fn secrets_take_string_data_into_data() {
     let stored = fake.get("v1", "Secret", Some("default"), "vars").unwrap();
     assert_eq!(stored["data"], json!({"a": "eA==", "b": "aGVsbG8h"}));
 }
+
+#[tokio::test]
+async fn events_are_validated_like_the_real_server() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let path = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let good = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": "default"},
+        "eventTime": "2026-11-29T17:00:00.000000Z",
+        "reportingController": "flux-converger", "reportingInstance": "flux-converger-0",
+        "action": "Converge", "reason": "Converged", "type": "Normal",
+        "regarding": {"kind": "StatefulSet", "namespace": "default", "name": "web", "apiVersion": "apps/v1"},
+        "note": "grew 3 claims",
+    });
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(good.clone()),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    let mut long = good.clone();
+    long["metadata"]["name"] = json!("web.2");
+    long["note"] = json!("x".repeat(1025));
+    long["type"] = json!("Info");
+    let (code, body) = raw(&client, "POST", path, Some("application/json"), Some(long)).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "Event.events.k8s.io \"web.2\" is invalid: [message: Invalid value: \"\": can have at most 1024 characters, type: Invalid value: \"\": has invalid value: Info]"
+    );
+
+    // core/v1 without eventTime: only the namespaces must agree.
+    let core = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web.3"},
+        "involvedObject": {"kind": "StatefulSet", "namespace": "other", "name": "web"},
+        "reason": "Converged", "message": "ok", "type": "Normal"});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/events",
+        Some("application/json"),
+        Some(core),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "Event \"web.3\" is invalid: involvedObject.namespace: Invalid value: \"other\": does not match event.namespace"
+    );
+}
+
+#[tokio::test]
+async fn kube_runtime_recorder_events_pass_validation_and_become_series() {
+    use kube::runtime::events::{Event, EventType, Recorder};
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let client = fake.client();
+    let recorder = Recorder::new(client.clone(), "flux-converger".into());
+    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::default_namespaced(client);
+    let reference = kube::Resource::object_ref(&sts.get("web").await.unwrap(), &());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Converged".into(),
+        note: Some("grew 3 claims".into()),
+        action: "Converge".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+    let events = fake.list("events.k8s.io/v1", "Event", Some("default"));
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["series"]["count"], 2);
+    assert_eq!(events[0]["regarding"]["name"], "web");
+}

@@ -1,6 +1,7 @@
 //! Per-type rules of the real server: defaults, validation and admission. The handlers call
 //! these in the real order: defaults, validation (422), then admission (403).
 
+pub mod event;
 pub mod pod;
 pub mod pvc;
 pub mod pvc_diff;
@@ -279,6 +280,8 @@ pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     let mut causes = metadata_causes(obj);
     if *rt == resources::STATEFULSET {
         causes.extend(statefulset::validate_create(obj));
+    } else if *rt == resources::EVENT || *rt == resources::EVENT_V1 {
+        causes.extend(event::validate_create(obj, *rt == resources::EVENT_V1));
     }
     invalid(rt, obj, causes)
 }
