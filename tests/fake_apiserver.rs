@@ -2390,3 +2390,34 @@ async fn kube_runtime_recorder_events_pass_validation_and_become_series() {
     assert_eq!(events[0]["series"]["count"], 2);
     assert_eq!(events[0]["regarding"]["name"], "web");
 }
+
+#[tokio::test]
+async fn config_maps_and_annotations_have_the_real_size_limits() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let big = "x".repeat(1024 * 1024);
+    let (code, body) = raw(&client, "POST", path, Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"intent": big}}))).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "ConfigMap \"j\" is invalid: []: Too long: must have at most 1048576 bytes"
+    );
+    let (code, _) = raw(&client, "POST", path, Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"intent": "x".repeat(1000 * 1024)}}))).await;
+    assert_eq!(code, 201);
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{path}/j"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"annotations": {"a": "y".repeat(300 * 1024)}}})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["details"]["causes"][0]["field"],
+        "metadata.annotations"
+    );
+}

@@ -40,6 +40,14 @@ impl Cause {
         }
     }
 
+    pub fn too_long(field: &str, limit: usize) -> Self {
+        Cause {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: must have at most {limit} bytes"),
+            field: field.to_string(),
+        }
+    }
+
     pub fn required(field: &str, detail: &str) -> Self {
         Cause {
             reason: "FieldValueRequired",

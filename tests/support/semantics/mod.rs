@@ -246,6 +246,37 @@ fn invalid(rt: &ResourceType, obj: &Value, causes: Vec<Cause>) -> Result<(), Api
     }
 }
 
+/// `MaxSecretSize`: ConfigMaps and Secrets hold at most 1 MiB of data.
+const MAX_DATA_SIZE: usize = 1024 * 1024;
+/// `TotalAnnotationSizeLimitB`.
+const MAX_ANNOTATIONS_SIZE: usize = 256 * 1024;
+
+/// Keys and values of the given string maps, in bytes.
+fn map_size(obj: &Value, keys: &[&str]) -> usize {
+    keys.iter()
+        .filter_map(|k| obj.pointer(k).and_then(Value::as_object))
+        .flat_map(|m| m.iter())
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum()
+}
+
+/// The size limits of ConfigMaps/Secrets (whole object, reported at `[]`) and annotations.
+fn size_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if map_size(obj, &["/metadata/annotations"]) > MAX_ANNOTATIONS_SIZE {
+        causes.push(Cause::too_long(
+            "metadata.annotations",
+            MAX_ANNOTATIONS_SIZE,
+        ));
+    }
+    if (*rt == resources::CONFIGMAP || *rt == resources::SECRET)
+        && map_size(obj, &["/data", "/binaryData"]) > MAX_DATA_SIZE
+    {
+        causes.push(Cause::too_long("[]", MAX_DATA_SIZE));
+    }
+    causes
+}
+
 fn metadata_causes(obj: &Value) -> Vec<Cause> {
     let name = obj_name(obj);
     let mut causes = Vec::new();
@@ -278,6 +309,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     let mut causes = metadata_causes(obj);
+    causes.extend(size_causes(rt, obj));
     if *rt == resources::STATEFULSET {
         causes.extend(statefulset::validate_create(obj));
     } else if *rt == resources::EVENT || *rt == resources::EVENT_V1 {
@@ -292,13 +324,14 @@ pub fn validate_update(
     old: &Value,
     version: KubeVersion,
 ) -> Result<(), ApiError> {
-    let causes = if *rt == resources::STATEFULSET {
+    let mut causes = if *rt == resources::STATEFULSET {
         statefulset::validate_update(new, old)
     } else if *rt == resources::PVC {
         pvc::validate_update(new, old, version)
     } else {
         Vec::new()
     };
+    causes.extend(size_causes(rt, new));
     invalid(rt, new, causes)
 }
 
