@@ -2421,3 +2421,52 @@ async fn config_maps_and_annotations_have_the_real_size_limits() {
         "metadata.annotations"
     );
 }
+
+#[tokio::test]
+async fn label_values_and_keys_are_validated() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let cm = |labels: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j", "labels": labels}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(cm(json!({"revision": "main@sha1:abc"}))),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "ConfigMap \"j\" is invalid: metadata.labels: Invalid value: \"main@sha1:abc\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(cm(json!({"x": "a".repeat(64)}))),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("must be no more than 63 characters"),
+        "{body}"
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(cm(json!({"Flux/Name": "ok"}))),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = raw(&client, "POST", path, Some("application/json"),
+        Some(cm(json!({"kustomize.toolkit.fluxcd.io/name": "apps", "flux-converger.io/record": "intent", "empty": ""})))).await;
+    assert_eq!(code, 201, "{body}");
+}

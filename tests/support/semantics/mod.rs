@@ -277,6 +277,89 @@ fn size_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
     causes
 }
 
+const LABEL_VALUE_FORMAT: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const NAME_PART_FORMAT: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, non-empty.
+fn is_name_part(s: &str) -> bool {
+    let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
+    !s.is_empty()
+        && s.chars().all(ok)
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// `IsQualifiedName` (`prefix/name`), the errors in the real order.
+fn qualified_name_errors(key: &str) -> Vec<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let mut errs = Vec::new();
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            errs.push("prefix part must be non-empty".to_string());
+        } else if !is_dns_subdomain(p) {
+            errs.push(format!("prefix part {}", DNS_SUBDOMAIN_FORMAT));
+        }
+    }
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_string());
+    } else {
+        if name.len() > 63 {
+            errs.push("name part must be no more than 63 characters".to_string());
+        }
+        if !is_name_part(name) {
+            errs.push(NAME_PART_FORMAT.to_string());
+        }
+    }
+    errs
+}
+
+/// Label keys and values, annotation keys (`ValidateLabels`, `ValidateAnnotations`).
+fn label_causes(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            for e in qualified_name_errors(k) {
+                causes.push(Cause::invalid("metadata.labels", &format!("{k:?}"), &e));
+            }
+            let v = v.as_str().unwrap_or_default();
+            if v.len() > 63 {
+                causes.push(Cause::invalid(
+                    "metadata.labels",
+                    &format!("{v:?}"),
+                    "must be no more than 63 characters",
+                ));
+            }
+            if !v.is_empty() && !is_name_part(v) {
+                causes.push(Cause::invalid(
+                    "metadata.labels",
+                    &format!("{v:?}"),
+                    LABEL_VALUE_FORMAT,
+                ));
+            }
+        }
+    }
+    if let Some(annotations) = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        for k in annotations.keys() {
+            for e in qualified_name_errors(&k.to_lowercase()) {
+                causes.push(Cause::invalid(
+                    "metadata.annotations",
+                    &format!("{k:?}"),
+                    &e,
+                ));
+            }
+        }
+    }
+    causes
+}
+
+const DNS_SUBDOMAIN_FORMAT: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
 fn metadata_causes(obj: &Value) -> Vec<Cause> {
     let name = obj_name(obj);
     let mut causes = Vec::new();
@@ -289,7 +372,7 @@ fn metadata_causes(obj: &Value) -> Vec<Cause> {
         causes.push(Cause::invalid(
             "metadata.name",
             &format!("{name:?}"),
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            DNS_SUBDOMAIN_FORMAT,
         ));
     }
     causes
@@ -309,6 +392,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     let mut causes = metadata_causes(obj);
+    causes.extend(label_causes(obj));
     causes.extend(size_causes(rt, obj));
     if *rt == resources::STATEFULSET {
         causes.extend(statefulset::validate_create(obj));
@@ -331,6 +415,7 @@ pub fn validate_update(
     } else {
         Vec::new()
     };
+    causes.extend(label_causes(new));
     causes.extend(size_causes(rt, new));
     invalid(rt, new, causes)
 }
