@@ -2470,3 +2470,15 @@ async fn label_values_and_keys_are_validated() {
         Some(cm(json!({"kustomize.toolkit.fluxcd.io/name": "apps", "flux-converger.io/record": "intent", "empty": ""})))).await;
     assert_eq!(code, 201, "{body}");
 }
+
+#[tokio::test]
+async fn config_map_keys_are_validated() {
+    let fake = FakeApiServer::new();
+    let (code, body) = raw(&fake.client(), "POST", "/api/v1/namespaces/default/configmaps", Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"default/web": "x", "ok.key_1": "y"}}))).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "ConfigMap \"j\" is invalid: data[default/web]: Invalid value: \"default/web\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+    );
+}

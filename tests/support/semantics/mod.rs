@@ -358,6 +358,47 @@ fn label_causes(obj: &Value) -> Vec<Cause> {
     causes
 }
 
+const CONFIG_KEY_FORMAT: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+
+/// `IsConfigMapKey` for the keys of ConfigMap/Secret `data` and `binaryData`.
+fn config_key_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if *rt != resources::CONFIGMAP && *rt != resources::SECRET {
+        return causes;
+    }
+    for part in ["data", "binaryData"] {
+        let Some(m) = obj.get(part).and_then(Value::as_object) else {
+            continue;
+        };
+        for key in m.keys() {
+            let field = format!("{part}[{key}]");
+            let value = format!("{key:?}");
+            if key.len() > 253 {
+                causes.push(Cause::invalid(
+                    &field,
+                    &value,
+                    "must be no more than 253 characters",
+                ));
+            }
+            if key.is_empty()
+                || !key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+            {
+                causes.push(Cause::invalid(&field, &value, CONFIG_KEY_FORMAT));
+            }
+            if key == "." {
+                causes.push(Cause::invalid(&field, &value, "must not be '.'"));
+            } else if key == ".." {
+                causes.push(Cause::invalid(&field, &value, "must not be '..'"));
+            } else if key.starts_with("..") {
+                causes.push(Cause::invalid(&field, &value, "must not start with '..'"));
+            }
+        }
+    }
+    causes
+}
+
 const DNS_SUBDOMAIN_FORMAT: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 
 fn metadata_causes(obj: &Value) -> Vec<Cause> {
@@ -393,6 +434,7 @@ fn is_dns_subdomain(s: &str) -> bool {
 pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     let mut causes = metadata_causes(obj);
     causes.extend(label_causes(obj));
+    causes.extend(config_key_causes(rt, obj));
     causes.extend(size_causes(rt, obj));
     if *rt == resources::STATEFULSET {
         causes.extend(statefulset::validate_create(obj));
@@ -416,6 +458,7 @@ pub fn validate_update(
         Vec::new()
     };
     causes.extend(label_causes(new));
+    causes.extend(config_key_causes(rt, new));
     causes.extend(size_causes(rt, new));
     invalid(rt, new, causes)
 }
