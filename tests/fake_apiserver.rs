@@ -887,6 +887,7 @@ async fn faults_and_request_log() {
     );
     assert_eq!(log[0].field_manager.as_deref(), Some("flux-converger"));
     assert!(log[0].dry_run && !log[0].is_write() && log[0].is_apply());
+    assert_eq!(log[0].code, Some(200));
     let dp = DeleteParams {
         dry_run: true,
         ..DeleteParams::orphan()

@@ -132,6 +132,7 @@ pub struct State {
     pub pods_ready: bool,
     /// Deleting claims whose `pvc-protection` waits for the pods that mount them.
     pub pvc_waiting: Vec<Pending>,
+    pub request_seq: u64,
 }
 
 impl State {
@@ -153,6 +154,7 @@ impl State {
             compacted_rv: 0,
             pods_ready: false,
             pvc_waiting: Vec::new(),
+            request_seq: 0,
         }
     }
 
