@@ -2483,3 +2483,72 @@ async fn config_map_keys_are_validated() {
         "ConfigMap \"j\" is invalid: data[default/web]: Invalid value: \"default/web\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
     );
 }
+
+#[tokio::test]
+async fn tests_can_play_other_controllers() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "flux-system"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+            "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+    }));
+    let ks: Api<DynamicObject> = Api::namespaced_with(
+        fake.client(),
+        "flux-system",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "kustomize.toolkit.fluxcd.io",
+            "v1",
+            "Kustomization",
+        )),
+    );
+    let before = ks
+        .get("apps")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let watch = ks
+        .watch(&WatchParams::default().timeout(1), &before)
+        .await
+        .unwrap();
+    let stored = fake
+        .modify(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some("flux-system"),
+            "apps",
+            |o| {
+                o["status"] = json!({"lastAppliedRevision": "main@sha1:1111"});
+            },
+        )
+        .unwrap();
+    assert_ne!(stored["metadata"]["resourceVersion"], json!(before));
+    assert!(
+        fake.remove(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some("flux-system"),
+            "apps"
+        )
+        .is_some()
+    );
+    let kinds: Vec<String> = watch
+        .map_ok(|e| match e {
+            WatchEvent::Modified(o) => {
+                format!("MODIFIED {}", o.data["status"]["lastAppliedRevision"])
+            }
+            WatchEvent::Deleted(_) => "DELETED".into(),
+            other => format!("{other:?}"),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(kinds, ["MODIFIED \"main@sha1:1111\"", "DELETED"]);
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "the get and the watch; helpers are not requests"
+    );
+}

@@ -243,6 +243,43 @@ impl FakeApiServer {
         self.lock().get(&Key::new(&rt, namespace, name)).cloned()
     }
 
+    /// Changes a stored object in place, as another controller would (Flux writing a
+    /// Kustomization's status, a resizer growing `status.capacity`): a new resourceVersion and a
+    /// MODIFIED event, no validation, not logged. Returns the stored result, `None` if absent.
+    pub fn modify(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Option<Value> {
+        let rt = resources::by_kind(api_version, kind)?;
+        let mut state = self.lock();
+        let mut obj = state.get(&Key::new(&rt, namespace, name))?.clone();
+        change(&mut obj);
+        let stored = state.replace(rt, obj);
+        let ns = obj_namespace_owned(&stored);
+        controller::after_write(self, &mut state, &rt, ns.as_deref());
+        Some(stored)
+    }
+
+    /// Deletes a stored object at once (no finalizers, no garbage collection), as if it had
+    /// gone behind the client's back. Returns its last state.
+    pub fn remove(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let rt = resources::by_kind(api_version, kind)?;
+        let mut state = self.lock();
+        let gone = state.remove(rt, &Key::new(&rt, namespace, name))?;
+        controller::after_write(self, &mut state, &rt, namespace);
+        Some(gone)
+    }
+
     /// Stored objects of a kind, in one namespace or (`None`) all.
     pub fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
         match resources::by_kind(api_version, kind) {
