@@ -1846,6 +1846,8 @@ async fn undecodable_bodies_are_bad_requests_not_panics() {
         json!({"spec": {"updateStrategy": "OnDelete"}}),
         json!({"spec": {"volumeClaimTemplates": [{"spec": 1}]}}),
         json!({"metadata": []}),
+        json!({"metadata": {"labels": "app"}}),
+        json!({"spec": {"template": {"metadata": {"labels": ["app"]}}}}),
     ] {
         let (code, body) = raw(
             &client,

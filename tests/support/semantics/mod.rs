@@ -89,8 +89,11 @@ fn object_paths(rt: &ResourceType) -> &'static [&'static str] {
     if *rt == resources::STATEFULSET {
         &[
             "/spec/selector",
+            "/spec/selector/matchLabels",
             "/spec/template",
             "/spec/template/metadata",
+            "/spec/template/metadata/labels",
+            "/spec/template/metadata/annotations",
             "/spec/template/spec",
             "/spec/template/spec/containers/*",
             "/spec/template/spec/containers/*/resources",
@@ -101,6 +104,8 @@ fn object_paths(rt: &ResourceType) -> &'static [&'static str] {
             "/spec/persistentVolumeClaimRetentionPolicy",
             "/spec/volumeClaimTemplates/*",
             "/spec/volumeClaimTemplates/*/metadata",
+            "/spec/volumeClaimTemplates/*/metadata/labels",
+            "/spec/volumeClaimTemplates/*/metadata/annotations",
             "/spec/volumeClaimTemplates/*/spec",
             "/spec/volumeClaimTemplates/*/spec/resources",
             "/spec/volumeClaimTemplates/*/status",
@@ -155,7 +160,10 @@ pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
             bad = Some((top.to_string(), json_type(v)));
         }
     }
-    for pointer in object_paths(rt) {
+    for pointer in ["/metadata/labels", "/metadata/annotations"]
+        .iter()
+        .chain(object_paths(rt))
+    {
         let segs: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
         check_objects(obj, &segs, "", &mut bad);
     }
