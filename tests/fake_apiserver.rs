@@ -2557,3 +2557,83 @@ async fn tests_can_play_other_controllers() {
         "the get and the watch; helpers are not requests"
     );
 }
+
+// ---------------------------------------------------------------- robustness
+
+fn arbitrary_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i32>().prop_map(Value::from),
+        "[a-z0-9./@:-]{0,6}".prop_map(Value::from),
+        prop_oneof![Just("1Gi"), Just("512Mi"), Just("OnDelete"), Just("Bound")]
+            .prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        let keys = prop_oneof![
+            Just("spec"),
+            Just("metadata"),
+            Just("status"),
+            Just("labels"),
+            Just("resources"),
+            Just("requests"),
+            Just("storage"),
+            Just("template"),
+            Just("updateStrategy"),
+            Just("volumeClaimTemplates"),
+            Just("containers"),
+            Just("finalizers"),
+            Just("name"),
+            Just("replicas"),
+            Just("selector"),
+            Just("matchLabels"),
+            Just("rollingUpdate"),
+        ];
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            proptest::collection::btree_map(keys.prop_map(str::to_string), inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Whatever a client sends, the fake answers (an object or a Status), never panics, and
+    /// keeps serving.
+    #[test]
+    fn arbitrary_patches_get_an_answer(patch in arbitrary_json(), target in 0usize..3, kind in 0usize..7) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let fake = FakeApiServer::new();
+            fake.seed_fixture("v1.28/storageclasses.yaml");
+            fake.seed_fixture("v1.28/live-statefulset.yaml");
+            fake.seed_fixture("v1.28/pvc-bound.yaml");
+            fake.enable_statefulset_controller();
+            let client = fake.client();
+            let path = [format!("{STS}/web"), format!("{PVCS}/data-web-0"), format!("{STS}/web/status")][target].clone();
+            let (method, ct, query) = [
+                ("PATCH", "application/merge-patch+json", ""),
+                ("PATCH", "application/strategic-merge-patch+json", ""),
+                ("PATCH", "application/apply-patch+yaml", "?fieldManager=t&force=true"),
+                ("PATCH", "application/json-patch+json", ""),
+                ("PUT", "application/json", ""),
+                ("DELETE", "application/json", ""),
+                ("POST", "application/json", ""),
+            ][kind];
+            // A create goes to the collection (for /status, to the name: a 405).
+            let path = if method == "POST" { path.rsplit_once('/').unwrap().0.to_string() } else { path };
+            let (code, body) = raw(&client, method, &format!("{path}{query}"), Some(ct), Some(patch)).await;
+            assert!(code == 200 || code == 201 || (400..500).contains(&code), "{code} {body}");
+            if code >= 400 {
+                assert_eq!(body["kind"], "Status", "{body}");
+            }
+            let (code, _) = raw(&client, "GET", &format!("{STS}/web"), None, None).await;
+            assert!(code == 200 || code == 404);
+            let (code, _) = raw(&client, "GET", PVCS, None, None).await;
+            assert_eq!(code, 200, "still serving");
+        });
+    }
+}

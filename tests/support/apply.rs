@@ -237,8 +237,14 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
         }
-    } else {
-        obj["metadata"]["managedFields"] = Value::Array(rendered);
+    } else if let Some(o) = obj.as_object_mut() {
+        let meta = o.entry("metadata").or_insert_with(|| json!({}));
+        if meta.is_null() {
+            *meta = json!({});
+        }
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("managedFields".into(), Value::Array(rendered));
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use super::pipeline::{
     Managed, VerbResult, WriteOpts, check_identity, create_object, update_object, with_type,
 };
 use super::query::{Query, Selectors};
+use super::semantics;
 use super::store::{Key, now};
 use super::table;
 
@@ -152,6 +153,12 @@ pub fn patch_object(
             return Err(ApiError::apply_needs_manager());
         };
         let applied = parse_apply_body(raw)?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request is not an object",
+            ));
+        }
+        semantics::check_shape(&t.rt, &applied)?;
         check_identity(t, Some(name), &applied)?;
         if applied
             .pointer("/metadata/managedFields")
