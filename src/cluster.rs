@@ -54,7 +54,8 @@ pub struct CallError {
     pub call: String,
     /// `Kind namespace/name` of the object.
     pub object: String,
-    pub kind: CallErrorKind,
+    /// Boxed: errors travel through every `Result` of the converge and should stay small.
+    pub kind: Box<CallErrorKind>,
 }
 
 impl std::fmt::Display for CallErrorKind {
@@ -80,7 +81,7 @@ impl CallError {
         CallError {
             call: call.into(),
             object: object.into(),
-            kind,
+            kind: Box::new(kind),
         }
     }
 
@@ -106,7 +107,7 @@ impl CallError {
 
     /// The HTTP status the server answered, if it answered.
     pub fn code(&self) -> Option<u16> {
-        match &self.kind {
+        match self.kind.as_ref() {
             CallErrorKind::Api { code, .. } => Some(*code),
             _ => None,
         }
@@ -114,7 +115,7 @@ impl CallError {
 
     /// The server's own words (message and causes), empty when it did not answer.
     pub fn server_text(&self) -> String {
-        match &self.kind {
+        match self.kind.as_ref() {
             CallErrorKind::Api {
                 message, causes, ..
             } => {

@@ -496,12 +496,13 @@ pub async fn converge<C: Cluster, J: Journal>(
 }
 
 /// Finishes every unfinished intent in the journal (on start): each StatefulSet is resumed
-/// on its own, and one failing does not stop the others.
+/// on its own, and one failing does not stop the others. Yields `(namespace, name, result)`.
+#[allow(clippy::type_complexity)]
 pub async fn resume_all<C: Cluster, J: Journal>(
     cluster: &C,
     journal: &J,
     options: &Options,
-) -> Result<Vec<Result<(String, String, Option<ResumeReport>), ConvergeError>>, JournalError> {
+) -> Result<Vec<(String, String, Result<Option<ResumeReport>, ConvergeError>)>, JournalError> {
     let intents = journal.list().await?;
     let mut results = Vec::with_capacity(intents.len());
     for intent in intents {
@@ -512,11 +513,8 @@ pub async fn resume_all<C: Cluster, J: Journal>(
             name: intent.name.clone(),
             options,
         };
-        results.push(
-            run.resume()
-                .await
-                .map(|r| (intent.namespace.clone(), intent.name.clone(), r)),
-        );
+        let result = run.resume().await;
+        results.push((intent.namespace, intent.name, result));
     }
     Ok(results)
 }

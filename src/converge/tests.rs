@@ -431,8 +431,9 @@ async fn crash_between_delete_and_reapply_reapplies_from_the_journal() {
     // A new process: only the journal survives. Even an unrelated desired resumes first.
     let r = resume_all(&w, &w, &opts()).await.unwrap();
     assert_eq!(r.len(), 1);
-    let (_, _, resumed) = r.into_iter().next().unwrap().unwrap();
-    assert_eq!(resumed.unwrap().action, ResumeAction::Reapplied);
+    let (ns, name, resumed) = r.into_iter().next().unwrap();
+    assert_eq!((ns.as_str(), name.as_str()), ("default", "web"));
+    assert_eq!(resumed.unwrap().unwrap().action, ResumeAction::Reapplied);
     assert_eq!(
         template_size(&w.sts("default", "web").unwrap(), "data"),
         "2Gi"
