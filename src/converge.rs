@@ -123,21 +123,20 @@ impl Default for Options {
 /// and says whether anything was written; re-running the converge finishes the work.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvergeError {
-    #[error("step {step} of StatefulSet {namespace}/{name} failed: {source}; {}", hint(*step))]
+    #[error("step {step} of StatefulSet {namespace}/{name} failed: {cause}; {}", hint(*step))]
     Call {
         step: Step,
         namespace: String,
         name: String,
-        #[source]
-        source: CallError,
+        // Not a `source`: the message already carries it, and `{:#}` would print it twice.
+        cause: CallError,
     },
-    #[error("step {step} of StatefulSet {namespace}/{name} failed: {source}; {}", hint(*step))]
+    #[error("step {step} of StatefulSet {namespace}/{name} failed: {cause}; {}", hint(*step))]
     Journal {
         step: Step,
         namespace: String,
         name: String,
-        #[source]
-        source: JournalError,
+        cause: JournalError,
     },
     #[error(
         "StatefulSet {namespace}/{name} is being deleted by someone else (no intent of ours): \
@@ -194,20 +193,20 @@ struct Run<'a, C, J> {
 
 impl<C: Cluster, J: Journal> Run<'_, C, J> {
     fn call_err(&self, step: Step) -> impl FnOnce(CallError) -> ConvergeError + '_ {
-        move |source| ConvergeError::Call {
+        move |cause| ConvergeError::Call {
             step,
             namespace: self.namespace.clone(),
             name: self.name.clone(),
-            source,
+            cause,
         }
     }
 
     fn journal_err(&self, step: Step) -> impl FnOnce(JournalError) -> ConvergeError + '_ {
-        move |source| ConvergeError::Journal {
+        move |cause| ConvergeError::Journal {
             step,
             namespace: self.namespace.clone(),
             name: self.name.clone(),
-            source,
+            cause,
         }
     }
 

@@ -46,14 +46,21 @@ pub struct Intent {
 /// Why the journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
+    // Not a `source`: the message carries it, and `{:#}` would print it twice.
     #[error("journal: {0}")]
-    Call(#[from] CallError),
+    Call(CallError),
     #[error("journal record {object} is unreadable ({field}): {message}")]
     Corrupt {
         object: String,
         field: String,
         message: String,
     },
+}
+
+impl From<CallError> for JournalError {
+    fn from(e: CallError) -> Self {
+        JournalError::Call(e)
+    }
 }
 
 /// Where intents are kept. Every method is one round trip at most, and idempotent.

@@ -167,7 +167,7 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
     if !args.dry_run {
         let resumed = converge::resume_all(&cluster, &journal, &options)
             .await
-            .context("cannot read the journal of unfinished intents")?;
+            .context("cannot read the journal of unfinished intents (nothing was written: run converge again)")?;
         for (namespace, name, result) in resumed {
             let entry = match result {
                 Ok(resumed) => {
