@@ -250,13 +250,19 @@ impl KubeCluster {
             .fields(&format!("metadata.name={name}"))
             .timeout(server_timeout.max(1));
         let api = self.statefulsets(namespace);
-        let stream = with_deadline(
+        let stream = match with_deadline(
             self.call_timeout,
             "watch",
             &object,
             api.watch(&params, resource_version),
         )
-        .await?;
+        .await
+        {
+            Ok(stream) => stream,
+            // Expired version answered as a status rather than as an event: list and re-watch.
+            Err(e) if e.code() == Some(410) => return Ok(None),
+            Err(e) => return Err(e),
+        };
         let mut stream = stream
             .map_err(|e| CallError::from_kube("watch", &object, e))
             .boxed();
@@ -286,20 +292,35 @@ impl KubeCluster {
         Ok(None)
     }
 
+    /// Where a (re-)watch starts: a list of the one name gives both the object and the
+    /// collection's resourceVersion, which (unlike the object's own) is not older than a
+    /// compaction that just expired the previous watch.
     async fn current(
         &self,
         namespace: &str,
         name: &str,
         uid: &str,
     ) -> Result<Result<String, WaitOutcome>, CallError> {
-        match self.get_statefulset(namespace, name).await? {
+        let params = ListParams::default().fields(&format!("metadata.name={name}"));
+        let list = with_deadline(
+            self.call_timeout,
+            "list",
+            &sts_object(namespace, name),
+            self.statefulsets(namespace).list(&params),
+        )
+        .await?;
+        let found = list
+            .items
+            .into_iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name));
+        match found {
             None => Ok(Err(WaitOutcome::Gone)),
             Some(sts) if sts.metadata.uid.as_deref() != Some(uid) => {
                 Ok(Err(WaitOutcome::Replaced {
                     uid: sts.metadata.uid.unwrap_or_default(),
                 }))
             }
-            Some(sts) => Ok(Ok(sts.metadata.resource_version.unwrap_or_default())),
+            Some(_) => Ok(Ok(list.metadata.resource_version.unwrap_or_default())),
         }
     }
 }

@@ -851,3 +851,48 @@ async fn the_cli_converges_over_a_socket_with_the_exit_code_contract() {
     );
     assert!(err.contains("other"), "{err}");
 }
+
+/// The wait survives a watch that expires (410 after a compaction) and one that the server
+/// ends: it lists once and watches again from the list's version.
+#[tokio::test]
+async fn the_wait_for_the_deletion_rewatches_after_an_expired_watch() {
+    use flux_converger::converge::{Cluster as _, DeleteOutcome, WaitOutcome};
+    let fake = world().await;
+    let (c, _) = cluster(&fake);
+    let live = c.get_statefulset(NS, "web").await.unwrap().unwrap();
+    let live_uid = live.metadata.uid.clone().unwrap();
+    fake.set_orphan_gc(GcMode::Stuck);
+    let DeleteOutcome::Deleting { resource_version } =
+        c.orphan_delete(NS, "web", &live_uid).await.unwrap()
+    else {
+        panic!("not deleting")
+    };
+    // Everything up to now is forgotten: a watch from the delete's version gets 410.
+    fake.compact();
+    let release = {
+        let fake = fake.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            fake.set_orphan_gc(GcMode::After(Duration::from_millis(10)));
+        })
+    };
+    fake.clear_requests();
+    let outcome = c
+        .wait_gone(
+            NS,
+            "web",
+            &live_uid,
+            resource_version.as_deref(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    release.await.unwrap();
+    assert_eq!(outcome, WaitOutcome::Gone);
+    let watches = fake.requests().iter().filter(|r| r.watch).count();
+    assert_eq!(watches, 2, "{:#?}", fake.requests());
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+}

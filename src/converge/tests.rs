@@ -500,3 +500,44 @@ async fn a_desired_object_without_namespace_is_bad_input() {
     let e = converge(&w, &w, &d, &opts()).await.unwrap_err();
     assert!(matches!(e, ConvergeError::Invalid { .. }), "{e}");
 }
+
+#[tokio::test]
+async fn an_intent_that_is_now_refused_is_dropped_without_deleting_anything() {
+    let w = world();
+    w.lock().fault = Some((1, Fault::Fail));
+    converge(&w, &w, &desired(), &opts()).await.unwrap_err();
+    w.lock().fault = None;
+    assert_eq!(w.journal.list().await.unwrap().len(), 1);
+    // Meanwhile the class lost its expansion: the recorded plan can no longer be carried out.
+    w.lock().classes.clear();
+    let before = w.writes().len();
+    let r = converge(&w, &w, &desired(), &opts()).await.unwrap();
+    assert_eq!(
+        r.resumed.as_ref().map(|r| r.action),
+        Some(ResumeAction::Abandoned)
+    );
+    assert_eq!(
+        r.refusal().map(|r| r.code),
+        Some(RefusalCode::NotExpandable)
+    );
+    assert_eq!(w.writes()[before..], ["write:clear intent default/web"]);
+    assert!(w.sts("default", "web").is_some());
+    assert!(w.journal.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_statefulset_someone_else_is_deleting_is_left_alone() {
+    let w = world();
+    {
+        let mut s = w.lock();
+        let sts = s.statefulsets.values_mut().next().unwrap();
+        sts.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+    }
+    let e = converge(&w, &w, &desired(), &opts()).await.unwrap_err();
+    assert!(matches!(e, ConvergeError::Terminating { .. }), "{e}");
+    assert!(e.to_string().contains("default/web"), "{e}");
+    assert!(w.writes().is_empty());
+}
