@@ -185,6 +185,20 @@ pub(crate) fn sts_object(namespace: &str, name: &str) -> String {
     format!("StatefulSet {namespace}/{name}")
 }
 
+/// A client acting as a Kustomization's service account (`spec.serviceAccountName`), as
+/// kustomize-controller does: a converge then can do no more than Flux itself could.
+pub fn impersonating_client(
+    config: &kube::Config,
+    namespace: &str,
+    service_account: &str,
+) -> Result<kube::Client, kube::Error> {
+    let mut config = config.clone();
+    config.auth_info.impersonate = Some(format!(
+        "system:serviceaccount:{namespace}:{service_account}"
+    ));
+    kube::Client::try_from(config)
+}
+
 /// [`Cluster`] over a `kube::Client`; writes as the client's identity.
 #[derive(Clone)]
 pub struct KubeCluster {

@@ -896,3 +896,23 @@ async fn the_wait_for_the_deletion_rewatches_after_an_expired_watch() {
             .is_none()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impersonating_client_acts_as_the_kustomizations_service_account() {
+    use flux_converger::converge::Cluster as _;
+    let fake = world().await;
+    let served = fake.serve().await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client =
+        flux_converger::cluster::impersonating_client(&config, "apps", "deployer").unwrap();
+    let c = KubeCluster::new(client, Duration::from_secs(5));
+    assert!(c.get_statefulset(NS, "web").await.unwrap().is_some());
+    let log = fake.requests();
+    assert_eq!(
+        log.last().unwrap().impersonate_user.as_deref(),
+        Some("system:serviceaccount:apps:deployer")
+    );
+}
