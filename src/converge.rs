@@ -463,11 +463,23 @@ pub async fn converge<C: Cluster, J: Journal>(
     let mut report = Report::new(&namespace, &name, options.dry_run);
     let desired = clean_desired(desired);
 
-    if !options.dry_run {
-        let t = Instant::now();
+    let t = Instant::now();
+    if options.dry_run {
+        // Only say that a real run would first finish an earlier intent.
+        report.resumed = journal
+            .load(&namespace, &name)
+            .await
+            .map_err(run.journal_err(Step::Resume))?
+            .map(|intent| ResumeReport {
+                action: ResumeAction::Pending,
+                recorded_uid: intent.uid,
+                recorded_at: intent.recorded_at,
+                report: None,
+            });
+    } else {
         report.resumed = run.resume().await?;
-        report.timed(Step::Resume, t.elapsed());
     }
+    report.timed(Step::Resume, t.elapsed());
 
     let t = Instant::now();
     let live = cluster

@@ -540,34 +540,42 @@ async fn settle(fake: &FakeApiServer) {
 }
 
 #[tokio::test]
-async fn a_fault_at_every_write_is_finished_by_running_again() {
+async fn a_fault_at_every_request_is_finished_by_running_again() {
     let (want, log) = reference().await;
-    // The k-th write of the reference run, as a fault rule: same method and path, and the
+    // The k-th request of the reference run, as a fault rule: same method and path, and the
     // number of earlier requests the rule would count.
-    let write_rules: Vec<(Method, String, usize)> = log
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.is_write())
-        .map(|(i, r)| {
-            let nth = log[..i]
-                .iter()
-                .filter(|p| p.method == r.method && p.path.contains(&r.path))
-                .count();
-            (r.method.clone(), r.path.clone(), nth)
-        })
-        .collect();
+    let rules = |writes_only: bool| -> Vec<(Method, String, usize)> {
+        log.iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_write() || !writes_only)
+            .map(|(i, r)| {
+                let nth = log[..i]
+                    .iter()
+                    .filter(|p| p.method == r.method && p.path.contains(&r.path))
+                    .count();
+                (r.method.clone(), r.path.clone(), nth)
+            })
+            .collect()
+    };
+    let write_rules = rules(true);
+    let every_rule = rules(false);
     assert!(write_rules.len() >= 6, "{write_rules:?}");
+    // Failing or dropping a request fails it whatever it is: every request, reads included.
+    // Dropping the answer after the write only differs from that for writes.
     let faults = [
-        Fault::Status {
-            code: 500,
-            reason: "InternalError".into(),
-            message: "injected".into(),
-        },
-        Fault::Drop,
-        Fault::DropAfterWrite,
+        (
+            Fault::Status {
+                code: 500,
+                reason: "InternalError".into(),
+                message: "injected".into(),
+            },
+            &every_rule,
+        ),
+        (Fault::Drop, &every_rule),
+        (Fault::DropAfterWrite, &write_rules),
     ];
-    for fault in faults {
-        for (k, (method, path, nth)) in write_rules.iter().enumerate() {
+    for (fault, rules) in faults {
+        for (k, (method, path, nth)) in rules.iter().enumerate() {
             let fake = world().await;
             let before = uids(&fake);
             let (c, j) = cluster(&fake);
@@ -578,7 +586,7 @@ async fn a_fault_at_every_write_is_finished_by_running_again() {
                 action: fault.clone(),
             });
             let first = run_converge(&c, &j, &desired(), &opts()).await;
-            let case = format!("{fault:?} at write {k} ({method} {path})");
+            let case = format!("{fault:?} at request {k} ({method} {path} #{nth})");
             let e = first.expect_err(&case);
             assert!(e.to_string().contains("again"), "{case}: {e}");
             // Never a StatefulSet gone without the intent that brings it back.

@@ -128,6 +128,8 @@ pub enum ResumeAction {
     /// Present with the recorded uid, but the recorded object is now refused: nothing was
     /// deleted, the intent is dropped.
     Abandoned,
+    /// Dry run: an unfinished intent exists; a real run finishes it first.
+    Pending,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -212,7 +214,17 @@ impl Report {
             out.push_str(&s);
             out.push('\n');
         };
-        if let Some(r) = &self.resumed {
+        if let Some(r) = self
+            .resumed
+            .as_ref()
+            .filter(|r| r.action == ResumeAction::Pending)
+        {
+            line(format!(
+                "StatefulSet {}/{}: an earlier run left an unfinished intent (recorded {}, uid {}): \
+                 a real run finishes it first",
+                self.namespace, self.name, r.recorded_at, r.recorded_uid
+            ));
+        } else if let Some(r) = &self.resumed {
             line(format!(
                 "StatefulSet {}/{}: resumed an unfinished intent (recorded {}, uid {}): {}",
                 self.namespace,

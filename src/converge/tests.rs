@@ -379,6 +379,17 @@ async fn dry_run_proves_and_writes_nothing() {
     );
     assert!(w.writes().is_empty());
     assert_eq!(size(&w, "data-web-0"), "1Gi");
+    assert!(r.resumed.is_none());
+
+    // With an unfinished intent, a dry run says so and still writes nothing.
+    w.lock().fault = Some((1, Fault::Fail));
+    converge(&w, &w, &desired(), &opts()).await.unwrap_err();
+    w.lock().fault = None;
+    let before = w.writes().len();
+    let r = converge(&w, &w, &desired(), &o).await.unwrap();
+    assert_eq!(r.resumed.map(|r| r.action), Some(ResumeAction::Pending));
+    assert_eq!(w.writes().len(), before);
+    assert_eq!(w.journal.list().await.unwrap().len(), 1);
 }
 
 /// The reference: an uninterrupted converge.
