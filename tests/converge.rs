@@ -17,7 +17,7 @@ use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
 
-use support::{FakeApiServer, Fault, FaultRule, GcMode};
+use support::{FakeApiServer, Fault, FaultRule, GcMode, KubeVersion};
 
 const NS: &str = "default";
 const JOURNAL_NS: &str = "flux-system";
@@ -83,8 +83,11 @@ const CLAIMS: &[&str] = &[
 ];
 
 async fn world() -> FakeApiServer {
+    world_on(FakeApiServer::new()).await
+}
+
+async fn world_on(fake: FakeApiServer) -> FakeApiServer {
     flux_converger::tls::install_crypto_provider();
-    let fake = FakeApiServer::new();
     fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
     // Claims that exist before the controller runs: an already larger one, scaled-away ones.
     fake.seed(claim("data-web-1", "5Gi"));
@@ -923,4 +926,16 @@ async fn an_impersonating_client_acts_as_the_kustomizations_service_account() {
         log.last().unwrap().impersonate_user.as_deref(),
         Some("system:serviceaccount:apps:deployer")
     );
+}
+
+#[tokio::test]
+async fn a_v1_32_server_ends_in_the_same_state() {
+    let (want, _) = reference().await;
+    let fake = world_on(FakeApiServer::with_version(KubeVersion::V1_32)).await;
+    let before = uids(&fake);
+    let (c, j) = cluster(&fake);
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Converged);
+    settle(&fake).await;
+    assert_eq!(end_state(&fake, &before), want);
 }

@@ -182,11 +182,13 @@ impl Report {
         }
     }
 
+    /// Adds a step's duration; consecutive parts of one step (the reads) add up.
     pub(crate) fn timed(&mut self, step: Step, took: Duration) {
-        self.steps.push(StepTiming {
-            step,
-            millis: took.as_secs_f64() * 1000.0,
-        });
+        let millis = took.as_secs_f64() * 1000.0;
+        match self.steps.last_mut() {
+            Some(last) if last.step == step => last.millis += millis,
+            _ => self.steps.push(StepTiming { step, millis }),
+        }
     }
 
     pub(crate) fn refused(&mut self, refusal: &Refusal) {
