@@ -939,3 +939,38 @@ async fn a_v1_32_server_ends_in_the_same_state() {
     settle(&fake).await;
     assert_eq!(end_state(&fake, &before), want);
 }
+
+#[tokio::test]
+async fn a_claim_the_server_will_not_grow_is_a_clear_error_and_the_statefulset_stays() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    let body: Value =
+        serde_json::from_str(&fixture("v1.28/error-pvc-not-expandable.json")).unwrap();
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/persistentvolumeclaims/data-web-2".into(),
+        nth: 0,
+        action: Fault::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: body["message"].as_str().unwrap().to_string(),
+        },
+    });
+    let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    assert_eq!(e.step(), Some(Step::Grow));
+    let msg = e.to_string();
+    for want in [
+        "PersistentVolumeClaim default/data-web-2",
+        "403",
+        "must support resize",
+        "StatefulSet default/web",
+        "run converge again",
+    ] {
+        assert!(msg.contains(want), "{want:?} not in {msg}");
+    }
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_some()
+    );
+    assert!(!fake.requests().iter().any(|r| r.method == Method::DELETE));
+}
