@@ -2055,3 +2055,27 @@ fn the_claim_diff_elides_identical_fields_like_go_cmp() {
         "  core.PersistentVolumeClaimSpec{\n  \t... // 2 identical fields\n  \tResources:        {Requests: {s\"storage\": {i: resource.int64Amount{value: 1073741824}, s: \"1Gi\", Format: \"BinarySI\"}}},\n  \tVolumeName:       \"\",\n- \tStorageClassName: &\"expandable\",\n+ \tStorageClassName: &\"fixed\",\n  \tVolumeMode:       &\"Filesystem\",\n  \tDataSource:       nil,\n  \tDataSourceRef:    nil,\n  }\n"
     );
 }
+
+#[tokio::test]
+async fn kubectl_style_watches_get_one_row_tables() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let req = http::Request::builder()
+        .uri(format!("{STS}?watch=1&timeoutSeconds=1"))
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let resp = fake.client().send(req).await.unwrap();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), usize::MAX)
+        .await
+        .unwrap();
+    let event: Value =
+        serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(event["type"], "ADDED");
+    assert_eq!(event["object"]["kind"], "Table");
+    assert_eq!(event["object"]["rows"][0]["cells"][0], "web");
+    assert_eq!(event["object"]["rows"][0]["cells"][1], "0/3");
+}

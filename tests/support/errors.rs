@@ -211,12 +211,18 @@ impl ApiError {
         )
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// A patch type the resource does not take (custom resources take no strategic merge).
+    pub fn unsupported_media_type(custom: bool) -> Self {
+        let accepted = if custom {
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        } else {
+            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+        };
         status(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {content_type}"
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
             ),
             json!({}),
         )

@@ -180,7 +180,7 @@ fn dispatch(
     let result = match (&parts.method, &target.name) {
         (&Method::GET, Some(name)) => verbs::get(fake, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {
-            return match super::watch::start(fake, &target, query) {
+            return match super::watch::start(fake, &target, query, verbs::as_table(parts)) {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             };

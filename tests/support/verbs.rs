@@ -207,12 +207,12 @@ pub fn patch_object(
         "application/merge-patch+json" => patch::merge_patch(&mut doc, &body),
         "application/strategic-merge-patch+json" => {
             if t.rt.custom {
-                return Err(ApiError::unsupported_media_type(&ct));
+                return Err(ApiError::unsupported_media_type(true));
             }
             patch::strategic_merge(&mut doc, &body)
         }
         "application/json-patch+json" => patch::json_patch(&mut doc, raw)?,
-        other => return Err(ApiError::unsupported_media_type(other)),
+        _ => return Err(ApiError::unsupported_media_type(t.rt.custom)),
     }
     let opts = WriteOpts {
         dry_run,

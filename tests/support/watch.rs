@@ -21,6 +21,7 @@ use super::errors::ApiError;
 use super::handlers::Target;
 use super::query::{Query, Selectors};
 use super::store::{Watcher, obj_namespace};
+use super::table;
 
 fn line(v: &Value) -> Bytes {
     let mut s = v.to_string();
@@ -28,7 +29,13 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(s)
 }
 
-pub fn start(fake: &FakeApiServer, t: &Target, query: &Query) -> Result<Response<Body>, ApiError> {
+/// `as_table`: each event's object is a one-row Table (what `kubectl get -w` asks for).
+pub fn start(
+    fake: &FakeApiServer,
+    t: &Target,
+    query: &Query,
+    as_table: bool,
+) -> Result<Response<Body>, ApiError> {
     let selectors = Selectors::from_query(query)?;
     let from: Option<u64> = match query.get("resourceVersion") {
         None | Some("") | Some("0") => None,
@@ -87,14 +94,28 @@ pub fn start(fake: &FakeApiServer, t: &Target, query: &Query) -> Result<Response
         initial
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+    let rt = t.rt;
+    let render = move |v: &Value| -> Bytes {
+        if as_table && v["type"] != "ERROR" {
+            let obj = &v["object"];
+            let rv = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default();
+            line(
+                &json!({"type": v["type"], "object": table::table(&rt, std::slice::from_ref(obj), rv)}),
+            )
+        } else {
+            line(v)
+        }
+    };
     let head = futures::stream::iter(
         initial
             .into_iter()
-            .map(|v| Ok::<Bytes, Infallible>(line(&v))),
+            .map(move |v| Ok::<Bytes, Infallible>(render(&v))),
     );
     let live = futures::stream::unfold(rx, move |mut rx| async move {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(v)) => Some((Ok::<Bytes, Infallible>(line(&v)), rx)),
+            Ok(Some(v)) => Some((Ok::<Bytes, Infallible>(render(&v)), rx)),
             _ => None,
         }
     });
