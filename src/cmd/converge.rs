@@ -4,6 +4,7 @@
 //! Exit codes: 0 done, 3 one or more refused (nothing written for them), 2 bad input,
 //! 1 a failure (a re-run finishes the work).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -13,7 +14,7 @@ use serde::Serialize;
 use flux_converger::cluster::KubeCluster;
 use flux_converger::converge::{self, ConvergeError, Options, Outcome, Report, ResumeReport};
 use flux_converger::journal::ConfigMapJournal;
-use flux_converger::manifest::read_documents;
+use flux_converger::manifest::{Objects, describe, read_documents};
 
 use super::{Exit, bad_input};
 
@@ -34,64 +35,55 @@ pub struct Args {
     /// Decide and prove with a server-side dry run; write nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Deadline of each API call.
+    /// Deadline of each API call, and of the wait for the orphan delete unless `--wait-timeout`
+    /// is given: nothing this command does waits longer without saying so.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
-    /// How long the orphan delete may take to complete.
-    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
-    pub wait_timeout: Duration,
-    /// Namespace of the journal's ConfigMaps (intents).
-    #[arg(
-        long,
-        default_value = "flux-system",
-        env = "FLUX_CONVERGER_JOURNAL_NAMESPACE"
-    )]
-    pub journal_namespace: String,
+    /// How long the orphan delete may take to complete (default: `--timeout`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub wait_timeout: Option<Duration>,
+    /// Namespace of the journal's ConfigMaps (intents). Default: each StatefulSet's own
+    /// namespace, which exists and is writable wherever the StatefulSet is, Flux or not.
+    #[arg(long, env = "FLUX_CONVERGER_JOURNAL_NAMESPACE")]
+    pub journal_namespace: Option<String>,
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
 
-/// The desired StatefulSets of the file, each with its namespace set.
+/// The desired StatefulSets of the file, each with its namespace set; typed and checked by
+/// the same reader as `plan`, so both commands refuse the same bad input with the same words.
 fn desired_statefulsets(
     path: &str,
     namespace: Option<&str>,
     default_namespace: &str,
 ) -> anyhow::Result<Vec<StatefulSet>> {
     let docs = read_documents(path).map_err(bad_input)?;
-    let mut out = Vec::new();
-    for doc in docs {
-        let o = &doc.object;
-        let api_version = o.get("apiVersion").and_then(|v| v.as_str());
-        let kind = o.get("kind").and_then(|v| v.as_str());
-        if kind != Some("StatefulSet") || api_version != Some("apps/v1") {
-            continue;
-        }
-        let where_ = format!("{} document {}", doc.source, doc.index);
-        let mut sts: StatefulSet = serde_json::from_value(o.clone())
-            .map_err(|e| bad_input(anyhow::anyhow!("{where_}: not a valid StatefulSet: {e}")))?;
-        let name = sts.metadata.name.clone().unwrap_or_default();
-        if name.is_empty() {
-            return Err(bad_input(anyhow::anyhow!(
-                "{where_}: StatefulSet has no metadata.name"
-            )));
-        }
-        match (sts.metadata.namespace.as_deref(), namespace) {
-            (Some(own), Some(flag)) if !own.is_empty() && own != flag => {
+    // As `kubectl apply -n`: an object that names another namespace than the flag is a mistake.
+    if let Some(flag) = namespace {
+        for doc in &docs {
+            let own = doc
+                .object
+                .pointer("/metadata/namespace")
+                .and_then(|v| v.as_str());
+            let is_sts = doc.object.get("kind").and_then(|v| v.as_str()) == Some("StatefulSet");
+            if let (true, Some(own)) = (is_sts, own.filter(|o| !o.is_empty() && *o != flag)) {
                 return Err(bad_input(anyhow::anyhow!(
-                    "{where_}: StatefulSet {name} is in namespace {own:?}, but --namespace is {flag:?}"
+                    "{} document {}: {} is in namespace {own:?}, but --namespace is {flag:?}",
+                    doc.source,
+                    doc.index,
+                    describe(&doc.object)
                 )));
             }
-            (Some(own), _) if !own.is_empty() => {}
-            _ => sts.metadata.namespace = Some(namespace.unwrap_or(default_namespace).to_string()),
         }
-        out.push(sts);
     }
-    if out.is_empty() {
+    let objects = Objects::from_documents(&docs, namespace.unwrap_or(default_namespace))
+        .map_err(bad_input)?;
+    if objects.statefulsets.is_empty() {
         return Err(bad_input(anyhow::anyhow!(
             "{path}: no apps/v1 StatefulSet in the file"
         )));
     }
-    Ok(out)
+    Ok(objects.statefulsets.into_iter().map(|l| l.object).collect())
 }
 
 #[derive(Serialize)]
@@ -149,10 +141,21 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
         client.default_namespace(),
     )?;
     let cluster = KubeCluster::new(client.clone(), args.timeout);
-    let journal = ConfigMapJournal::new(client, &args.journal_namespace, args.timeout);
+    let journal_in = |namespace: &str| {
+        let at = args.journal_namespace.as_deref().unwrap_or(namespace);
+        ConfigMapJournal::new(client.clone(), at, args.timeout)
+    };
+    // The journals an earlier run of this command may have left intents in.
+    let journal_namespaces: BTreeSet<&str> = match args.journal_namespace.as_deref() {
+        Some(ns) => BTreeSet::from([ns]),
+        None => desired
+            .iter()
+            .filter_map(|s| s.metadata.namespace.as_deref())
+            .collect(),
+    };
     let options = Options {
         dry_run: args.dry_run,
-        wait_timeout: args.wait_timeout,
+        wait_timeout: args.wait_timeout.unwrap_or(args.timeout),
     };
 
     let mut failed = false;
@@ -164,10 +167,11 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
     };
 
     // On start, finish what earlier runs left unfinished, whichever StatefulSet it was for.
-    if !args.dry_run {
+    for journal_namespace in journal_namespaces.iter().filter(|_| !args.dry_run) {
+        let journal = journal_in(journal_namespace);
         let resumed = converge::resume_all(&cluster, &journal, &options)
             .await
-            .context("cannot read the journal of unfinished intents (nothing was written: run converge again)")?;
+            .with_context(|| format!("cannot read the journal of unfinished intents in namespace {journal_namespace} (nothing was written: run converge again)"))?;
         for (namespace, name, result) in resumed {
             let entry = match result {
                 Ok(resumed) => {
@@ -205,7 +209,7 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
     for sts in &desired {
         let namespace = sts.metadata.namespace.clone().unwrap_or_default();
         let name = sts.metadata.name.clone().unwrap_or_default();
-        match converge::converge(&cluster, &journal, sts, &options).await {
+        match converge::converge(&cluster, &journal_in(&namespace), sts, &options).await {
             Ok(report) => {
                 refused |= report.outcome == Outcome::Refused;
                 if args.output == Output::Text {
