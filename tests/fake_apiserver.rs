@@ -2637,3 +2637,49 @@ proptest::proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn field_selectors_follow_the_kinds_field_labels() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1", "namespace": "default"},
+        "involvedObject": {"kind": "StatefulSet", "name": "web", "namespace": "default"}, "reason": "Converged",
+        "source": {"component": "flux-converger"}}));
+    fake.seed(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e2", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": "default"}, "reason": "Scheduled"}));
+    let client = fake.client();
+    let events = "/api/v1/namespaces/default/events";
+    let (code, body) = raw(
+        &client,
+        "GET",
+        &format!(
+            "{events}?fieldSelector=involvedObject.kind%3DStatefulSet,involvedObject.name%3Dweb"
+        ),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(body["items"].as_array().unwrap().len(), 1);
+    let (_, body) = raw(
+        &client,
+        "GET",
+        &format!("{events}?fieldSelector=source%3Dflux-converger"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(body["items"][0]["metadata"]["name"], "e1");
+    let (code, body) = raw(
+        &client,
+        "GET",
+        &format!("{STS}?fieldSelector=spec.serviceName%3Dweb"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        body["message"],
+        "field label not supported: spec.serviceName"
+    );
+}

@@ -44,7 +44,7 @@ pub fn get(fake: &FakeApiServer, t: &Target, name: &str, as_table: bool) -> Verb
 }
 
 pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> VerbResult {
-    let selectors = Selectors::from_query(query)?;
+    let selectors = Selectors::from_query(query, &t.rt)?;
     let state = fake.lock();
     if as_table {
         let items: Vec<Value> = state
@@ -346,7 +346,7 @@ pub fn delete_collection(
     body: &Value,
 ) -> VerbResult {
     let opts = delete_options(query, body)?;
-    let selectors = Selectors::from_query(query)?;
+    let selectors = Selectors::from_query(query, &t.rt)?;
     let mut state = fake.lock();
     let victims: Vec<Value> = state
         .list(&t.rt, t.namespace.as_deref())

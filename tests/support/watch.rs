@@ -36,7 +36,7 @@ pub fn start(
     query: &Query,
     as_table: bool,
 ) -> Result<Response<Body>, ApiError> {
-    let selectors = Selectors::from_query(query)?;
+    let selectors = Selectors::from_query(query, &t.rt)?;
     let from: Option<u64> = match query.get("resourceVersion") {
         None | Some("") | Some("0") => None,
         Some(v) => Some(
