@@ -2683,3 +2683,39 @@ async fn field_selectors_follow_the_kinds_field_labels() {
         "field label not supported: spec.serviceName"
     );
 }
+
+#[tokio::test]
+async fn statefulsets_scale_through_the_scale_subresource() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let client = fake.client();
+    let (code, scale) = raw(&client, "GET", &format!("{STS}/web/scale"), None, None).await;
+    assert_eq!(code, 200);
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 3);
+    assert_eq!(scale["status"]["selector"], "app=web");
+    let (code, scale) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web/scale"),
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"replicas": 5}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{scale}");
+    assert_eq!(scale["spec"]["replicas"], 5);
+    let set = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(set["spec"]["replicas"], 5);
+    assert_eq!(set["metadata"]["generation"], 2);
+    let (code, _) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/persistentvolumeclaims/x/scale",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+}

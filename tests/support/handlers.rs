@@ -76,6 +76,7 @@ pub fn route(path: &str) -> Option<Target> {
     }
     if let Some(s) = &sub
         && !(s == "status" && rt.status_subresource)
+        && !(s == "scale" && rt == resources::STATEFULSET)
     {
         return None;
     }
@@ -192,6 +193,9 @@ fn dispatch(
         return error_response(&ApiError::no_route());
     };
     let result = match (&parts.method, &target.name) {
+        (_, Some(name)) if target.subresource.as_deref() == Some("scale") => {
+            super::scale::handle(fake, parts, &target, name, query, raw_body, body)
+        }
         (&Method::GET, Some(name)) => verbs::get(fake, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {
             return match super::watch::start(fake, &target, query, verbs::as_table(parts)) {

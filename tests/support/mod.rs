@@ -31,8 +31,8 @@
 //!
 //! What it does not do: authentication/authorisation (impersonation headers are only logged),
 //! admission beyond the plugins named in `semantics`, namespaces as a precondition of creates,
-//! protobuf, paging (`limit`/`continue` are ignored: every list is complete), the `scale`
-//! subresource, watch bookmarks, field validation (`fieldValidation` is ignored).
+//! protobuf, paging (`limit`/`continue` are ignored: every list is complete), `scale` on
+//! anything but StatefulSets, watch bookmarks, field validation (`fieldValidation` is ignored).
 #![allow(dead_code)]
 
 mod apply;
@@ -46,6 +46,7 @@ mod patch;
 mod pipeline;
 pub mod query;
 mod resources;
+mod scale;
 pub mod semantics;
 mod serve;
 mod store;
