@@ -27,7 +27,10 @@
 //! `KUBECONFIG=served.kubeconfig` (plain HTTP on 127.0.0.1, no credentials). Faults:
 //! `fake.add_fault(FaultRule { method: Some(Method::DELETE), path_contains: "/statefulsets/web".into(),
 //! nth: 0, action: Fault::DropAfterWrite })`. GC timing: `set_orphan_gc(GcMode::Stuck)` /
-//! `GcMode::After(..)` (default 150 ms, as measured on the real one).
+//! `GcMode::After(..)` (default 150 ms, as measured on the real one). Playing other actors:
+//! `modify` (Flux writing a status, a resizer), `remove`, `set_pvc_phase`, `set_pvc_capacity`,
+//! `set_pods_ready`, `compact` (watches from before get 410 Expired). Observing: `requests`,
+//! `writes`, each record with its answer's `code`.
 //!
 //! What it does not do: authentication/authorisation (impersonation headers are only logged),
 //! admission beyond the plugins named in `semantics`, namespaces as a precondition of creates,
