@@ -1469,16 +1469,13 @@ async fn kube_runtime_waits_for_a_deletion() {
             .is_some(),
         "finalizer first"
     );
-    let gone = tokio::time::timeout(
-        Duration::from_secs(5),
-        kube::runtime::wait::await_condition(
-            api,
-            "web",
-            kube::runtime::conditions::is_deleted(uid),
-        ),
+    let gone = kube::runtime::wait::await_condition(
+        api,
+        "web",
+        kube::runtime::conditions::is_deleted(uid),
     )
     .await;
-    assert!(matches!(gone, Ok(Ok(None))), "{gone:?}");
+    assert!(matches!(gone, Ok(None)), "{gone:?}");
 }
 
 #[tokio::test]
@@ -2718,4 +2715,55 @@ async fn statefulsets_scale_through_the_scale_subresource() {
     )
     .await;
     assert_eq!(code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_converge_many_sets_without_deadlock() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/storageclasses.yaml");
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(1)));
+    let served = fake.serve().await;
+    let socket = kubeconfig_client(&served).await;
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let client = if i % 2 == 0 { fake.client() } else { socket.clone() };
+            tokio::spawn(async move {
+                let api = sts_api(&client, "default");
+                let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+                let name = format!("s{i}");
+                desired["metadata"]["name"] = json!(name);
+                desired["spec"]["replicas"] = json!(2);
+                let made = api.patch(&name, &apply_params(), &Patch::Apply(&desired)).await.unwrap();
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions { uid: made.metadata.uid.clone(), resource_version: None }),
+                    ..DeleteParams::orphan()
+                };
+                api.delete(&name, &dp).await.unwrap();
+                kube::runtime::wait::await_condition(
+                    api.clone(),
+                    &name,
+                    kube::runtime::conditions::is_deleted(made.metadata.uid.as_deref().unwrap()),
+                )
+                .await
+                .unwrap();
+                desired["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+                api.patch(&name, &apply_params(), &Patch::Apply(&desired)).await.unwrap();
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        fake.list("apps/v1", "StatefulSet", Some("default")).len(),
+        16
+    );
+    let pods = fake.list("v1", "Pod", Some("default"));
+    assert_eq!(pods.len(), 32);
+    assert!(
+        pods.iter()
+            .all(|p| p["metadata"]["ownerReferences"][0]["controller"] == true),
+        "all adopted"
+    );
 }
