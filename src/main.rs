@@ -5,6 +5,7 @@
 
 mod cmd;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -16,8 +17,8 @@ use clap::{Parser, Subcommand, ValueEnum};
     about = "Lets a Flux Kustomization carry a grown StatefulSet volume size"
 )]
 struct Cli {
-    /// Log format, as Flux's controllers offer it.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "FLUX_CONVERGER_LOG_FORMAT")]
+    /// Log format: `json` for log pipelines, like Flux's controllers (`--log-encoding` works too).
+    #[arg(long, alias = "log-encoding", global = true, value_enum, default_value_t = LogFormat::Text, env = "FLUX_CONVERGER_LOG_FORMAT")]
     log_format: LogFormat,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `flux_converger=debug`.
     #[arg(
@@ -33,6 +34,7 @@ struct Cli {
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 enum LogFormat {
+    #[value(alias = "console")]
     Text,
     Json,
 }
@@ -53,7 +55,8 @@ fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
     // Logs go to stderr: stdout carries the command's output (plans, renders) for pipes.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.init(),
@@ -62,6 +65,13 @@ fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` or `less` ends with a quiet exit, like any Unix tool, not a
+    // panic from `println!` on a closed pipe (Rust ignores SIGPIPE by default).
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
