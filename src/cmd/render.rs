@@ -27,7 +27,12 @@ pub struct Args {
     #[arg(long, value_name = "DIR", requires = "kustomization_file")]
     path: Option<PathBuf>,
     /// Offline: the artifact as a local .tar.gz (Flux's archive layout).
-    #[arg(long, value_name = "FILE.tar.gz", requires = "kustomization_file", conflicts_with = "path")]
+    #[arg(
+        long,
+        value_name = "FILE.tar.gz",
+        requires = "kustomization_file",
+        conflicts_with = "path"
+    )]
     artifact: Option<PathBuf>,
     /// Offline: the Kustomization object (YAML) whose spec shapes the render.
     #[arg(long, value_name = "FILE", conflicts_with = "kustomization")]
@@ -77,7 +82,9 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
         render::to_yaml_stream(&rendered.objects)
     }?;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(text.as_bytes()).context("writing the render to stdout")?;
+    stdout
+        .write_all(text.as_bytes())
+        .context("writing the render to stdout")?;
     stdout.flush().context("writing the render to stdout")?;
     Ok(Exit::Done)
 }
@@ -91,7 +98,11 @@ async fn render_cluster(
     let (namespace, name) = reference
         .split_once('/')
         .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
-        .ok_or_else(|| bad_input(anyhow::anyhow!("--kustomization {reference:?}: expected NAMESPACE/NAME")))?;
+        .ok_or_else(|| {
+            bad_input(anyhow::anyhow!(
+                "--kustomization {reference:?}: expected NAMESPACE/NAME"
+            ))
+        })?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the cluster (current kube context)")?;
@@ -113,10 +124,11 @@ async fn render_offline(
     kustomize: &KustomizeCommand,
     options: FetchOptions,
 ) -> anyhow::Result<Rendered> {
-    let file = args
-        .kustomization_file
-        .as_ref()
-        .ok_or_else(|| bad_input(anyhow::anyhow!("--kustomization-file is required with --path or --artifact")))?;
+    let file = args.kustomization_file.as_ref().ok_or_else(|| {
+        bad_input(anyhow::anyhow!(
+            "--kustomization-file is required with --path or --artifact"
+        ))
+    })?;
     let kustomization = read_kustomization(file).map_err(bad_input)?;
     let namespace = kustomization
         .metadata
@@ -141,13 +153,25 @@ async fn render_offline(
     let (_scratch, root) = if let Some(archive) = &args.artifact {
         let unpacked = artifact::unpack_file(archive, options.unpack.clone())
             .await
-            .map_err(|e| if e.is_bad_input() { bad_input(e) } else { e.into() })?;
+            .map_err(|e| {
+                if e.is_bad_input() {
+                    bad_input(e)
+                } else {
+                    e.into()
+                }
+            })?;
         let root = unpacked.root().to_path_buf();
         (Scratch::Artifact(unpacked), root)
     } else {
-        let source = args.path.as_ref().ok_or_else(|| bad_input(anyhow::anyhow!("--path or --artifact is required")))?;
+        let source = args
+            .path
+            .as_ref()
+            .ok_or_else(|| bad_input(anyhow::anyhow!("--path or --artifact is required")))?;
         if !source.is_dir() {
-            return Err(bad_input(anyhow::anyhow!("--path {}: not a directory", source.display())));
+            return Err(bad_input(anyhow::anyhow!(
+                "--path {}: not a directory",
+                source.display()
+            )));
         }
         let dir = tempfile::Builder::new()
             .prefix("flux-converger-render-")
@@ -172,7 +196,10 @@ async fn render_offline(
     .await
     .map_err(|e| {
         let wrapped = anyhow::Error::new(e).context(format!("Kustomization {namespace}/{name}"));
-        if wrapped.downcast_ref::<render::RenderError>().is_some_and(|e| e.is_bad_input()) {
+        if wrapped
+            .downcast_ref::<render::RenderError>()
+            .is_some_and(|e| e.is_bad_input())
+        {
             bad_input(wrapped)
         } else {
             wrapped
@@ -187,70 +214,113 @@ enum Scratch {
 }
 
 fn read_kustomization(path: &PathBuf) -> anyhow::Result<Kustomization> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let doc = docs
         .into_iter()
-        .find(|d| d.get("kind").and_then(|k| k.as_str()) == Some("Kustomization")
-            && d.get("apiVersion").and_then(|v| v.as_str()).is_some_and(|v| v.starts_with("kustomize.toolkit.fluxcd.io/")))
-        .ok_or_else(|| anyhow::anyhow!("{}: no kustomize.toolkit.fluxcd.io Kustomization in the file", path.display()))?;
-    serde_json::from_value(doc).map_err(|e| anyhow::anyhow!("{}: invalid Kustomization: {e}", path.display()))
+        .find(|d| {
+            d.get("kind").and_then(|k| k.as_str()) == Some("Kustomization")
+                && d.get("apiVersion")
+                    .and_then(|v| v.as_str())
+                    .is_some_and(|v| v.starts_with("kustomize.toolkit.fluxcd.io/"))
+        })
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no kustomize.toolkit.fluxcd.io Kustomization in the file",
+                path.display()
+            )
+        })?;
+    serde_json::from_value(doc)
+        .map_err(|e| anyhow::anyhow!("{}: invalid Kustomization: {e}", path.display()))
 }
 
-type Fetched = Vec<(flux_converger::flux::objects::SubstituteReference, Option<BTreeMap<String, String>>)>;
+type Fetched = Vec<(
+    flux_converger::flux::objects::SubstituteReference,
+    Option<BTreeMap<String, String>>,
+)>;
 
 /// `--vars`: a mapping of names to scalars, or ConfigMap/Secret objects (their data, in order).
 fn read_vars(path: &PathBuf) -> anyhow::Result<Fetched> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let mut out = Vec::new();
     for (index, doc) in docs.iter().enumerate() {
-        let reference = |kind: &str, name: &str| flux_converger::flux::objects::SubstituteReference {
-            kind: kind.to_string(),
-            name: name.to_string(),
-            optional: false,
-        };
+        let reference =
+            |kind: &str, name: &str| flux_converger::flux::objects::SubstituteReference {
+                kind: kind.to_string(),
+                name: name.to_string(),
+                optional: false,
+            };
         let kind = doc.get("kind").and_then(|k| k.as_str());
-        let name = doc.pointer("/metadata/name").and_then(|k| k.as_str()).unwrap_or("");
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(|k| k.as_str())
+            .unwrap_or("");
         let (reference, data) = match kind {
-            Some("ConfigMap") => (reference("ConfigMap", name), scalars(doc.get("data"), path, index)?),
+            Some("ConfigMap") => (
+                reference("ConfigMap", name),
+                scalars(doc.get("data"), path, index)?,
+            ),
             Some("Secret") => {
                 let mut data = BTreeMap::new();
                 for (k, v) in scalars(doc.get("stringData"), path, index)? {
                     data.insert(k, v);
                 }
                 for (k, v) in scalars(doc.get("data"), path, index)? {
-                    let bytes = base64_decode(&v)
-                        .ok_or_else(|| anyhow::anyhow!("{} document {index}: Secret data {k:?} is not base64", path.display()))?;
-                    let text = String::from_utf8(bytes)
-                        .map_err(|_| anyhow::anyhow!("{} document {index}: Secret data {k:?} is not UTF-8", path.display()))?;
+                    let bytes = base64_decode(&v).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "{} document {index}: Secret data {k:?} is not base64",
+                            path.display()
+                        )
+                    })?;
+                    let text = String::from_utf8(bytes).map_err(|_| {
+                        anyhow::anyhow!(
+                            "{} document {index}: Secret data {k:?} is not UTF-8",
+                            path.display()
+                        )
+                    })?;
                     data.insert(k, text);
                 }
                 (reference("Secret", name), data)
             }
-            _ => (reference("File", &path.display().to_string()), scalars(Some(doc), path, index)?),
+            _ => (
+                reference("File", &path.display().to_string()),
+                scalars(Some(doc), path, index)?,
+            ),
         };
         out.push((reference, Some(data)));
     }
     Ok(out)
 }
 
-fn scalars(value: Option<&serde_json::Value>, path: &PathBuf, index: usize) -> anyhow::Result<BTreeMap<String, String>> {
+fn scalars(
+    value: Option<&serde_json::Value>,
+    path: &PathBuf,
+    index: usize,
+) -> anyhow::Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     let Some(value) = value.filter(|v| !v.is_null()) else {
         return Ok(out);
     };
-    let map = value
-        .as_object()
-        .ok_or_else(|| anyhow::anyhow!("{} document {index}: expected a mapping of NAME: value", path.display()))?;
+    let map = value.as_object().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} document {index}: expected a mapping of NAME: value",
+            path.display()
+        )
+    })?;
     for (k, v) in map {
         let text = match v {
             serde_json::Value::String(s) => s.clone(),
             serde_json::Value::Number(n) => n.to_string(),
             serde_json::Value::Bool(b) => b.to_string(),
-            _ => anyhow::bail!("{} document {index}: value of {k:?} is not a scalar", path.display()),
+            _ => anyhow::bail!(
+                "{} document {index}: value of {k:?} is not a scalar",
+                path.display()
+            ),
         };
         out.insert(k.clone(), text);
     }
@@ -263,7 +333,11 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut buffer: u32 = 0;
     let mut bits = 0;
-    for c in text.trim().bytes().filter(|c| *c != b'=' && !c.is_ascii_whitespace()) {
+    for c in text
+        .trim()
+        .bytes()
+        .filter(|c| *c != b'=' && !c.is_ascii_whitespace())
+    {
         let v = ALPHABET.iter().position(|a| *a == c)? as u32;
         buffer = (buffer << 6) | v;
         bits += 6;
