@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::quantity::Quantity;
 
@@ -86,6 +87,29 @@ impl std::fmt::Display for RefusalCode {
     }
 }
 
+/// The spec fields the API server lets an update change (its 422 message lists them, see the
+/// fixture `error-statefulset-update-forbidden.json`). `volumeClaimTemplates` is immutable too,
+/// but is compared on its own so its refusals can be precise.
+pub const MUTABLE_SPEC_FIELDS: [&str; 6] = [
+    "replicas",
+    "ordinals",
+    "template",
+    "updateStrategy",
+    "persistentVolumeClaimRetentionPolicy",
+    "minReadySeconds",
+];
+
+/// The API server's rule for claims that are not Bound (fixture `error-pvc-unbound-immutable.json`).
+pub const UNBOUND_RULE: &str =
+    "spec is immutable after creation except resources.requests for bound claims";
+
+const FORBIDDEN: &str = "the API server forbids updates to statefulset spec for fields other than \
+     'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' \
+     and 'minReadySeconds'";
+
+/// The legacy annotation a claim may carry instead of `spec.storageClassName`.
+const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+
 /// Decides what converging `desired` over `live` takes.
 ///
 /// `claims` are the claims of the StatefulSet's namespace (others are ignored), `classes`
@@ -96,6 +120,439 @@ pub fn decide(
     claims: &[PersistentVolumeClaim],
     classes: &[StorageClass],
 ) -> Result<Plan, Refusal> {
-    let _ = (desired, live, claims, classes);
-    todo!("issue #2")
+    let name = desired.metadata.name.clone().unwrap_or_default();
+    let namespace = [desired, live.unwrap_or(desired)]
+        .iter()
+        .find_map(|s| s.metadata.namespace.clone().filter(|ns| !ns.is_empty()))
+        .unwrap_or_else(|| "default".to_owned());
+    let refuse = |code: RefusalCode, message: String| Refusal {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        code,
+        message,
+    };
+    let mut plan = Plan {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        recreate: false,
+        grown: Vec::new(),
+        resize: Vec::new(),
+        deferred: Vec::new(),
+    };
+    let Some(live) = live else {
+        return Ok(plan);
+    };
+
+    if let Some(d) = first_difference(
+        "spec",
+        Some(&immutable_spec(live)),
+        Some(&immutable_spec(desired)),
+    ) {
+        return Err(refuse(
+            RefusalCode::OtherImmutable,
+            format!("{}; {FORBIDDEN}", d.describe()),
+        ));
+    }
+
+    let desired_templates = templates(desired);
+    let live_templates = templates(live);
+    check_template_names(&desired_templates, &live_templates)
+        .map_err(|m| refuse(RefusalCode::TemplateChanged, m))?;
+
+    // Target size per template, in template order.
+    let mut targets: Vec<(&str, Quantity)> = Vec::with_capacity(desired_templates.len());
+    for (d, l) in desired_templates.iter().zip(&live_templates) {
+        let template = template_name(d);
+        if let Some(diff) = first_difference(
+            "",
+            Some(&normalised_template(l)),
+            Some(&normalised_template(d)),
+        ) {
+            return Err(refuse(
+                RefusalCode::TemplateChanged,
+                format!(
+                    "template {template:?}: {}; volumeClaimTemplates are immutable and only a \
+                     growth of spec.resources.requests.storage can be converged",
+                    diff.describe()
+                ),
+            ));
+        }
+        let to = template_storage(d).map_err(|m| {
+            refuse(
+                RefusalCode::Rejected,
+                format!("desired template {template:?}: {m}"),
+            )
+        })?;
+        let from = template_storage(l).map_err(|m| {
+            refuse(
+                RefusalCode::Rejected,
+                format!("live template {template:?}: {m}"),
+            )
+        })?;
+        if to < from {
+            return Err(refuse(
+                RefusalCode::Shrink,
+                format!(
+                    "template {template:?}: spec.resources.requests.storage would shrink from \
+                     {from} (live) to {to} (desired); volumes are never shrunk"
+                ),
+            ));
+        }
+        if to > from {
+            plan.grown.push(TemplateGrowth {
+                template: template.to_owned(),
+                from,
+                to: to.clone(),
+            });
+        }
+        targets.push((template, to));
+    }
+
+    for claim in claims {
+        if claim
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ns != namespace)
+        {
+            continue;
+        }
+        let Some(claim_name) = claim.metadata.name.as_deref() else {
+            continue;
+        };
+        let Some((template, to)) = targets
+            .iter()
+            .find(|(t, _)| is_claim_of(claim_name, t, &name))
+        else {
+            continue;
+        };
+        let from = claim_storage(claim)
+            .map_err(|m| refuse(RefusalCode::Rejected, format!("claim {claim_name:?}: {m}")))?;
+        if from >= *to {
+            continue;
+        }
+        let phase = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("");
+        if phase != "Bound" {
+            let state = if phase.is_empty() {
+                "has no phase".to_owned()
+            } else {
+                format!("is {phase}")
+            };
+            plan.deferred.push(DeferredClaim {
+                claim: claim_name.to_owned(),
+                reason: format!(
+                    "claim {state}, not Bound, so it cannot grow from {from} to {to} yet: \
+                     the API server answers {UNBOUND_RULE:?}"
+                ),
+            });
+            continue;
+        }
+        let storage_class = expandable_class(claim, classes).map_err(|why| {
+            refuse(
+                RefusalCode::NotExpandable,
+                format!(
+                    "claim {claim_name:?} (template {template:?}) must grow from {from} to {to} \
+                     but {why}; only claims of a StorageClass with allowVolumeExpansion: true can grow"
+                ),
+            )
+        })?;
+        plan.resize.push(ClaimResize {
+            claim: claim_name.to_owned(),
+            template: (*template).to_owned(),
+            storage_class,
+            from,
+            to: to.clone(),
+        });
+    }
+    plan.recreate = !plan.grown.is_empty();
+    plan.resize.sort_by(|a, b| a.claim.cmp(&b.claim));
+    plan.deferred.sort_by(|a, b| a.claim.cmp(&b.claim));
+    Ok(plan)
+}
+
+/// Whether `claim` is `<template>-<statefulset>-<ordinal>` with a digits-only ordinal, the
+/// name the StatefulSet controller gives the claims it creates.
+pub fn is_claim_of(claim: &str, template: &str, statefulset: &str) -> bool {
+    claim
+        .strip_prefix(template)
+        .and_then(|r| r.strip_prefix('-'))
+        .and_then(|r| r.strip_prefix(statefulset))
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|ordinal| !ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The class a claim belongs to: `spec.storageClassName`, else the legacy annotation.
+pub fn claim_class(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .or_else(|| {
+            claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(LEGACY_CLASS_ANNOTATION))
+                .map(String::as_str)
+        })
+}
+
+fn expandable_class(
+    claim: &PersistentVolumeClaim,
+    classes: &[StorageClass],
+) -> Result<String, String> {
+    let class = match claim_class(claim) {
+        None | Some("") => return Err("it has no storage class".to_owned()),
+        Some(c) => c,
+    };
+    match classes
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(class))
+    {
+        None => Err(format!("its storage class {class:?} does not exist")),
+        Some(c) if c.allow_volume_expansion != Some(true) => Err(format!(
+            "its storage class {class:?} does not set allowVolumeExpansion: true"
+        )),
+        Some(_) => Ok(class.to_owned()),
+    }
+}
+
+fn templates(sts: &StatefulSet) -> Vec<&PersistentVolumeClaim> {
+    sts.spec
+        .as_ref()
+        .and_then(|s| s.volume_claim_templates.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .collect()
+}
+
+fn template_name(t: &PersistentVolumeClaim) -> &str {
+    t.metadata.name.as_deref().unwrap_or("")
+}
+
+fn requested_storage(
+    spec: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>,
+) -> Result<Quantity, String> {
+    let raw = spec
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .ok_or_else(|| "spec.resources.requests.storage is missing".to_owned())?;
+    Quantity::try_from(raw).map_err(|e| format!("spec.resources.requests.storage: {e}"))
+}
+
+fn template_storage(t: &PersistentVolumeClaim) -> Result<Quantity, String> {
+    requested_storage(t.spec.as_ref())
+}
+
+/// A claim's current size is what it requests: `status.capacity` lags while a resize is in flight,
+/// and patching a request that already asks for the target would be a no-op.
+fn claim_storage(c: &PersistentVolumeClaim) -> Result<Quantity, String> {
+    requested_storage(c.spec.as_ref())
+}
+
+fn check_template_names(
+    desired: &[&PersistentVolumeClaim],
+    live: &[&PersistentVolumeClaim],
+) -> Result<(), String> {
+    let d: Vec<&str> = desired.iter().map(|t| template_name(t)).collect();
+    let l: Vec<&str> = live.iter().map(|t| template_name(t)).collect();
+    if d == l {
+        return Ok(());
+    }
+    let added: Vec<&str> = d.iter().copied().filter(|n| !l.contains(n)).collect();
+    let removed: Vec<&str> = l.iter().copied().filter(|n| !d.contains(n)).collect();
+    Err(match (added.as_slice(), removed.as_slice()) {
+        ([a], [r]) => format!(
+            "template {r:?} renamed to {a:?} (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
+        ),
+        ([], []) => format!(
+            "templates reordered (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
+        ),
+        ([a, ..], _) => format!(
+            "template {a:?} added (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
+        ),
+        (_, [r, ..]) => format!(
+            "template {r:?} removed (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
+        ),
+    })
+}
+
+/// The spec fields an update may not change, with the server's defaults applied, so a desired
+/// object that leaves a field to its default equals the live object that shows it.
+fn immutable_spec(sts: &StatefulSet) -> Value {
+    let mut spec = sts
+        .spec
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    if let Value::Object(m) = &mut spec {
+        for f in MUTABLE_SPEC_FIELDS.iter().chain(&["volumeClaimTemplates"]) {
+            m.remove(*f);
+        }
+        default_field(m, "podManagementPolicy", Value::from("OrderedReady"));
+        default_field(m, "revisionHistoryLimit", Value::from(10));
+        if m.get("serviceName").is_some_and(|v| v == "") {
+            m.remove("serviceName");
+        }
+    }
+    strip_empty(&mut spec);
+    spec
+}
+
+/// A volumeClaimTemplate without what the server adds (`apiVersion`, `kind`, `status`,
+/// `metadata.creationTimestamp`, `volumeMode: Filesystem`, the mirrored data source) and
+/// without the storage request, which is compared by value on its own.
+fn normalised_template(t: &PersistentVolumeClaim) -> Value {
+    let mut v = serde_json::to_value(t).unwrap_or_else(|_| Value::Object(Map::new()));
+    if let Value::Object(m) = &mut v {
+        for f in ["apiVersion", "kind", "status"] {
+            m.remove(f);
+        }
+        if let Some(Value::Object(meta)) = m.get_mut("metadata") {
+            meta.remove("creationTimestamp");
+        }
+        if let Some(Value::Object(spec)) = m.get_mut("spec") {
+            default_field(spec, "volumeMode", Value::from("Filesystem"));
+            mirror_data_source(spec);
+            if let Some(Value::Object(requests)) = spec
+                .get_mut("resources")
+                .and_then(|r| r.get_mut("requests"))
+            {
+                requests.remove("storage");
+            }
+        }
+    }
+    strip_empty(&mut v);
+    v
+}
+
+fn default_field(m: &mut Map<String, Value>, key: &str, default: Value) {
+    if m.get(key).is_none_or(Value::is_null) {
+        m.insert(key.to_owned(), default);
+    }
+}
+
+/// The API server fills `dataSourceRef` from `dataSource` and back (for a ref without
+/// namespace); doing the same on both sides makes either spelling compare equal.
+fn mirror_data_source(spec: &mut Map<String, Value>) {
+    let source = spec.get("dataSource").filter(|v| !v.is_null()).cloned();
+    let reference = spec.get("dataSourceRef").filter(|v| !v.is_null()).cloned();
+    match (source, reference) {
+        (Some(s), None) => {
+            spec.insert("dataSourceRef".into(), s);
+        }
+        (None, Some(r)) if r.get("namespace").is_none_or(|n| n.is_null() || n == "") => {
+            let mut s = r;
+            if let Value::Object(o) = &mut s {
+                o.remove("namespace");
+            }
+            spec.insert("dataSource".into(), s);
+        }
+        _ => {}
+    }
+}
+
+/// Removes nulls, empty maps and empty lists: the API server treats them as absent.
+fn strip_empty(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.values_mut().for_each(strip_empty);
+            m.retain(|_, v| !is_empty(v));
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_empty),
+        _ => {}
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+struct Difference {
+    path: String,
+    live: Option<Value>,
+    desired: Option<Value>,
+}
+
+impl Difference {
+    fn describe(&self) -> String {
+        let show = |v: &Option<Value>| match v {
+            None => "<unset>".to_owned(),
+            Some(v) => v.to_string(),
+        };
+        format!(
+            "{} differs: live {}, desired {}",
+            self.path,
+            show(&self.live),
+            show(&self.desired)
+        )
+    }
+}
+
+/// The first field (in key order) where `live` and `desired` differ; quantities under
+/// `resources.requests`/`resources.limits` compare by value.
+fn first_difference(
+    path: &str,
+    live: Option<&Value>,
+    desired: Option<&Value>,
+) -> Option<Difference> {
+    let child = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    let empty = Map::new();
+    let map_or_absent = |v: Option<&Value>| matches!(v, None | Some(Value::Object(_)));
+    match (live, desired) {
+        // An absent map on one side: descend anyway, so the message names the leaf.
+        (Some(Value::Object(_)), _) | (_, Some(Value::Object(_)))
+            if map_or_absent(live) && map_or_absent(desired) =>
+        {
+            let l = live.and_then(Value::as_object).unwrap_or(&empty);
+            let d = desired.and_then(Value::as_object).unwrap_or(&empty);
+            let mut keys: Vec<&String> = l.keys().chain(d.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter()
+                .find_map(|k| first_difference(&child(k), l.get(k), d.get(k)))
+        }
+        (Some(Value::Array(l)), Some(Value::Array(d))) if l.len() == d.len() => l
+            .iter()
+            .zip(d)
+            .enumerate()
+            .find_map(|(i, (l, d))| first_difference(&format!("{path}[{i}]"), Some(l), Some(d))),
+        (l, d) if l == d => None,
+        (Some(Value::String(l)), Some(Value::String(d)))
+            if is_quantity_path(path)
+                && matches!((Quantity::parse(l), Quantity::parse(d)), (Ok(a), Ok(b)) if a == b) =>
+        {
+            None
+        }
+        (l, d) => Some(Difference {
+            path: path.to_owned(),
+            live: l.cloned(),
+            desired: d.cloned(),
+        }),
+    }
+}
+
+fn is_quantity_path(path: &str) -> bool {
+    let mut parts = path.rsplit('.');
+    let _key = parts.next();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some("requests" | "limits"), Some("resources"))
+    )
 }
