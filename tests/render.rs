@@ -12,9 +12,9 @@ use flux_archive::{ArtifactServer, files_under, flux_artifact, sha256};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::objects::Kustomization;
 use flux_converger::flux::render::{
-    self, KustomizeCommand, Owner, RenderError, RenderRequest, Rendered, resolve,
+    self, KustomizeCommand, Owner, RenderError, RenderRequest, Rendered,
 };
-use flux_converger::flux::substitute::Variables;
+use flux_converger::flux::substitute::{Variables, collect_variables};
 use serde_json::Value;
 
 fn data(rel: &str) -> PathBuf {
@@ -247,7 +247,7 @@ async fn a_missing_kustomize_binary_is_a_failure_not_bad_input() {
 #[test]
 fn invalid_variable_names_are_refused() {
     let bad: std::collections::BTreeMap<_, _> = [("DB-SIZE".to_string(), "1Gi".to_string())].into();
-    let e = resolve::combine_variables(&[], &bad).unwrap_err();
+    let e = collect_variables(&[], Some(&bad)).unwrap_err().to_string();
     assert!(e.contains("'DB-SIZE' var name is invalid"), "{e}");
 }
 
@@ -410,4 +410,117 @@ fn cli_kustomize_failure_quotes_stderr_and_exits_2() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("kustomize build failed for ./apps"), "{err}");
     assert!(err.contains("nothere.yaml"), "{err}");
+}
+
+// ---- post-build substitution ----
+
+fn db_sizes(size: &str) -> flux_converger::flux::substitute::VarSource {
+    flux_converger::flux::substitute::VarSource {
+        kind: flux_converger::flux::substitute::VarSourceKind::ConfigMap,
+        name: "db-sizes".into(),
+        optional: false,
+        data: Some(
+            [
+                ("DB_SIZE".to_string(), size.to_string()),
+                ("REPLICAS".into(), "2".into()),
+            ]
+            .into(),
+        ),
+    }
+}
+
+fn absent_optional_secret() -> flux_converger::flux::substitute::VarSource {
+    flux_converger::flux::substitute::VarSource {
+        kind: flux_converger::flux::substitute::VarSourceKind::Secret,
+        name: "optional-overrides".into(),
+        optional: true,
+        data: None,
+    }
+}
+
+#[tokio::test]
+async fn sizes_from_substitute_from_and_substitute() {
+    let ks = kustomization("vars.ks.yaml");
+    let inline = ks.spec.post_build.as_ref().unwrap().substitute.clone();
+    let vars =
+        collect_variables(&[db_sizes("5Gi"), absent_optional_secret()], Some(&inline)).unwrap();
+    let rendered = fetch_and_render(artifact_of("vars"), &ks, &vars)
+        .await
+        .unwrap();
+    assert_eq!(rendered.objects, expected("vars.expected.yaml"));
+    let sts = &rendered.statefulsets[0].object;
+    assert_eq!(
+        sts.pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage"),
+        Some(&Value::from("5Gi"))
+    );
+    // `substitute` wins over `substituteFrom`, and `${REPLICAS:=1}` unquoted becomes a number.
+    assert_eq!(sts.pointer("/spec/replicas"), Some(&Value::from(3)));
+}
+
+#[tokio::test]
+async fn strict_mode_refuses_an_undefined_size_naming_object_and_variable() {
+    let ks = kustomization("vars.ks.yaml");
+    let inline = ks.spec.post_build.as_ref().unwrap().substitute.clone();
+    let vars = collect_variables(&[], Some(&inline)).unwrap();
+    let e = fetch_and_render(artifact_of("vars"), &ks, &vars)
+        .await
+        .unwrap_err();
+    assert!(e.is_bad_input());
+    assert_eq!(
+        e.to_string(),
+        "post build failed for 'StatefulSet/db/db': envsubst error: variable substitution failed: variable not set (strict mode): \"DB_SIZE\""
+    );
+}
+
+#[tokio::test]
+async fn missing_required_substitute_from_is_refused() {
+    let missing = flux_converger::flux::substitute::VarSource {
+        data: None,
+        ..db_sizes("1Gi")
+    };
+    let e = collect_variables(&[missing], None).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "substitute from 'ConfigMap/db-sizes' error: configmaps \"db-sizes\" not found"
+    );
+}
+
+#[test]
+fn cli_vars_file_fills_sizes_and_strict_can_be_turned_off() {
+    let (dir, ks, values) = (data("vars"), data("vars.ks.yaml"), data("vars.values.yaml"));
+    let args = [
+        "--path",
+        path_str(&dir),
+        "--kustomization-file",
+        path_str(&ks),
+    ];
+    let mut with_vars = args.to_vec();
+    with_vars.extend(["--vars", path_str(&values)]);
+    let (code, out, err) = cli(&with_vars);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        render::parse_stream(&out).unwrap(),
+        expected("vars.expected.yaml")
+    );
+
+    let (code, out, err) = cli(&args);
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("variable not set (strict mode): \"DB_SIZE\""),
+        "{err}"
+    );
+    assert!(err.contains("StatefulSet/db/db"), "{err}");
+    assert_eq!(err.matches("DB_SIZE").count(), 1, "said once: {err}");
+
+    let mut lenient = args.to_vec();
+    lenient.extend(["--strict-substitution=false", "--statefulsets"]);
+    let (code, out, err) = cli(&lenient);
+    assert_eq!(code, 0, "{err}");
+    let sts = render::parse_stream(&out).unwrap();
+    assert_eq!(
+        sts[0].pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage"),
+        Some(&Value::Null),
+        "non-strict: unset reads as empty, as in Flux"
+    );
 }

@@ -12,8 +12,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use flux_converger::flux::artifact::{self, FetchOptions, Fetcher, UnpackLimits};
 use flux_converger::flux::objects::Kustomization;
-use flux_converger::flux::render::resolve::{self, Resolver};
+use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::flux::render::{self, KustomizeCommand, Owner, RenderRequest, Rendered};
+use flux_converger::flux::substitute::{VarSource, VarSourceKind, collect_variables};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::{Exit, bad_input};
 
@@ -146,8 +148,8 @@ async fn render_offline(
         .as_ref()
         .map(|p| p.substitute.clone())
         .unwrap_or_default();
-    let variables = resolve::combine_variables(&fetched, &inline)
-        .map_err(|m| bad_input(anyhow::anyhow!("{}: {m}", file.display())))?;
+    let variables = collect_variables(&fetched, Some(&inline))
+        .map_err(|e| bad_input(anyhow::anyhow!("Kustomization {namespace}/{name}: {e}")))?;
 
     // Keep the scratch tree alive until the render is done.
     let (_scratch, root) = if let Some(archive) = &args.artifact {
@@ -236,116 +238,58 @@ fn read_kustomization(path: &PathBuf) -> anyhow::Result<Kustomization> {
         .map_err(|e| anyhow::anyhow!("{}: invalid Kustomization: {e}", path.display()))
 }
 
-type Fetched = Vec<(
-    flux_converger::flux::objects::SubstituteReference,
-    Option<BTreeMap<String, String>>,
-)>;
-
-/// `--vars`: a mapping of names to scalars, or ConfigMap/Secret objects (their data, in order).
-fn read_vars(path: &PathBuf) -> anyhow::Result<Fetched> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+/// `--vars`: what the Kustomization's `substituteFrom` would bring, in order: ConfigMap and
+/// Secret objects, or a plain mapping `NAME: value` (counted as one ConfigMap named after the file).
+fn read_vars(path: &PathBuf) -> anyhow::Result<Vec<VarSource>> {
+    let shown = path.display().to_string();
+    let docs = flux_converger::manifest::read_documents(&shown)?;
     let mut out = Vec::new();
-    for (index, doc) in docs.iter().enumerate() {
-        let reference =
-            |kind: &str, name: &str| flux_converger::flux::objects::SubstituteReference {
-                kind: kind.to_string(),
-                name: name.to_string(),
-                optional: false,
-            };
-        let kind = doc.get("kind").and_then(|k| k.as_str());
-        let name = doc
-            .pointer("/metadata/name")
-            .and_then(|k| k.as_str())
-            .unwrap_or("");
-        let (reference, data) = match kind {
-            Some("ConfigMap") => (
-                reference("ConfigMap", name),
-                scalars(doc.get("data"), path, index)?,
-            ),
-            Some("Secret") => {
-                let mut data = BTreeMap::new();
-                for (k, v) in scalars(doc.get("stringData"), path, index)? {
-                    data.insert(k, v);
-                }
-                for (k, v) in scalars(doc.get("data"), path, index)? {
-                    let bytes = base64_decode(&v).ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "{} document {index}: Secret data {k:?} is not base64",
-                            path.display()
-                        )
-                    })?;
-                    let text = String::from_utf8(bytes).map_err(|_| {
-                        anyhow::anyhow!(
-                            "{} document {index}: Secret data {k:?} is not UTF-8",
-                            path.display()
-                        )
-                    })?;
-                    data.insert(k, text);
-                }
-                (reference("Secret", name), data)
+    for doc in docs {
+        let at = format!("{shown} document {}", doc.index);
+        let source = match doc.object.get("kind").and_then(|k| k.as_str()) {
+            Some("ConfigMap") => {
+                let cm: ConfigMap = serde_json::from_value(doc.object)
+                    .with_context(|| format!("{at}: invalid ConfigMap"))?;
+                VarSource::from_config_map(
+                    &cm.metadata.name.clone().unwrap_or_default(),
+                    false,
+                    Some(&cm),
+                )
             }
-            _ => (
-                reference("File", &path.display().to_string()),
-                scalars(Some(doc), path, index)?,
-            ),
+            Some("Secret") => {
+                let secret: Secret = serde_json::from_value(doc.object)
+                    .with_context(|| format!("{at}: invalid Secret"))?;
+                VarSource::from_secret(
+                    &secret.metadata.name.clone().unwrap_or_default(),
+                    false,
+                    Some(&secret),
+                )
+            }
+            _ => VarSource {
+                kind: VarSourceKind::ConfigMap,
+                name: shown.clone(),
+                optional: false,
+                data: Some(scalars(&doc.object, &at)?),
+            },
         };
-        out.push((reference, Some(data)));
+        out.push(source);
     }
     Ok(out)
 }
 
-fn scalars(
-    value: Option<&serde_json::Value>,
-    path: &PathBuf,
-    index: usize,
-) -> anyhow::Result<BTreeMap<String, String>> {
+fn scalars(value: &serde_json::Value, at: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let map = value
+        .as_object()
+        .ok_or_else(|| anyhow::anyhow!("{at}: expected a mapping of NAME: value"))?;
     let mut out = BTreeMap::new();
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(out);
-    };
-    let map = value.as_object().ok_or_else(|| {
-        anyhow::anyhow!(
-            "{} document {index}: expected a mapping of NAME: value",
-            path.display()
-        )
-    })?;
     for (k, v) in map {
         let text = match v {
             serde_json::Value::String(s) => s.clone(),
             serde_json::Value::Number(n) => n.to_string(),
             serde_json::Value::Bool(b) => b.to_string(),
-            _ => anyhow::bail!(
-                "{} document {index}: value of {k:?} is not a scalar",
-                path.display()
-            ),
+            _ => anyhow::bail!("{at}: value of {k:?} is not a scalar"),
         };
         out.insert(k.clone(), text);
     }
     Ok(out)
-}
-
-/// Standard base64 (Secret `data`), padding optional.
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    let mut buffer: u32 = 0;
-    let mut bits = 0;
-    for c in text
-        .trim()
-        .bytes()
-        .filter(|c| *c != b'=' && !c.is_ascii_whitespace())
-    {
-        let v = ALPHABET.iter().position(|a| *a == c)? as u32;
-        buffer = (buffer << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((buffer >> bits) as u8);
-            buffer &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
 }

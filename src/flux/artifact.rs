@@ -262,11 +262,10 @@ pub enum ArtifactError {
     },
     #[error("archive {archive}: not a valid tar.gz: {message}")]
     Corrupt { archive: String, message: String },
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         context: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -281,7 +280,7 @@ impl ArtifactError {
 
     fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
-        move |source| Self::Io { context, source }
+        move |error| Self::Io { context, error }
     }
 }
 
@@ -504,7 +503,7 @@ async fn unpack_path(
     .await
     .map_err(|e| ArtifactError::Io {
         context: "unpacking task".into(),
-        source: std::io::Error::other(e.to_string()),
+        error: std::io::Error::other(e.to_string()),
     })?
 }
 

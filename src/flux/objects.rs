@@ -394,13 +394,12 @@ pub enum ObjectsError {
     },
     #[error("source {source_name} is not ready: it has no artifact{ready}")]
     NoArtifact { source_name: String, ready: String },
-    #[error("reading {kind} {namespace}/{name}: {source}")]
+    #[error("reading {kind} {namespace}/{name}: {error}")]
     Kube {
         kind: String,
         namespace: String,
         name: String,
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
 }
 
@@ -448,11 +447,11 @@ where
                 name: name.to_string(),
             })
         }
-        Err(source) => Err(ObjectsError::Kube {
+        Err(error) => Err(ObjectsError::Kube {
             kind,
             namespace: namespace.to_string(),
             name: name.to_string(),
-            source,
+            error,
         }),
     }
 }

@@ -56,9 +56,9 @@ impl KustomizeCommand {
             .kill_on_drop(true)
             .output()
             .await
-            .map_err(|source| RenderError::KustomizeSpawn {
+            .map_err(|error| RenderError::KustomizeSpawn {
                 command: self.display(),
-                source,
+                error,
             })?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();

@@ -70,9 +70,9 @@ pub fn scan_manifests(root: &Path, base: &Path) -> Result<Vec<String>, RenderErr
 fn walk(root: &Path, base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), RenderError> {
     let io = |path: &Path| {
         let path = display_relative(root, path);
-        move |source| RenderError::Io {
+        move |error| RenderError::Io {
             context: format!("reading {path}"),
-            source,
+            error,
         }
     };
     let mut entries: Vec<(std::ffi::OsString, PathBuf, std::fs::FileType)> = Vec::new();

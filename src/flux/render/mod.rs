@@ -64,11 +64,10 @@ pub enum RenderError {
     Overlay { message: String },
     #[error("invalid kustomize command {command:?}: it is empty")]
     BadCommand { command: String },
-    #[error("cannot run kustomize (`{command}`): {source}")]
+    #[error("cannot run kustomize (`{command}`): {error}")]
     KustomizeSpawn {
         command: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("kustomize build failed for {dir} (`{command}`, {status}): {stderr}")]
     KustomizeFailed {
@@ -81,21 +80,17 @@ pub enum RenderError {
     Output { message: String },
     #[error("built object #{index}: {message}")]
     InvalidObject { index: usize, message: String },
-    #[error("post-build substitution of {object}: {source}")]
-    Substitute {
-        object: String,
-        #[source]
-        source: SubstituteError,
-    },
+    /// Flux's own wording, naming the object: `post build failed for '<object>': ...`.
+    #[error("{error}")]
+    Substitute { error: SubstituteError },
     #[error(
         "{object} namespace not specified: kustomize-controller would refuse this revision (set spec.targetNamespace or metadata.namespace)"
     )]
     NoNamespace { object: String },
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         context: String,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -114,13 +109,13 @@ pub async fn render(request: &RenderRequest<'_>) -> Result<Rendered, RenderError
         .await
         .map_err(|e| RenderError::Io {
             context: "preparing the kustomization".into(),
-            source: std::io::Error::other(e.to_string()),
+            error: std::io::Error::other(e.to_string()),
         })??;
     let shown = generator::display_relative(request.root, &dir);
     let text = request.kustomize.build(&dir, &shown).await?;
-    let objects = parse_stream(&text)?;
     let objects =
-        postbuild::post_build(objects, &request.owner, request.variables, request.strict)?;
+        postbuild::substitute_built(&text, &request.owner, request.variables, request.strict)?;
+    let objects = postbuild::post_build(objects, &request.owner)?;
     let statefulsets = postbuild::statefulsets(&objects)?;
     tracing::debug!(
         kustomization = %format!("{}/{}", request.owner.namespace, request.owner.name),
@@ -182,9 +177,9 @@ pub fn prepare(
     let text = serde_json::to_string_pretty(&kustomization).map_err(|e| RenderError::Overlay {
         message: e.to_string(),
     })?;
-    std::fs::write(&file, text).map_err(|source| RenderError::Io {
+    std::fs::write(&file, text).map_err(|error| RenderError::Io {
         context: format!("writing {}", file.display()),
-        source,
+        error,
     })?;
     check_confined(root, &dir)?;
     Ok(dir)
@@ -192,9 +187,9 @@ pub fn prepare(
 
 fn read_kustomization(root: &Path, file: &Path) -> Result<Value, RenderError> {
     let shown = generator::display_relative(root, file);
-    let text = std::fs::read_to_string(file).map_err(|source| RenderError::Io {
+    let text = std::fs::read_to_string(file).map_err(|error| RenderError::Io {
         context: format!("reading {shown}"),
-        source,
+        error,
     })?;
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(&text).map_err(|e| RenderError::KustomizationFile {
@@ -235,11 +230,16 @@ fn check_confined(root: &Path, dir: &Path) -> Result<(), RenderError> {
     Ok(())
 }
 
-/// Parses kustomize's YAML stream into objects.
+/// Parses kustomize's YAML stream into objects, with the shared parser's raised budget (a
+/// render of thousands of objects is one stream). `*List` kinds are not flattened: kustomize
+/// already did, and a custom kind named `...List` is an object of its own.
 pub fn parse_stream(text: &str) -> Result<Vec<Value>, RenderError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| RenderError::Output {
-        message: e.to_string(),
-    })?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, crate::manifest::yaml_options()).map_err(
+            |e| RenderError::Output {
+                message: e.to_string(),
+            },
+        )?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
@@ -248,7 +248,7 @@ pub fn parse_stream(text: &str) -> Result<Vec<Value>, RenderError> {
 pub fn copy_tree(src: &Path, dest: &Path) -> Result<(), RenderError> {
     let io = |p: &Path| {
         let context = format!("copying {}", p.display());
-        move |source| RenderError::Io { context, source }
+        move |error| RenderError::Io { context, error }
     };
     for entry in std::fs::read_dir(src).map_err(io(src))? {
         let entry = entry.map_err(io(src))?;

@@ -25,9 +25,12 @@ pub fn object_ref(object: &Value) -> String {
     }
 }
 
-/// Applies the per-object post-build steps to every built object, in order.
-pub fn post_build(
-    objects: Vec<Value>,
+/// Reads kustomize's output, substituting each document's text as kustomize printed it when
+/// kustomize-controller would: `postBuild` is set and there is at least one variable (or the
+/// `Always` strategy). Substituting the printed text, not a re-serialised object, keeps
+/// Flux's typing: `replicas: ${N}` becomes a number, `"${N}"` stays a string.
+pub fn substitute_built(
+    text: &str,
     owner: &Owner<'_>,
     variables: &Variables,
     strict: bool,
@@ -38,25 +41,33 @@ pub fn post_build(
         .as_ref()
         .and_then(|p| p.substitute_strategy.as_deref())
         .is_some_and(|s| s.eq_ignore_ascii_case("always"));
-    // kustomize-controller substitutes only when postBuild is set, and then only with at
-    // least one variable (or the Always strategy).
     let substitute = owner.spec.post_build.is_some() && (!variables.is_empty() || always);
+    if !substitute {
+        return super::parse_stream(text);
+    }
     let options = substitute::Options { strict, always };
+    let mut objects = Vec::new();
+    for doc in substitute::split_documents(text) {
+        if doc.trim().is_empty() {
+            continue;
+        }
+        let object = substitute::substitute_document(doc, variables, &options)
+            .map_err(|error| RenderError::Substitute { error })?;
+        if !object.is_null() {
+            objects.push(object);
+        }
+    }
+    Ok(objects)
+}
+
+/// Applies the per-object steps after substitution to every built object, in order: identity
+/// check, `commonMetadata`, owner labels.
+pub fn post_build(objects: Vec<Value>, owner: &Owner<'_>) -> Result<Vec<Value>, RenderError> {
     objects
         .into_iter()
         .enumerate()
-        .map(|(index, object)| {
+        .map(|(index, mut object)| {
             check_identity(&object, index)?;
-            let mut object = if substitute {
-                substitute::substitute_object(&object, variables, &options).map_err(|source| {
-                    RenderError::Substitute {
-                        object: object_ref(&object),
-                        source,
-                    }
-                })?
-            } else {
-                object
-            };
             let metadata = metadata_of(&mut object, index)?;
             if let Some(common) = &owner.spec.common_metadata {
                 put_all(metadata, "labels", &common.labels, index)?;
@@ -196,7 +207,7 @@ mod tests {
             "metadata": {"name": "web", "namespace": "prod", "labels": {"team": "old", "app": "web"}},
             "spec": {"template": {"metadata": {"labels": {"app": "web"}}}}
         })];
-        let got = post_build(objects, &owner(&spec), &Variables::new(), true).unwrap();
+        let got = post_build(objects, &owner(&spec)).unwrap();
         assert_eq!(
             got[0],
             json!({
@@ -220,8 +231,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}),
             json!("text"),
         ] {
-            let e =
-                post_build(vec![bad.clone()], &owner(&spec), &Variables::new(), true).unwrap_err();
+            let e = post_build(vec![bad.clone()], &owner(&spec)).unwrap_err();
             assert!(
                 e.to_string()
                     .contains("failed to decode Kubernetes apiVersion, kind and name"),
@@ -230,11 +240,11 @@ mod tests {
         }
     }
 
+    const BUILT: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  size: ${SIZE}\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: s\nspec:\n  replicas: ${N:=1}\n  serviceName: \"${N:=1}\"\n";
+
     #[test]
     fn no_substitution_without_post_build_or_variables() {
         // `${SIZE}` stays literal: no postBuild at all, or postBuild without variables.
-        let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": "c"}, "data": {"size": "${SIZE}"}});
         for spec in [
             KustomizationSpec::default(),
             KustomizationSpec {
@@ -242,10 +252,44 @@ mod tests {
                 ..Default::default()
             },
         ] {
-            let got =
-                post_build(vec![object.clone()], &owner(&spec), &Variables::new(), true).unwrap();
+            let got = substitute_built(BUILT, &owner(&spec), &Variables::new(), true).unwrap();
             assert_eq!(got[0]["data"]["size"], "${SIZE}");
+            assert_eq!(got[1]["spec"]["replicas"], "${N:=1}");
         }
+    }
+
+    #[test]
+    fn substitution_keeps_the_typing_of_the_printed_text() {
+        let spec = KustomizationSpec {
+            post_build: Some(Default::default()),
+            ..Default::default()
+        };
+        let vars: Variables = [("SIZE".to_string(), "2Gi".to_string())].into();
+        let got = substitute_built(BUILT, &owner(&spec), &vars, true).unwrap();
+        assert_eq!(got[0]["data"]["size"], "2Gi");
+        assert_eq!(got[1]["spec"]["replicas"], json!(1));
+        assert_eq!(got[1]["spec"]["serviceName"], "1");
+    }
+
+    #[test]
+    fn strict_mode_names_the_object_and_variable() {
+        let spec = KustomizationSpec {
+            post_build: Some(crate::flux::objects::PostBuild {
+                substitute_strategy: Some("Always".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let e = substitute_built(BUILT, &owner(&spec), &Variables::new(), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ConfigMap/c"), "{e}");
+        assert!(
+            e.contains("variable not set (strict mode): \"SIZE\""),
+            "{e}"
+        );
+        let lenient = substitute_built(BUILT, &owner(&spec), &Variables::new(), false).unwrap();
+        assert_eq!(lenient[0]["data"]["size"], json!(null));
     }
 
     #[test]

@@ -2,15 +2,15 @@
 //! source, fetch the source's artifact (re-reading the source once if the artifact was
 //! garbage-collected meanwhile), collect the post-build variables, render.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 
 use super::{KustomizeCommand, Owner, RenderError, RenderRequest, Rendered};
 use crate::flux::artifact::{ArtifactError, Fetcher, UnpackedArtifact};
 use crate::flux::objects::{self, Kustomization, ObjectsError, Source, SubstituteReference};
-use crate::flux::substitute::Variables;
+use crate::flux::substitute::{
+    SubstituteError, VarSource, VarSourceKind, Variables, collect_variables,
+};
 
 /// A revision resolved and rendered.
 #[derive(Debug)]
@@ -30,13 +30,11 @@ pub enum ResolveError {
     #[error("source {source_name}: {error}")]
     Artifact {
         source_name: String,
-        #[source]
         error: ArtifactError,
     },
     #[error("Kustomization {kustomization}: {error}")]
     Render {
         kustomization: String,
-        #[source]
         error: RenderError,
     },
     #[error("Kustomization {kustomization}: {message}")]
@@ -143,7 +141,7 @@ impl Resolver {
     }
 
     /// Reads the `substituteFrom` ConfigMaps/Secrets (in the Kustomization's namespace) and
-    /// combines them with `substitute`.
+    /// merges them with `substitute`, in Flux's order.
     async fn variables(
         &self,
         kustomization: &Kustomization,
@@ -156,161 +154,53 @@ impl Resolver {
         let Some(post_build) = &kustomization.spec.post_build else {
             return Ok(Variables::new());
         };
-        let mut fetched = Vec::new();
+        let mut sources = Vec::new();
         for reference in &post_build.substitute_from {
-            let data = fetch_reference(&self.client, namespace, reference)
+            let source = fetch_reference(&self.client, namespace, reference)
                 .await
                 .map_err(|(message, bad_input)| ResolveError::Variables {
                     kustomization: shown.clone(),
                     message,
                     bad_input,
                 })?;
-            fetched.push((reference.clone(), data));
+            sources.push(source);
         }
-        combine_variables(&fetched, &post_build.substitute).map_err(|message| {
+        collect_variables(&sources, Some(&post_build.substitute)).map_err(|e| {
             ResolveError::Variables {
                 kustomization: shown,
-                message,
+                message: e.to_string(),
                 bad_input: true,
             }
         })
     }
 }
 
-/// Reads one `substituteFrom` entry: `Ok(None)` when it is absent and optional.
-/// Errors carry whether they are bad input.
+/// Reads one `substituteFrom` entry (`data: None` when absent; [`collect_variables`] decides
+/// whether that is allowed). Errors carry whether they are bad input.
 pub async fn fetch_reference(
     client: &Client,
     namespace: &str,
     reference: &SubstituteReference,
-) -> Result<Option<BTreeMap<String, String>>, (String, bool)> {
+) -> Result<VarSource, (String, bool)> {
     let what = format!(
         "substituteFrom {}/{namespace}/{}",
         reference.kind, reference.name
     );
-    let data = match reference.kind.as_str() {
-        "ConfigMap" => {
+    let kind: VarSourceKind = reference
+        .kind
+        .parse()
+        .map_err(|e: SubstituteError| (e.to_string(), true))?;
+    let failed = |e: kube::Error| (format!("reading {what}: {e}"), false);
+    Ok(match kind {
+        VarSourceKind::ConfigMap => {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            api.get_opt(&reference.name)
-                .await
-                .map_err(|e| (format!("reading {what}: {e}"), false))?
-                .map(|cm| cm.data.unwrap_or_default())
+            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            VarSource::from_config_map(&reference.name, reference.optional, found.as_ref())
         }
-        "Secret" => {
+        VarSourceKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            match api
-                .get_opt(&reference.name)
-                .await
-                .map_err(|e| (format!("reading {what}: {e}"), false))?
-            {
-                None => None,
-                Some(secret) => {
-                    let mut out = BTreeMap::new();
-                    for (k, v) in secret.data.unwrap_or_default() {
-                        let text = String::from_utf8(v.0)
-                            .map_err(|_| (format!("{what}: key {k:?} is not UTF-8 text"), true))?;
-                        out.insert(k, text);
-                    }
-                    Some(out)
-                }
-            }
+            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            VarSource::from_secret(&reference.name, reference.optional, found.as_ref())
         }
-        other => {
-            return Err((
-                format!("{what}: unsupported kind {other:?} (expected ConfigMap or Secret)"),
-                true,
-            ));
-        }
-    };
-    match data {
-        Some(d) => Ok(Some(d)),
-        None if reference.optional => {
-            tracing::debug!(reference = %what, "optional substituteFrom not found, skipped");
-            Ok(None)
-        }
-        None => Err((format!("{what} not found"), true)),
-    }
-}
-
-/// Combines fetched `substituteFrom` data (in order, later wins) and `substitute` (wins over
-/// all), as kustomize-controller does: newlines removed from values, names checked.
-pub fn combine_variables(
-    fetched: &[(SubstituteReference, Option<BTreeMap<String, String>>)],
-    substitute: &BTreeMap<String, String>,
-) -> Result<Variables, String> {
-    let mut vars = Variables::new();
-    let layers = fetched
-        .iter()
-        .filter_map(|(_, d)| d.as_ref())
-        .chain(std::iter::once(substitute));
-    for layer in layers {
-        for (k, v) in layer {
-            if !valid_variable_name(k) {
-                return Err(format!(
-                    "'{k}' var name is invalid, must match '^[_[:alpha:]][_[:alpha:][:digit:]]*$'"
-                ));
-            }
-            vars.insert(k.clone(), v.replace('\n', ""));
-        }
-    }
-    Ok(vars)
-}
-
-fn valid_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
-        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reference(name: &str) -> SubstituteReference {
-        SubstituteReference {
-            kind: "ConfigMap".into(),
-            name: name.into(),
-            optional: false,
-        }
-    }
-
-    #[test]
-    fn later_sources_win_and_substitute_wins_over_all() {
-        let a: BTreeMap<_, _> = [
-            ("SIZE".to_string(), "1Gi".to_string()),
-            ("A".into(), "a".into()),
-        ]
-        .into();
-        let b: BTreeMap<_, _> = [("SIZE".to_string(), "2Gi\n".to_string())].into();
-        let fetched = vec![
-            (reference("a"), Some(a)),
-            (reference("gone"), None),
-            (reference("b"), Some(b)),
-        ];
-        let vars = combine_variables(&fetched, &BTreeMap::new()).unwrap();
-        assert_eq!(vars["SIZE"], "2Gi");
-        assert_eq!(vars["A"], "a");
-        let inline: BTreeMap<_, _> = [("SIZE".to_string(), "3Gi".to_string())].into();
-        assert_eq!(combine_variables(&fetched, &inline).unwrap()["SIZE"], "3Gi");
-    }
-
-    #[test]
-    fn variable_names_by_table() {
-        for (name, ok) in [
-            ("SIZE", true),
-            ("_x1", true),
-            ("a_B_9", true),
-            ("9a", false),
-            ("a-b", false),
-            ("", false),
-            ("a.b", false),
-        ] {
-            assert_eq!(valid_variable_name(name), ok, "{name}");
-        }
-        let bad: BTreeMap<_, _> = [("a-b".to_string(), "x".to_string())].into();
-        let e = combine_variables(&[], &bad).unwrap_err();
-        assert!(e.contains("'a-b' var name is invalid"), "{e}");
-    }
+    })
 }
