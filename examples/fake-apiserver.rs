@@ -1,0 +1,97 @@
+//! The fake kube-apiserver of the tests, on its own: for manual experiments with kubectl and
+//! for comparing it with a real cluster request by request.
+//!
+//! ```sh
+//! cargo run --example fake-apiserver -- --listen 127.0.0.1:8080 --kubeconfig-out /tmp/fake.kubeconfig --controllers
+//! kubectl --kubeconfig /tmp/fake.kubeconfig get statefulsets -A
+//! ```
+//! Every request is printed on stderr (method, path, query, field manager, dry run).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use support::{FakeApiServer, KubeVersion};
+
+#[derive(Parser)]
+#[command(about = "Fake kube-apiserver (test double of flux-converger)")]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// Where to write a kubeconfig pointing at the server.
+    #[arg(long)]
+    kubeconfig_out: Option<PathBuf>,
+    /// Run the simulated StatefulSet controller.
+    #[arg(long)]
+    controllers: bool,
+    /// Kubernetes minor version to emulate (28 or 32).
+    #[arg(long, default_value_t = 28)]
+    minor: u32,
+    /// YAML files to seed (multi-document; e.g. the fixtures).
+    #[arg(long)]
+    seed: Vec<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let version = match args.minor {
+        28 => KubeVersion::V1_28,
+        32 => KubeVersion::V1_32,
+        other => anyhow::bail!("--minor {other}: only 28 and 32 are emulated"),
+    };
+    let fake = FakeApiServer::with_version(version);
+    for file in &args.seed {
+        let yaml = std::fs::read_to_string(file)
+            .with_context(|| format!("reading seed file {}", file.display()))?;
+        fake.seed_yaml(&yaml);
+    }
+    if args.controllers {
+        fake.enable_statefulset_controller();
+    }
+    let served = fake
+        .serve_on(&args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    if let Some(out) = &args.kubeconfig_out {
+        std::fs::copy(&served.kubeconfig, out)
+            .with_context(|| format!("writing kubeconfig {}", out.display()))?;
+    }
+    eprintln!(
+        "fake kube-apiserver {} listening on {}",
+        version_name(version),
+        served.url
+    );
+
+    let mut seen = 0;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let log = fake.requests();
+        for r in &log[seen..] {
+            eprintln!(
+                "{} {}{}{} manager={} dryRun={}",
+                r.method,
+                r.path,
+                if r.query.is_empty() { "" } else { "?" },
+                r.query,
+                r.field_manager.as_deref().unwrap_or("-"),
+                r.dry_run
+            );
+        }
+        seen = log.len();
+    }
+    drop(served);
+    Ok(())
+}
+
+fn version_name(v: KubeVersion) -> &'static str {
+    v.git_version()
+}

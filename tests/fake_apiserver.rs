@@ -1,0 +1,2081 @@
+//! The fake API server's own tests: each fixture behaviour, through a real `kube::Client`, with
+//! the fixture's exact status bodies. If the fake drifts from the captured server, these fail.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::Api;
+use kube::api::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+    WatchEvent, WatchParams,
+};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::{Value, json};
+use support::*;
+
+fn fixture(rel: &str) -> String {
+    let path = format!("{}/tests/fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("fixture {path}: {e}"))
+}
+
+fn fixture_json(rel: &str) -> Value {
+    serde_json::from_str(&fixture(rel)).expect("fixture JSON parses")
+}
+
+fn fixture_yaml(rel: &str) -> Value {
+    serde_saphyr::from_str(&fixture(rel)).expect("fixture YAML parses")
+}
+
+/// One raw request through the client: (status code, JSON body).
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http::Request::builder().method(method).uri(path);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+    let resp = client
+        .send(req.body(kube::client::Body::from(bytes)).unwrap())
+        .await
+        .expect("the fake answers");
+    let code = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), usize::MAX)
+        .await
+        .unwrap();
+    let v = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)))
+    };
+    (code, v)
+}
+
+const STS: &str = "/apis/apps/v1/namespaces/default/statefulsets";
+const PVCS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
+
+fn sts_api(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "StatefulSet"));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn pvc_api(client: &kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "PersistentVolumeClaim"));
+    Api::namespaced_with(client.clone(), "default", &ar)
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply("kustomize-controller").force()
+}
+
+fn meta<'a>(obj: &'a Value, field: &str) -> &'a Value {
+    &obj["metadata"][field]
+}
+
+// ---------------------------------------------------------------- StatefulSet immutability
+
+#[tokio::test]
+async fn grown_template_is_forbidden_by_every_route_with_the_exact_status() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let want = fixture_json("v1.28/error-statefulset-update-forbidden.json");
+    let desired = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+
+    for query in ["", "&dryRun=All"] {
+        let (code, body) = raw(
+            &client,
+            "PATCH",
+            &format!("{STS}/web?fieldManager=kustomize-controller&force=true{query}"),
+            Some("application/apply-patch+yaml"),
+            Some(desired.clone()),
+        )
+        .await;
+        assert_eq!((code, &body), (422, &want), "apply{query}");
+    }
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web"),
+        Some("application/json-patch+json"),
+        Some(json!([{"op": "replace", "path": "/spec/volumeClaimTemplates/0/spec/resources/requests/storage", "value": "2Gi"}])),
+    )
+    .await;
+    assert_eq!((code, &body), (422, &want), "json patch");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web?dryRun=All"),
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"serviceName": "other"}})),
+    )
+    .await;
+    assert_eq!((code, &body), (422, &want), "serviceName merge patch");
+    let mut live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    live["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let (code, body) = raw(
+        &client,
+        "PUT",
+        &format!("{STS}/web"),
+        Some("application/json"),
+        Some(live),
+    )
+    .await;
+    assert_eq!((code, &body), (422, &want), "replace");
+
+    // Nothing was written.
+    let after = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(meta(&after, "resourceVersion"), "229");
+    assert_eq!(meta(&after, "generation"), 1);
+}
+
+#[tokio::test]
+async fn identical_apply_changes_neither_generation_nor_resource_version() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    let desired: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-1Gi.yaml")).unwrap();
+    let out = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    assert_eq!(out.metadata.resource_version.as_deref(), Some("229"));
+    assert_eq!(out.metadata.generation, Some(1));
+    let live = fixture_yaml("v1.28/live-statefulset.yaml");
+    let stored = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(
+        stored["spec"], live["spec"],
+        "defaults match the real server's"
+    );
+}
+
+#[tokio::test]
+async fn mutable_change_bumps_generation_and_keeps_status() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]["replicas"] = json!(5);
+    desired["spec"]["template"]["spec"]["containers"][0]["image"] = json!("busybox:1.36");
+    desired["status"] = json!({"replicas": 99});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web?fieldManager=kustomize-controller&force=true"),
+        Some("application/apply-patch+yaml"),
+        Some(desired),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(meta(&body, "generation"), 2);
+    assert_ne!(meta(&body, "resourceVersion"), "229");
+    assert_eq!(body["spec"]["replicas"], 5);
+    assert_eq!(
+        body["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(body["status"]["replicas"], 3, "status is a subresource");
+
+    // Status writes go through /status and leave generation alone.
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web/status"),
+        Some("application/merge-patch+json"),
+        Some(json!({"status": {"readyReplicas": 2}, "spec": {"replicas": 1}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["status"]["readyReplicas"], 2);
+    assert_eq!(body["spec"]["replicas"], 5);
+    assert_eq!(meta(&body, "generation"), 2);
+}
+
+#[tokio::test]
+async fn proof_dry_run_with_live_templates_passes_and_other_immutable_fields_fail() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    let mut proof = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+    proof["spec"]["volumeClaimTemplates"] = live["spec"]["volumeClaimTemplates"].clone();
+    proof["spec"]["replicas"] = json!(4);
+    let path = format!("{STS}/web?fieldManager=kustomize-controller&force=true&dryRun=All");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(proof.clone()),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["spec"]["replicas"], 4);
+    assert_eq!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .unwrap()["spec"]["replicas"],
+        3,
+        "a dry run writes nothing"
+    );
+    proof["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(proof),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body,
+        fixture_json("v1.28/error-statefulset-update-forbidden.json")
+    );
+}
+
+#[tokio::test]
+async fn on_delete_over_rolling_update_is_invalid_for_another_reason() {
+    let fake = FakeApiServer::new();
+    let mut live = fixture_yaml("v1.28/live-statefulset.yaml");
+    live["metadata"]["name"] = json!("db");
+    fake.seed(live);
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["metadata"]["name"] = json!("db");
+    desired["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    let (code, body) = raw(
+        &fake.client(),
+        "PATCH",
+        &format!("{STS}/db?fieldManager=kustomize-controller&force=true&dryRun=All"),
+        Some("application/apply-patch+yaml"),
+        Some(desired),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body,
+        fixture_json("v1.28/error-statefulset-dryrun-invalid-other.json")
+    );
+}
+
+#[tokio::test]
+async fn selector_change_adds_a_second_cause() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]["selector"] = json!({"matchLabels": {"app": "other"}});
+    let (code, body) = raw(
+        &fake.client(),
+        "PATCH",
+        &format!("{STS}/web?fieldManager=kustomize-controller&force=true"),
+        Some("application/apply-patch+yaml"),
+        Some(desired),
+    )
+    .await;
+    assert_eq!(code, 422);
+    let causes = body["details"]["causes"].as_array().unwrap();
+    assert_eq!(causes.len(), 2, "{body}");
+    assert_eq!(causes[0]["field"], "spec.template.metadata.labels");
+    assert_eq!(causes[1]["field"], "spec");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("StatefulSet.apps \"web\" is invalid: [")
+    );
+}
+
+// ---------------------------------------------------------------- PersistentVolumeClaims
+
+fn seed_claims(fake: &FakeApiServer, version: &str) {
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.seed_yaml(&fixture(&format!("{version}/pvc-pending.yaml")));
+}
+
+fn bound_claim(version: &str, name: &str, class: Option<&str>) -> Value {
+    let mut pvc = fixture_yaml(&format!("{version}/pvc-bound.yaml"));
+    pvc["metadata"]["name"] = json!(name);
+    pvc["metadata"]["uid"] = json!(format!("uid-{name}"));
+    match class {
+        Some(c) => pvc["spec"]["storageClassName"] = json!(c),
+        None => {
+            pvc["spec"]
+                .as_object_mut()
+                .unwrap()
+                .remove("storageClassName");
+        }
+    }
+    pvc
+}
+
+fn grow(size: &str) -> Value {
+    json!({"spec": {"resources": {"requests": {"storage": size}}}})
+}
+
+#[tokio::test]
+async fn growing_an_unbound_claim_is_immutable_with_the_exact_diff() {
+    for (version, kube) in [("v1.28", KubeVersion::V1_28), ("v1.32", KubeVersion::V1_32)] {
+        let fake = FakeApiServer::with_version(kube);
+        seed_claims(&fake, version);
+        let (code, body) = raw(
+            &fake.client(),
+            "PATCH",
+            &format!("{PVCS}/data-web-0"),
+            Some("application/merge-patch+json"),
+            Some(grow("2Gi")),
+        )
+        .await;
+        assert_eq!(code, 422, "{version}");
+        let want = fixture_json(&format!("{version}/error-pvc-unbound-immutable.json"));
+        assert_eq!(
+            body["message"].as_str().unwrap(),
+            want["message"].as_str().unwrap(),
+            "{version}"
+        );
+        assert_eq!(body, want, "{version}");
+    }
+}
+
+#[tokio::test]
+async fn growing_a_bound_claim_needs_an_expandable_class() {
+    for (version, kube) in [("v1.28", KubeVersion::V1_28), ("v1.32", KubeVersion::V1_32)] {
+        let fake = FakeApiServer::with_version(kube);
+        seed_claims(&fake, version);
+        fake.seed(bound_claim(version, "claim-fixed", Some("fixed")));
+        fake.seed(bound_claim(version, "claim-none", None));
+        fake.seed(bound_claim(version, "claim-gone", Some("deleted-class")));
+        fake.seed(bound_claim(version, "claim-ok", Some("expandable")));
+        let client = fake.client();
+        let want = fixture_json(&format!("{version}/error-pvc-not-expandable.json"));
+        for query in ["", "?dryRun=All"] {
+            let (code, body) = raw(
+                &client,
+                "PATCH",
+                &format!("{PVCS}/claim-fixed{query}"),
+                Some("application/merge-patch+json"),
+                Some(grow("2Gi")),
+            )
+            .await;
+            assert_eq!((code, &body), (403, &want), "{version}{query}");
+        }
+        for name in ["claim-none", "claim-gone"] {
+            let (code, body) = raw(
+                &client,
+                "PATCH",
+                &format!("{PVCS}/{name}"),
+                Some("application/merge-patch+json"),
+                Some(grow("2Gi")),
+            )
+            .await;
+            assert_eq!(code, 403, "{name}");
+            assert_eq!(
+                body["message"],
+                want["message"]
+                    .as_str()
+                    .unwrap()
+                    .replace("claim-fixed", name)
+            );
+        }
+        let pvcs = pvc_api(&client);
+        let dry = pvcs
+            .patch(
+                "claim-ok",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(grow("2Gi")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(dry.data["spec"]["resources"]["requests"]["storage"], "2Gi");
+        let stored = fake
+            .get("v1", "PersistentVolumeClaim", Some("default"), "claim-ok")
+            .unwrap();
+        assert_eq!(stored["spec"]["resources"]["requests"]["storage"], "1Gi");
+        let grown = pvcs
+            .patch(
+                "claim-ok",
+                &PatchParams::default(),
+                &Patch::Merge(grow("2048Mi")),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            grown.data["spec"]["resources"]["requests"]["storage"], "2Gi",
+            "canonical"
+        );
+        assert_eq!(
+            grown.data["status"]["capacity"]["storage"], "1Gi",
+            "no resizer ran"
+        );
+    }
+}
+
+#[tokio::test]
+async fn shrinking_a_claim_follows_the_version_rule() {
+    let fake = FakeApiServer::new();
+    seed_claims(&fake, "v1.28");
+    fake.seed(fixture_yaml("v1.28/pvc-bound.yaml"));
+    let (code, body) = raw(
+        &fake.client(),
+        "PATCH",
+        &format!("{PVCS}/data-web-0"),
+        Some("application/merge-patch+json"),
+        Some(grow("512Mi")),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (422, fixture_json("v1.28/error-pvc-shrink.json"))
+    );
+
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    seed_claims(&fake, "v1.32");
+    let mut pvc = fixture_yaml("v1.32/pvc-bound.yaml");
+    pvc["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+    fake.seed(pvc);
+    let client = fake.client();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{PVCS}/data-web-0"),
+        Some("application/merge-patch+json"),
+        Some(grow("1Gi")),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (
+            422,
+            fixture_json("v1.32/error-pvc-shrink-below-capacity.json")
+        )
+    );
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{PVCS}/data-web-0"),
+        Some("application/merge-patch+json"),
+        Some(grow("1536Mi")),
+    )
+    .await;
+    assert_eq!(
+        code, 200,
+        "1.32 allows a decrease above status.capacity: {body}"
+    );
+}
+
+// ---------------------------------------------------------------- errors
+
+#[tokio::test]
+async fn not_found_and_unknown_paths() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let (code, body) = raw(&client, "GET", &format!("{STS}/nope"), None, None).await;
+    assert_eq!(
+        (code, body),
+        (404, fixture_json("v1.28/error-not-found.json"))
+    );
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/apis/example.com/v1/namespaces/default/widgets",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert_eq!(
+        body["message"],
+        "the server could not find the requested resource"
+    );
+    let err = sts_api(&client, "default").get("nope").await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => assert_eq!((s.code, s.reason.as_str()), (404, "NotFound")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn delete_with_a_wrong_uid_precondition_conflicts() {
+    let fake = FakeApiServer::new();
+    let mut live = fixture_yaml("v1.28/live-statefulset.yaml");
+    live["metadata"]["uid"] = json!("8bad4553-3f89-467c-9b61-791dab420034");
+    fake.seed(live);
+    let (code, body) = raw(
+        &fake.client(),
+        "DELETE",
+        &format!("{STS}/web"),
+        Some("application/json"),
+        Some(json!({"propagationPolicy": "Orphan", "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}})),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (
+            409,
+            fixture_json("v1.28/error-delete-precondition-uid.json")
+        )
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn stale_update_conflicts() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    let mut obj = api.get("web").await.unwrap();
+    obj.metadata.resource_version = Some("1".into());
+    match api
+        .replace("web", &PostParams::default(), &obj)
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 409);
+            assert_eq!(
+                s.message,
+                "Operation cannot be fulfilled on statefulsets.apps \"web\": the object has been modified; please apply your changes to the latest version and try again"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- orphan deletion and GC
+
+/// The StatefulSet of `delete-orphan-response.json` before its deletion.
+fn db_before_delete() -> Value {
+    let mut db = fixture_json("v1.28/delete-orphan-response.json");
+    let m = db["metadata"].as_object_mut().unwrap();
+    for k in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "finalizers",
+    ] {
+        m.remove(k);
+    }
+    m.insert("generation".into(), json!(1));
+    m.insert("resourceVersion".into(), json!("453"));
+    db
+}
+
+#[tokio::test]
+async fn orphan_delete_answers_like_the_real_server_then_gc_removes_it() {
+    let fake = FakeApiServer::new();
+    fake.seed(db_before_delete());
+    let client = fake.client();
+    let api = sts_api(&client, "fx");
+    let watch = api
+        .watch(&WatchParams::default().fields("metadata.name=db"), "453")
+        .await
+        .unwrap();
+    let (code, body) = raw(
+        &client,
+        "DELETE",
+        "/apis/apps/v1/namespaces/fx/statefulsets/db",
+        Some("application/json"),
+        Some(json!({"propagationPolicy": "Orphan", "preconditions": {"uid": "392a6bba-cad0-43b9-992b-f3d2ceaf40cb"}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let mut want = fixture_json("v1.28/delete-orphan-response.json");
+    want["metadata"]["deletionTimestamp"] = body["metadata"]["deletionTimestamp"].clone();
+    want["metadata"]["resourceVersion"] = body["metadata"]["resourceVersion"].clone();
+    assert_eq!(body, want);
+
+    let events: Vec<(String, Value)> = watch
+        .take(2)
+        .map(|e| match e.unwrap() {
+            WatchEvent::Modified(o) => ("MODIFIED".to_string(), serde_json::to_value(o).unwrap()),
+            WatchEvent::Deleted(o) => ("DELETED".to_string(), serde_json::to_value(o).unwrap()),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+        .await;
+    assert_eq!(events[0].0, "MODIFIED");
+    assert_eq!(events[0].1, body);
+    assert_eq!(events[1].0, "DELETED");
+    assert_eq!(events[1].1["metadata"]["finalizers"], json!(["orphan"]));
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("fx"), "db")
+            .is_none()
+    );
+}
+
+fn pod_of(set: &Value, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": set["metadata"]["namespace"], "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": set["metadata"]["name"],
+                "uid": set["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    })
+}
+
+#[tokio::test]
+async fn orphaning_keeps_dependents_and_strips_their_owner_reference() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    fake.seed(fixture_yaml("v1.28/pod-web-0.yaml"));
+    fake.seed(pod_of(&live, "web-1"));
+    fake.set_orphan_gc(GcMode::Stuck);
+    let api = sts_api(&fake.client(), "default");
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        preconditions: Some(Preconditions {
+            uid: Some("529384b8-cf92-4028-81ea-97763f7e3d7b".into()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let out = api.delete("web", &dp).await.unwrap();
+    let deleting = out.left().expect("the object, not a Status");
+    assert_eq!(
+        deleting.metadata.finalizers,
+        Some(vec!["orphan".to_string()])
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some(),
+        "stuck"
+    );
+
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(10)));
+    fake.gc_settled().await;
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+    let pod = fake.get("v1", "Pod", Some("default"), "web-0").unwrap();
+    assert_eq!(
+        pod["metadata"]["uid"],
+        "e541e29e-9956-4cb6-ac0c-31ea371631c7"
+    );
+    assert!(pod["metadata"].get("ownerReferences").is_none(), "{pod}");
+    assert!(
+        fake.get("v1", "Pod", Some("default"), "web-1").unwrap()["metadata"]
+            .get("ownerReferences")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn background_delete_removes_dependents() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    fake.seed(pod_of(&live, "web-0"));
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(10)));
+    let out = sts_api(&fake.client(), "default")
+        .delete("web", &DeleteParams::background())
+        .await
+        .unwrap();
+    let status = out.right().expect("StatefulSet deletion answers a Status");
+    assert_eq!(
+        status.status,
+        Some(kube::core::response::StatusSummary::Success)
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+    fake.gc_settled().await;
+    assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_none());
+}
+
+// ---------------------------------------------------------------- list, watch
+
+#[tokio::test]
+async fn list_filters_by_label_and_field_selectors() {
+    let fake = FakeApiServer::new();
+    for (name, app) in [("a", "x"), ("b", "y"), ("c", "z")] {
+        fake.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}}}));
+    }
+    let client = fake.client();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(client.clone());
+    let names = |l: kube::api::ObjectList<k8s_openapi::api::core::v1::ConfigMap>| {
+        l.items
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app=y"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app in (x,z)"))
+                .await
+                .unwrap()
+        ),
+        ["a", "c"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app!=x"))
+                .await
+                .unwrap()
+        ),
+        ["b", "c"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().fields("metadata.name=c"))
+                .await
+                .unwrap()
+        ),
+        ["c"]
+    );
+    let all: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client);
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn watch_resumes_from_a_version_and_ends_at_its_timeout() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let cms: Api<DynamicObject> = Api::default_namespaced_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+    );
+    let cm = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+    };
+    let first = cms
+        .create(&PostParams::default(), &cm("one"))
+        .await
+        .unwrap();
+    let rv = first.metadata.resource_version.clone().unwrap();
+    cms.create(&PostParams::default(), &cm("two"))
+        .await
+        .unwrap();
+    cms.patch(
+        "one",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "w"}})),
+    )
+    .await
+    .unwrap();
+    cms.delete("two", &DeleteParams::default()).await.unwrap();
+    let events: Vec<String> = cms
+        .watch(&WatchParams::default().timeout(1), &rv)
+        .await
+        .unwrap()
+        .map_ok(|e| match e {
+            WatchEvent::Added(o) => format!("ADDED {}", o.metadata.name.unwrap()),
+            WatchEvent::Modified(o) => format!("MODIFIED {}", o.metadata.name.unwrap()),
+            WatchEvent::Deleted(o) => format!("DELETED {}", o.metadata.name.unwrap()),
+            other => format!("{other:?}"),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(events, ["ADDED two", "MODIFIED one", "DELETED two"]);
+    let only_one: Vec<_> = cms
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=one")
+                .timeout(1),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(only_one.len(), 1);
+}
+
+// ---------------------------------------------------------------- faults and the request log
+
+#[tokio::test]
+async fn faults_and_request_log() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    fake.add_fault(FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/statefulsets/web".into(),
+        nth: 1,
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "boom".into(),
+        },
+    });
+    api.get("web").await.unwrap();
+    match api.get("web").await.unwrap_err() {
+        kube::Error::Api(s) => assert_eq!((s.code, s.message.as_str()), (500, "boom")),
+        other => panic!("{other:?}"),
+    }
+    api.get("web").await.unwrap();
+
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Drop,
+    });
+    let patch = Patch::Merge(json!({"spec": {"replicas": 4}}));
+    let r = api.patch("web", &PatchParams::default(), &patch).await;
+    assert!(r.is_err(), "{r:?} {:?}", fake.requests());
+    assert_eq!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .unwrap()["spec"]["replicas"],
+        3
+    );
+
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::DropAfterWrite,
+    });
+    assert!(
+        api.patch("web", &PatchParams::default(), &patch)
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .unwrap()["spec"]["replicas"],
+        4
+    );
+
+    fake.clear_requests();
+    api.patch("web", &PatchParams::apply("flux-converger").dry_run(), &Patch::Apply(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"}, "spec": {"replicas": 4}
+    }))).await.unwrap();
+    let log = fake.requests();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].method, Method::PATCH);
+    assert_eq!(
+        log[0].path,
+        "/apis/apps/v1/namespaces/default/statefulsets/web"
+    );
+    assert_eq!(log[0].field_manager.as_deref(), Some("flux-converger"));
+    assert!(log[0].dry_run && !log[0].is_write() && log[0].is_apply());
+    let dp = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::orphan()
+    };
+    api.delete("web", &dp).await.unwrap();
+    assert!(fake.requests()[1].dry_run, "dryRun in a DELETE body counts");
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some()
+    );
+}
+
+// ---------------------------------------------------------------- Flux custom resources
+
+#[tokio::test]
+async fn flux_custom_resources_have_status_and_generation_and_need_a_resource_version() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "flux-system"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true, "suspend": true,
+            "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+        "status": {"lastAppliedRevision": "main@sha1:aaaa"},
+    }));
+    fake.seed(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"name": "flux-system", "namespace": "flux-system"},
+        "spec": {"interval": "1m", "url": "https://example.com/repo"},
+        "status": {"artifact": {"revision": "main@sha1:bbbb", "digest": "sha256:cc"}},
+    }));
+    let client = fake.client();
+    let ks = "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/apps";
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{ks}?fieldManager=flux-converger"),
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"suspend": false}, "status": {"lastAppliedRevision": "x"}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["metadata"]["generation"], 2);
+    assert_eq!(body["status"]["lastAppliedRevision"], "main@sha1:aaaa");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{ks}?fieldManager=flux-converger"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": "now"}}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        body["metadata"]["generation"], 2,
+        "metadata does not bump generation"
+    );
+    let (code, _) = raw(
+        &client,
+        "PATCH",
+        ks,
+        Some("application/strategic-merge-patch+json"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(code, 415, "custom resources take no strategic merge patch");
+    let mut unconditional = body.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let (code, body) = raw(
+        &client,
+        "PUT",
+        ks,
+        Some("application/json"),
+        Some(unconditional),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/gitrepositories",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        body["items"][0]["kind"], "GitRepository",
+        "custom resource lists keep the type"
+    );
+    assert_eq!(
+        body["items"][0]["status"]["artifact"]["revision"],
+        "main@sha1:bbbb"
+    );
+    for path in ["ocirepositories", "buckets", "externalartifacts"] {
+        let (code, _) = raw(
+            &client,
+            "GET",
+            &format!("/apis/source.toolkit.fluxcd.io/v1/namespaces/flux-system/{path}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{path}");
+    }
+}
+
+// ---------------------------------------------------------------- StatefulSet controller
+
+fn uids(fake: &FakeApiServer, kind: &str, api_version: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = fake
+        .list(api_version, kind, Some("default"))
+        .iter()
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+                o["metadata"]["uid"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn controller_creates_claims_pods_and_a_revision_like_the_fixtures() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    let api = sts_api(&fake.client(), "default");
+    let desired: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-1Gi.yaml")).unwrap();
+    let created = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let pods = fake.list("v1", "Pod", Some("default"));
+    assert_eq!(pods.len(), 3);
+    let pod = fake.get("v1", "Pod", Some("default"), "web-0").unwrap();
+    let want = fixture_yaml("v1.28/pod-web-0.yaml");
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+    assert_eq!(
+        pod["metadata"]["generateName"],
+        want["metadata"]["generateName"]
+    );
+    let hash = pod["metadata"]["labels"]["controller-revision-hash"]
+        .as_str()
+        .unwrap();
+    assert!(hash.starts_with("web-"));
+    let mut labels = want["metadata"]["labels"].clone();
+    labels["controller-revision-hash"] = json!(hash);
+    assert_eq!(pod["metadata"]["labels"], labels);
+    // Same spec as the real pod, but for the random token volume name.
+    let token = |p: &Value| {
+        p["spec"]["volumes"][1]["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let spec = pod["spec"].to_string().replace(&token(&pod), "TOKEN");
+    let want_spec = want["spec"].to_string().replace(&token(&want), "TOKEN");
+    assert_eq!(
+        serde_json::from_str::<Value>(&spec).unwrap(),
+        serde_json::from_str::<Value>(&want_spec).unwrap()
+    );
+    assert_eq!(pod["status"], want["status"]);
+
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+        .unwrap();
+    let want = fixture_yaml("v1.28/pvc-pending.yaml");
+    for field in ["labels", "annotations", "finalizers"] {
+        assert_eq!(claim["metadata"][field], want["metadata"][field], "{field}");
+    }
+    assert_eq!(claim["spec"], want["spec"]);
+    assert_eq!(claim["status"], want["status"]);
+    assert!(
+        claim["metadata"].get("ownerReferences").is_none(),
+        "retention policy Retain"
+    );
+
+    let revisions = fake.list("apps/v1", "ControllerRevision", Some("default"));
+    assert_eq!(revisions.len(), 1);
+    assert_eq!(revisions[0]["metadata"]["name"], hash);
+    let set = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(set["status"]["replicas"], 3);
+    assert_eq!(set["status"]["updateRevision"], hash);
+    assert_eq!(set["status"]["currentRevision"], hash);
+    assert_eq!(set["status"]["observedGeneration"], 1);
+}
+
+#[tokio::test]
+async fn converge_by_hand_keeps_pods_claims_and_revision() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(20)));
+    let client = fake.client();
+    let api = sts_api(&client, "default");
+    let small: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-1Gi.yaml")).unwrap();
+    let grown: DynamicObject =
+        serde_json::from_value(fixture_yaml("v1.28/desired-statefulset-2Gi.yaml")).unwrap();
+    let first = api
+        .patch("web", &apply_params(), &Patch::Apply(&small))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        fake.set_pvc_phase("default", &format!("data-web-{i}"), "Bound");
+    }
+    let pods_before = uids(&fake, "Pod", "v1");
+    let claims_before = uids(&fake, "PersistentVolumeClaim", "v1");
+    let revisions_before = uids(&fake, "ControllerRevision", "apps/v1");
+
+    // Applying the grown set is refused; grow the claims, orphan, re-apply.
+    assert!(
+        api.patch("web", &apply_params(), &Patch::Apply(&grown))
+            .await
+            .is_err()
+    );
+    for i in 0..3 {
+        pvc_api(&client)
+            .patch(
+                &format!("data-web-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(grow("2Gi")),
+            )
+            .await
+            .unwrap();
+    }
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        preconditions: Some(Preconditions {
+            uid: first.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    api.delete("web", &dp).await.unwrap();
+    let gone = api
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=web")
+                .timeout(5),
+            "0",
+        )
+        .await
+        .unwrap()
+        .try_filter(|e| futures::future::ready(matches!(e, WatchEvent::Deleted(_))))
+        .boxed()
+        .next()
+        .await;
+    assert!(gone.is_some(), "the garbage collector deletes the set");
+    for pod in fake.list("v1", "Pod", Some("default")) {
+        assert!(
+            pod["metadata"].get("ownerReferences").is_none(),
+            "orphaned: {pod}"
+        );
+    }
+    let second = api
+        .patch("web", &apply_params(), &Patch::Apply(&grown))
+        .await
+        .unwrap();
+    assert_ne!(second.metadata.uid, first.metadata.uid);
+
+    assert_eq!(uids(&fake, "Pod", "v1"), pods_before, "no pod restarted");
+    assert_eq!(
+        uids(&fake, "PersistentVolumeClaim", "v1"),
+        claims_before,
+        "no claim recreated"
+    );
+    assert_eq!(
+        uids(&fake, "ControllerRevision", "apps/v1"),
+        revisions_before,
+        "revision adopted"
+    );
+    for pod in fake.list("v1", "Pod", Some("default")) {
+        assert_eq!(
+            pod["metadata"]["ownerReferences"][0]["uid"],
+            json!(second.metadata.uid),
+            "adopted"
+        );
+    }
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+        .unwrap();
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+    assert_eq!(
+        second.data["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+
+    // A new replica gets a claim from the grown template.
+    api.patch("web", &apply_params(), &Patch::Apply(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"},
+        "spec": grown.data["spec"].clone().as_object().map(|s| { let mut s = s.clone(); s.insert("replicas".into(), json!(4)); s }).unwrap(),
+    }))).await.unwrap();
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-3")
+        .unwrap();
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+}
+
+#[tokio::test]
+async fn watch_of_an_orphan_delete_with_the_controller_matches_the_fixture_sequence() {
+    let fake = FakeApiServer::new();
+    fake.enable_statefulset_controller();
+    let mut db = db_before_delete();
+    db["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let api = sts_api(&fake.client(), "fx");
+    let obj: DynamicObject = serde_json::from_value(db).unwrap();
+    let created = api.create(&PostParams::default(), &obj).await.unwrap();
+    let rv = fake
+        .get("apps/v1", "StatefulSet", Some("fx"), "db")
+        .unwrap()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let watch = api
+        .watch(
+            &WatchParams::default().fields("metadata.name=db").timeout(2),
+            &rv,
+        )
+        .await
+        .unwrap();
+    api.delete(
+        "db",
+        &DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: created.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::orphan()
+        },
+    )
+    .await
+    .unwrap();
+    let events: Vec<WatchEvent<DynamicObject>> = watch.try_collect().await.unwrap();
+    let seq: Vec<(&str, Value)> = events
+        .iter()
+        .map(|e| match e {
+            WatchEvent::Modified(o) => ("MODIFIED", serde_json::to_value(o).unwrap()),
+            WatchEvent::Deleted(o) => ("DELETED", serde_json::to_value(o).unwrap()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let kinds: Vec<&str> = seq.iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, ["MODIFIED", "MODIFIED", "DELETED"]);
+    let want: Vec<Value> = fixture("v1.28/watch-orphan-delete.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["object"].clone())
+        .collect();
+    for ((_, got), want) in seq.iter().zip(&want) {
+        for field in ["generation", "finalizers", "deletionGracePeriodSeconds"] {
+            assert_eq!(got["metadata"][field], want["metadata"][field], "{field}");
+        }
+        assert_eq!(
+            got["status"]["observedGeneration"],
+            want["status"]["observedGeneration"]
+        );
+    }
+    let rvs: Vec<u64> = seq
+        .iter()
+        .map(|(_, o)| {
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(rvs.windows(2).all(|w| w[0] < w[1]), "{rvs:?}");
+    assert_eq!(
+        rvs[2] - rvs[1],
+        4,
+        "2 pods and 1 revision orphaned in between, as in the fixture"
+    );
+}
+
+// ---------------------------------------------------------------- on a socket, with kubectl
+
+async fn kubeconfig_client(served: &Served) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+fn kubectl(served: &Served, cache: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&served.kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn served_on_a_socket_with_a_kubeconfig() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let served = fake.serve().await;
+    let client = kubeconfig_client(&served).await;
+    assert_eq!(client.default_namespace(), "default");
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "28")
+    );
+    let api = sts_api(&client, "default");
+    assert_eq!(
+        api.get("web")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .as_deref(),
+        Some("229")
+    );
+    let err = api
+        .patch(
+            "web",
+            &apply_params(),
+            &Patch::Apply(fixture_yaml("v1.28/desired-statefulset-2Gi.yaml")),
+        )
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => assert_eq!(s.code, 422),
+        other => panic!("{other:?}"),
+    }
+
+    fake.add_fault(FaultRule {
+        method: None,
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Drop,
+    });
+    assert!(api.get("web").await.is_err(), "dropped connection");
+    assert!(api.get("web").await.is_ok(), "next connection works");
+    drop(served);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drives_the_fake_like_a_cluster() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    let served = fake.serve().await;
+    let cache = tempfile::tempdir().unwrap();
+    let dir = format!("{}/tests/fixtures/v1.28", env!("CARGO_MANIFEST_DIR"));
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl(&served, cache.path(), &args)
+    };
+    let (ok, out) = run(vec![
+        "apply".into(),
+        "--server-side".into(),
+        "-f".into(),
+        format!("{dir}/desired-statefulset-1Gi.yaml"),
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("statefulset.apps/web serverside-applied"),
+        "{out}"
+    );
+    let (ok, out) = run(vec!["get".into(), "statefulsets".into(), "-A".into()]);
+    assert!(ok, "{out}");
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], ["NAMESPACE", "NAME", "READY", "AGE"], "{out}");
+    assert_eq!(lines[1][..3], ["default", "web", "0/3"], "{out}");
+    let (ok, out) = run(vec!["get".into(), "pvc".into()]);
+    assert!(
+        ok && out.contains("STORAGECLASS") && out.contains("data-web-2"),
+        "{out}"
+    );
+    let (ok, out) = run(vec![
+        "apply".into(),
+        "--server-side".into(),
+        "-f".into(),
+        format!("{dir}/desired-statefulset-2Gi.yaml"),
+    ]);
+    assert!(!ok);
+    assert!(
+        out.contains("spec: Forbidden: updates to statefulset spec for fields other than"),
+        "{out}"
+    );
+    fake.set_pvc_phase("default", "data-web-0", "Bound");
+    let (ok, out) = run(vec![
+        "patch".into(),
+        "pvc".into(),
+        "data-web-0".into(),
+        "-p".into(),
+        r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#.into(),
+    ]);
+    assert!(ok, "{out}");
+    let (ok, out) = run(vec![
+        "patch".into(),
+        "pvc".into(),
+        "data-web-1".into(),
+        "-p".into(),
+        r#"{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}"#.into(),
+    ]);
+    assert!(
+        !ok && out.contains("spec is immutable after creation"),
+        "{out}"
+    );
+    let pod_uid =
+        fake.get("v1", "Pod", Some("default"), "web-0").unwrap()["metadata"]["uid"].clone();
+    let (ok, out) = run(vec![
+        "delete".into(),
+        "statefulset".into(),
+        "web".into(),
+        "--cascade=orphan".into(),
+    ]);
+    assert!(ok, "{out}");
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none(),
+        "kubectl waits for the finalizer"
+    );
+    let (ok, out) = run(vec![
+        "apply".into(),
+        "--server-side".into(),
+        "-f".into(),
+        format!("{dir}/desired-statefulset-2Gi.yaml"),
+    ]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        fake.get("v1", "Pod", Some("default"), "web-0").unwrap()["metadata"]["uid"],
+        pod_uid
+    );
+    let managers: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.is_write())
+        .filter_map(|r| r.field_manager.clone())
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .all(|m| m == "kubectl" || m == "kubectl-patch"),
+        "{managers:?}"
+    );
+}
+
+// ---------------------------------------------------------------- more verbs and rules
+
+#[tokio::test]
+async fn kube_runtime_waits_for_a_deletion() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let api = sts_api(&fake.client(), "default");
+    let uid = "529384b8-cf92-4028-81ea-97763f7e3d7b";
+    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some(),
+        "finalizer first"
+    );
+    let gone = tokio::time::timeout(
+        Duration::from_secs(5),
+        kube::runtime::wait::await_condition(
+            api,
+            "web",
+            kube::runtime::conditions::is_deleted(uid),
+        ),
+    )
+    .await;
+    assert!(matches!(gone, Ok(Ok(None))), "{gone:?}");
+}
+
+#[tokio::test]
+async fn apply_without_force_reports_conflicts_and_removes_dropped_fields() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let cm = |manager: &str, data: Value, force: bool| {
+        let client = client.clone();
+        let manager = manager.to_string();
+        async move {
+            let mut q = format!("fieldManager={manager}");
+            if force {
+                q.push_str("&force=true");
+            }
+            raw(
+                &client,
+                "PATCH",
+                &format!("/api/v1/namespaces/default/configmaps/cm?{q}"),
+                Some("application/apply-patch+yaml"),
+                Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data})),
+            )
+            .await
+        }
+    };
+    let (code, _) = cm("a", json!({"x": "1", "y": "1"}), false).await;
+    assert_eq!(code, 201);
+    let (code, body) = cm("b", json!({"x": "2"}), false).await;
+    assert_eq!(code, 409);
+    assert_eq!(body["reason"], "Conflict");
+    assert_eq!(
+        body["message"],
+        "Apply failed with 1 conflict: conflict with \"a\" using v1: .data.x"
+    );
+    let (code, _) = cm("b", json!({"x": "1", "z": "3"}), false).await;
+    assert_eq!(code, 200, "same value: shared ownership, no conflict");
+    let (code, body) = cm("b", json!({"x": "2"}), true).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        body["data"],
+        json!({"x": "2", "y": "1"}),
+        "z was b's and is dropped"
+    );
+    let (code, body) = cm("a", json!({"y": "1"}), false).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["data"], json!({"x": "2", "y": "1"}), "x is b's now");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/cm",
+        Some("application/apply-patch+yaml"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+}
+
+#[tokio::test]
+async fn create_dry_run_generate_name_and_already_exists() {
+    let fake = FakeApiServer::new();
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(fake.client());
+    let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+    cm.metadata.generate_name = Some("journal-".into());
+    let dry = api
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &cm,
+        )
+        .await
+        .unwrap();
+    assert!(dry.metadata.name.unwrap().starts_with("journal-"));
+    assert!(fake.list("v1", "ConfigMap", None).is_empty());
+    let made = api.create(&PostParams::default(), &cm).await.unwrap();
+    let name = made.metadata.name.clone().unwrap();
+    assert_eq!(name.len(), "journal-".len() + 5);
+    assert!(made.metadata.uid.is_some() && made.metadata.creation_timestamp.is_some());
+    let mut again = k8s_openapi::api::core::v1::ConfigMap::default();
+    again.metadata.name = Some(name.clone());
+    match api
+        .create(&PostParams::default(), &again)
+        .await
+        .unwrap_err()
+    {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (409, "AlreadyExists"));
+            assert_eq!(s.message, format!("configmaps \"{name}\" already exists"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let out = api.delete(&name, &DeleteParams::default()).await.unwrap();
+    assert!(out.is_right(), "ConfigMap deletion answers a Status");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(fake.client());
+    let mut pod = k8s_openapi::api::core::v1::Pod::default();
+    pod.metadata.name = Some("p".into());
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    assert!(
+        pods.delete("p", &DeleteParams::default())
+            .await
+            .unwrap()
+            .is_left(),
+        "pods answer the object"
+    );
+}
+
+#[tokio::test]
+async fn foreground_delete_waits_for_dependents() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    fake.seed(pod_of(&live, "web-0"));
+    fake.set_orphan_gc(GcMode::Stuck);
+    let out = sts_api(&fake.client(), "default")
+        .delete("web", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let obj = out.left().unwrap();
+    assert_eq!(
+        obj.metadata.finalizers,
+        Some(vec!["foregroundDeletion".to_string()])
+    );
+    assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_some());
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(5)));
+    fake.gc_settled().await;
+    assert!(fake.get("v1", "Pod", Some("default"), "web-0").is_none());
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn delay_fault_and_impersonation_are_visible() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.add_fault(FaultRule {
+        method: None,
+        path_contains: "storageclasses".into(),
+        nth: 0,
+        action: Fault::Delay(Duration::from_millis(50)),
+    });
+    let client = fake.client();
+    let started = tokio::time::Instant::now();
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/apis/storage.k8s.io/v1/storageclasses",
+        None,
+        None,
+    )
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    assert_eq!(code, 200);
+    assert_eq!(body["items"].as_array().unwrap().len(), 2);
+    let req = http::Request::builder()
+        .uri("/api/v1/namespaces/default/configmaps")
+        .header(
+            "Impersonate-User",
+            "system:serviceaccount:flux-system:kustomize-controller",
+        )
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    client.send(req).await.unwrap();
+    let log = fake.requests();
+    assert_eq!(
+        log.last().unwrap().impersonate_user.as_deref(),
+        Some("system:serviceaccount:flux-system:kustomize-controller")
+    );
+}
+
+#[tokio::test]
+async fn discovery_answers_what_kubectl_asks() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    let client = fake.client();
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.git_version, "v1.32.6");
+    let groups = client.list_api_groups().await.unwrap();
+    let names: Vec<&str> = groups.groups.iter().map(|g| g.name.as_str()).collect();
+    for g in [
+        "apps",
+        "storage.k8s.io",
+        "kustomize.toolkit.fluxcd.io",
+        "source.toolkit.fluxcd.io",
+        "coordination.k8s.io",
+        "events.k8s.io",
+    ] {
+        assert!(names.contains(&g), "{g}");
+    }
+    let core = client.list_core_api_resources("v1").await.unwrap();
+    assert!(
+        core.resources
+            .iter()
+            .any(|r| r.name == "persistentvolumeclaims/status")
+    );
+    let apps = client.list_api_group_resources("apps/v1").await.unwrap();
+    let sts = apps
+        .resources
+        .iter()
+        .find(|r| r.name == "statefulsets")
+        .unwrap();
+    assert_eq!(sts.short_names.as_deref(), Some(&["sts".to_string()][..]));
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    assert!(discovery.has_group("source.toolkit.fluxcd.io"));
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| n.metadata.name.unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+    let mut ns = k8s_openapi::api::core::v1::Namespace::default();
+    ns.metadata.name = Some("flux-system".into());
+    let made = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    assert_eq!(
+        made.metadata.labels.unwrap()["kubernetes.io/metadata.name"],
+        "flux-system"
+    );
+    assert_eq!(made.status.unwrap().phase.as_deref(), Some("Active"));
+}
+
+#[tokio::test]
+async fn apply_of_a_fetched_object_is_refused_like_the_real_server() {
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/live-statefulset.yaml"));
+    let client = fake.client();
+    let path = format!("{STS}/web?fieldManager=kustomize-controller&force=true");
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(live.clone()),
+    )
+    .await;
+    assert_eq!(
+        (code, body["message"].as_str()),
+        (400, Some("metadata.managedFields must be nil"))
+    );
+    let mut stale = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(stale),
+    )
+    .await;
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(body["reason"], "Conflict");
+}
+
+#[tokio::test]
+async fn retention_policy_delete_owns_claims_across_recreation() {
+    let fake = FakeApiServer::new();
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(5)));
+    let api = sts_api(&fake.client(), "default");
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]["replicas"] = json!(1);
+    desired["spec"]["persistentVolumeClaimRetentionPolicy"] = json!({"whenDeleted": "Delete"});
+    let first = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    let claim_owner = |fake: &FakeApiServer| {
+        fake.get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+            .unwrap()["metadata"]["ownerReferences"][0]["uid"]
+            .clone()
+    };
+    assert_eq!(claim_owner(&fake), json!(first.metadata.uid));
+    assert_eq!(
+        first.data["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"],
+        "Retain"
+    );
+    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    fake.gc_settled().await;
+    assert_eq!(claim_owner(&fake), Value::Null, "orphaned");
+    let second = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    assert_eq!(claim_owner(&fake), json!(second.metadata.uid), "re-owned");
+    api.delete("web", &DeleteParams::background())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    assert!(
+        fake.list("v1", "PersistentVolumeClaim", None).is_empty(),
+        "deleted with the set"
+    );
+    assert!(fake.list("v1", "Pod", None).is_empty());
+}
+
+#[tokio::test]
+async fn a_watch_from_before_a_compaction_is_expired() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let api = sts_api(&fake.client(), "default");
+    let old = "229";
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .unwrap();
+    fake.compact();
+    let events: Vec<_> = api
+        .watch(&WatchParams::default().timeout(1), old)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(events.len(), 1);
+    match &events[0] {
+        Ok(WatchEvent::Error(e)) => {
+            assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+            assert!(
+                e.message.starts_with("too old resource version: 229 ("),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // kube-runtime's watcher relists and carries on.
+    let stream = kube::runtime::watcher(api.clone(), kube::runtime::watcher::Config::default());
+    let first = kube::runtime::WatchStreamExt::applied_objects(stream)
+        .boxed()
+        .next()
+        .await;
+    assert_eq!(
+        first.unwrap().unwrap().metadata.name.as_deref(),
+        Some("web")
+    );
+}
+
+#[tokio::test]
+async fn undecodable_bodies_are_bad_requests_not_panics() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let client = fake.client();
+    for patch in [
+        json!({"spec": "nope"}),
+        json!({"spec": {"updateStrategy": "OnDelete"}}),
+        json!({"spec": {"volumeClaimTemplates": [{"spec": 1}]}}),
+        json!({"metadata": []}),
+    ] {
+        let (code, body) = raw(
+            &client,
+            "PATCH",
+            &format!("{STS}/web"),
+            Some("application/merge-patch+json"),
+            Some(patch.clone()),
+        )
+        .await;
+        assert_eq!(code, 400, "{patch} -> {body}");
+        assert_eq!(body["reason"], "BadRequest");
+    }
+    let (code, _) = raw(&client, "POST", PVCS, Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "x"}, "spec": {"resources": "big"}}))).await;
+    assert_eq!(code, 400);
+    let (code, _) = raw(&client, "GET", &format!("{STS}/web"), None, None).await;
+    assert_eq!(code, 200, "still serving");
+}
+
+#[tokio::test]
+async fn ordered_ready_waits_for_each_pod() {
+    let fake = FakeApiServer::new();
+    fake.enable_statefulset_controller();
+    let api = sts_api(&fake.client(), "default");
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+    desired["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("podManagementPolicy");
+    let out = api
+        .patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    assert_eq!(out.data["spec"]["podManagementPolicy"], "OrderedReady");
+    let names = |fake: &FakeApiServer| {
+        uids(fake, "Pod", "v1")
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&fake),
+        ["web-0"],
+        "a Pending pod blocks the next ordinal"
+    );
+    assert_eq!(fake.list("v1", "PersistentVolumeClaim", None).len(), 1);
+    fake.set_pods_ready(true);
+    assert_eq!(names(&fake), ["web-0", "web-1", "web-2"]);
+    let set = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(set["status"]["readyReplicas"], 3);
+    assert_eq!(set["status"]["availableReplicas"], 3);
+}
+
+#[tokio::test]
+async fn deleted_claims_are_recreated_at_the_template_size_once_no_scheduled_pod_uses_them() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/storageclasses.yaml");
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(5)));
+    let client = fake.client();
+    let api = sts_api(&client, "default");
+    let mut desired = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+    desired["spec"]["replicas"] = json!(2);
+    api.patch("web", &apply_params(), &Patch::Apply(&desired))
+        .await
+        .unwrap();
+    let claim_uid = |fake: &FakeApiServer, name: &str| {
+        fake.get("v1", "PersistentVolumeClaim", Some("default"), name)
+            .unwrap()["metadata"]["uid"]
+            .clone()
+    };
+    let pod_uid = |fake: &FakeApiServer, name: &str| {
+        fake.get("v1", "Pod", Some("default"), name).unwrap()["metadata"]["uid"].clone()
+    };
+    let pvcs = pvc_api(&client);
+
+    // No nodes: a Pending pod holds nothing, the claim goes and comes back at once.
+    let (claim0, pod0) = (claim_uid(&fake, "data-web-0"), pod_uid(&fake, "web-0"));
+    pvcs.delete("data-web-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    assert_ne!(claim_uid(&fake, "data-web-0"), claim0, "recreated");
+    assert_eq!(pod_uid(&fake, "web-0"), pod0);
+    let claim = fake
+        .get("v1", "PersistentVolumeClaim", Some("default"), "data-web-0")
+        .unwrap();
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
+
+    // With nodes: the claim waits for its running pod; deleting the pod lets both come back.
+    fake.set_pods_ready(true);
+    let claim1 = claim_uid(&fake, "data-web-1");
+    pvcs.delete("data-web-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    assert_eq!(
+        claim_uid(&fake, "data-web-1"),
+        claim1,
+        "protected by the running web-1"
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(client.clone());
+    let pod1 = pod_uid(&fake, "web-1");
+    pods.delete("web-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    assert_ne!(claim_uid(&fake, "data-web-1"), claim1);
+    assert_ne!(pod_uid(&fake, "web-1"), pod1);
+    let pod = fake.get("v1", "Pod", Some("default"), "web-1").unwrap();
+    assert_eq!(
+        pod["status"]["phase"], "Running",
+        "started once its new claim exists"
+    );
+}
+
+// ---------------------------------------------------------------- pure pieces, by table
+
+#[test]
+fn quantities_are_stored_in_canonical_form_and_compared_by_value() {
+    use std::cmp::Ordering::*;
+    use support::semantics::quantity::{canonical_str, cmp_str};
+    for (input, want) in [
+        ("1Gi", "1Gi"),
+        ("1024Mi", "1Gi"),
+        ("1.5Gi", "1536Mi"),
+        ("1000M", "1G"),
+        ("2G", "2G"),
+        ("500m", "500m"),
+        ("0.5", "500m"),
+        ("100", "100"),
+        ("1536", "1536"),
+        ("2048", "2048"),
+        ("2048Ki", "2Mi"),
+        ("0", "0"),
+        ("1e3", "1e3"),
+        ("1000e3", "1e6"),
+    ] {
+        assert_eq!(canonical_str(input), want, "{input}");
+    }
+    for (a, b, want) in [
+        ("1Gi", "1024Mi", Equal),
+        ("1G", "1Gi", Less),
+        ("2Gi", "2000Mi", Greater),
+        ("1.5Gi", "1536Mi", Equal),
+        ("100m", "0.1", Equal),
+    ] {
+        assert_eq!(cmp_str(a, b), want, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn label_selectors_parse_like_the_real_server() {
+    use support::query::LabelSelector;
+    let obj = json!({"metadata": {"labels": {"app": "web", "tier": "db"}}});
+    for (selector, matches) in [
+        ("app=web", true),
+        ("app==web", true),
+        ("app!=web", false),
+        ("app in (web, api)", true),
+        ("app notin (web)", false),
+        ("tier,app=web", true),
+        ("!tier", false),
+        ("missing", false),
+        ("!missing", true),
+        ("app=web,tier in (cache)", false),
+    ] {
+        assert_eq!(
+            LabelSelector::parse(selector).unwrap().matches(&obj),
+            matches,
+            "{selector}"
+        );
+    }
+    assert!(LabelSelector::parse("app in web").is_err());
+}
+
+#[test]
+fn ages_print_like_kubectl() {
+    use support::table::human_age;
+    for (seconds, want) in [
+        (0, "0s"),
+        (119, "119s"),
+        (120, "2m"),
+        (150, "2m30s"),
+        (600, "10m"),
+        (3 * 3600 + 60, "3h1m"),
+        (9 * 3600, "9h"),
+        (50 * 3600, "2d2h"),
+        (30 * 86400, "30d"),
+    ] {
+        assert_eq!(human_age(seconds), want, "{seconds}");
+    }
+}
+
+#[test]
+fn the_claim_diff_elides_identical_fields_like_go_cmp() {
+    // Keys align across a run of one-line records, diff lines included; an ellipsis or a
+    // multi-line record ends the run (go-cmp's textList.alignLens).
+    use support::semantics::pvc_diff::spec_diff;
+    let old = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "expandable", "volumeMode": "Filesystem"});
+    let mut new = old.clone();
+    new["storageClassName"] = json!("fixed");
+    let diff = spec_diff(&old, &new, KubeVersion::V1_28);
+    assert_eq!(
+        diff,
+        "  core.PersistentVolumeClaimSpec{\n  \t... // 2 identical fields\n  \tResources:        {Requests: {s\"storage\": {i: resource.int64Amount{value: 1073741824}, s: \"1Gi\", Format: \"BinarySI\"}}},\n  \tVolumeName:       \"\",\n- \tStorageClassName: &\"expandable\",\n+ \tStorageClassName: &\"fixed\",\n  \tVolumeMode:       &\"Filesystem\",\n  \tDataSource:       nil,\n  \tDataSourceRef:    nil,\n  }\n"
+    );
+}
+
+#[tokio::test]
+async fn kubectl_style_watches_get_one_row_tables() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let req = http::Request::builder()
+        .uri(format!("{STS}?watch=1&timeoutSeconds=1"))
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(kube::client::Body::from(Vec::new()))
+        .unwrap();
+    let resp = fake.client().send(req).await.unwrap();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), usize::MAX)
+        .await
+        .unwrap();
+    let event: Value =
+        serde_json::from_slice(bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(event["type"], "ADDED");
+    assert_eq!(event["object"]["kind"], "Table");
+    assert_eq!(event["object"]["rows"][0]["cells"][0], "web");
+    assert_eq!(event["object"]["rows"][0]["cells"][1], "0/3");
+}

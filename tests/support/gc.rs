@@ -1,0 +1,236 @@
+//! Deletion and the simulated garbage collector.
+//!
+//! `Orphan`/`Foreground` put a finalizer (`orphan`/`foregroundDeletion`) and a
+//! `deletionTimestamp` on the object (bumping `generation`, as the real server does); after the
+//! configured delay the collector strips the ownerReferences to the object from its dependents
+//! (orphan) or deletes them (foreground), removes the finalizer and deletes the object: the
+//! MODIFIED ... DELETED sequence of `watch-orphan-delete.jsonl`. `Background` deletes at once and
+//! the collector deletes the dependents after the delay. The collector also plays the
+//! pvc-protection controller: `kubernetes.io/pvc-protection` goes once no scheduled pod that
+//! is not being deleted mounts the claim (the claim waits, and is looked at again after pod
+//! writes). Pending pods of a cluster without nodes never hold a claim.
+//! Other finalizers stay until a client removes them.
+
+use serde_json::{Value, json};
+
+use super::resources::{self, ResourceType};
+use super::store::{Key, Pending, State, now, obj_uid};
+use super::{FakeApiServer, GcMode, controller};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    Orphan,
+    Background,
+    Foreground,
+}
+
+const ORPHAN: &str = "orphan";
+const FOREGROUND: &str = "foregroundDeletion";
+/// Finalizers the simulated controllers remove.
+const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+const HANDLED: &[&str] = &[ORPHAN, FOREGROUND, PVC_PROTECTION];
+
+/// A scheduled pod that is not being deleted mounts the claim (the real controller ignores
+/// unscheduled pods: no kubelet will start them on a terminating claim).
+fn claim_in_use(state: &State, namespace: &str, claim: &str) -> bool {
+    state
+        .list(&resources::POD, Some(namespace))
+        .iter()
+        .any(|pod| {
+            pod["metadata"].get("deletionTimestamp").is_none()
+                && pod
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| !n.is_empty())
+                && pod
+                    .pointer("/spec/volumes")
+                    .and_then(Value::as_array)
+                    .is_some_and(|vols| {
+                        vols.iter().any(|v| {
+                            v.pointer("/persistentVolumeClaim/claimName") == Some(&json!(claim))
+                        })
+                    })
+        })
+}
+
+/// Schedules again the claims that waited for their pods, once no pod uses them.
+pub fn recheck_protected(fake: &FakeApiServer, state: &mut State) {
+    let waiting = std::mem::take(&mut state.pvc_waiting);
+    for p in waiting {
+        if claim_in_use(state, &p.key.namespace, &p.key.name) {
+            state.pvc_waiting.push(p);
+        } else {
+            schedule(fake, state, p);
+        }
+    }
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The object a deletion would leave (or remove), without touching the store: the dry run.
+pub fn would_delete(obj: &Value, rt: &ResourceType, policy: Propagation) -> (Value, bool) {
+    let mut f = finalizers(obj);
+    match policy {
+        Propagation::Orphan if !f.iter().any(|x| x == ORPHAN) => f.push(ORPHAN.into()),
+        Propagation::Foreground if !f.iter().any(|x| x == FOREGROUND) => f.push(FOREGROUND.into()),
+        _ => {}
+    }
+    if f.is_empty() {
+        return (obj.clone(), true);
+    }
+    let mut o = obj.clone();
+    mark_deleting(&mut o, rt, f);
+    (o, false)
+}
+
+fn mark_deleting(o: &mut Value, rt: &ResourceType, f: Vec<String>) {
+    if o["metadata"].get("deletionTimestamp").is_none() {
+        o["metadata"]["deletionTimestamp"] = json!(now());
+        o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        if rt.has_generation {
+            let g = o["metadata"]["generation"].as_i64().unwrap_or(1);
+            o["metadata"]["generation"] = json!(g + 1);
+        }
+    }
+    o["metadata"]["finalizers"] = json!(f);
+}
+
+/// Starts a deletion. Returns the object as the response shows it and whether it is gone.
+pub fn begin_delete(
+    fake: &FakeApiServer,
+    state: &mut State,
+    rt: &ResourceType,
+    key: &Key,
+    policy: Propagation,
+) -> (Value, bool) {
+    let Some(obj) = state.get(key).cloned() else {
+        return (Value::Null, true);
+    };
+    let uid = obj_uid(&obj).to_string();
+    let (mut next, gone) = would_delete(&obj, rt, policy);
+    if gone {
+        let removed = state.remove(*rt, key).unwrap_or(next);
+        if !state.dependents(&key.namespace, &uid).is_empty() {
+            schedule(
+                fake,
+                state,
+                Pending {
+                    rt: *rt,
+                    key: key.clone(),
+                    uid,
+                },
+            );
+        }
+        controller::after_write(fake, state, rt, Some(&key.namespace));
+        return (removed, true);
+    }
+    if obj["metadata"].get("deletionTimestamp").is_some() && next == obj {
+        // Already deleting with the same finalizers: nothing to write.
+        return (obj, false);
+    }
+    next["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"].clone();
+    let stored = state.replace(*rt, next);
+    schedule(
+        fake,
+        state,
+        Pending {
+            rt: *rt,
+            key: key.clone(),
+            uid,
+        },
+    );
+    controller::after_write(fake, state, rt, Some(&key.namespace));
+    (stored, false)
+}
+
+/// Runs `finish` after the collector's delay, or parks it while the collector is stuck.
+pub fn schedule(fake: &FakeApiServer, state: &mut State, p: Pending) {
+    match state.gc {
+        GcMode::Stuck => state.gc_pending.push(p),
+        GcMode::After(delay) => match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                state.gc_inflight += 1;
+                let fake = fake.clone();
+                handle.spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let mut state = fake.lock();
+                    state.gc_inflight -= 1;
+                    finish(&fake, &mut state, p);
+                });
+            }
+            // No runtime (a synchronous test helper): finish now.
+            Err(_) => finish(fake, state, p),
+        },
+    }
+}
+
+/// The collector's pass over one object: process the finalizers it knows, then delete the
+/// object once none is left; for an object already gone, delete its remaining dependents.
+pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
+    if let GcMode::Stuck = state.gc {
+        state.gc_pending.push(p);
+        return;
+    }
+    let current = state.get(&p.key).filter(|o| obj_uid(o) == p.uid).cloned();
+    let Some(obj) = current else {
+        // The owner is gone (background deletion): delete what still points at it.
+        for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
+            begin_delete(fake, state, &rt, &key, Propagation::Background);
+        }
+        return;
+    };
+    let f = finalizers(&obj);
+    if f.iter().any(|x| x == ORPHAN) {
+        for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
+            if let Some(mut dep) = state.get(&key).cloned() {
+                if let Some(refs) = dep
+                    .pointer_mut("/metadata/ownerReferences")
+                    .and_then(Value::as_array_mut)
+                {
+                    refs.retain(|r| r["uid"] != p.uid.as_str());
+                    if refs.is_empty()
+                        && let Some(m) = dep["metadata"].as_object_mut()
+                    {
+                        m.remove("ownerReferences");
+                    }
+                }
+                state.replace(rt, dep);
+            }
+        }
+    }
+    if f.iter().any(|x| x == FOREGROUND) {
+        for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
+            begin_delete(fake, state, &rt, &key, Propagation::Background);
+        }
+    }
+    let protected = p.rt == resources::PVC
+        && f.iter().any(|x| x == PVC_PROTECTION)
+        && claim_in_use(state, &p.key.namespace, &p.key.name);
+    let remaining: Vec<String> = f
+        .iter()
+        .filter(|x| !HANDLED.contains(&x.as_str()) || (protected && *x == PVC_PROTECTION))
+        .cloned()
+        .collect();
+    if protected {
+        state.pvc_waiting.push(p.clone());
+    }
+    if remaining.is_empty() {
+        state.remove(p.rt, &p.key);
+        if p.rt == resources::STATEFULSET || p.rt == resources::POD || p.rt == resources::PVC {
+            controller::after_write(fake, state, &p.rt, Some(&p.key.namespace));
+        }
+    } else if remaining.len() != f.len() {
+        let mut o = obj;
+        o["metadata"]["finalizers"] = json!(remaining);
+        state.replace(p.rt, o);
+    }
+}

@@ -1,0 +1,202 @@
+//! Request entry point: request log and fault rules first, then routing to discovery or to a
+//! resource verb (`verbs`). Every verb runs under the state lock, so each request is atomic like
+//! an etcd transaction.
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Method, Response, StatusCode, header};
+use serde_json::Value;
+
+use super::FakeApiServer;
+use super::discovery;
+use super::errors::ApiError;
+use super::faults::{self, Fault, RequestRecord};
+use super::query::Query;
+use super::resources::{self, ResourceType};
+use super::verbs;
+
+/// The connection was dropped on purpose (a fault rule): the client sees a transport error.
+#[derive(Debug)]
+pub struct ConnectionDropped;
+
+impl std::fmt::Display for ConnectionDropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped by a fault rule of the fake API server")
+    }
+}
+
+impl std::error::Error for ConnectionDropped {}
+
+pub fn json_response(code: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("static response parts are valid")
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    json_response(e.code, &e.body)
+}
+
+/// Where a resource request points.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub rt: ResourceType,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+/// `/api/v1/...` or `/apis/{group}/{version}/...` → resource target.
+pub fn route(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, tail @ ..] => (Some(ns.to_string()), {
+            let mut r = vec![*plural];
+            r.extend_from_slice(tail);
+            r
+        }),
+        other => (None, other.to_vec()),
+    };
+    let (plural, name, sub) = match rest.as_slice() {
+        [p] => (*p, None, None),
+        [p, n] => (*p, Some(n.to_string()), None),
+        [p, n, s] => (*p, Some(n.to_string()), Some(s.to_string())),
+        _ => return None,
+    };
+    let rt = resources::by_path(group, version, plural)?;
+    if namespace.is_some() && !rt.namespaced {
+        return None;
+    }
+    if let Some(s) = &sub
+        && !(s == "status" && rt.status_subresource)
+    {
+        return None;
+    }
+    Some(Target {
+        rt,
+        namespace,
+        name,
+        subresource: sub,
+    })
+}
+
+pub fn content_type(parts: &http::request::Parts) -> Option<String> {
+    parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.split(';').next().unwrap_or(s).trim().to_string())
+}
+
+/// The field manager of a write: the query parameter, else the user agent's program name
+/// (`kubectl/v1.32 ...` → `kubectl`), as the real server derives it for updates.
+pub fn field_manager(parts: &http::request::Parts, query: &Query) -> Option<String> {
+    if let Some(m) = query.get("fieldManager") {
+        return Some(m.to_string());
+    }
+    parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(|ua| ua.split('/').next().unwrap_or(ua).to_string())
+}
+
+pub fn body_dry_run(body: &Value) -> bool {
+    body.get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|v| v == "All"))
+}
+
+pub async fn handle(
+    fake: FakeApiServer,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Result<Response<Body>, ConnectionDropped> {
+    let path = parts.uri.path().to_string();
+    let raw_query = parts.uri.query().unwrap_or_default().to_string();
+    let query = Query::parse(&raw_query);
+    let body_json: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body).unwrap_or(Value::Null)
+    };
+    let record = RequestRecord {
+        method: parts.method.clone(),
+        path: path.clone(),
+        query: raw_query.clone(),
+        field_manager: query.get("fieldManager").map(str::to_string),
+        dry_run: query.dry_run() || (parts.method == Method::DELETE && body_dry_run(&body_json)),
+        watch: query.flag("watch"),
+        content_type: content_type(&parts),
+        impersonate_user: parts
+            .headers
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    };
+    let fault = {
+        let mut state = fake.lock();
+        state.requests.push(record);
+        faults::pick(&mut state.faults, &parts.method, &path)
+    };
+    match fault {
+        Some(Fault::Status {
+            code,
+            reason,
+            message,
+        }) => return Ok(error_response(&ApiError::custom(code, &reason, &message))),
+        Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
+        Some(Fault::Drop) => return Err(ConnectionDropped),
+        Some(Fault::DropAfterWrite) => {
+            let _ = dispatch(&fake, &parts, &path, &query, &body, body_json);
+            return Err(ConnectionDropped);
+        }
+        None => {}
+    }
+    Ok(dispatch(&fake, &parts, &path, &query, &body, body_json))
+}
+
+fn dispatch(
+    fake: &FakeApiServer,
+    parts: &http::request::Parts,
+    path: &str,
+    query: &Query,
+    raw_body: &Bytes,
+    body: Value,
+) -> Response<Body> {
+    if let Some(resp) = discovery::answer(fake, &parts.method, path) {
+        return resp;
+    }
+    let Some(target) = route(path) else {
+        return error_response(&ApiError::no_route());
+    };
+    let result = match (&parts.method, &target.name) {
+        (&Method::GET, Some(name)) => verbs::get(fake, &target, name, verbs::as_table(parts)),
+        (&Method::GET, None) if query.flag("watch") => {
+            return match super::watch::start(fake, &target, query, verbs::as_table(parts)) {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            };
+        }
+        (&Method::GET, None) => verbs::list(fake, &target, query, verbs::as_table(parts)),
+        (&Method::POST, None) => verbs::create(fake, parts, &target, query, body),
+        (&Method::PUT, Some(name)) => verbs::update(fake, parts, &target, name, query, body),
+        (&Method::PATCH, Some(name)) => {
+            verbs::patch_object(fake, parts, &target, name, query, raw_body, body)
+        }
+        (&Method::DELETE, Some(name)) => verbs::delete(fake, &target, name, query, &body),
+        (&Method::DELETE, None) => verbs::delete_collection(fake, &target, query, &body),
+        _ => Err(ApiError::method_not_allowed()),
+    };
+    match result {
+        Ok((code, v)) => json_response(code, &v),
+        Err(e) => error_response(&e),
+    }
+}

@@ -1,0 +1,313 @@
+//! Per-type rules of the real server: defaults, validation and admission. The handlers call
+//! these in the real order: defaults, validation (422), then admission (403).
+
+pub mod pod;
+pub mod pvc;
+pub mod pvc_diff;
+pub mod quantity;
+pub mod statefulset;
+
+use serde_json::{Value, json};
+
+use super::KubeVersion;
+use super::errors::{ApiError, Cause};
+use super::resources::{self, ResourceType};
+use super::store::{Key, State, obj_name};
+
+pub fn set_default(obj: &mut Value, key: &str, value: Value) {
+    if let Some(m) = obj.as_object_mut() {
+        m.entry(key.to_string()).or_insert(value);
+    }
+}
+
+/// Stores quantities in canonical form, as the real server re-serialises them.
+pub fn canonicalize_map(m: &mut Value) {
+    if let Some(m) = m.as_object_mut() {
+        for v in m.values_mut() {
+            if let Some(s) = v.as_str() {
+                *v = json!(quantity::canonical_str(s));
+            }
+        }
+    }
+}
+
+pub fn canonicalize_resources(resources: Option<&mut Value>) {
+    if let Some(r) = resources {
+        for part in ["requests", "limits"] {
+            if let Some(m) = r.get_mut(part) {
+                canonicalize_map(m);
+            }
+        }
+    }
+}
+
+/// Drops what Go's semantic equality cannot see: null, zero values and empty collections
+/// (nil and empty are equal there; omitted zero values never reach the wire).
+fn strip_zero(v: &Value) -> Option<Value> {
+    match v {
+        Value::Null => None,
+        Value::Bool(false) => None,
+        Value::Number(n) if n.as_f64() == Some(0.0) => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::Object(m) => {
+            let kept: serde_json::Map<String, Value> = m
+                .iter()
+                .filter_map(|(k, v)| strip_zero(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!kept.is_empty()).then_some(Value::Object(kept))
+        }
+        Value::Array(a) if a.is_empty() => None,
+        Value::Array(a) => Some(Value::Array(
+            a.iter()
+                .map(|x| strip_zero(x).unwrap_or(Value::Null))
+                .collect(),
+        )),
+        other => Some(other.clone()),
+    }
+}
+
+/// `apiequality.Semantic.DeepEqual` over JSON (quantities are canonical by then).
+pub fn semantic_eq(a: &Value, b: &Value) -> bool {
+    strip_zero(a) == strip_zero(b)
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The JSON pointers (with `*` for every list element) that must hold objects for the typed
+/// decoding of the real server to succeed, and that the defaults write into.
+fn object_paths(rt: &ResourceType) -> &'static [&'static str] {
+    if *rt == resources::STATEFULSET {
+        &[
+            "/spec/selector",
+            "/spec/template",
+            "/spec/template/metadata",
+            "/spec/template/spec",
+            "/spec/template/spec/containers/*",
+            "/spec/template/spec/containers/*/resources",
+            "/spec/template/spec/initContainers/*",
+            "/spec/template/spec/volumes/*",
+            "/spec/updateStrategy",
+            "/spec/updateStrategy/rollingUpdate",
+            "/spec/persistentVolumeClaimRetentionPolicy",
+            "/spec/volumeClaimTemplates/*",
+            "/spec/volumeClaimTemplates/*/metadata",
+            "/spec/volumeClaimTemplates/*/spec",
+            "/spec/volumeClaimTemplates/*/spec/resources",
+            "/spec/volumeClaimTemplates/*/status",
+        ]
+    } else if *rt == resources::PVC {
+        &[
+            "/spec/resources",
+            "/spec/resources/requests",
+            "/status/capacity",
+        ]
+    } else if *rt == resources::POD {
+        &[
+            "/spec/containers/*",
+            "/spec/containers/*/resources",
+            "/spec/initContainers/*",
+            "/spec/volumes/*",
+        ]
+    } else {
+        &[]
+    }
+}
+
+fn check_objects(v: &Value, segs: &[&str], path: &str, bad: &mut Option<(String, &'static str)>) {
+    if bad.is_some() {
+        return;
+    }
+    let Some((first, rest)) = segs.split_first() else {
+        if !(v.is_object() || v.is_null()) {
+            *bad = Some((path.to_string(), json_type(v)));
+        }
+        return;
+    };
+    if *first == "*" {
+        if let Some(items) = v.as_array() {
+            for (i, item) in items.iter().enumerate() {
+                check_objects(item, rest, &format!("{path}[{i}]"), bad);
+            }
+        }
+    } else if let Some(child) = v.get(*first) {
+        check_objects(child, rest, &format!("{path}.{first}"), bad);
+    }
+}
+
+/// Rejects bodies the real server could not decode into its types (400), before any default
+/// or rule looks at them.
+pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    let mut bad = None;
+    for top in ["metadata", "spec", "status"] {
+        if let Some(v) = obj.get(top)
+            && !(v.is_object() || v.is_null())
+        {
+            bad = Some((top.to_string(), json_type(v)));
+        }
+    }
+    for pointer in object_paths(rt) {
+        let segs: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+        check_objects(obj, &segs, "", &mut bad);
+    }
+    for list in [
+        "/spec/volumeClaimTemplates",
+        "/spec/template/spec/containers",
+        "/spec/containers",
+    ] {
+        if let Some(v) = obj.pointer(list)
+            && !(v.is_array() || v.is_null())
+        {
+            bad = Some((list.trim_start_matches('/').replace('/', "."), json_type(v)));
+        }
+    }
+    match bad {
+        None => Ok(()),
+        Some((field, found)) => Err(ApiError::bad_request(&format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: json: cannot unmarshal {found} into Go struct field {kind}.{field} of type object",
+            kind = rt.kind,
+            version = rt.version,
+            field = field.trim_start_matches('.'),
+        ))),
+    }
+}
+
+/// Server defaults for a type, applied on create and on every update before validation.
+pub fn default(rt: &ResourceType, obj: &mut Value) {
+    if *rt == resources::STATEFULSET {
+        statefulset::default(obj);
+    } else if *rt == resources::PVC {
+        pvc::default(obj);
+    } else if *rt == resources::POD {
+        pod::default_pod(obj);
+    } else if *rt == resources::NAMESPACE {
+        // `NamespaceDefaultLabelName` and the lifecycle finalizer of every namespace.
+        let name = obj_name(obj).to_string();
+        set_default(obj, "spec", json!({}));
+        set_default(&mut obj["spec"], "finalizers", json!(["kubernetes"]));
+        set_default(&mut obj["metadata"], "labels", json!({}));
+        if let Some(labels) = obj["metadata"]["labels"].as_object_mut() {
+            labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+        }
+    }
+}
+
+fn invalid(rt: &ResourceType, obj: &Value, causes: Vec<Cause>) -> Result<(), ApiError> {
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(rt, obj_name(obj), &causes))
+    }
+}
+
+fn metadata_causes(obj: &Value) -> Vec<Cause> {
+    let name = obj_name(obj);
+    let mut causes = Vec::new();
+    if name.is_empty() {
+        causes.push(Cause::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
+    } else if !is_dns_subdomain(name) {
+        causes.push(Cause::invalid(
+            "metadata.name",
+            &format!("{name:?}"),
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ));
+    }
+    causes
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    let mut causes = metadata_causes(obj);
+    if *rt == resources::STATEFULSET {
+        causes.extend(statefulset::validate_create(obj));
+    }
+    invalid(rt, obj, causes)
+}
+
+pub fn validate_update(
+    rt: &ResourceType,
+    new: &Value,
+    old: &Value,
+    version: KubeVersion,
+) -> Result<(), ApiError> {
+    let causes = if *rt == resources::STATEFULSET {
+        statefulset::validate_update(new, old)
+    } else if *rt == resources::PVC {
+        pvc::validate_update(new, old, version)
+    } else {
+        Vec::new()
+    };
+    invalid(rt, new, causes)
+}
+
+/// Mutating admission on create (runs before validation, as in the real server).
+pub fn admit_create(state: &State, rt: &ResourceType, obj: &mut Value) {
+    if *rt == resources::PVC {
+        let default_class = state
+            .list(&resources::STORAGE_CLASS, None)
+            .into_iter()
+            .find(|c| {
+                c.pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class")
+                    .and_then(Value::as_str)
+                    == Some("true")
+            })
+            .map(|c| obj_name(&c).to_string());
+        pvc::admit_create(obj, default_class);
+    }
+}
+
+/// Validating admission on update (runs after validation).
+pub fn admit_update(
+    state: &State,
+    rt: &ResourceType,
+    new: &Value,
+    old: &Value,
+) -> Result<(), ApiError> {
+    if *rt == resources::PVC {
+        let class = new
+            .pointer("/spec/storageClassName")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .and_then(|c| state.get(&Key::new(&resources::STORAGE_CLASS, None, c)));
+        pvc::admit_update(new, old, class)
+            .map_err(|why| ApiError::forbidden(rt, obj_name(new), &why))?;
+    }
+    Ok(())
+}
+
+/// A fresh object's status: what `PrepareForCreate` leaves of it.
+pub fn initial_status(rt: &ResourceType) -> Option<Value> {
+    if *rt == resources::STATEFULSET {
+        Some(json!({"replicas": 0, "availableReplicas": 0}))
+    } else if *rt == resources::PVC {
+        Some(json!({"phase": "Pending"}))
+    } else if *rt == resources::POD {
+        Some(json!({"phase": "Pending", "qosClass": "BestEffort"}))
+    } else if *rt == resources::NAMESPACE {
+        Some(json!({"phase": "Active"}))
+    } else {
+        None
+    }
+}

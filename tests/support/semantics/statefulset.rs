@@ -1,0 +1,194 @@
+//! StatefulSet: defaults (`SetDefaults_StatefulSet`, as `live-statefulset.yaml` shows them),
+//! spec validation and the update rule of `ValidateStatefulSetUpdate`.
+
+use serde_json::{Value, json};
+
+use super::super::errors::Cause;
+use super::pod::default_template;
+use super::{canonicalize_resources, semantic_eq, set_default};
+
+pub const FORBIDDEN_UPDATE: &str = "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden";
+
+/// The spec fields an update may change.
+const MUTABLE: &[&str] = &[
+    "replicas",
+    "ordinals",
+    "template",
+    "updateStrategy",
+    "persistentVolumeClaimRetentionPolicy",
+    "minReadySeconds",
+];
+
+/// A claim template as the server stores it: an embedded object with its type meta,
+/// `creationTimestamp: null`, `volumeMode: Filesystem` and `status.phase: Pending`.
+fn default_claim_template(t: &mut Value) {
+    if !t.is_object() {
+        return;
+    }
+    set_default(t, "apiVersion", json!("v1"));
+    set_default(t, "kind", json!("PersistentVolumeClaim"));
+    set_default(t, "metadata", json!({}));
+    set_default(&mut t["metadata"], "creationTimestamp", Value::Null);
+    set_default(t, "spec", json!({}));
+    set_default(&mut t["spec"], "volumeMode", json!("Filesystem"));
+    if let Some(r) = t["spec"].get_mut("resources") {
+        canonicalize_resources(Some(r));
+    }
+    set_default(t, "status", json!({}));
+    set_default(&mut t["status"], "phase", json!("Pending"));
+}
+
+pub fn default(obj: &mut Value) {
+    set_default(obj, "spec", json!({}));
+    let spec = &mut obj["spec"];
+    set_default(spec, "replicas", json!(1));
+    set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+    set_default(spec, "updateStrategy", json!({}));
+    let strategy = &mut spec["updateStrategy"];
+    set_default(strategy, "type", json!("RollingUpdate"));
+    if strategy["type"] == "RollingUpdate" {
+        set_default(strategy, "rollingUpdate", json!({}));
+        set_default(&mut strategy["rollingUpdate"], "partition", json!(0));
+    }
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    set_default(spec, "persistentVolumeClaimRetentionPolicy", json!({}));
+    let policy = &mut spec["persistentVolumeClaimRetentionPolicy"];
+    set_default(policy, "whenDeleted", json!("Retain"));
+    set_default(policy, "whenScaled", json!("Retain"));
+    if let Some(t) = spec.get_mut("template") {
+        default_template(t);
+    }
+    if let Some(ts) = spec
+        .get_mut("volumeClaimTemplates")
+        .and_then(Value::as_array_mut)
+    {
+        ts.iter_mut().for_each(default_claim_template);
+    }
+}
+
+/// Go's `%#v` of a `map[string]string` (keys sorted, as fmt prints maps).
+fn go_string_map(m: &Value) -> String {
+    let mut pairs: Vec<(String, String)> = m
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    pairs.sort();
+    let inner: Vec<String> = pairs.iter().map(|(k, v)| format!("{k:?}:{v:?}")).collect();
+    format!("map[string]string{{{}}}", inner.join(", "))
+}
+
+/// `ValidateStatefulSetSpec`, for the rules a test can reach.
+pub fn validate_spec(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let spec = &obj["spec"];
+    let policy = spec["podManagementPolicy"].as_str().unwrap_or_default();
+    if policy != "OrderedReady" && policy != "Parallel" {
+        causes.push(Cause {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {policy:?}: supported values: \"OrderedReady\", \"Parallel\""
+            ),
+            field: "spec.podManagementPolicy".into(),
+        });
+    }
+    let strategy = &spec["updateStrategy"];
+    match strategy["type"].as_str().unwrap_or_default() {
+        "OnDelete" => {
+            if let Some(ru) = strategy.get("rollingUpdate").filter(|v| !v.is_null()) {
+                let partition = ru["partition"].as_i64().unwrap_or(0);
+                let max_unavailable = if ru.get("maxUnavailable").is_some_and(|v| !v.is_null()) {
+                    "(*intstr.IntOrString)(0xc000a1b2c0)".to_string()
+                } else {
+                    "(*intstr.IntOrString)(nil)".to_string()
+                };
+                causes.push(Cause::invalid(
+                    "spec.updateStrategy.rollingUpdate",
+                    &format!(
+                        "apps.RollingUpdateStatefulSetStrategy{{Partition:{partition}, MaxUnavailable:{max_unavailable}}}"
+                    ),
+                    "only allowed for updateStrategy 'RollingUpdate'",
+                ));
+            }
+        }
+        "RollingUpdate" => {
+            if let Some(p) = strategy
+                .pointer("/rollingUpdate/partition")
+                .and_then(Value::as_i64)
+                && p < 0
+            {
+                causes.push(Cause::invalid(
+                    "spec.updateStrategy.rollingUpdate.partition",
+                    &p.to_string(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+        }
+        other => causes.push(Cause {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {other:?}: supported values: \"OnDelete\", \"RollingUpdate\""
+            ),
+            field: "spec.updateStrategy.type".into(),
+        }),
+    }
+    if let Some(r) = spec["replicas"].as_i64()
+        && r < 0
+    {
+        causes.push(Cause::invalid(
+            "spec.replicas",
+            &r.to_string(),
+            "must be greater than or equal to 0",
+        ));
+    }
+    let selector = &spec["selector"];
+    let empty_selector = selector.is_null()
+        || (selector["matchLabels"]
+            .as_object()
+            .is_none_or(|m| m.is_empty())
+            && selector["matchExpressions"]
+                .as_array()
+                .is_none_or(|a| a.is_empty()));
+    if empty_selector {
+        causes.push(Cause::required("spec.selector", ""));
+    } else {
+        let selector = super::super::query::LabelSelector::from_object(selector);
+        let template_labels = spec
+            .pointer("/template/metadata/labels")
+            .cloned()
+            .unwrap_or(json!({}));
+        if !selector.matches(&json!({"metadata": {"labels": template_labels}})) {
+            causes.push(Cause::invalid(
+                "spec.template.metadata.labels",
+                &go_string_map(&template_labels),
+                "`selector` does not match template `labels`",
+            ));
+        }
+    }
+    causes
+}
+
+pub fn validate_create(obj: &Value) -> Vec<Cause> {
+    validate_spec(obj)
+}
+
+/// Spec validation, then the immutability rule (after defaults, by semantic equality).
+pub fn validate_update(new: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = validate_spec(new);
+    let strip = |spec: &Value| {
+        let mut s = spec.clone();
+        if let Some(m) = s.as_object_mut() {
+            for f in MUTABLE {
+                m.remove(*f);
+            }
+        }
+        s
+    };
+    if !semantic_eq(&strip(&new["spec"]), &strip(&old["spec"])) {
+        causes.push(Cause::forbidden("spec", FORBIDDEN_UPDATE));
+    }
+    causes
+}
