@@ -4,6 +4,7 @@
 
 #[path = "data/render/flux_archive.rs"]
 mod flux_archive;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -522,5 +523,315 @@ fn cli_vars_file_fills_sizes_and_strict_can_be_turned_off() {
         sts[0].pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage"),
         Some(&Value::Null),
         "non-strict: unset reads as empty, as in Flux"
+    );
+}
+
+// ---- the cluster: Kustomization, source and substituteFrom in the fake API server ----
+
+use flux_converger::flux::objects::ObjectsError;
+use flux_converger::flux::render::resolve::{ResolveError, Resolver};
+use serde_json::json;
+use support::FakeApiServer;
+
+const ARTIFACT_PATH: &str = "gitrepository/flux-system/repo/0123abcd.tar.gz";
+
+fn git_repository(url: &str, digest: &str, revision: &str) -> Value {
+    json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"name": "repo", "namespace": "flux-system"},
+        "spec": {"interval": "1m", "url": "https://example.com/repo.git", "ref": {"branch": "main"}},
+        "status": {
+            "artifact": {"url": url, "digest": digest, "revision": revision,
+                         "path": ARTIFACT_PATH, "size": 1, "lastUpdateTime": "2026-11-29T00:00:00Z"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                            "message": "stored artifact", "lastTransitionTime": "2026-11-29T00:00:00Z"}]
+        }
+    })
+}
+
+fn db_sizes_config_map(size: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": "db-sizes", "namespace": "flux-system"},
+           "data": {"DB_SIZE": size, "REPLICAS": "2"}})
+}
+
+/// A fake cluster holding the `vars` Kustomization, its GitRepository (artifact served locally)
+/// and the ConfigMap its sizes come from.
+async fn cluster() -> (FakeApiServer, ArtifactServer, String) {
+    flux_converger::tls::install_crypto_provider();
+    let server = ArtifactServer::start().await;
+    let archive = artifact_of("vars");
+    let url = server.put(ARTIFACT_PATH, archive.clone());
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&std::fs::read_to_string(data("vars.ks.yaml")).unwrap());
+    fake.seed(git_repository(
+        &url,
+        &sha256(&archive),
+        "main@sha1:0123abcd",
+    ));
+    fake.seed(db_sizes_config_map("5Gi"));
+    (fake, server, url)
+}
+
+fn resolver(fake: &FakeApiServer) -> Resolver {
+    Resolver {
+        client: fake.client(),
+        fetcher: Fetcher::new(FetchOptions {
+            retries: 1,
+            backoff: std::time::Duration::from_millis(10),
+            ..FetchOptions::default()
+        })
+        .unwrap(),
+        kustomize: KustomizeCommand::default(),
+        strict: true,
+    }
+}
+
+#[tokio::test]
+async fn cluster_render_takes_sizes_from_a_config_map() {
+    let (fake, _server, _) = cluster().await;
+    let resolved = resolver(&fake).resolve("flux-system", "db").await.unwrap();
+    assert_eq!(resolved.revision, "main@sha1:0123abcd");
+    assert_eq!(
+        resolved.source.display_name(),
+        "GitRepository/flux-system/repo"
+    );
+    assert_eq!(resolved.rendered.objects, expected("vars.expected.yaml"));
+    let sts = &resolved.rendered.statefulsets[0];
+    assert_eq!((sts.namespace.as_str(), sts.name.as_str()), ("db", "db"));
+    // A new size in the ConfigMap is the size rendered next time.
+    fake.seed(db_sizes_config_map("8Gi"));
+    let resolved = resolver(&fake).resolve("flux-system", "db").await.unwrap();
+    assert_eq!(
+        resolved.rendered.statefulsets[0]
+            .object
+            .pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage"),
+        Some(&Value::from("8Gi"))
+    );
+    assert!(
+        fake.requests().iter().all(|r| !r.is_write()),
+        "render only reads"
+    );
+}
+
+#[tokio::test]
+async fn superseded_artifact_is_fetched_again_after_rereading_the_source() {
+    let (fake, server, url) = cluster().await;
+    // The source still advertises an artifact that was garbage-collected; when it is asked
+    // for, source-controller has meanwhile published the next revision.
+    let archive = artifact_of("vars");
+    let gone = server.url("gitrepository/flux-system/repo/old.tar.gz");
+    fake.seed(git_repository(&gone, &sha256(&archive), "main@sha1:old"));
+    let (fake2, digest) = (fake.clone(), sha256(&archive));
+    *server.state.on_missing.lock().unwrap() = Some(Box::new(move |_| {
+        fake2.seed(git_repository(&url, &digest, "main@sha1:0123abcd"));
+    }));
+    let resolved = resolver(&fake).resolve("flux-system", "db").await.unwrap();
+    assert_eq!(resolved.revision, "main@sha1:0123abcd");
+    assert_eq!(
+        server.requests(),
+        ["gitrepository/flux-system/repo/old.tar.gz", ARTIFACT_PATH]
+    );
+}
+
+#[tokio::test]
+async fn artifact_gone_twice_is_reported() {
+    let (fake, server, _) = cluster().await;
+    let gone = server.url("gitrepository/flux-system/repo/old.tar.gz");
+    fake.seed(git_repository(&gone, &sha256(b""), "main@sha1:old"));
+    let e = resolver(&fake)
+        .resolve("flux-system", "db")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("GitRepository/flux-system/repo"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("not found (404)"), "{e}");
+    assert_eq!(server.requests().len(), 2, "one re-read, not more");
+}
+
+#[tokio::test]
+async fn cluster_bad_inputs_name_the_object_by_table() {
+    type Setup = Box<dyn Fn(&FakeApiServer, &ArtifactServer)>;
+    let cases: Vec<(&str, &str, Setup, &str)> = vec![
+        (
+            "missing Kustomization",
+            "nope",
+            Box::new(|_, _| {}),
+            "Kustomization flux-system/nope not found",
+        ),
+        (
+            "missing source",
+            "db",
+            Box::new(|f, _| {
+                let mut ks: Value =
+                    serde_saphyr::from_str(&std::fs::read_to_string(data("vars.ks.yaml")).unwrap())
+                        .unwrap();
+                ks["spec"]["sourceRef"]["name"] = json!("other");
+                f.seed(ks);
+            }),
+            "GitRepository flux-system/other not found",
+        ),
+        (
+            "source without artifact",
+            "db",
+            Box::new(|f, _| {
+                let mut repo = git_repository("", "", "");
+                repo["status"] = json!({"conditions": [{"type": "Ready", "status": "False",
+                "reason": "GitOperationFailed", "message": "authentication required"}]});
+                f.seed(repo);
+            }),
+            "source GitRepository/flux-system/repo is not ready: it has no artifact (Ready=False: authentication required)",
+        ),
+        (
+            "digest mismatch",
+            "db",
+            Box::new(|f, s| {
+                let url = s.url(ARTIFACT_PATH);
+                f.seed(git_repository(
+                    &url,
+                    &sha256(b"another revision"),
+                    "main@sha1:0123abcd",
+                ));
+            }),
+            "source GitRepository/flux-system/repo: artifact http://",
+        ),
+        (
+            "missing substituteFrom ConfigMap",
+            "db",
+            Box::new(|f, _| {
+                let mut ks: Value =
+                    serde_saphyr::from_str(&std::fs::read_to_string(data("vars.ks.yaml")).unwrap())
+                        .unwrap();
+                ks["spec"]["postBuild"]["substituteFrom"][0]["name"] = json!("absent");
+                f.seed(ks);
+            }),
+            "substitute from 'ConfigMap/absent' error: configmaps \"absent\" not found",
+        ),
+        (
+            "unsupported source kind",
+            "db",
+            Box::new(|f, _| {
+                let mut ks: Value =
+                    serde_saphyr::from_str(&std::fs::read_to_string(data("vars.ks.yaml")).unwrap())
+                        .unwrap();
+                ks["spec"]["sourceRef"]["kind"] = json!("HelmRepository");
+                f.seed(ks);
+            }),
+            "unsupported spec.sourceRef.kind \"HelmRepository\"",
+        ),
+        (
+            "undefined variable",
+            "db",
+            Box::new(|f, _| {
+                f.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "db-sizes", "namespace": "flux-system"}, "data": {"OTHER": "x"}}));
+            }),
+            "variable not set (strict mode): \"DB_SIZE\"",
+        ),
+    ];
+    for (what, name, setup, needle) in cases {
+        let (fake, server, _) = cluster().await;
+        setup(&fake, &server);
+        let e = resolver(&fake)
+            .resolve("flux-system", name)
+            .await
+            .unwrap_err();
+        assert!(e.is_bad_input(), "{what}: {e}");
+        assert!(e.to_string().contains(needle), "{what}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_crd_is_told_apart_from_a_missing_object() {
+    let (fake, _server, _) = cluster().await;
+    let mut ks: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(data("vars.ks.yaml")).unwrap()).unwrap();
+    ks["spec"]["sourceRef"]["kind"] = json!("OCIRepository");
+    fake.seed(ks);
+    // Without the CRD the server answers 404 without details, and discovery 404s too.
+    let not_served = |nth| support::FaultRule {
+        method: None,
+        path_contains: "/apis/source.toolkit.fluxcd.io/v1".into(),
+        nth,
+        action: support::Fault::Status {
+            code: 404,
+            reason: "NotFound".into(),
+            message: "the server could not find the requested resource".into(),
+        },
+    };
+    fake.add_fault(not_served(0));
+    fake.add_fault(not_served(1));
+    let e = resolver(&fake)
+        .resolve("flux-system", "db")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ResolveError::Objects(ObjectsError::CrdMissing { .. })),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("the CRD ocirepositories.source.toolkit.fluxcd.io is not installed"),
+        "{e}"
+    );
+    // With the CRD served, the same missing object is just missing.
+    let e = resolver(&fake)
+        .resolve("flux-system", "db")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ResolveError::Objects(ObjectsError::NotFound { .. })),
+        "{e}"
+    );
+    assert_eq!(e.to_string(), "OCIRepository flux-system/repo not found");
+}
+
+#[tokio::test]
+async fn cli_renders_from_the_cluster_through_source_controller_localhost() {
+    let (fake, server, _) = cluster().await;
+    let archive = artifact_of("vars");
+    let in_cluster =
+        format!("http://source-controller.flux-system.svc.cluster.local./{ARTIFACT_PATH}");
+    fake.seed(git_repository(
+        &in_cluster,
+        &sha256(&archive),
+        "main@sha1:0123abcd",
+    ));
+    let served = fake.serve().await;
+    // The fake and the artifact server run on this test's runtime: wait for the binary
+    // asynchronously so they keep answering.
+    let run = async |args: &[&str]| {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+            .arg("render")
+            .args(args)
+            .env("KUBECONFIG", &served.kubeconfig)
+            .env("SOURCE_CONTROLLER_LOCALHOST", server.addr.to_string())
+            .output()
+            .await
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&["--kustomization", "flux-system/db", "--statefulsets"]).await;
+    assert_eq!(code, 0, "{err}");
+    let sts = render::parse_stream(&out).unwrap();
+    assert_eq!(sts.len(), 1);
+    assert_eq!(
+        sts[0].pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage"),
+        Some(&Value::from("5Gi"))
+    );
+    assert_eq!(server.requests(), [ARTIFACT_PATH]);
+
+    let (code, out, err) = run(&["--kustomization", "flux-system/absent"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("Kustomization flux-system/absent not found"),
+        "{err}"
     );
 }

@@ -150,6 +150,8 @@ pub struct ServerState {
     pub requests: Mutex<Vec<String>>,
     /// Stream bodies without Content-Length (so only the streaming cap can stop them).
     pub chunked: Mutex<bool>,
+    /// Called with the path before answering 404 (e.g. to publish a newer revision meanwhile).
+    pub on_missing: Mutex<Option<Box<dyn Fn(&str) + Send>>>,
 }
 
 /// A stand-in for source-controller's artifact server on 127.0.0.1:0.
@@ -212,7 +214,11 @@ async fn serve(State(state): State<Arc<ServerState>>, Path(path): Path<String>) 
     {
         return (StatusCode::from_u16(code).unwrap(), "injected failure").into_response();
     }
-    let Some(data) = state.files.lock().unwrap().get(&path).cloned() else {
+    let found = state.files.lock().unwrap().get(&path).cloned();
+    let Some(data) = found else {
+        if let Some(hook) = state.on_missing.lock().unwrap().as_ref() {
+            hook(&path);
+        }
         return (StatusCode::NOT_FOUND, "404 page not found").into_response();
     };
     if *state.chunked.lock().unwrap() {
