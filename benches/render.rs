@@ -34,7 +34,7 @@ fn file_text(f: usize) -> String {
 fn artifact_bytes() -> Vec<u8> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut b = tar::Builder::new(gz);
-    let mut dir = |name: &str| {
+    let dir = |name: &str| {
         let mut h = tar::Header::new_ustar();
         h.set_path(name).unwrap();
         h.set_entry_type(tar::EntryType::Directory);

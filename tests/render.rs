@@ -142,7 +142,9 @@ fn tiny_ks(path: &str) -> Kustomization {
 #[tokio::test]
 async fn bad_trees_are_refused_naming_the_file_by_table() {
     let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
-    let cases: Vec<(&str, Vec<(&str, &str)>, &str, Vec<&str>)> = vec![
+    // (what, artifact files, spec.path, what the error must say)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, Vec<&'a str>);
+    let cases: Vec<Case> = vec![
         (
             "missing spec.path",
             vec![("apps/a.yaml", cm)],

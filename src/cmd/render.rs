@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use flux_converger::flux::artifact::{self, FetchOptions, Fetcher, UnpackLimits};
@@ -215,7 +215,7 @@ enum Scratch {
     Dir(#[allow(dead_code)] tempfile::TempDir),
 }
 
-fn read_kustomization(path: &PathBuf) -> anyhow::Result<Kustomization> {
+fn read_kustomization(path: &Path) -> anyhow::Result<Kustomization> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
@@ -240,7 +240,7 @@ fn read_kustomization(path: &PathBuf) -> anyhow::Result<Kustomization> {
 
 /// `--vars`: what the Kustomization's `substituteFrom` would bring, in order: ConfigMap and
 /// Secret objects, or a plain mapping `NAME: value` (counted as one ConfigMap named after the file).
-fn read_vars(path: &PathBuf) -> anyhow::Result<Vec<VarSource>> {
+fn read_vars(path: &Path) -> anyhow::Result<Vec<VarSource>> {
     let shown = path.display().to_string();
     let docs = flux_converger::manifest::read_documents(&shown)?;
     let mut out = Vec::new();

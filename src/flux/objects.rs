@@ -399,7 +399,7 @@ pub enum ObjectsError {
         kind: String,
         namespace: String,
         name: String,
-        error: kube::Error,
+        error: Box<kube::Error>,
     },
 }
 
@@ -451,7 +451,7 @@ where
             kind,
             namespace: namespace.to_string(),
             name: name.to_string(),
-            error,
+            error: Box::new(error),
         }),
     }
 }

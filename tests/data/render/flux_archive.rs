@@ -142,6 +142,9 @@ pub fn files_under(dir: &std::path::Path) -> Vec<(String, String)> {
     out
 }
 
+/// Called with a path the server is about to answer 404 for.
+pub type MissingHook = Box<dyn Fn(&str) + Send>;
+
 /// What the server does for a path before serving it: queued statuses are answered first.
 #[derive(Default)]
 pub struct ServerState {
@@ -151,7 +154,7 @@ pub struct ServerState {
     /// Stream bodies without Content-Length (so only the streaming cap can stop them).
     pub chunked: Mutex<bool>,
     /// Called with the path before answering 404 (e.g. to publish a newer revision meanwhile).
-    pub on_missing: Mutex<Option<Box<dyn Fn(&str) + Send>>>,
+    pub on_missing: Mutex<Option<MissingHook>>,
 }
 
 /// A stand-in for source-controller's artifact server on 127.0.0.1:0.
