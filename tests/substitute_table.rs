@@ -1031,6 +1031,22 @@ fn substitute_document_follows_the_source_quoting() {
         other => panic!("want a YAML error, got {other:?}"),
     }
 
+    let enabled = "kind: ConfigMap\nmetadata:\n  name: cm\n  annotations:\n    kustomize.toolkit.fluxcd.io/substitute: enabled\ndata:\n  a: ${NOPE}\n";
+    assert_eq!(
+        substitute_document(enabled, &v, &STRICT).map_err(|e| e.to_string()),
+        Err("post build failed for 'ConfigMap/cm': envsubst error: variable substitution failed: variable not set (strict mode): \"NOPE\"".to_owned())
+    );
+    // Flux checks names for every substituted object, even one without any `${`.
+    let plain = "kind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  a: b\n";
+    assert_eq!(
+        substitute_document(plain, &vars(&[("a.b", "x")]), &STRICT).map_err(|e| e.to_string()),
+        Err("post build failed for 'ConfigMap/plain': envsubst error: 'a.b' var name is invalid, must match '^[_[:alpha:]][_[:alpha:][:digit:]]*$'".to_owned())
+    );
+    assert_eq!(
+        substitute_document(plain, &Variables::new(), &STRICT),
+        Ok(json!({"kind": "ConfigMap", "metadata": {"name": "plain"}, "data": {"a": "b"}}))
+    );
+
     assert!(matches!(
         substitute_document("a: [", &v, &STRICT),
         Err(SubstituteError::Document { .. })
@@ -1152,4 +1168,177 @@ spec:
         .map(|o| substitute_object(o, &v, &STRICT).expect("substitutes"))
         .collect();
     assert_eq!(from_objects, vec![want]);
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Characters that exercise every branch of the scanner, including multi-byte ones.
+    fn text() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop::sample::select(vec![
+                '$', '{', '}', ':', '-', '=', '#', '%', '/', '\\', '^', ',', '?', '+', '*', '[',
+                ']', 'a', 'b', '_', '1', ' ', '\n', 'é', 'ß', '日',
+            ]),
+            0..40,
+        )
+        .prop_map(|chars| chars.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(input in text(), strict in any::<bool>()) {
+            let v = vars(&[("a", "aé1"), ("b", ""), ("_", "/x/")]);
+            let _ = envsubst(&input, &v, strict);
+        }
+
+        #[test]
+        fn text_without_dollar_is_unchanged(input in text(), strict in any::<bool>()) {
+            let input = input.replace('$', "");
+            prop_assert_eq!(envsubst(&input, &Variables::new(), strict), Ok(input.clone()));
+        }
+
+        #[test]
+        fn escaped_reference_is_literal(name in "[A-Za-z_][A-Za-z0-9_]{0,8}", strict in any::<bool>()) {
+            let input = format!("x $${{{name}}} y");
+            prop_assert_eq!(envsubst(&input, &Variables::new(), strict), Ok(format!("x ${{{name}}} y")));
+        }
+
+        #[test]
+        fn set_variables_expand(name in "[A-Za-z_][A-Za-z0-9_]{0,8}", value in "[^\\x00]{0,12}") {
+            let v = vars(&[(name.as_str(), value.as_str())]);
+            let input = format!("<${{{name}}}>");
+            prop_assert_eq!(envsubst(&input, &v, true), Ok(format!("<{value}>")));
+        }
+    }
+}
+
+/// fluxcd/pkg `TestKustomizationVarsub`: its testdata built with `kubectl kustomize`, variables
+/// from the `app-vars` ConfigMap and the inline `substitute`, compared with its expected YAML.
+#[test]
+fn flux_kustomization_varsub_testdata() {
+    use flux_converger::flux::substitute::substitute_stream;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let files = [
+        (
+            "kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: apps\nresources:\n- ./deployment.yaml\n- ./config.yaml\n",
+        ),
+        (
+            "deployment.yaml",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\n  namespace: apps\n  labels:\n    environment: ${cluster_env:=dev}\n    region: ${cluster_region}\nspec:\n  selector:\n    matchLabels:\n      app: app\n  template:\n    metadata:\n      annotations:\n        prometheus.io/scrape: ${prometheus_scrape:=false}\n        prometheus.io/port: ${prometheus_port}\n      labels:\n        app: app\n    spec:\n      containers:\n      - name: nginx\n        image: ${image}\n        imagePullPolicy: IfNotPresent\n        resources:\n          limits:\n            cpu: 2000m\n            memory: 512Mi\n          requests:\n            cpu: 100m\n            memory: 64Mi\n",
+        ),
+        (
+            "config.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels:\n    kustomize.toolkit.fluxcd.io/substitute: disabled\n    environment: ${cluster_env:=dev}\n    region: ${cluster_region}\n  name: app-vars\n  namespace: apps\ndata:\n  prometheus_scrape: ${prometheus_scrape:=false}\n  prometheus_port: ${prometheus_port}\n  image: ${image}\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write testdata");
+    }
+    let out = std::process::Command::new("kubectl")
+        .args(["kustomize", "--load-restrictor=LoadRestrictionsNone"])
+        .arg(dir.path())
+        .output()
+        .expect("kubectl must be installed for this test");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stream = String::from_utf8(out.stdout).expect("kustomize prints UTF-8");
+
+    // testdata/configmap.yaml and the Kustomization's postBuild.substitute.
+    let app_vars = config_map(&[
+        ("prometheus_scrape", "\"true\""),
+        ("prometheus_port", "\"9797\""),
+        ("image", "nginx:1.21.4"),
+    ]);
+    let inline = BTreeMap::from([
+        ("cluster_env".to_owned(), "prod".to_owned()),
+        ("cluster_region".to_owned(), "eu-central-1".to_owned()),
+    ]);
+    let v = collect_variables(
+        &[VarSource::from_config_map(
+            "app-vars",
+            false,
+            Some(&app_vars),
+        )],
+        Some(&inline),
+    )
+    .expect("variables");
+    let got = substitute_stream(&stream, &v, &STRICT).expect("substitutes");
+
+    // testdata/kustomization_varsub_expected.yaml
+    let expected = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  labels:\n    environment: prod\n    region: eu-central-1\n  name: app\n  namespace: apps\nspec:\n  selector:\n    matchLabels:\n      app: app\n  template:\n    metadata:\n      annotations:\n        prometheus.io/port: \"9797\"\n        prometheus.io/scrape: \"true\"\n      labels:\n        app: app\n    spec:\n      containers:\n      - image: nginx:1.21.4\n        imagePullPolicy: IfNotPresent\n        name: nginx\n        resources:\n          limits:\n            cpu: 2000m\n            memory: 512Mi\n          requests:\n            cpu: 100m\n            memory: 64Mi\n---\napiVersion: v1\ndata:\n  image: ${image}\n  prometheus_port: ${prometheus_port}\n  prometheus_scrape: ${prometheus_scrape:=false}\nkind: ConfigMap\nmetadata:\n  labels:\n    environment: ${cluster_env:=dev}\n    kustomize.toolkit.fluxcd.io/substitute: disabled\n    region: ${cluster_region}\n  name: app-vars\n  namespace: apps\n";
+    let mut want: Vec<serde_json::Value> = expected
+        .split("---\n")
+        .map(|doc| serde_saphyr::from_str(doc).expect("expected YAML parses"))
+        .collect();
+    // kubectl's kustomize orders ConfigMaps first; Flux's build keeps file order.
+    let mut got = got;
+    let by_kind = |o: &serde_json::Value| o["kind"].as_str().unwrap_or_default().to_owned();
+    got.sort_by_key(by_kind);
+    want.sort_by_key(by_kind);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn var_sources_from_json_objects() {
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds"},
+        "data": {"PASSWORD": "czNjcjN0", "CERT": "bGluZTEKbGluZTIK"},
+        "stringData": {"USER": "admin"}
+    });
+    let got = VarSource::from_object(VarSourceKind::Secret, "creds", false, Some(&secret));
+    assert_eq!(
+        got.as_ref().map(|s| s.data.clone()),
+        Ok(Some(BTreeMap::from([
+            ("CERT".to_owned(), "line1\nline2\n".to_owned()),
+            ("PASSWORD".to_owned(), "s3cr3t".to_owned()),
+            ("USER".to_owned(), "admin".to_owned()),
+        ])))
+    );
+    let vars = collect_variables(&[got.expect("secret")], None);
+    assert_eq!(
+        vars.map(|v| v.get("CERT").cloned()),
+        Ok(Some("line1line2".to_owned()))
+    );
+
+    let cm = json!({"kind": "ConfigMap", "metadata": {"name": "v"}, "data": {"A": "1"}, "binaryData": {"B": "AAE="}});
+    assert_eq!(
+        VarSource::from_object(VarSourceKind::ConfigMap, "v", true, Some(&cm)).map(|s| s.data),
+        Ok(Some(BTreeMap::from([("A".to_owned(), "1".to_owned())])))
+    );
+    assert_eq!(
+        VarSource::from_object(VarSourceKind::ConfigMap, "v", true, None).map(|s| s.data),
+        Ok(None)
+    );
+    let bad_base64 = json!({"kind": "Secret", "data": {"A": "not base64!"}});
+    assert!(matches!(
+        VarSource::from_object(VarSourceKind::Secret, "s", false, Some(&bad_base64)),
+        Err(SubstituteError::Invalid(msg)) if msg.starts_with("substitute from 'Secret/s': ")
+    ));
+    assert_eq!(
+        VarSource::from_object(VarSourceKind::Secret, "v", false, Some(&cm))
+            .map_err(|e| e.to_string()),
+        Err("substitute from 'Secret/v': the object is a ConfigMap, not a Secret".to_owned())
+    );
+}
+
+#[test]
+fn nesting_depth() {
+    let nested = |depth: usize| format!("{}x{}", "${a:-".repeat(depth), "}".repeat(depth));
+    assert_eq!(
+        envsubst(&nested(200), &Variables::new(), true),
+        Ok("x".to_owned())
+    );
+    assert_eq!(
+        envsubst(&nested(100_000), &Variables::new(), true).map_err(|e| e.to_string()),
+        Err("substitutions nested deeper than 256 levels".to_owned())
+    );
 }

@@ -102,6 +102,46 @@ impl VarSource {
     }
 }
 
+impl VarSource {
+    /// From an object as JSON (a file, or a raw API answer), checked to be of the right kind;
+    /// a Secret's `data` is base64-decoded. `None` = not found.
+    pub fn from_object(
+        kind: VarSourceKind,
+        name: &str,
+        optional: bool,
+        found: Option<&serde_json::Value>,
+    ) -> Result<Self, SubstituteError> {
+        let Some(object) = found else {
+            return Ok(VarSource {
+                kind,
+                name: name.to_owned(),
+                optional,
+                data: None,
+            });
+        };
+        let actual = object.get("kind").and_then(serde_json::Value::as_str);
+        if actual.is_some_and(|k| k != kind.to_string()) {
+            return Err(SubstituteError::Invalid(format!(
+                "substitute from '{kind}/{name}': the object is a {}, not a {kind}",
+                actual.unwrap_or_default()
+            )));
+        }
+        let invalid = |e: serde_json::Error| {
+            SubstituteError::Invalid(format!("substitute from '{kind}/{name}': {e}"))
+        };
+        Ok(match kind {
+            VarSourceKind::ConfigMap => {
+                let cm: ConfigMap = serde_json::from_value(object.clone()).map_err(invalid)?;
+                VarSource::from_config_map(name, optional, Some(&cm))
+            }
+            VarSourceKind::Secret => {
+                let secret: Secret = serde_json::from_value(object.clone()).map_err(invalid)?;
+                VarSource::from_secret(name, optional, Some(&secret))
+            }
+        })
+    }
+}
+
 /// Merges the variables in Flux's order: each `substituteFrom` entry in turn (later wins), then
 /// the inline `postBuild.substitute` (wins over all). Newlines are removed from every value;
 /// every name must match [`VARIABLE_NAME_PATTERN`]. A missing non-optional source fails with
