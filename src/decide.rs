@@ -112,8 +112,13 @@ const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 
 /// Decides what converging `desired` over `live` takes.
 ///
-/// `claims` are the claims of the StatefulSet's namespace (others are ignored), `classes`
-/// all StorageClasses. `live == None` gives the empty plan.
+/// `claims` are the claims of the StatefulSet's namespace (others are ignored; a claim without
+/// namespace counts as in it), `classes` all StorageClasses. `live == None` gives the empty plan.
+///
+/// Checks run in a fixed order and the first failure is returned: other immutable spec fields,
+/// template names, then per template its other fields and shrink, then claims. A storage request
+/// that is missing or not a quantity (the server would never accept it) is refused as
+/// `rejected`; `manifest::Objects::from_documents` reports it as bad input before this runs.
 pub fn decide(
     desired: &StatefulSet,
     live: Option<&StatefulSet>,

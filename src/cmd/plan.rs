@@ -1,11 +1,303 @@
-//! `flux-converger plan` (to be implemented).
+//! `flux-converger plan`: what converging each desired StatefulSet would take, offline.
+//!
+//! Reads the desired objects and a cluster state from files, runs the same pure `decide` the
+//! converger runs, and prints the result as text, as the JSON contract, or as the kubectl
+//! commands that do it by hand. The commands are generated from the same `Plan` values, so the
+//! manual procedure cannot drift from what the converger does.
 
-use super::Exit;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use anyhow::Context as _;
+use flux_converger::decide::{Plan, Refusal, decide};
+use flux_converger::manifest::{Objects, read_documents};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use serde::Serialize;
+
+use super::{Exit, bad_input};
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// The desired objects (YAML, multi-document or a List; `-` reads stdin). Its StatefulSets
+    /// are planned; other kinds are ignored.
+    #[arg(long, value_name = "FILE")]
+    desired: String,
+    /// The cluster state: what `kubectl get statefulsets,persistentvolumeclaims,storageclasses
+    /// -A -o yaml` prints, or multi-document YAML (`-` reads stdin).
+    #[arg(long, value_name = "FILE")]
+    cluster_state: String,
+    /// Namespace of objects that have none.
+    #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
+    namespace: String,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+#[derive(Copy, Clone, Debug, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
+    Commands,
+}
+
+/// One desired StatefulSet and what deciding it gave.
+struct Outcome {
+    desired: StatefulSet,
+    live_found: bool,
+    result: Result<Plan, Refusal>,
+}
+
+/// The `-o json` contract (DESIGN.md §5, issue #2): keep it stable.
+#[derive(Serialize)]
+struct Report<'a> {
+    plans: Vec<&'a Plan>,
+    refusals: Vec<RefusalEntry<'a>>,
+}
+
+#[derive(Serialize)]
+struct RefusalEntry<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    code: &'a str,
+    message: &'a str,
+}
 
 pub async fn run(args: Args) -> anyhow::Result<Exit> {
-    let _ = args;
-    anyhow::bail!("`plan` is not implemented yet")
+    if args.desired == "-" && args.cluster_state == "-" {
+        return Err(bad_input(anyhow::anyhow!(
+            "--desired and --cluster-state cannot both read stdin (`-`)"
+        )));
+    }
+    let desired = read_documents(&args.desired)
+        .and_then(|docs| Objects::from_documents(&docs, &args.namespace))
+        .map_err(bad_input)?;
+    let cluster = read_documents(&args.cluster_state)
+        .and_then(|docs| Objects::from_documents(&docs, &args.namespace))
+        .map_err(bad_input)?;
+
+    let outcomes = plan_all(desired, &cluster);
+    let refused = outcomes.iter().any(|o| o.result.is_err());
+    let out = match args.output {
+        Output::Json => render_json(&outcomes)?,
+        Output::Text => render_text(&outcomes),
+        Output::Commands => render_commands(&outcomes)?,
+    };
+    print!("{out}");
+    Ok(if refused { Exit::Refused } else { Exit::Done })
+}
+
+fn plan_all(desired: Objects, cluster: &Objects) -> Vec<Outcome> {
+    let key = |s: &StatefulSet| {
+        (
+            s.metadata.namespace.clone().unwrap_or_default(),
+            s.metadata.name.clone().unwrap_or_default(),
+        )
+    };
+    let live: HashMap<_, _> = cluster
+        .statefulsets
+        .iter()
+        .map(|s| (key(&s.object), &s.object))
+        .collect();
+    let mut claims_by_namespace: HashMap<&str, Vec<PersistentVolumeClaim>> = HashMap::new();
+    for c in &cluster.claims {
+        let ns = c.metadata.namespace.as_deref().unwrap_or_default();
+        claims_by_namespace.entry(ns).or_default().push(c.clone());
+    }
+    desired
+        .statefulsets
+        .into_iter()
+        .map(|d| {
+            let k = key(&d.object);
+            let live = live.get(&k).copied();
+            let claims = claims_by_namespace
+                .get(k.0.as_str())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let result = decide(&d.object, live, claims, &cluster.classes);
+            match &result {
+                Ok(p) => tracing::debug!(
+                    statefulset = %format!("{}/{}", p.namespace, p.name),
+                    recreate = p.recreate,
+                    resize = p.resize.len(),
+                    deferred = p.deferred.len(),
+                    "planned"
+                ),
+                Err(r) => tracing::debug!(
+                    statefulset = %format!("{}/{}", r.namespace, r.name),
+                    code = %r.code,
+                    "refused"
+                ),
+            }
+            Outcome {
+                desired: d.object,
+                live_found: live.is_some(),
+                result,
+            }
+        })
+        .collect()
+}
+
+fn render_json(outcomes: &[Outcome]) -> anyhow::Result<String> {
+    let report = Report {
+        plans: outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref().ok())
+            .collect(),
+        refusals: outcomes
+            .iter()
+            .filter_map(|o| o.result.as_ref().err())
+            .map(|r| RefusalEntry {
+                namespace: &r.namespace,
+                name: &r.name,
+                code: r.code.as_str(),
+                message: &r.message,
+            })
+            .collect(),
+    };
+    let mut s = serde_json::to_string_pretty(&report).context("serialising the plan")?;
+    s.push('\n');
+    Ok(s)
+}
+
+fn render_text(outcomes: &[Outcome]) -> String {
+    let mut s = String::new();
+    let (mut planned, mut refused) = (0, 0);
+    for o in outcomes {
+        let plan = match &o.result {
+            Err(r) => {
+                refused += 1;
+                let _ = writeln!(
+                    s,
+                    "StatefulSet {}/{}: REFUSED ({})\n  {}\n  nothing would be written",
+                    r.namespace, r.name, r.code, r.message
+                );
+                continue;
+            }
+            Ok(p) => p,
+        };
+        planned += 1;
+        let _ = write!(s, "StatefulSet {}/{}: ", plan.namespace, plan.name);
+        if !o.live_found {
+            let _ = writeln!(
+                s,
+                "not in the cluster state; nothing to converge (applying creates it)"
+            );
+            continue;
+        }
+        let _ = match (
+            plan.recreate,
+            plan.resize.is_empty(),
+            plan.deferred.is_empty(),
+        ) {
+            (false, true, true) => writeln!(s, "nothing to do"),
+            (true, _, _) => writeln!(s, "grow claims, orphan-delete and re-apply the StatefulSet"),
+            (false, _, _) => writeln!(
+                s,
+                "grow lagging claims only (the StatefulSet already declares their size)"
+            ),
+        };
+        for g in &plan.grown {
+            let _ = writeln!(s, "  template {}: {} -> {}", g.template, g.from, g.to);
+        }
+        for r in &plan.resize {
+            let _ = writeln!(
+                s,
+                "  grow claim {} ({}, class {}): {} -> {}",
+                r.claim, r.template, r.storage_class, r.from, r.to
+            );
+        }
+        for d in &plan.deferred {
+            let _ = writeln!(s, "  defer claim {}: {}", d.claim, d.reason);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n{planned} planned, {refused} refused ({} StatefulSet(s) desired)",
+        outcomes.len()
+    );
+    s
+}
+
+/// Quotes `s` for a POSIX shell when it needs it.
+fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b));
+    if safe {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Ends the heredoc that carries the desired object; never a line of a YAML document.
+const HEREDOC_END: &str = "FLUX_CONVERGER_EOF";
+
+fn render_commands(outcomes: &[Outcome]) -> anyhow::Result<String> {
+    let mut s =
+        String::from("#!/bin/sh\n# Generated by `flux-converger plan -o commands`.\nset -eu\n");
+    for o in outcomes {
+        let plan = match &o.result {
+            Err(r) => {
+                let _ = writeln!(
+                    s,
+                    "\n# StatefulSet {}/{}: refused ({}): {}\n# nothing to run for it",
+                    r.namespace,
+                    r.name,
+                    r.code,
+                    r.message.replace('\n', "\n# ")
+                );
+                continue;
+            }
+            Ok(p) => p,
+        };
+        let ns = shell_quote(&plan.namespace);
+        let _ = writeln!(s, "\n# StatefulSet {}/{}", plan.namespace, plan.name);
+        if plan.resize.is_empty() && !plan.recreate {
+            let _ = writeln!(s, "# nothing to do");
+        }
+        for g in &plan.grown {
+            let _ = writeln!(s, "# template {}: {} -> {}", g.template, g.from, g.to);
+        }
+        for d in &plan.deferred {
+            let _ = writeln!(s, "# deferred {}: {}", d.claim, d.reason);
+        }
+        for r in &plan.resize {
+            let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": r.to.as_str()}}}});
+            let _ = writeln!(
+                s,
+                "kubectl patch pvc {} -n {ns} --type merge -p {}",
+                shell_quote(&r.claim),
+                shell_quote(&patch.to_string())
+            );
+        }
+        if plan.recreate {
+            let name = shell_quote(&plan.name);
+            let _ = writeln!(
+                s,
+                "# orphan-delete: pods, claims and revisions keep running and are adopted by the re-applied object"
+            );
+            let _ = writeln!(
+                s,
+                "kubectl delete statefulset {name} --cascade=orphan -n {ns}"
+            );
+            let _ = writeln!(
+                s,
+                "kubectl wait --for=delete statefulset/{name} -n {ns} --timeout=60s"
+            );
+            let yaml = serde_saphyr::to_string(&o.desired)
+                .context("serialising the desired StatefulSet")?;
+            let _ = write!(
+                s,
+                "kubectl apply --server-side --field-manager=kustomize-controller --force-conflicts -f - <<'{HEREDOC_END}'\n{yaml}"
+            );
+            if !yaml.ends_with('\n') {
+                s.push('\n');
+            }
+            let _ = writeln!(s, "{HEREDOC_END}");
+        }
+    }
+    Ok(s)
 }

@@ -1,0 +1,547 @@
+//! `flux-converger plan` end to end: the built binary on files, its JSON contract, exit codes
+//! (0 planned, 3 refused, 2 bad input) and the error messages for bad input.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_flux-converger");
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn example(name: &str) -> String {
+    repo(&format!("examples/grow/{name}")).display().to_string()
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn plan(args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(BIN)
+        .arg("plan")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the binary");
+    let mut input = child.stdin.take().expect("stdin");
+    input
+        .write_all(stdin.unwrap_or("").as_bytes())
+        .expect("write stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("wait");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn example_plan(output: &str) -> Run {
+    plan(
+        &[
+            "--desired",
+            &example("desired.yaml"),
+            "--cluster-state",
+            &example("cluster-state.yaml"),
+            "-o",
+            output,
+        ],
+        None,
+    )
+}
+
+/// Writes `text` to a file in `dir` and returns its path.
+fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).expect("write");
+    path.display().to_string()
+}
+
+fn fixture(path: &str) -> String {
+    std::fs::read_to_string(repo(&format!("tests/fixtures/{path}"))).expect("fixture")
+}
+
+/// The captured cluster: live `web` at 1Gi, one Bound claim, one Pending claim, both classes.
+fn captured_cluster() -> String {
+    let bound = fixture("v1.28/pvc-bound.yaml");
+    let pending = fixture("v1.28/pvc-pending.yaml").replace("name: data-web-0", "name: data-web-1");
+    format!(
+        "{}---\n{bound}---\n{pending}---\n{}",
+        fixture("v1.28/live-statefulset.yaml"),
+        fixture("v1.28/storageclasses.yaml")
+    )
+}
+
+fn json_of(run: &Run) -> Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout))
+}
+
+#[test]
+fn example_json_is_the_contract() {
+    let run = example_plan("json");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let expected = json!({
+        "plans": [
+            {
+                "namespace": "default",
+                "name": "web",
+                "recreate": true,
+                "grown": [{"template": "data", "from": "1Gi", "to": "2Gi"}],
+                "resize": [
+                    {"claim": "data-web-0", "template": "data", "storageClass": "expandable", "from": "1Gi", "to": "2Gi"},
+                    {"claim": "data-web-2", "template": "data", "storageClass": "expandable", "from": "1Gi", "to": "2Gi"},
+                    {"claim": "data-web-3", "template": "data", "storageClass": "expandable", "from": "1Gi", "to": "2Gi"}
+                ],
+                "deferred": [{
+                    "claim": "data-web-4",
+                    "reason": "claim is Pending, not Bound, so it cannot grow from 1Gi to 2Gi yet: the API server answers \"spec is immutable after creation except resources.requests for bound claims\""
+                }]
+            },
+            {
+                "namespace": "default",
+                "name": "cache",
+                "recreate": false,
+                "grown": [],
+                "resize": [
+                    {"claim": "data-cache-1", "template": "data", "storageClass": "expandable", "from": "256Mi", "to": "0.5Gi"}
+                ],
+                "deferred": []
+            }
+        ],
+        "refusals": []
+    });
+    assert_eq!(json_of(&run), expected);
+}
+
+#[test]
+fn example_text_is_readable() {
+    let run = example_plan("text");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for line in [
+        "StatefulSet default/web: grow claims, orphan-delete and re-apply the StatefulSet",
+        "  template data: 1Gi -> 2Gi",
+        "  grow claim data-web-3 (data, class expandable): 1Gi -> 2Gi",
+        "  defer claim data-web-4: claim is Pending",
+        "StatefulSet default/cache: grow lagging claims only",
+        "  grow claim data-cache-1 (data, class expandable): 256Mi -> 0.5Gi",
+        "2 planned, 0 refused",
+    ] {
+        assert!(
+            run.stdout.contains(line),
+            "missing {line:?} in\n{}",
+            run.stdout
+        );
+    }
+    assert!(!run.stdout.contains("data-web-1 "), "{}", run.stdout);
+    // Text is the default output.
+    let default = plan(
+        &[
+            "--desired",
+            &example("desired.yaml"),
+            "--cluster-state",
+            &example("cluster-state.yaml"),
+        ],
+        None,
+    );
+    assert_eq!(default.stdout, run.stdout);
+}
+
+#[test]
+fn example_commands_follow_the_plan() {
+    let run = example_plan("commands");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let commands: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("kubectl "))
+        .collect();
+    assert_eq!(
+        commands,
+        vec![
+            r#"kubectl patch pvc data-web-0 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}'"#,
+            r#"kubectl patch pvc data-web-2 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}'"#,
+            r#"kubectl patch pvc data-web-3 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}'"#,
+            "kubectl delete statefulset web --cascade=orphan -n default",
+            "kubectl wait --for=delete statefulset/web -n default --timeout=60s",
+            "kubectl apply --server-side --field-manager=kustomize-controller --force-conflicts -f - <<'FLUX_CONVERGER_EOF'",
+            // `cache` only lags: its claim is patched, the StatefulSet is left alone.
+            r#"kubectl patch pvc data-cache-1 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"0.5Gi"}}}}'"#,
+        ]
+    );
+    // The heredoc carries the desired StatefulSet, grown, with its namespace filled in.
+    let start = run
+        .stdout
+        .find("<<'FLUX_CONVERGER_EOF'\n")
+        .expect("heredoc")
+        + 22;
+    let len = run.stdout[start..]
+        .find("\nFLUX_CONVERGER_EOF\n")
+        .expect("heredoc end");
+    let docs =
+        flux_converger::manifest::parse_documents("heredoc", &run.stdout[start..start + len + 1])
+            .expect("the applied YAML parses");
+    assert_eq!(docs.len(), 1);
+    let sts = &docs[0].object;
+    assert_eq!(sts["kind"], "StatefulSet");
+    assert_eq!(sts["metadata"]["namespace"], "default");
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+    // And the whole output is a valid shell script.
+    let sh = Command::new("sh")
+        .arg("-n")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(run.stdout.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("sh -n");
+    assert!(
+        sh.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sh.stderr)
+    );
+}
+
+#[test]
+fn the_captured_growth_from_fixtures_and_stdin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(&dir, "cluster.yaml", &captured_cluster());
+    let run = plan(
+        &["--desired", "-", "--cluster-state", &cluster, "-o", "json"],
+        Some(&fixture("v1.28/desired-statefulset-2Gi.yaml")),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v = json_of(&run);
+    assert_eq!(v["plans"][0]["recreate"], true);
+    assert_eq!(v["plans"][0]["resize"][0]["claim"], "data-web-0");
+    assert_eq!(v["plans"][0]["deferred"][0]["claim"], "data-web-1");
+    // Nothing grew: nothing to do, and the commands are only comments.
+    let run = plan(
+        &[
+            "--desired",
+            "-",
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "commands",
+        ],
+        Some(&fixture("v1.28/desired-statefulset-1Gi.yaml")),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains("kubectl "), "{}", run.stdout);
+    assert!(run.stdout.contains("# nothing to do"), "{}", run.stdout);
+}
+
+#[test]
+fn refusals_exit_3_and_keep_the_other_plans() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(&dir, "cluster.yaml", &captured_cluster());
+    let shrink =
+        fixture("v1.28/desired-statefulset-1Gi.yaml").replace("storage: 1Gi", "storage: 512Mi");
+    let other = fixture("v1.28/desired-statefulset-1Gi.yaml")
+        .replace("name: web\n  namespace", "name: db\n  namespace");
+    let desired = file(&dir, "desired.yaml", &format!("{shrink}---\n{other}"));
+    let run = plan(
+        &[
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    let v = json_of(&run);
+    assert_eq!(v["plans"].as_array().map(Vec::len), Some(1));
+    assert_eq!(v["plans"][0]["name"], "db");
+    assert_eq!(v["plans"][0]["recreate"], false);
+    let refusal = &v["refusals"][0];
+    assert_eq!(refusal["namespace"], "default");
+    assert_eq!(refusal["name"], "web");
+    assert_eq!(refusal["code"], "shrink");
+    let message = refusal["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("\"data\"")
+            && message.contains("1Gi (live)")
+            && message.contains("512Mi (desired)"),
+        "{message}"
+    );
+
+    let text = plan(&["--desired", &desired, "--cluster-state", &cluster], None);
+    assert_eq!(text.code, 3);
+    assert!(
+        text.stdout
+            .contains("StatefulSet default/web: REFUSED (shrink)"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains("1 planned, 1 refused"),
+        "{}",
+        text.stdout
+    );
+    let commands = plan(
+        &[
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "commands",
+        ],
+        None,
+    );
+    assert_eq!(commands.code, 3);
+    assert!(
+        commands
+            .stdout
+            .contains("# StatefulSet default/web: refused (shrink)"),
+        "{}",
+        commands.stdout
+    );
+    assert!(!commands.stdout.contains("kubectl "), "{}", commands.stdout);
+}
+
+#[test]
+fn each_refusal_code_reaches_the_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(&dir, "cluster.yaml", &captured_cluster());
+    let grown = fixture("v1.28/desired-statefulset-2Gi.yaml");
+    let cases = [
+        ("shrink", grown.replace("storage: 2Gi", "storage: 1G")),
+        (
+            "template-changed",
+            grown.replace("storageClassName: expandable", "storageClassName: fixed"),
+        ),
+        (
+            "other-immutable",
+            grown.replace("serviceName: web", "serviceName: web-headless"),
+        ),
+        ("not-expandable", grown.clone()),
+    ];
+    for (code, desired) in cases {
+        let cluster = if code == "not-expandable" {
+            file(
+                &dir,
+                "fixed.yaml",
+                // The claims' class only (the template's is indented deeper).
+                &captured_cluster().replace(
+                    "\n  storageClassName: expandable",
+                    "\n  storageClassName: fixed",
+                ),
+            )
+        } else {
+            cluster.clone()
+        };
+        let desired = file(&dir, "d.yaml", &desired);
+        let run = plan(
+            &[
+                "--desired",
+                &desired,
+                "--cluster-state",
+                &cluster,
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        assert_eq!(run.code, 3, "{code}: {}", run.stdout);
+        assert_eq!(json_of(&run)["refusals"][0]["code"], code, "{}", run.stdout);
+    }
+}
+
+#[test]
+fn namespace_flag_defaults_objects_without_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The cluster has `web` in `team` only.
+    let cluster = file(
+        &dir,
+        "cluster.yaml",
+        &captured_cluster().replace("namespace: default", "namespace: team"),
+    );
+    let desired_text =
+        fixture("v1.28/desired-statefulset-2Gi.yaml").replace("  namespace: default\n", "");
+    let desired = file(&dir, "desired.yaml", &desired_text);
+    let run = plan(
+        &[
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "--namespace",
+            "team",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v = json_of(&run);
+    assert_eq!(v["plans"][0]["namespace"], "team");
+    assert_eq!(v["plans"][0]["recreate"], true);
+    assert_eq!(v["plans"][0]["resize"][0]["claim"], "data-web-0");
+    // Without the flag it lands in `default`, where nothing lives: the empty plan.
+    let run = plan(
+        &[
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        json_of(&run),
+        json!({"plans": [{"namespace": "default", "name": "web", "recreate": false, "grown": [], "resize": [], "deferred": []}], "refusals": []})
+    );
+    let text = plan(&["--desired", &desired, "--cluster-state", &cluster], None);
+    assert!(
+        text.stdout.contains("not in the cluster state"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn desired_as_a_list_and_other_kinds_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(&dir, "cluster.yaml", &captured_cluster());
+    let sts = fixture("v1.28/desired-statefulset-2Gi.yaml");
+    let item: String = sts
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect::<String>()
+        .replacen("  apiVersion", "- apiVersion", 1);
+    let list = format!(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: c}}\n{item}"
+    );
+    let desired = file(&dir, "list.yaml", &list);
+    let run = plan(
+        &[
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v = json_of(&run);
+    assert_eq!(v["plans"].as_array().map(Vec::len), Some(1));
+    assert_eq!(v["plans"][0]["grown"][0]["to"], "2Gi");
+    // No StatefulSet at all: nothing to plan, still success.
+    let none = file(
+        &dir,
+        "none.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+    );
+    let run = plan(
+        &[
+            "--desired",
+            &none,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(json_of(&run), json!({"plans": [], "refusals": []}));
+}
+
+#[test]
+fn bad_input_exits_2_naming_file_document_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(&dir, "cluster.yaml", &captured_cluster());
+    let sts = fixture("v1.28/desired-statefulset-2Gi.yaml");
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n";
+    let missing = dir.path().join("nope.yaml").display().to_string();
+    let cases: Vec<(&str, String, Vec<String>)> = vec![
+        ("unreadable file", missing.clone(), vec![format!("{missing}: cannot read")]),
+        ("invalid YAML", file(&dir, "bad.yaml", &format!("{cm}---\n{cm}---\nkind: [unclosed\n")), vec!["bad.yaml: document 2: invalid YAML".into(), "line 9".into()]),
+        ("not a mapping", file(&dir, "scalar.yaml", &format!("{cm}---\njust text\n")), vec!["scalar.yaml: document 1".into(), "must be a mapping".into()]),
+        ("StatefulSet without name", file(&dir, "noname.yaml", &format!("{cm}---\n{}", sts.replace("  name: web\n", "")))
+            , vec!["noname.yaml: document 1 (StatefulSet".into(), "field metadata.name: missing".into()]),
+        ("unparsable quantity", file(&dir, "qty.yaml", &sts.replace("storage: 2Gi", "storage: 2GB")),
+            vec!["qty.yaml: document 0 (StatefulSet default/web): field spec.volumeClaimTemplates[0].spec.resources.requests.storage: \"2GB\" is not a Kubernetes quantity".into()]),
+        ("template without name", file(&dir, "tname.yaml", &sts.replace("      name: data\n", "      labels: {a: b}\n")),
+            vec!["field spec.volumeClaimTemplates[0].metadata.name: missing".into()]),
+        ("wrong type", file(&dir, "type.yaml", &sts.replace("replicas: 3", "replicas: three")),
+            vec!["type.yaml: document 0 (StatefulSet default/web): field spec.replicas: invalid type".into()]),
+    ];
+    for (what, desired, words) in cases {
+        let run = plan(&["--desired", &desired, "--cluster-state", &cluster], None);
+        assert_eq!(run.code, 2, "{what}: {}{}", run.stdout, run.stderr);
+        assert!(run.stdout.is_empty(), "{what}: {}", run.stdout);
+        for w in words {
+            assert!(
+                run.stderr.contains(&w),
+                "{what}: {w:?} not in {}",
+                run.stderr
+            );
+        }
+    }
+    // The cluster state is checked the same way.
+    let bad_claim = file(
+        &dir,
+        "claims.yaml",
+        &captured_cluster().replace(
+            "storage: 1Gi\n  storageClassName: expandable\n  volumeMode: Filesystem\n  volumeName",
+            "storage: lots\n  storageClassName: expandable\n  volumeMode: Filesystem\n  volumeName",
+        ),
+    );
+    let desired = file(&dir, "desired.yaml", &sts);
+    let run = plan(
+        &["--desired", &desired, "--cluster-state", &bad_claim],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("claims.yaml: document 1 (PersistentVolumeClaim default/data-web-0): field spec.resources.requests.storage: \"lots\""), "{}", run.stderr);
+    // Both from stdin, and usage errors.
+    let run = plan(&["--desired", "-", "--cluster-state", "-"], Some(&sts));
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("cannot both read stdin"),
+        "{}",
+        run.stderr
+    );
+    let run = plan(
+        &[
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "yaml",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let run = plan(&["--desired", &desired], None);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+}
