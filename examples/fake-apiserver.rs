@@ -77,13 +77,14 @@ async fn main() -> anyhow::Result<()> {
         let log = fake.requests();
         for r in &log[seen..] {
             eprintln!(
-                "{} {}{}{} manager={} dryRun={}",
+                "{} {}{}{} manager={} dryRun={} -> {}",
                 r.method,
                 r.path,
                 if r.query.is_empty() { "" } else { "?" },
                 r.query,
                 r.field_manager.as_deref().unwrap_or("-"),
-                r.dry_run
+                r.dry_run,
+                r.code.map_or("…".to_string(), |c| c.to_string()),
             );
         }
         seen = log.len();

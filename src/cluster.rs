@@ -1,1 +1,495 @@
-//! Issue #3: to be implemented.
+//! [`Cluster`](crate::converge::Cluster) over a `kube::Client`.
+//!
+//! Every call runs under its own deadline: an API server that stops answering must turn into
+//! an error naming the call and the object, never into a converge that hangs with a
+//! StatefulSet half done. Errors keep the server's status (code, reason, message, causes)
+//! because `converge` tells refusals (4xx of the dry run) from failures to retry (5xx,
+//! timeouts, connection errors) by them.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions, PropagationPolicy,
+    WatchEvent, WatchParams,
+};
+use serde::Serialize;
+
+use crate::converge::{Cluster, DeleteOutcome, WaitOutcome};
+
+/// Field manager of the StatefulSet dry run and re-apply: parity with Flux (DESIGN.md §5).
+pub const FLUX_FIELD_MANAGER: &str = "kustomize-controller";
+/// Field manager of everything else the converger writes (claims, journal).
+pub const FIELD_MANAGER: &str = "flux-converger";
+
+/// Why one API call failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum CallErrorKind {
+    /// The server answered with a failure status.
+    Api {
+        code: u16,
+        reason: String,
+        message: String,
+        /// The messages of `details.causes`, where the server gave any.
+        causes: Vec<String>,
+    },
+    /// No answer within the call's deadline: the call was cancelled.
+    Timeout { after_ms: u64 },
+    /// The connection failed or broke (nothing is known about whether a write happened).
+    Connection { message: String },
+    /// Anything else (a body that does not decode, a request that cannot be built).
+    Other { message: String },
+}
+
+/// One failed API call, naming the call and the object it was about.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{call} {object}: {kind}")]
+pub struct CallError {
+    /// What was asked, e.g. `get StatefulSet` or `patch PersistentVolumeClaim`.
+    pub call: String,
+    /// `Kind namespace/name` of the object.
+    pub object: String,
+    /// Boxed: errors travel through every `Result` of the converge and should stay small.
+    pub kind: Box<CallErrorKind>,
+}
+
+impl std::fmt::Display for CallErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallErrorKind::Api {
+                code,
+                reason,
+                message,
+                ..
+            } => write!(f, "the server answered {code} {reason}: {message}"),
+            CallErrorKind::Timeout { after_ms } => {
+                write!(f, "no answer within {after_ms} ms (call cancelled)")
+            }
+            CallErrorKind::Connection { message } => write!(f, "connection failed: {message}"),
+            CallErrorKind::Other { message } => f.write_str(message),
+        }
+    }
+}
+
+impl CallError {
+    pub fn new(call: impl Into<String>, object: impl Into<String>, kind: CallErrorKind) -> Self {
+        CallError {
+            call: call.into(),
+            object: object.into(),
+            kind: Box::new(kind),
+        }
+    }
+
+    /// A failure status from the server.
+    pub fn api(
+        call: impl Into<String>,
+        object: impl Into<String>,
+        code: u16,
+        reason: &str,
+        message: &str,
+    ) -> Self {
+        CallError::new(
+            call,
+            object,
+            CallErrorKind::Api {
+                code,
+                reason: reason.to_string(),
+                message: message.to_string(),
+                causes: Vec::new(),
+            },
+        )
+    }
+
+    /// The HTTP status the server answered, if it answered.
+    pub fn code(&self) -> Option<u16> {
+        match self.kind.as_ref() {
+            CallErrorKind::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The server's own words (message and causes), empty when it did not answer.
+    pub fn server_text(&self) -> String {
+        match self.kind.as_ref() {
+            CallErrorKind::Api {
+                message, causes, ..
+            } => {
+                let mut text = message.clone();
+                for cause in causes {
+                    if !text.contains(cause.as_str()) {
+                        text.push_str("; ");
+                        text.push_str(cause);
+                    }
+                }
+                text
+            }
+            _ => String::new(),
+        }
+    }
+
+    fn from_kube(call: &str, object: &str, e: kube::Error) -> Self {
+        let kind = match e {
+            kube::Error::Api(status) => CallErrorKind::Api {
+                code: status.code,
+                reason: status.reason.clone(),
+                message: status.message.clone(),
+                causes: status
+                    .details
+                    .as_ref()
+                    .map(|d| d.causes.iter().map(|c| c.message.clone()).collect())
+                    .unwrap_or_default(),
+            },
+            kube::Error::HyperError(e) => CallErrorKind::Connection {
+                message: e.to_string(),
+            },
+            kube::Error::Service(e) => CallErrorKind::Connection {
+                message: e.to_string(),
+            },
+            kube::Error::ReadEvents(e) => CallErrorKind::Connection {
+                message: e.to_string(),
+            },
+            other => CallErrorKind::Other {
+                message: other.to_string(),
+            },
+        };
+        CallError::new(call, object, kind)
+    }
+}
+
+/// Runs one API call under `deadline`, mapping kube's error and the timeout to a [`CallError`].
+pub async fn with_deadline<T>(
+    deadline: Duration,
+    call: &str,
+    object: &str,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, CallError> {
+    match tokio::time::timeout(deadline, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(CallError::from_kube(call, object, e)),
+        Err(_) => Err(CallError::new(
+            call,
+            object,
+            CallErrorKind::Timeout {
+                after_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+            },
+        )),
+    }
+}
+
+pub(crate) fn sts_object(namespace: &str, name: &str) -> String {
+    format!("StatefulSet {namespace}/{name}")
+}
+
+/// A client acting as a Kustomization's service account (`spec.serviceAccountName`), as
+/// kustomize-controller does: a converge then can do no more than Flux itself could.
+pub fn impersonating_client(
+    config: &kube::Config,
+    namespace: &str,
+    service_account: &str,
+) -> Result<kube::Client, kube::Error> {
+    let mut config = config.clone();
+    config.auth_info.impersonate = Some(format!(
+        "system:serviceaccount:{namespace}:{service_account}"
+    ));
+    kube::Client::try_from(config)
+}
+
+/// [`Cluster`] over a `kube::Client`; writes as the client's identity.
+#[derive(Clone)]
+pub struct KubeCluster {
+    client: kube::Client,
+    call_timeout: Duration,
+}
+
+impl KubeCluster {
+    /// `call_timeout` bounds each call (not the wait for a deletion, which has its own bound).
+    pub fn new(client: kube::Client, call_timeout: Duration) -> Self {
+        KubeCluster {
+            client,
+            call_timeout,
+        }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    fn statefulsets(&self, namespace: &str) -> Api<StatefulSet> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn apply_with(
+        &self,
+        object: &StatefulSet,
+        dry_run: bool,
+    ) -> Result<StatefulSet, CallError> {
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let call = if dry_run {
+            "server-side apply dry run of"
+        } else {
+            "server-side apply of"
+        };
+        let mut params = PatchParams::apply(FLUX_FIELD_MANAGER).force();
+        if dry_run {
+            params = params.dry_run();
+        }
+        with_deadline(
+            self.call_timeout,
+            call,
+            &sts_object(&namespace, &name),
+            self.statefulsets(&namespace)
+                .patch(&name, &params, &Patch::Apply(object)),
+        )
+        .await
+    }
+
+    /// One watch from `resource_version` until the object with `uid` is gone, or replaced.
+    /// `Ok(None)` means the watch ended (server timeout, 410) before an answer.
+    async fn watch_once(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        resource_version: &str,
+        server_timeout: u32,
+    ) -> Result<Option<WaitOutcome>, CallError> {
+        let object = sts_object(namespace, name);
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(server_timeout.max(1));
+        let api = self.statefulsets(namespace);
+        let stream = match with_deadline(
+            self.call_timeout,
+            "watch",
+            &object,
+            api.watch(&params, resource_version),
+        )
+        .await
+        {
+            Ok(stream) => stream,
+            // Expired version answered as a status rather than as an event: list and re-watch.
+            Err(e) if e.code() == Some(410) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut stream = stream
+            .map_err(|e| CallError::from_kube("watch", &object, e))
+            .boxed();
+        while let Some(event) = stream.next().await {
+            match event? {
+                WatchEvent::Deleted(sts) if sts.metadata.uid.as_deref() == Some(uid) => {
+                    return Ok(Some(WaitOutcome::Gone));
+                }
+                WatchEvent::Added(sts) | WatchEvent::Modified(sts)
+                    if sts.metadata.uid.as_deref() != Some(uid) =>
+                {
+                    return Ok(Some(WaitOutcome::Replaced {
+                        uid: sts.metadata.uid.unwrap_or_default(),
+                    }));
+                }
+                WatchEvent::Error(status) if status.code == 410 => return Ok(None),
+                WatchEvent::Error(status) => {
+                    return Err(CallError::from_kube(
+                        "watch",
+                        &object,
+                        kube::Error::Api(status),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Where a (re-)watch starts: a list of the one name gives both the object and the
+    /// collection's resourceVersion, which (unlike the object's own) is not older than a
+    /// compaction that just expired the previous watch.
+    async fn current(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<Result<String, WaitOutcome>, CallError> {
+        let params = ListParams::default().fields(&format!("metadata.name={name}"));
+        let list = with_deadline(
+            self.call_timeout,
+            "list",
+            &sts_object(namespace, name),
+            self.statefulsets(namespace).list(&params),
+        )
+        .await?;
+        let found = list
+            .items
+            .into_iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name));
+        match found {
+            None => Ok(Err(WaitOutcome::Gone)),
+            Some(sts) if sts.metadata.uid.as_deref() != Some(uid) => {
+                Ok(Err(WaitOutcome::Replaced {
+                    uid: sts.metadata.uid.unwrap_or_default(),
+                }))
+            }
+            Some(_) => Ok(Ok(list.metadata.resource_version.unwrap_or_default())),
+        }
+    }
+}
+
+impl Cluster for KubeCluster {
+    async fn get_statefulset(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<StatefulSet>, CallError> {
+        with_deadline(
+            self.call_timeout,
+            "get",
+            &sts_object(namespace, name),
+            self.statefulsets(namespace).get_opt(name),
+        )
+        .await
+    }
+
+    async fn list_claims(&self, namespace: &str) -> Result<Vec<PersistentVolumeClaim>, CallError> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let list = with_deadline(
+            self.call_timeout,
+            "list",
+            &format!("PersistentVolumeClaims of namespace {namespace}"),
+            api.list(&ListParams::default()),
+        )
+        .await?;
+        Ok(list.items)
+    }
+
+    async fn list_storage_classes(&self) -> Result<Vec<StorageClass>, CallError> {
+        let api: Api<StorageClass> = Api::all(self.client.clone());
+        let list = with_deadline(
+            self.call_timeout,
+            "list",
+            "StorageClasses",
+            api.list(&ListParams::default()),
+        )
+        .await?;
+        Ok(list.items)
+    }
+
+    async fn dry_run_apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        self.apply_with(object, true).await
+    }
+
+    async fn resize_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        storage: &str,
+    ) -> Result<(), CallError> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": storage}}}});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        with_deadline(
+            self.call_timeout,
+            "merge patch of spec.resources.requests.storage of",
+            &format!("PersistentVolumeClaim {namespace}/{claim}"),
+            api.patch(claim, &params, &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn orphan_delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<DeleteOutcome, CallError> {
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Orphan),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let result = with_deadline(
+            self.call_timeout,
+            "orphan delete of",
+            &sts_object(namespace, name),
+            self.statefulsets(namespace).delete(name, &params),
+        )
+        .await;
+        match result {
+            // Left: the object, now terminating; Right: a status, the object is already gone.
+            Ok(answer) => Ok(match answer.left() {
+                Some(sts) => DeleteOutcome::Deleting {
+                    resource_version: sts.metadata.resource_version,
+                },
+                None => DeleteOutcome::Gone,
+            }),
+            Err(e) if e.code() == Some(404) => Ok(DeleteOutcome::Gone),
+            Err(e) if e.code() == Some(409) => Ok(DeleteOutcome::UidMismatch {
+                message: e.server_text(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn wait_gone(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        from_resource_version: Option<&str>,
+        timeout: Duration,
+    ) -> Result<WaitOutcome, CallError> {
+        let object = sts_object(namespace, name);
+        let started = tokio::time::Instant::now();
+        let wait = async {
+            let mut version = match from_resource_version {
+                Some(v) => v.to_string(),
+                None => match self.current(namespace, name, uid).await? {
+                    Ok(v) => v,
+                    Err(done) => return Ok(done),
+                },
+            };
+            loop {
+                let left = timeout.saturating_sub(started.elapsed());
+                let server_timeout =
+                    u32::try_from(left.as_secs().saturating_add(1)).unwrap_or(u32::MAX);
+                if let Some(done) = self
+                    .watch_once(namespace, name, uid, &version, server_timeout)
+                    .await?
+                {
+                    return Ok(done);
+                }
+                // The watch ended without an answer (server timeout or an expired version):
+                // look once, then watch again from what we saw.
+                version = match self.current(namespace, name, uid).await? {
+                    Ok(v) => v,
+                    Err(done) => return Ok(done),
+                };
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::new(
+                "wait for the deletion of",
+                object,
+                CallErrorKind::Timeout {
+                    after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                },
+            )),
+        }
+    }
+
+    async fn apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        self.apply_with(object, false).await
+    }
+}

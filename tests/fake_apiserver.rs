@@ -878,6 +878,7 @@ async fn faults_and_request_log() {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"}, "spec": {"replicas": 4}
     }))).await.unwrap();
     let log = fake.requests();
+    assert!(fake.writes().is_empty(), "a dry run is no write");
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].method, Method::PATCH);
     assert_eq!(
@@ -886,6 +887,7 @@ async fn faults_and_request_log() {
     );
     assert_eq!(log[0].field_manager.as_deref(), Some("flux-converger"));
     assert!(log[0].dry_run && !log[0].is_write() && log[0].is_apply());
+    assert_eq!(log[0].code, Some(200));
     let dp = DeleteParams {
         dry_run: true,
         ..DeleteParams::orphan()
@@ -1467,16 +1469,13 @@ async fn kube_runtime_waits_for_a_deletion() {
             .is_some(),
         "finalizer first"
     );
-    let gone = tokio::time::timeout(
-        Duration::from_secs(5),
-        kube::runtime::wait::await_condition(
-            api,
-            "web",
-            kube::runtime::conditions::is_deleted(uid),
-        ),
+    let gone = kube::runtime::wait::await_condition(
+        api,
+        "web",
+        kube::runtime::conditions::is_deleted(uid),
     )
     .await;
-    assert!(matches!(gone, Ok(Ok(None))), "{gone:?}");
+    assert!(matches!(gone, Ok(None)), "{gone:?}");
 }
 
 #[tokio::test]
@@ -1844,6 +1843,8 @@ async fn undecodable_bodies_are_bad_requests_not_panics() {
         json!({"spec": {"updateStrategy": "OnDelete"}}),
         json!({"spec": {"volumeClaimTemplates": [{"spec": 1}]}}),
         json!({"metadata": []}),
+        json!({"metadata": {"labels": "app"}}),
+        json!({"spec": {"template": {"metadata": {"labels": ["app"]}}}}),
     ] {
         let (code, body) = raw(
             &client,
@@ -1983,6 +1984,8 @@ fn quantities_are_stored_in_canonical_form_and_compared_by_value() {
         ("0", "0"),
         ("1e3", "1e3"),
         ("1000e3", "1e6"),
+        // Out of the fake's range: kept as written, never a panic in the handler.
+        ("1e-100", "1e-100"),
     ] {
         assert_eq!(canonical_str(input), want, "{input}");
     }
@@ -1992,6 +1995,7 @@ fn quantities_are_stored_in_canonical_form_and_compared_by_value() {
         ("2Gi", "2000Mi", Greater),
         ("1.5Gi", "1536Mi", Equal),
         ("100m", "0.1", Equal),
+        ("999999999999999999999999999999999999", "1", Greater),
     ] {
         assert_eq!(cmp_str(a, b), want, "{a} vs {b}");
     }
@@ -2078,4 +2082,688 @@ async fn kubectl_style_watches_get_one_row_tables() {
     assert_eq!(event["object"]["kind"], "Table");
     assert_eq!(event["object"]["rows"][0]["cells"][0], "web");
     assert_eq!(event["object"]["rows"][0]["cells"][1], "0/3");
+}
+
+#[tokio::test]
+async fn label_filtered_watches_see_objects_enter_and_leave() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::default_namespaced(client);
+    let rv = fake.resource_version().to_string();
+    let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+    cm.metadata.name = Some("j".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let label = |v: &str| Patch::Merge(json!({"metadata": {"labels": {"role": v}}}));
+    cms.patch("j", &PatchParams::default(), &label("intent"))
+        .await
+        .unwrap();
+    cms.patch("j", &PatchParams::default(), &label("result"))
+        .await
+        .unwrap();
+    let events: Vec<String> = cms
+        .watch(
+            &WatchParams::default().labels("role=intent").timeout(1),
+            &rv,
+        )
+        .await
+        .unwrap()
+        .map_ok(|e| match e {
+            WatchEvent::Added(_) => "ADDED".to_string(),
+            WatchEvent::Modified(_) => "MODIFIED".to_string(),
+            WatchEvent::Deleted(_) => "DELETED".to_string(),
+            other => format!("{other:?}"),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(events, ["ADDED", "DELETED"]);
+}
+
+#[tokio::test]
+async fn v1_32_refuses_the_grown_template_with_its_fixture_and_accepts_the_proof_without_template_meta()
+ {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    fake.seed_fixture("v1.32/live-statefulset.yaml");
+    let client = fake.client();
+    let path = format!("{STS}/web?fieldManager=kustomize-controller&force=true&dryRun=All");
+    let grown = fixture_yaml("v1.28/desired-statefulset-2Gi.yaml");
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(grown.clone()),
+    )
+    .await;
+    assert_eq!(
+        (code, body),
+        (
+            422,
+            fixture_json("v1.32/error-statefulset-update-forbidden.json")
+        )
+    );
+    // The proof object: live templates put back without their status/apiVersion/kind.
+    let live = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    let mut templates = live["spec"]["volumeClaimTemplates"].clone();
+    for t in templates.as_array_mut().unwrap() {
+        let t = t.as_object_mut().unwrap();
+        for k in ["status", "apiVersion", "kind"] {
+            t.remove(k);
+        }
+    }
+    let mut proof = grown;
+    proof["spec"]["volumeClaimTemplates"] = templates;
+    proof["spec"]["template"]["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    proof["spec"]["persistentVolumeClaimRetentionPolicy"] = json!({"whenScaled": "Delete"});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &path,
+        Some("application/apply-patch+yaml"),
+        Some(proof),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        meta(&body, "generation"),
+        2,
+        "the dry run shows the would-be generation"
+    );
+    assert_eq!(
+        meta(
+            &fake
+                .get("apps/v1", "StatefulSet", Some("default"), "web")
+                .unwrap(),
+            "generation"
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_deleting_object_takes_no_new_finalizers_and_goes_when_the_last_is_removed() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    fake.set_orphan_gc(GcMode::Stuck);
+    let client = fake.client();
+    let api = sts_api(&client, "default");
+    api.delete("web", &DeleteParams::orphan()).await.unwrap();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"finalizers": ["orphan", "example.com/hold"]}})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "StatefulSet.apps \"web\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/hold\"}"
+    );
+    // Removing the last finalizer by hand deletes the object (what the GC would do).
+    let (code, _) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"finalizers": null}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none()
+    );
+}
+
+/// Timestamps and resourceVersions differ from run to run; everything else must not.
+fn normalise(mut obj: Value) -> Value {
+    let m = &mut obj["metadata"];
+    m["resourceVersion"] = json!("RV");
+    if m.get("deletionTimestamp").is_some() {
+        m["deletionTimestamp"] = json!("T");
+    }
+    if let Some(entries) = m["managedFields"].as_array_mut() {
+        for e in entries {
+            e["time"] = json!("T");
+        }
+    }
+    obj
+}
+
+#[tokio::test]
+async fn orphan_delete_watch_events_equal_the_fixture_with_the_controller_running() {
+    let fake = FakeApiServer::new();
+    let db = db_before_delete();
+    for i in 0..2 {
+        let mut pod = pod_of(&db, &format!("db-{i}"));
+        pod["metadata"]["labels"] =
+            json!({"app": "db", "controller-revision-hash": "db-6665d4cfc"});
+        fake.seed(pod);
+    }
+    fake.seed(db);
+    fake.enable_statefulset_controller();
+    let stored = fake
+        .get("apps/v1", "StatefulSet", Some("fx"), "db")
+        .unwrap();
+    assert_eq!(
+        stored["status"],
+        fixture_json("v1.28/delete-orphan-response.json")["status"]
+    );
+    let rv = stored["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let client = fake.client();
+    let api = sts_api(&client, "fx");
+    let watch = api
+        .watch(
+            &WatchParams::default().fields("metadata.name=db").timeout(2),
+            &rv,
+        )
+        .await
+        .unwrap();
+    api.delete("db", &DeleteParams::orphan()).await.unwrap();
+    let got: Vec<Value> = watch
+        .map_ok(|e| match e {
+            WatchEvent::Modified(o) => json!({"type": "MODIFIED", "object": o}),
+            WatchEvent::Deleted(o) => json!({"type": "DELETED", "object": o}),
+            other => json!({"type": format!("{other:?}")}),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    let want: Vec<Value> = fixture("v1.28/watch-orphan-delete.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g["type"], w["type"]);
+        assert_eq!(
+            normalise(g["object"].clone()),
+            normalise(w["object"].clone())
+        );
+    }
+    for pod in fake.list("v1", "Pod", Some("fx")) {
+        assert!(pod["metadata"].get("ownerReferences").is_none());
+    }
+}
+
+#[tokio::test]
+async fn secrets_take_string_data_into_data() {
+    let fake = FakeApiServer::new();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::default_namespaced(fake.client());
+    let mut s = k8s_openapi::api::core::v1::Secret::default();
+    s.metadata.name = Some("vars".into());
+    s.string_data = Some(
+        [
+            ("a".to_string(), "x".to_string()),
+            ("b".to_string(), "hello!".to_string()),
+        ]
+        .into(),
+    );
+    let made = secrets.create(&PostParams::default(), &s).await.unwrap();
+    assert!(made.string_data.is_none());
+    assert_eq!(made.type_.as_deref(), Some("Opaque"));
+    let data = made.data.unwrap();
+    assert_eq!(data["a"].0, b"x");
+    assert_eq!(data["b"].0, b"hello!");
+    let stored = fake.get("v1", "Secret", Some("default"), "vars").unwrap();
+    assert_eq!(stored["data"], json!({"a": "eA==", "b": "aGVsbG8h"}));
+}
+
+#[tokio::test]
+async fn events_are_validated_like_the_real_server() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let path = "/apis/events.k8s.io/v1/namespaces/default/events";
+    let good = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "web.1", "namespace": "default"},
+        "eventTime": "2026-11-29T17:00:00.000000Z",
+        "reportingController": "flux-converger", "reportingInstance": "flux-converger-0",
+        "action": "Converge", "reason": "Converged", "type": "Normal",
+        "regarding": {"kind": "StatefulSet", "namespace": "default", "name": "web", "apiVersion": "apps/v1"},
+        "note": "grew 3 claims",
+    });
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(good.clone()),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    let mut long = good.clone();
+    long["metadata"]["name"] = json!("web.2");
+    long["note"] = json!("x".repeat(1025));
+    long["type"] = json!("Info");
+    let (code, body) = raw(&client, "POST", path, Some("application/json"), Some(long)).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "Event.events.k8s.io \"web.2\" is invalid: [message: Invalid value: \"\": can have at most 1024 characters, type: Invalid value: \"\": has invalid value: Info]"
+    );
+
+    // core/v1 without eventTime: only the namespaces must agree.
+    let core = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "web.3"},
+        "involvedObject": {"kind": "StatefulSet", "namespace": "other", "name": "web"},
+        "reason": "Converged", "message": "ok", "type": "Normal"});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/events",
+        Some("application/json"),
+        Some(core),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "Event \"web.3\" is invalid: involvedObject.namespace: Invalid value: \"other\": does not match event.namespace"
+    );
+}
+
+#[tokio::test]
+async fn kube_runtime_recorder_events_pass_validation_and_become_series() {
+    use kube::runtime::events::{Event, EventType, Recorder};
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let client = fake.client();
+    let recorder = Recorder::new(client.clone(), "flux-converger".into());
+    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::default_namespaced(client);
+    let reference = kube::Resource::object_ref(&sts.get("web").await.unwrap(), &());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Converged".into(),
+        note: Some("grew 3 claims".into()),
+        action: "Converge".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+    let events = fake.list("events.k8s.io/v1", "Event", Some("default"));
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["series"]["count"], 2);
+    assert_eq!(events[0]["regarding"]["name"], "web");
+}
+
+#[tokio::test]
+async fn config_maps_and_annotations_have_the_real_size_limits() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let big = "x".repeat(1024 * 1024);
+    let (code, body) = raw(&client, "POST", path, Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"intent": big}}))).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "ConfigMap \"j\" is invalid: []: Too long: must have at most 1048576 bytes"
+    );
+    let (code, _) = raw(&client, "POST", path, Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"intent": "x".repeat(1000 * 1024)}}))).await;
+    assert_eq!(code, 201);
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{path}/j"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"annotations": {"a": "y".repeat(300 * 1024)}}})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["details"]["causes"][0]["field"],
+        "metadata.annotations"
+    );
+}
+
+#[tokio::test]
+async fn label_values_and_keys_are_validated() {
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let path = "/api/v1/namespaces/default/configmaps";
+    let cm = |labels: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j", "labels": labels}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(cm(json!({"revision": "main@sha1:abc"}))),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "ConfigMap \"j\" is invalid: metadata.labels: Invalid value: \"main@sha1:abc\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(cm(json!({"x": "a".repeat(64)}))),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("must be no more than 63 characters"),
+        "{body}"
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        path,
+        Some("application/json"),
+        Some(cm(json!({"Flux/Name": "ok"}))),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    let (code, body) = raw(&client, "POST", path, Some("application/json"),
+        Some(cm(json!({"kustomize.toolkit.fluxcd.io/name": "apps", "flux-converger.io/record": "intent", "empty": ""})))).await;
+    assert_eq!(code, 201, "{body}");
+}
+
+#[tokio::test]
+async fn config_map_keys_are_validated() {
+    let fake = FakeApiServer::new();
+    let (code, body) = raw(&fake.client(), "POST", "/api/v1/namespaces/default/configmaps", Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"default/web": "x", "ok.key_1": "y"}}))).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        body["message"],
+        "ConfigMap \"j\" is invalid: data[default/web]: Invalid value: \"default/web\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+    );
+}
+
+#[tokio::test]
+async fn tests_can_play_other_controllers() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "flux-system"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+            "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+    }));
+    let ks: Api<DynamicObject> = Api::namespaced_with(
+        fake.client(),
+        "flux-system",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "kustomize.toolkit.fluxcd.io",
+            "v1",
+            "Kustomization",
+        )),
+    );
+    let before = ks
+        .get("apps")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let watch = ks
+        .watch(&WatchParams::default().timeout(1), &before)
+        .await
+        .unwrap();
+    let stored = fake
+        .modify(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some("flux-system"),
+            "apps",
+            |o| {
+                o["status"] = json!({"lastAppliedRevision": "main@sha1:1111"});
+            },
+        )
+        .unwrap();
+    assert_ne!(stored["metadata"]["resourceVersion"], json!(before));
+    assert!(
+        fake.remove(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some("flux-system"),
+            "apps"
+        )
+        .is_some()
+    );
+    let kinds: Vec<String> = watch
+        .map_ok(|e| match e {
+            WatchEvent::Modified(o) => {
+                format!("MODIFIED {}", o.data["status"]["lastAppliedRevision"])
+            }
+            WatchEvent::Deleted(_) => "DELETED".into(),
+            other => format!("{other:?}"),
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(kinds, ["MODIFIED \"main@sha1:1111\"", "DELETED"]);
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "the get and the watch; helpers are not requests"
+    );
+}
+
+// ---------------------------------------------------------------- robustness
+
+fn arbitrary_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i32>().prop_map(Value::from),
+        "[a-z0-9./@:-]{0,6}".prop_map(Value::from),
+        prop_oneof![Just("1Gi"), Just("512Mi"), Just("OnDelete"), Just("Bound")]
+            .prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 4, |inner| {
+        let keys = prop_oneof![
+            Just("spec"),
+            Just("metadata"),
+            Just("status"),
+            Just("labels"),
+            Just("resources"),
+            Just("requests"),
+            Just("storage"),
+            Just("template"),
+            Just("updateStrategy"),
+            Just("volumeClaimTemplates"),
+            Just("containers"),
+            Just("finalizers"),
+            Just("name"),
+            Just("replicas"),
+            Just("selector"),
+            Just("matchLabels"),
+            Just("rollingUpdate"),
+        ];
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            proptest::collection::btree_map(keys.prop_map(str::to_string), inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Whatever a client sends, the fake answers (an object or a Status), never panics, and
+    /// keeps serving.
+    #[test]
+    fn arbitrary_patches_get_an_answer(patch in arbitrary_json(), target in 0usize..3, kind in 0usize..7) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let fake = FakeApiServer::new();
+            fake.seed_fixture("v1.28/storageclasses.yaml");
+            fake.seed_fixture("v1.28/live-statefulset.yaml");
+            fake.seed_fixture("v1.28/pvc-bound.yaml");
+            fake.enable_statefulset_controller();
+            let client = fake.client();
+            let path = [format!("{STS}/web"), format!("{PVCS}/data-web-0"), format!("{STS}/web/status")][target].clone();
+            let (method, ct, query) = [
+                ("PATCH", "application/merge-patch+json", ""),
+                ("PATCH", "application/strategic-merge-patch+json", ""),
+                ("PATCH", "application/apply-patch+yaml", "?fieldManager=t&force=true"),
+                ("PATCH", "application/json-patch+json", ""),
+                ("PUT", "application/json", ""),
+                ("DELETE", "application/json", ""),
+                ("POST", "application/json", ""),
+            ][kind];
+            // A create goes to the collection (for /status, to the name: a 405).
+            let path = if method == "POST" { path.rsplit_once('/').unwrap().0.to_string() } else { path };
+            let (code, body) = raw(&client, method, &format!("{path}{query}"), Some(ct), Some(patch)).await;
+            assert!(code == 200 || code == 201 || (400..500).contains(&code), "{code} {body}");
+            if code >= 400 {
+                assert_eq!(body["kind"], "Status", "{body}");
+            }
+            let (code, _) = raw(&client, "GET", &format!("{STS}/web"), None, None).await;
+            assert!(code == 200 || code == 404);
+            let (code, _) = raw(&client, "GET", PVCS, None, None).await;
+            assert_eq!(code, 200, "still serving");
+        });
+    }
+}
+
+#[tokio::test]
+async fn field_selectors_follow_the_kinds_field_labels() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1", "namespace": "default"},
+        "involvedObject": {"kind": "StatefulSet", "name": "web", "namespace": "default"}, "reason": "Converged",
+        "source": {"component": "flux-converger"}}));
+    fake.seed(json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e2", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "web-0", "namespace": "default"}, "reason": "Scheduled"}));
+    let client = fake.client();
+    let events = "/api/v1/namespaces/default/events";
+    let (code, body) = raw(
+        &client,
+        "GET",
+        &format!(
+            "{events}?fieldSelector=involvedObject.kind%3DStatefulSet,involvedObject.name%3Dweb"
+        ),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(body["items"].as_array().unwrap().len(), 1);
+    let (_, body) = raw(
+        &client,
+        "GET",
+        &format!("{events}?fieldSelector=source%3Dflux-converger"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(body["items"][0]["metadata"]["name"], "e1");
+    let (code, body) = raw(
+        &client,
+        "GET",
+        &format!("{STS}?fieldSelector=spec.serviceName%3Dweb"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        body["message"],
+        "field label not supported: spec.serviceName"
+    );
+}
+
+#[tokio::test]
+async fn statefulsets_scale_through_the_scale_subresource() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/live-statefulset.yaml");
+    let client = fake.client();
+    let (code, scale) = raw(&client, "GET", &format!("{STS}/web/scale"), None, None).await;
+    assert_eq!(code, 200);
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 3);
+    assert_eq!(scale["status"]["selector"], "app=web");
+    let (code, scale) = raw(
+        &client,
+        "PATCH",
+        &format!("{STS}/web/scale"),
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"replicas": 5}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{scale}");
+    assert_eq!(scale["spec"]["replicas"], 5);
+    let set = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
+    assert_eq!(set["spec"]["replicas"], 5);
+    assert_eq!(set["metadata"]["generation"], 2);
+    let (code, _) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/persistentvolumeclaims/x/scale",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_converge_many_sets_without_deadlock() {
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/storageclasses.yaml");
+    fake.enable_statefulset_controller();
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(1)));
+    let served = fake.serve().await;
+    let socket = kubeconfig_client(&served).await;
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let client = if i % 2 == 0 { fake.client() } else { socket.clone() };
+            tokio::spawn(async move {
+                let api = sts_api(&client, "default");
+                let mut desired = fixture_yaml("v1.28/desired-statefulset-1Gi.yaml");
+                let name = format!("s{i}");
+                desired["metadata"]["name"] = json!(name);
+                desired["spec"]["replicas"] = json!(2);
+                let made = api.patch(&name, &apply_params(), &Patch::Apply(&desired)).await.unwrap();
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions { uid: made.metadata.uid.clone(), resource_version: None }),
+                    ..DeleteParams::orphan()
+                };
+                api.delete(&name, &dp).await.unwrap();
+                kube::runtime::wait::await_condition(
+                    api.clone(),
+                    &name,
+                    kube::runtime::conditions::is_deleted(made.metadata.uid.as_deref().unwrap()),
+                )
+                .await
+                .unwrap();
+                desired["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+                api.patch(&name, &apply_params(), &Patch::Apply(&desired)).await.unwrap();
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        fake.list("apps/v1", "StatefulSet", Some("default")).len(),
+        16
+    );
+    let pods = fake.list("v1", "Pod", Some("default"));
+    assert_eq!(pods.len(), 32);
+    assert!(
+        pods.iter()
+            .all(|p| p["metadata"]["ownerReferences"][0]["controller"] == true),
+        "all adopted"
+    );
 }

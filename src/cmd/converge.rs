@@ -1,11 +1,240 @@
-//! `flux-converger converge` (to be implemented).
+//! `flux-converger converge`: converge the StatefulSets of a file against the current kube
+//! context (kubeconfig, or in-cluster), finishing unfinished intents first.
+//!
+//! Exit codes: 0 done, 3 one or more refused (nothing written for them), 2 bad input,
+//! 1 a failure (a re-run finishes the work).
 
-use super::Exit;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use serde::Serialize;
+
+use flux_converger::cluster::KubeCluster;
+use flux_converger::converge::{self, ConvergeError, Options, Outcome, Report, ResumeReport};
+use flux_converger::journal::ConfigMapJournal;
+use flux_converger::manifest::{Objects, describe, read_documents};
+
+use super::{Exit, bad_input};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// YAML file with the desired StatefulSet(s) (other kinds are ignored); `-` for stdin.
+    #[arg(long)]
+    pub desired: String,
+    /// Namespace for objects that name none (default: the kube context's).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Decide and prove with a server-side dry run; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Deadline of each API call, and of the wait for the orphan delete unless `--wait-timeout`
+    /// is given: nothing this command does waits longer without saying so.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// How long the orphan delete may take to complete (default: `--timeout`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub wait_timeout: Option<Duration>,
+    /// Namespace of the journal's ConfigMaps (intents). Default: each StatefulSet's own
+    /// namespace, which exists and is writable wherever the StatefulSet is, Flux or not.
+    #[arg(long, env = "FLUX_CONVERGER_JOURNAL_NAMESPACE")]
+    pub journal_namespace: Option<String>,
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// The desired StatefulSets of the file, each with its namespace set; typed and checked by
+/// the same reader as `plan`, so both commands refuse the same bad input with the same words.
+fn desired_statefulsets(
+    path: &str,
+    namespace: Option<&str>,
+    default_namespace: &str,
+) -> anyhow::Result<Vec<StatefulSet>> {
+    let docs = read_documents(path).map_err(bad_input)?;
+    // As `kubectl apply -n`: an object that names another namespace than the flag is a mistake.
+    if let Some(flag) = namespace {
+        for doc in &docs {
+            let own = doc
+                .object
+                .pointer("/metadata/namespace")
+                .and_then(|v| v.as_str());
+            let is_sts = doc.object.get("kind").and_then(|v| v.as_str()) == Some("StatefulSet");
+            if let (true, Some(own)) = (is_sts, own.filter(|o| !o.is_empty() && *o != flag)) {
+                return Err(bad_input(anyhow::anyhow!(
+                    "{} document {}: {} is in namespace {own:?}, but --namespace is {flag:?}",
+                    doc.source,
+                    doc.index,
+                    describe(&doc.object)
+                )));
+            }
+        }
+    }
+    let objects = Objects::from_documents(&docs, namespace.unwrap_or(default_namespace))
+        .map_err(bad_input)?;
+    if objects.statefulsets.is_empty() {
+        return Err(bad_input(anyhow::anyhow!(
+            "{path}: no apps/v1 StatefulSet in the file"
+        )));
+    }
+    Ok(objects.statefulsets.into_iter().map(|l| l.object).collect())
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Failure {
+    namespace: String,
+    name: String,
+    step: Option<String>,
+    message: String,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Entry {
+    Report(Box<Report>),
+    Failure { error: Failure },
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResumedEntry {
+    namespace: String,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resumed: Option<ResumeReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<Failure>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Summary {
+    dry_run: bool,
+    /// Unfinished intents found on start and what finishing them took.
+    resumed: Vec<ResumedEntry>,
+    statefulsets: Vec<Entry>,
+}
+
+fn failure(namespace: &str, name: &str, e: &ConvergeError) -> Failure {
+    Failure {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        step: e.step().map(|s| s.to_string()),
+        message: e.to_string(),
+    }
+}
 
 pub async fn run(args: Args) -> anyhow::Result<Exit> {
-    let _ = args;
-    anyhow::bail!("`converge` is not implemented yet")
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
+    let desired = desired_statefulsets(
+        &args.desired,
+        args.namespace.as_deref(),
+        client.default_namespace(),
+    )?;
+    let cluster = KubeCluster::new(client.clone(), args.timeout);
+    let journal_in = |namespace: &str| {
+        let at = args.journal_namespace.as_deref().unwrap_or(namespace);
+        ConfigMapJournal::new(client.clone(), at, args.timeout)
+    };
+    // The journals an earlier run of this command may have left intents in.
+    let journal_namespaces: BTreeSet<&str> = match args.journal_namespace.as_deref() {
+        Some(ns) => BTreeSet::from([ns]),
+        None => desired
+            .iter()
+            .filter_map(|s| s.metadata.namespace.as_deref())
+            .collect(),
+    };
+    let options = Options {
+        dry_run: args.dry_run,
+        wait_timeout: args.wait_timeout.unwrap_or(args.timeout),
+    };
+
+    let mut failed = false;
+    let mut refused = false;
+    let mut summary = Summary {
+        dry_run: args.dry_run,
+        resumed: Vec::new(),
+        statefulsets: Vec::new(),
+    };
+
+    // On start, finish what earlier runs left unfinished, whichever StatefulSet it was for.
+    for journal_namespace in journal_namespaces.iter().filter(|_| !args.dry_run) {
+        let journal = journal_in(journal_namespace);
+        let resumed = converge::resume_all(&cluster, &journal, &options)
+            .await
+            .with_context(|| format!("cannot read the journal of unfinished intents in namespace {journal_namespace} (nothing was written: run converge again)"))?;
+        for (namespace, name, result) in resumed {
+            let entry = match result {
+                Ok(resumed) => {
+                    if let (Output::Text, Some(r)) = (args.output, &resumed) {
+                        println!(
+                            "StatefulSet {namespace}/{name}: finished the intent an earlier run left \
+                             (recorded {}, uid {}): {}",
+                            r.recorded_at,
+                            r.recorded_uid,
+                            serde_json::to_value(r.action)?.as_str().unwrap_or_default()
+                        );
+                    }
+                    ResumedEntry {
+                        namespace,
+                        name,
+                        resumed,
+                        error: None,
+                    }
+                }
+                Err(e) => {
+                    failed = true;
+                    eprintln!("error: {e}");
+                    ResumedEntry {
+                        error: Some(failure(&namespace, &name, &e)),
+                        namespace,
+                        name,
+                        resumed: None,
+                    }
+                }
+            };
+            summary.resumed.push(entry);
+        }
+    }
+
+    for sts in &desired {
+        let namespace = sts.metadata.namespace.clone().unwrap_or_default();
+        let name = sts.metadata.name.clone().unwrap_or_default();
+        match converge::converge(&cluster, &journal_in(&namespace), sts, &options).await {
+            Ok(report) => {
+                refused |= report.outcome == Outcome::Refused;
+                if args.output == Output::Text {
+                    print!("{}", report.to_text());
+                }
+                summary.statefulsets.push(Entry::Report(Box::new(report)));
+            }
+            Err(e) => {
+                failed = true;
+                eprintln!("error: {e}");
+                summary.statefulsets.push(Entry::Failure {
+                    error: failure(&namespace, &name, &e),
+                });
+            }
+        }
+    }
+
+    if args.output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    Ok(if failed {
+        Exit::Failure
+    } else if refused {
+        Exit::Refused
+    } else {
+        Exit::Done
+    })
 }

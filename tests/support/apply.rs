@@ -136,6 +136,9 @@ pub struct ManagedEntry {
     pub time: String,
     pub subresource: Option<String>,
     pub paths: BTreeSet<FieldPath>,
+    /// The FieldsV1 as read: written back verbatim while `paths` still says the same, so an
+    /// entry nobody touched keeps its list keys (`k:{"name":"app"}`) like on the real server.
+    pub raw: Option<Value>,
 }
 
 fn parse_fields(v: &Value, prefix: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
@@ -178,6 +181,13 @@ fn render_fields(paths: &BTreeSet<FieldPath>) -> Value {
     Value::Object(root)
 }
 
+fn unchanged_raw(e: &ManagedEntry) -> Option<Value> {
+    let raw = e.raw.as_ref()?;
+    let mut paths = BTreeSet::new();
+    parse_fields(raw, &mut Vec::new(), &mut paths);
+    (paths == e.paths).then(|| raw.clone())
+}
+
 pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
     let Some(entries) = obj
         .pointer("/metadata/managedFields")
@@ -197,6 +207,7 @@ pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
                 time: e["time"].as_str().unwrap_or_default().to_string(),
                 subresource: e["subresource"].as_str().map(str::to_string),
                 paths,
+                raw: Some(e["fieldsV1"].clone()),
             }
         })
         .collect()
@@ -214,7 +225,7 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
                 "apiVersion": e.api_version,
                 "time": e.time,
                 "fieldsType": "FieldsV1",
-                "fieldsV1": render_fields(&e.paths),
+                "fieldsV1": unchanged_raw(e).unwrap_or_else(|| render_fields(&e.paths)),
             });
             if let Some(s) = &e.subresource {
                 m["subresource"] = json!(s);
@@ -226,8 +237,14 @@ pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
         }
-    } else {
-        obj["metadata"]["managedFields"] = Value::Array(rendered);
+    } else if let Some(o) = obj.as_object_mut() {
+        let meta = o.entry("metadata").or_insert_with(|| json!({}));
+        if meta.is_null() {
+            *meta = json!({});
+        }
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("managedFields".into(), Value::Array(rendered));
+        }
     }
 }
 
@@ -324,6 +341,7 @@ pub fn apply(
             time: time.to_string(),
             subresource: None,
             paths: new_paths,
+            raw: None,
         }),
     }
     write_managed(&mut result, &entries);
@@ -374,6 +392,7 @@ pub fn record_update(
             time: time.to_string(),
             subresource: sub,
             paths: changed,
+            raw: None,
         }),
     }
     write_managed(new, &entries);

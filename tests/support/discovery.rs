@@ -51,6 +51,17 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
             r["categories"] = json!(["all", "fluxcd"]);
         }
         list.push(r);
+        if **rt == resources::STATEFULSET {
+            list.push(json!({
+                "name": format!("{}/scale", rt.plural),
+                "singularName": "",
+                "namespaced": true,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if rt.status_subresource {
             list.push(json!({
                 "name": format!("{}/status", rt.plural),

@@ -40,6 +40,14 @@ impl Cause {
         }
     }
 
+    pub fn too_long(field: &str, limit: usize) -> Self {
+        Cause {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: must have at most {limit} bytes"),
+            field: field.to_string(),
+        }
+    }
+
     pub fn required(field: &str, detail: &str) -> Self {
         Cause {
             reason: "FieldValueRequired",
@@ -211,12 +219,18 @@ impl ApiError {
         )
     }
 
-    pub fn unsupported_media_type(content_type: &str) -> Self {
+    /// A patch type the resource does not take (custom resources take no strategic merge).
+    pub fn unsupported_media_type(custom: bool) -> Self {
+        let accepted = if custom {
+            "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+        } else {
+            "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
+        };
         status(
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {content_type}"
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
             ),
             json!({}),
         )

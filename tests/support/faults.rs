@@ -41,6 +41,8 @@ impl FaultRule {
 /// One request as the fake received it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRecord {
+    /// Order of arrival (1, 2, ...), never reused, not reset by `clear_requests`.
+    pub id: u64,
     pub method: Method,
     pub path: String,
     /// The raw query string (`""` when there is none).
@@ -54,6 +56,8 @@ pub struct RequestRecord {
     pub content_type: Option<String>,
     /// `Impersonate-User`, if any (writes made on behalf of a service account).
     pub impersonate_user: Option<String>,
+    /// The HTTP status answered; `None` while in flight or when a fault dropped the connection.
+    pub code: Option<u16>,
 }
 
 impl RequestRecord {

@@ -76,6 +76,7 @@ pub fn route(path: &str) -> Option<Target> {
     }
     if let Some(s) = &sub
         && !(s == "status" && rt.status_subresource)
+        && !(s == "scale" && rt == resources::STATEFULSET)
     {
         return None;
     }
@@ -127,7 +128,8 @@ pub async fn handle(
     } else {
         serde_json::from_slice(&body).unwrap_or(Value::Null)
     };
-    let record = RequestRecord {
+    let mut record = RequestRecord {
+        id: 0,
         method: parts.method.clone(),
         path: path.clone(),
         query: raw_query.clone(),
@@ -140,18 +142,31 @@ pub async fn handle(
             .get("impersonate-user")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
+        code: None,
     };
-    let fault = {
+    let (id, fault) = {
         let mut state = fake.lock();
+        state.request_seq += 1;
+        record.id = state.request_seq;
         state.requests.push(record);
-        faults::pick(&mut state.faults, &parts.method, &path)
+        (
+            state.request_seq,
+            faults::pick(&mut state.faults, &parts.method, &path),
+        )
+    };
+    let answered = |resp: Response<Body>| {
+        let mut state = fake.lock();
+        if let Some(r) = state.requests.iter_mut().rev().find(|r| r.id == id) {
+            r.code = Some(resp.status().as_u16());
+        }
+        Ok(resp)
     };
     match fault {
         Some(Fault::Status {
             code,
             reason,
             message,
-        }) => return Ok(error_response(&ApiError::custom(code, &reason, &message))),
+        }) => return answered(error_response(&ApiError::custom(code, &reason, &message))),
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::Drop) => return Err(ConnectionDropped),
         Some(Fault::DropAfterWrite) => {
@@ -160,7 +175,7 @@ pub async fn handle(
         }
         None => {}
     }
-    Ok(dispatch(&fake, &parts, &path, &query, &body, body_json))
+    answered(dispatch(&fake, &parts, &path, &query, &body, body_json))
 }
 
 fn dispatch(
@@ -178,6 +193,9 @@ fn dispatch(
         return error_response(&ApiError::no_route());
     };
     let result = match (&parts.method, &target.name) {
+        (_, Some(name)) if target.subresource.as_deref() == Some("scale") => {
+            super::scale::handle(fake, parts, &target, name, query, raw_body, body)
+        }
         (&Method::GET, Some(name)) => verbs::get(fake, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {
             return match super::watch::start(fake, &target, query, verbs::as_table(parts)) {

@@ -27,12 +27,15 @@
 //! `KUBECONFIG=served.kubeconfig` (plain HTTP on 127.0.0.1, no credentials). Faults:
 //! `fake.add_fault(FaultRule { method: Some(Method::DELETE), path_contains: "/statefulsets/web".into(),
 //! nth: 0, action: Fault::DropAfterWrite })`. GC timing: `set_orphan_gc(GcMode::Stuck)` /
-//! `GcMode::After(..)` (default 150 ms, as measured on the real one).
+//! `GcMode::After(..)` (default 150 ms, as measured on the real one). Playing other actors:
+//! `modify` (Flux writing a status, a resizer), `remove`, `set_pvc_phase`, `set_pvc_capacity`,
+//! `set_pods_ready`, `compact` (watches from before get 410 Expired). Observing: `requests`,
+//! `writes`, each record with its answer's `code`.
 //!
 //! What it does not do: authentication/authorisation (impersonation headers are only logged),
 //! admission beyond the plugins named in `semantics`, namespaces as a precondition of creates,
-//! protobuf, paging (`limit`/`continue` are ignored: every list is complete), the `scale`
-//! subresource, watch bookmarks, field validation (`fieldValidation` is ignored).
+//! protobuf, paging (`limit`/`continue` are ignored: every list is complete), `scale` on
+//! anything but StatefulSets, watch bookmarks, field validation (`fieldValidation` is ignored).
 #![allow(dead_code)]
 
 mod apply;
@@ -46,6 +49,7 @@ mod patch;
 mod pipeline;
 pub mod query;
 mod resources;
+mod scale;
 pub mod semantics;
 mod serve;
 mod store;
@@ -243,6 +247,43 @@ impl FakeApiServer {
         self.lock().get(&Key::new(&rt, namespace, name)).cloned()
     }
 
+    /// Changes a stored object in place, as another controller would (Flux writing a
+    /// Kustomization's status, a resizer growing `status.capacity`): a new resourceVersion and a
+    /// MODIFIED event, no validation, not logged. Returns the stored result, `None` if absent.
+    pub fn modify(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Option<Value> {
+        let rt = resources::by_kind(api_version, kind)?;
+        let mut state = self.lock();
+        let mut obj = state.get(&Key::new(&rt, namespace, name))?.clone();
+        change(&mut obj);
+        let stored = state.replace(rt, obj);
+        let ns = obj_namespace_owned(&stored);
+        controller::after_write(self, &mut state, &rt, ns.as_deref());
+        Some(stored)
+    }
+
+    /// Deletes a stored object at once (no finalizers, no garbage collection), as if it had
+    /// gone behind the client's back. Returns its last state.
+    pub fn remove(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        let rt = resources::by_kind(api_version, kind)?;
+        let mut state = self.lock();
+        let gone = state.remove(rt, &Key::new(&rt, namespace, name))?;
+        controller::after_write(self, &mut state, &rt, namespace);
+        Some(gone)
+    }
+
     /// Stored objects of a kind, in one namespace or (`None`) all.
     pub fn list(&self, api_version: &str, kind: &str, namespace: Option<&str>) -> Vec<Value> {
         match resources::by_kind(api_version, kind) {
@@ -253,6 +294,15 @@ impl FakeApiServer {
 
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.lock().requests.clone()
+    }
+
+    /// The requests that changed (or would have changed, but for a fault) stored state:
+    /// POST/PUT/PATCH/DELETE without dry run.
+    pub fn writes(&self) -> Vec<RequestRecord> {
+        self.requests()
+            .into_iter()
+            .filter(RequestRecord::is_write)
+            .collect()
     }
 
     pub fn clear_requests(&self) {

@@ -90,6 +90,7 @@ pub fn create_object(
             "the body of the request is not an object",
         ));
     }
+    semantics::check_shape(rt, &obj)?;
     obj = with_type(rt, obj);
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
@@ -133,7 +134,6 @@ pub fn create_object(
             m.insert("status".into(), s);
         }
     }
-    semantics::check_shape(rt, &obj)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj);
     semantics::validate_create(rt, &obj)?;
@@ -233,7 +233,38 @@ pub fn update_object(
             }
         }
     }
-    // A deleting object may lose finalizers but gain none.
+    // A deleting object may lose finalizers but gain none (ValidateObjectMetaUpdate).
+    if old["metadata"].get("deletionTimestamp").is_some() {
+        let names = |o: &Value| -> Vec<String> {
+            o.pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let before = names(old);
+        let added: Vec<String> = names(&new)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            let listed: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            return Err(ApiError::invalid(
+                rt,
+                &name,
+                &[Cause::forbidden(
+                    "metadata.finalizers",
+                    &format!(
+                        "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        listed.join(", ")
+                    ),
+                )],
+            ));
+        }
+    }
     let on_status = opts.subresource.as_deref() == Some("status");
     if rt.status_subresource {
         if on_status {

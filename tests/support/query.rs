@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::errors::ApiError;
+use super::resources::{self, ResourceType};
 
 /// The decoded query string (later keys do not override earlier ones: first wins, like Go's
 /// `url.Values.Get`).
@@ -164,12 +165,59 @@ impl LabelSelector {
     }
 }
 
-/// A parsed `fieldSelector`: `metadata.name` and `metadata.namespace` (`=`, `==`, `!=`).
+/// The field labels a kind supports in `fieldSelector` besides `metadata.name` and
+/// `metadata.namespace` (the real server's per-type `GetAttrs`).
+fn field_labels(rt: &ResourceType) -> &'static [&'static str] {
+    if *rt == resources::EVENT {
+        &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ]
+    } else if *rt == resources::EVENT_V1 {
+        &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "reason",
+            "reportingController",
+            "type",
+        ]
+    } else if *rt == resources::POD {
+        &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ]
+    } else if *rt == resources::SECRET {
+        &["type"]
+    } else if *rt == resources::NAMESPACE {
+        &["status.phase"]
+    } else {
+        &[]
+    }
+}
+
+/// A parsed `fieldSelector` (`=`, `==`, `!=`), over the field labels the kind supports.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
 impl FieldSelector {
-    pub fn parse(raw: &str) -> Result<Self, ApiError> {
+    pub fn parse(raw: &str, rt: &ResourceType) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
         for part in split_top_level(raw) {
             let (field, equal, value) = if let Some((k, v)) = part.split_once("!=") {
@@ -184,7 +232,10 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" {
+            if field != "metadata.name"
+                && field != "metadata.namespace"
+                && !field_labels(rt).contains(&field)
+            {
                 return Err(ApiError::bad_request(&format!(
                     "field label not supported: {field}"
                 )));
@@ -196,13 +247,22 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let actual = match field.as_str() {
-                "metadata.name" => obj.pointer("/metadata/name"),
-                _ => obj.pointer("/metadata/namespace"),
-            }
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-            (actual == value) == *equal
+            let actual = field
+                .split('.')
+                .try_fold(obj, |cur, seg| cur.get(seg))
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => String::new(),
+                    // `source` is "component" of the EventSource in the real attrs.
+                    Value::Object(o) => o
+                        .get("component")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    other => other.to_string(),
+                })
+                .unwrap_or_default();
+            (actual == *value) == *equal
         })
     }
 }
@@ -215,14 +275,14 @@ pub struct Selectors {
 }
 
 impl Selectors {
-    pub fn from_query(q: &Query) -> Result<Self, ApiError> {
+    pub fn from_query(q: &Query, rt: &ResourceType) -> Result<Self, ApiError> {
         Ok(Selectors {
             labels: match q.get("labelSelector") {
                 Some(s) => LabelSelector::parse(s)?,
                 None => LabelSelector::default(),
             },
             fields: match q.get("fieldSelector") {
-                Some(s) => FieldSelector::parse(s)?,
+                Some(s) => FieldSelector::parse(s, rt)?,
                 None => FieldSelector::default(),
             },
         })

@@ -60,8 +60,29 @@ pub fn obj_uid(obj: &Value) -> &str {
 pub struct Event {
     pub rt: ResourceType,
     pub rv: u64,
-    /// `{"type": ..., "object": ...}` as sent on the wire.
+    /// `{"type": ..., "object": ...}` as an unfiltered watch sees it.
     pub wire: Value,
+    /// The object before a MODIFIED event.
+    pub previous: Option<Value>,
+}
+
+impl Event {
+    /// The event a filtered watch sees: an object that starts (stops) matching the watch's
+    /// selectors arrives as ADDED (DELETED), like the real server's filtered watches.
+    pub fn seen_by(&self, wants: impl Fn(&Value) -> bool) -> Option<Value> {
+        let object = &self.wire["object"];
+        let kind = match (self.wire["type"].as_str(), &self.previous) {
+            (Some("MODIFIED"), Some(prev)) => match (wants(prev), wants(object)) {
+                (true, true) => "MODIFIED",
+                (true, false) => "DELETED",
+                (false, true) => "ADDED",
+                (false, false) => return None,
+            },
+            (Some(kind), _) if wants(object) => kind,
+            _ => return None,
+        };
+        Some(json!({"type": kind, "object": object}))
+    }
 }
 
 pub struct Watcher {
@@ -111,6 +132,7 @@ pub struct State {
     pub pods_ready: bool,
     /// Deleting claims whose `pvc-protection` waits for the pods that mount them.
     pub pvc_waiting: Vec<Pending>,
+    pub request_seq: u64,
 }
 
 impl State {
@@ -132,6 +154,7 @@ impl State {
             compacted_rv: 0,
             pods_ready: false,
             pvc_waiting: Vec::new(),
+            request_seq: 0,
         }
     }
 
@@ -203,16 +226,26 @@ impl State {
             .collect()
     }
 
-    fn emit(&mut self, rt: ResourceType, kind: &str, object: &Value, rv: u64) {
-        let wire = json!({"type": kind, "object": object});
-        self.watchers.retain(|w| {
-            if w.wants(&rt, object) {
-                w.tx.send(wire.clone()).is_ok()
-            } else {
-                !w.tx.is_closed()
-            }
-        });
-        self.history.push(Event { rt, rv, wire });
+    fn emit(
+        &mut self,
+        rt: ResourceType,
+        kind: &str,
+        object: &Value,
+        rv: u64,
+        previous: Option<Value>,
+    ) {
+        let event = Event {
+            rt,
+            rv,
+            wire: json!({"type": kind, "object": object}),
+            previous,
+        };
+        self.watchers
+            .retain(|w| match event.seen_by(|o| w.wants(&rt, o)) {
+                Some(wire) => w.tx.send(wire).is_ok(),
+                None => !w.tx.is_closed(),
+            });
+        self.history.push(event);
     }
 
     /// Stores a new object (ADDED), assigning the next resourceVersion.
@@ -220,7 +253,7 @@ impl State {
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.objects.insert(Key::of(&rt, &obj), obj.clone());
-        self.emit(rt, "ADDED", &obj, rv);
+        self.emit(rt, "ADDED", &obj, rv, None);
         obj
     }
 
@@ -228,8 +261,8 @@ impl State {
     pub fn replace(&mut self, rt: ResourceType, mut obj: Value) -> Value {
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        self.objects.insert(Key::of(&rt, &obj), obj.clone());
-        self.emit(rt, "MODIFIED", &obj, rv);
+        let previous = self.objects.insert(Key::of(&rt, &obj), obj.clone());
+        self.emit(rt, "MODIFIED", &obj, rv, previous);
         obj
     }
 
@@ -256,8 +289,8 @@ impl State {
                 rv
             }
         };
-        self.objects.insert(Key::of(&rt, &obj), obj.clone());
-        self.emit(rt, kind, &obj, rv);
+        let previous = self.objects.insert(Key::of(&rt, &obj), obj.clone());
+        self.emit(rt, kind, &obj, rv, previous);
     }
 
     /// Removes an object (DELETED). The event carries its last state at a new
@@ -266,7 +299,7 @@ impl State {
         let mut obj = self.objects.remove(key)?;
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        self.emit(rt, "DELETED", &obj, rv);
+        self.emit(rt, "DELETED", &obj, rv, None);
         Some(obj)
     }
 }

@@ -15,6 +15,7 @@ use super::pipeline::{
     Managed, VerbResult, WriteOpts, check_identity, create_object, update_object, with_type,
 };
 use super::query::{Query, Selectors};
+use super::semantics;
 use super::store::{Key, now};
 use super::table;
 
@@ -43,7 +44,7 @@ pub fn get(fake: &FakeApiServer, t: &Target, name: &str, as_table: bool) -> Verb
 }
 
 pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> VerbResult {
-    let selectors = Selectors::from_query(query)?;
+    let selectors = Selectors::from_query(query, &t.rt)?;
     let state = fake.lock();
     if as_table {
         let items: Vec<Value> = state
@@ -152,6 +153,12 @@ pub fn patch_object(
             return Err(ApiError::apply_needs_manager());
         };
         let applied = parse_apply_body(raw)?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request is not an object",
+            ));
+        }
+        semantics::check_shape(&t.rt, &applied)?;
         check_identity(t, Some(name), &applied)?;
         if applied
             .pointer("/metadata/managedFields")
@@ -207,12 +214,12 @@ pub fn patch_object(
         "application/merge-patch+json" => patch::merge_patch(&mut doc, &body),
         "application/strategic-merge-patch+json" => {
             if t.rt.custom {
-                return Err(ApiError::unsupported_media_type(&ct));
+                return Err(ApiError::unsupported_media_type(true));
             }
             patch::strategic_merge(&mut doc, &body)
         }
         "application/json-patch+json" => patch::json_patch(&mut doc, raw)?,
-        other => return Err(ApiError::unsupported_media_type(other)),
+        _ => return Err(ApiError::unsupported_media_type(t.rt.custom)),
     }
     let opts = WriteOpts {
         dry_run,
@@ -339,7 +346,7 @@ pub fn delete_collection(
     body: &Value,
 ) -> VerbResult {
     let opts = delete_options(query, body)?;
-    let selectors = Selectors::from_query(query)?;
+    let selectors = Selectors::from_query(query, &t.rt)?;
     let mut state = fake.lock();
     let victims: Vec<Value> = state
         .list(&t.rt, t.namespace.as_deref())

@@ -36,7 +36,7 @@ pub fn start(
     query: &Query,
     as_table: bool,
 ) -> Result<Response<Body>, ApiError> {
-    let selectors = Selectors::from_query(query)?;
+    let selectors = Selectors::from_query(query, &t.rt)?;
     let from: Option<u64> = match query.get("resourceVersion") {
         None | Some("") | Some("0") => None,
         Some(v) => Some(
@@ -81,8 +81,8 @@ pub fn start(
             Some(rv) => state
                 .history
                 .iter()
-                .filter(|e| e.rt == t.rt && e.rv > rv && in_scope(&e.wire["object"]))
-                .map(|e| e.wire.clone())
+                .filter(|e| e.rt == t.rt && e.rv > rv)
+                .filter_map(|e| e.seen_by(in_scope))
                 .collect(),
         };
         state.watchers.push(Watcher {

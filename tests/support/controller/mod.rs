@@ -111,6 +111,14 @@ fn reconcile(state: &mut State, set: &Value) {
         {
             let mut s = set.clone();
             s["status"]["observedGeneration"] = json!(generation);
+            apply::record_update(
+                Some(set),
+                &mut s,
+                MANAGER,
+                Some("status"),
+                "apps/v1",
+                &now(),
+            );
             state.replace(resources::STATEFULSET, s);
         }
         return;

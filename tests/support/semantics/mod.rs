@@ -1,6 +1,7 @@
 //! Per-type rules of the real server: defaults, validation and admission. The handlers call
 //! these in the real order: defaults, validation (422), then admission (403).
 
+pub mod event;
 pub mod pod;
 pub mod pvc;
 pub mod pvc_diff;
@@ -88,8 +89,11 @@ fn object_paths(rt: &ResourceType) -> &'static [&'static str] {
     if *rt == resources::STATEFULSET {
         &[
             "/spec/selector",
+            "/spec/selector/matchLabels",
             "/spec/template",
             "/spec/template/metadata",
+            "/spec/template/metadata/labels",
+            "/spec/template/metadata/annotations",
             "/spec/template/spec",
             "/spec/template/spec/containers/*",
             "/spec/template/spec/containers/*/resources",
@@ -100,6 +104,8 @@ fn object_paths(rt: &ResourceType) -> &'static [&'static str] {
             "/spec/persistentVolumeClaimRetentionPolicy",
             "/spec/volumeClaimTemplates/*",
             "/spec/volumeClaimTemplates/*/metadata",
+            "/spec/volumeClaimTemplates/*/metadata/labels",
+            "/spec/volumeClaimTemplates/*/metadata/annotations",
             "/spec/volumeClaimTemplates/*/spec",
             "/spec/volumeClaimTemplates/*/spec/resources",
             "/spec/volumeClaimTemplates/*/status",
@@ -154,7 +160,10 @@ pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
             bad = Some((top.to_string(), json_type(v)));
         }
     }
-    for pointer in object_paths(rt) {
+    for pointer in ["/metadata/labels", "/metadata/annotations"]
+        .iter()
+        .chain(object_paths(rt))
+    {
         let segs: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
         check_objects(obj, &segs, "", &mut bad);
     }
@@ -180,6 +189,41 @@ pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     }
 }
 
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `type: Opaque` by default; `stringData` is write-only: merged into `data` (base64).
+fn secret_default(obj: &mut Value) {
+    set_default(obj, "type", json!("Opaque"));
+    let Some(string_data) = obj.as_object_mut().and_then(|m| m.remove("stringData")) else {
+        return;
+    };
+    if let Some(entries) = string_data.as_object() {
+        set_default(obj, "data", json!({}));
+        for (k, v) in entries {
+            obj["data"][k] = json!(base64(v.as_str().unwrap_or_default().as_bytes()));
+        }
+    }
+}
+
 /// Server defaults for a type, applied on create and on every update before validation.
 pub fn default(rt: &ResourceType, obj: &mut Value) {
     if *rt == resources::STATEFULSET {
@@ -188,6 +232,8 @@ pub fn default(rt: &ResourceType, obj: &mut Value) {
         pvc::default(obj);
     } else if *rt == resources::POD {
         pod::default_pod(obj);
+    } else if *rt == resources::SECRET {
+        secret_default(obj);
     } else if *rt == resources::NAMESPACE {
         // `NamespaceDefaultLabelName` and the lifecycle finalizer of every namespace.
         let name = obj_name(obj).to_string();
@@ -208,6 +254,161 @@ fn invalid(rt: &ResourceType, obj: &Value, causes: Vec<Cause>) -> Result<(), Api
     }
 }
 
+/// `MaxSecretSize`: ConfigMaps and Secrets hold at most 1 MiB of data.
+const MAX_DATA_SIZE: usize = 1024 * 1024;
+/// `TotalAnnotationSizeLimitB`.
+const MAX_ANNOTATIONS_SIZE: usize = 256 * 1024;
+
+/// Keys and values of the given string maps, in bytes.
+fn map_size(obj: &Value, keys: &[&str]) -> usize {
+    keys.iter()
+        .filter_map(|k| obj.pointer(k).and_then(Value::as_object))
+        .flat_map(|m| m.iter())
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum()
+}
+
+/// The size limits of ConfigMaps/Secrets (whole object, reported at `[]`) and annotations.
+fn size_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if map_size(obj, &["/metadata/annotations"]) > MAX_ANNOTATIONS_SIZE {
+        causes.push(Cause::too_long(
+            "metadata.annotations",
+            MAX_ANNOTATIONS_SIZE,
+        ));
+    }
+    if (*rt == resources::CONFIGMAP || *rt == resources::SECRET)
+        && map_size(obj, &["/data", "/binaryData"]) > MAX_DATA_SIZE
+    {
+        causes.push(Cause::too_long("[]", MAX_DATA_SIZE));
+    }
+    causes
+}
+
+const LABEL_VALUE_FORMAT: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const NAME_PART_FORMAT: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, non-empty.
+fn is_name_part(s: &str) -> bool {
+    let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.';
+    !s.is_empty()
+        && s.chars().all(ok)
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// `IsQualifiedName` (`prefix/name`), the errors in the real order.
+fn qualified_name_errors(key: &str) -> Vec<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let mut errs = Vec::new();
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            errs.push("prefix part must be non-empty".to_string());
+        } else if !is_dns_subdomain(p) {
+            errs.push(format!("prefix part {}", DNS_SUBDOMAIN_FORMAT));
+        }
+    }
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_string());
+    } else {
+        if name.len() > 63 {
+            errs.push("name part must be no more than 63 characters".to_string());
+        }
+        if !is_name_part(name) {
+            errs.push(NAME_PART_FORMAT.to_string());
+        }
+    }
+    errs
+}
+
+/// Label keys and values, annotation keys (`ValidateLabels`, `ValidateAnnotations`).
+fn label_causes(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            for e in qualified_name_errors(k) {
+                causes.push(Cause::invalid("metadata.labels", &format!("{k:?}"), &e));
+            }
+            let v = v.as_str().unwrap_or_default();
+            if v.len() > 63 {
+                causes.push(Cause::invalid(
+                    "metadata.labels",
+                    &format!("{v:?}"),
+                    "must be no more than 63 characters",
+                ));
+            }
+            if !v.is_empty() && !is_name_part(v) {
+                causes.push(Cause::invalid(
+                    "metadata.labels",
+                    &format!("{v:?}"),
+                    LABEL_VALUE_FORMAT,
+                ));
+            }
+        }
+    }
+    if let Some(annotations) = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        for k in annotations.keys() {
+            for e in qualified_name_errors(&k.to_lowercase()) {
+                causes.push(Cause::invalid(
+                    "metadata.annotations",
+                    &format!("{k:?}"),
+                    &e,
+                ));
+            }
+        }
+    }
+    causes
+}
+
+const CONFIG_KEY_FORMAT: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
+
+/// `IsConfigMapKey` for the keys of ConfigMap/Secret `data` and `binaryData`.
+fn config_key_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if *rt != resources::CONFIGMAP && *rt != resources::SECRET {
+        return causes;
+    }
+    for part in ["data", "binaryData"] {
+        let Some(m) = obj.get(part).and_then(Value::as_object) else {
+            continue;
+        };
+        for key in m.keys() {
+            let field = format!("{part}[{key}]");
+            let value = format!("{key:?}");
+            if key.len() > 253 {
+                causes.push(Cause::invalid(
+                    &field,
+                    &value,
+                    "must be no more than 253 characters",
+                ));
+            }
+            if key.is_empty()
+                || !key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+            {
+                causes.push(Cause::invalid(&field, &value, CONFIG_KEY_FORMAT));
+            }
+            if key == "." {
+                causes.push(Cause::invalid(&field, &value, "must not be '.'"));
+            } else if key == ".." {
+                causes.push(Cause::invalid(&field, &value, "must not be '..'"));
+            } else if key.starts_with("..") {
+                causes.push(Cause::invalid(&field, &value, "must not start with '..'"));
+            }
+        }
+    }
+    causes
+}
+
+const DNS_SUBDOMAIN_FORMAT: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
 fn metadata_causes(obj: &Value) -> Vec<Cause> {
     let name = obj_name(obj);
     let mut causes = Vec::new();
@@ -220,7 +421,7 @@ fn metadata_causes(obj: &Value) -> Vec<Cause> {
         causes.push(Cause::invalid(
             "metadata.name",
             &format!("{name:?}"),
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+            DNS_SUBDOMAIN_FORMAT,
         ));
     }
     causes
@@ -240,8 +441,13 @@ fn is_dns_subdomain(s: &str) -> bool {
 
 pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     let mut causes = metadata_causes(obj);
+    causes.extend(label_causes(obj));
+    causes.extend(config_key_causes(rt, obj));
+    causes.extend(size_causes(rt, obj));
     if *rt == resources::STATEFULSET {
         causes.extend(statefulset::validate_create(obj));
+    } else if *rt == resources::EVENT || *rt == resources::EVENT_V1 {
+        causes.extend(event::validate_create(obj, *rt == resources::EVENT_V1));
     }
     invalid(rt, obj, causes)
 }
@@ -252,13 +458,16 @@ pub fn validate_update(
     old: &Value,
     version: KubeVersion,
 ) -> Result<(), ApiError> {
-    let causes = if *rt == resources::STATEFULSET {
+    let mut causes = if *rt == resources::STATEFULSET {
         statefulset::validate_update(new, old)
     } else if *rt == resources::PVC {
         pvc::validate_update(new, old, version)
     } else {
         Vec::new()
     };
+    causes.extend(label_causes(new));
+    causes.extend(config_key_causes(rt, new));
+    causes.extend(size_causes(rt, new));
     invalid(rt, new, causes)
 }
 

@@ -1,0 +1,460 @@
+//! What a converge did, for people (`-o text`) and programs (`-o json`, the service's status).
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use serde::Serialize;
+
+use crate::decide::{Plan, Refusal, RefusalCode};
+
+/// The steps of DESIGN.md §2, plus the bookkeeping around them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    /// Finishing an intent an earlier run left unfinished.
+    Resume,
+    /// Reading the StatefulSet, its namespace's claims and the StorageClasses.
+    Read,
+    Decide,
+    Prove,
+    /// Recording the intent in the journal.
+    Record,
+    Grow,
+    Orphan,
+    Wait,
+    Reapply,
+    /// Clearing the intent from the journal.
+    Clear,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Resume => "resume",
+            Step::Read => "read",
+            Step::Decide => "decide",
+            Step::Prove => "prove",
+            Step::Record => "record",
+            Step::Grow => "grow",
+            Step::Orphan => "orphan",
+            Step::Wait => "wait",
+            Step::Reapply => "reapply",
+            Step::Clear => "clear",
+        }
+    }
+
+    /// Whether the step comes before any write of the procedure.
+    pub fn before_writes(self) -> bool {
+        matches!(self, Step::Read | Step::Decide | Step::Prove | Step::Record)
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepTiming {
+    pub step: Step,
+    pub millis: f64,
+}
+
+/// How a converge ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Claims grown and/or the StatefulSet recreated.
+    Converged,
+    /// Live already matches what can be converged; nothing was written.
+    Unchanged,
+    /// No live StatefulSet: Flux's apply creates it at the declared size.
+    Absent,
+    /// Refused (see `refusal`); nothing was written.
+    Refused,
+    /// Dry run: decided and proven, nothing written (`claims` says what would be grown).
+    Proven,
+    /// Someone else re-created the StatefulSet while we converged it: our part is done.
+    RecreatedElsewhere,
+}
+
+/// What happened (or, in a dry run, would happen) to one claim of the StatefulSet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimAction {
+    Resized,
+    /// Dry run: would be resized.
+    WouldResize,
+    /// Already at or above the declared size.
+    Skipped,
+    /// Should grow but cannot yet (not Bound).
+    Deferred,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimReport {
+    pub claim: String,
+    pub template: String,
+    pub action: ClaimAction,
+    /// The claim's requested size when read.
+    pub from: Option<String>,
+    /// The size it was (or would be) grown to.
+    pub to: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusalReport {
+    pub code: RefusalCode,
+    pub message: String,
+}
+
+/// What finishing an earlier run's intent took.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResumeAction {
+    /// The StatefulSet was gone: the recorded desired object was applied.
+    Reapplied,
+    /// Present with the recorded uid: the procedure was carried on.
+    Continued,
+    /// Present with another uid: someone re-created it, nothing left to do.
+    AlreadyRecreated,
+    /// Present with the recorded uid, but the recorded object is now refused: nothing was
+    /// deleted, the intent is dropped.
+    Abandoned,
+    /// Dry run: an unfinished intent exists; a real run finishes it first.
+    Pending,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeReport {
+    pub action: ResumeAction,
+    pub recorded_uid: String,
+    pub recorded_at: String,
+    /// The continued procedure, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<Box<Report>>,
+}
+
+/// The result of converging one StatefulSet.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub namespace: String,
+    pub name: String,
+    pub outcome: Outcome,
+    pub dry_run: bool,
+    pub plan: Option<Plan>,
+    pub refusal: Option<RefusalReport>,
+    pub claims: Vec<ClaimReport>,
+    /// Whether this run deleted and re-applied the StatefulSet.
+    pub recreated: bool,
+    pub old_uid: Option<String>,
+    pub new_uid: Option<String>,
+    /// An earlier run's intent finished before this converge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<ResumeReport>,
+    pub steps: Vec<StepTiming>,
+}
+
+impl Report {
+    pub(crate) fn new(namespace: &str, name: &str, dry_run: bool) -> Self {
+        Report {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            outcome: Outcome::Unchanged,
+            dry_run,
+            plan: None,
+            refusal: None,
+            claims: Vec::new(),
+            recreated: false,
+            old_uid: None,
+            new_uid: None,
+            resumed: None,
+            steps: Vec::new(),
+        }
+    }
+
+    /// Adds a step's duration; consecutive parts of one step (the reads) add up.
+    pub(crate) fn timed(&mut self, step: Step, took: Duration) {
+        let millis = took.as_secs_f64() * 1000.0;
+        match self.steps.last_mut() {
+            Some(last) if last.step == step => last.millis += millis,
+            _ => self.steps.push(StepTiming { step, millis }),
+        }
+    }
+
+    pub(crate) fn refused(&mut self, refusal: &Refusal) {
+        self.outcome = Outcome::Refused;
+        self.refusal = Some(RefusalReport {
+            code: refusal.code,
+            message: refusal.message.clone(),
+        });
+    }
+
+    /// The refusal, as `decide` spells it, when the converge was refused.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refusal.as_ref().map(|r| Refusal {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            code: r.code,
+            message: r.message.clone(),
+        })
+    }
+
+    /// Human-readable summary, one fact per line.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let mut line = |s: String| {
+            out.push_str(&s);
+            out.push('\n');
+        };
+        if let Some(r) = self
+            .resumed
+            .as_ref()
+            .filter(|r| r.action == ResumeAction::Pending)
+        {
+            line(format!(
+                "StatefulSet {}/{}: an earlier run left an unfinished intent (recorded {}, uid {}): \
+                 a real run finishes it first",
+                self.namespace, self.name, r.recorded_at, r.recorded_uid
+            ));
+        } else if let Some(r) = &self.resumed {
+            line(format!(
+                "StatefulSet {}/{}: resumed an unfinished intent (recorded {}, uid {}): {}",
+                self.namespace,
+                self.name,
+                r.recorded_at,
+                r.recorded_uid,
+                serde_plain(&r.action)
+            ));
+        }
+        let what = match self.outcome {
+            Outcome::Converged if self.recreated => {
+                "converged (claims grown, StatefulSet recreated)"
+            }
+            Outcome::Converged => "converged (claims grown)",
+            Outcome::Unchanged => "nothing to do",
+            Outcome::Absent => "not in the cluster: Flux will create it",
+            Outcome::Refused => "refused",
+            Outcome::Proven => "dry run: decided and proven by the server, nothing written",
+            Outcome::RecreatedElsewhere => "re-created by someone else meanwhile: done",
+        };
+        line(format!(
+            "StatefulSet {}/{}: {what}",
+            self.namespace, self.name
+        ));
+        if let Some(r) = &self.refusal {
+            line(format!("  refusal {}: {}", r.code, r.message));
+        }
+        if let Some(plan) = &self.plan {
+            for g in &plan.grown {
+                line(format!(
+                    "  template {}: {} -> {}{}",
+                    g.template,
+                    g.from.as_str(),
+                    g.to.as_str(),
+                    if self.dry_run {
+                        " (would recreate)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        for c in &self.claims {
+            line(format!(
+                "  claim {}: {}{}{}",
+                c.claim,
+                serde_plain(&c.action),
+                match (&c.from, &c.to) {
+                    (Some(f), Some(t)) => format!(" {f} -> {t}"),
+                    (Some(f), None) => format!(" (at {f})"),
+                    _ => String::new(),
+                },
+                c.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ));
+        }
+        if self.recreated {
+            line(format!(
+                "  uid {} -> {}",
+                self.old_uid.as_deref().unwrap_or("?"),
+                self.new_uid.as_deref().unwrap_or("?")
+            ));
+        }
+        if !self.steps.is_empty() {
+            let steps: Vec<String> = self
+                .steps
+                .iter()
+                .map(|s| format!("{} {:.0}ms", s.step, s.millis))
+                .collect();
+            line(format!("  steps: {}", steps.join(", ")));
+        }
+        out
+    }
+}
+
+fn serde_plain<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// The claims of a StatefulSet: `<template>-<name>-<ordinal>`, every ordinal found (also
+/// scaled-away ones), as `(claim, template)` pairs in claim-name order.
+pub fn claims_of(sts: &StatefulSet, claims: &[PersistentVolumeClaim]) -> Vec<(String, String)> {
+    let name = sts.metadata.name.as_deref().unwrap_or_default();
+    let templates: Vec<&str> = sts
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_claim_templates.as_ref())
+        .map(|ts| {
+            ts.iter()
+                .filter_map(|t| t.metadata.name.as_deref())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut found: Vec<(String, String)> = claims
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
+        .filter_map(|claim| {
+            templates.iter().find_map(|t| {
+                let ordinal = claim
+                    .strip_prefix(t)?
+                    .strip_prefix('-')?
+                    .strip_prefix(name)?
+                    .strip_prefix('-')?;
+                (!ordinal.is_empty() && ordinal.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| (claim.to_string(), t.to_string()))
+            })
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Per-claim outcome from a plan: resized (or would be) for `plan.resize`, deferred for
+/// `plan.deferred`, skipped for every other claim of the StatefulSet.
+pub fn claim_reports(
+    desired: &StatefulSet,
+    claims: &[PersistentVolumeClaim],
+    plan: &Plan,
+    dry_run: bool,
+) -> Vec<ClaimReport> {
+    let size_of = |claim: &str| {
+        claims
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(claim))
+            .and_then(|c| {
+                c.spec
+                    .as_ref()?
+                    .resources
+                    .as_ref()?
+                    .requests
+                    .as_ref()?
+                    .get("storage")
+            })
+            .map(|q| q.0.clone())
+    };
+    claims_of(desired, claims)
+        .into_iter()
+        .map(|(claim, template)| {
+            if let Some(r) = plan.resize.iter().find(|r| r.claim == claim) {
+                ClaimReport {
+                    action: if dry_run {
+                        ClaimAction::WouldResize
+                    } else {
+                        ClaimAction::Resized
+                    },
+                    from: Some(r.from.as_str().to_string()),
+                    to: Some(r.to.as_str().to_string()),
+                    reason: None,
+                    claim,
+                    template,
+                }
+            } else if let Some(d) = plan.deferred.iter().find(|d| d.claim == claim) {
+                ClaimReport {
+                    action: ClaimAction::Deferred,
+                    from: size_of(&claim),
+                    to: None,
+                    reason: Some(d.reason.clone()),
+                    claim,
+                    template,
+                }
+            } else {
+                ClaimReport {
+                    action: ClaimAction::Skipped,
+                    from: size_of(&claim),
+                    to: None,
+                    reason: Some("already at or above the declared size".to_string()),
+                    claim,
+                    template,
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sts(name: &str, templates: &[&str]) -> StatefulSet {
+        let vcts: Vec<serde_json::Value> = templates
+            .iter()
+            .map(|t| serde_json::json!({"metadata": {"name": t}}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"selector": {}, "template": {}, "volumeClaimTemplates": vcts}
+        }))
+        .unwrap()
+    }
+
+    fn pvc(name: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+    }
+
+    #[test]
+    fn claims_are_matched_by_template_name_and_ordinal() {
+        let claims: Vec<_> = [
+            "data-web-0",
+            "data-web-7",
+            "logs-web-1",
+            "data-web",
+            "data-web-x",
+            "data-web-1-a",
+            "data-webby-0",
+            "data-other-0",
+            "data-web-",
+            "data-web-web-0",
+            "other-web-0",
+        ]
+        .iter()
+        .map(|n| pvc(n))
+        .collect();
+        let got = claims_of(&sts("web", &["data", "logs", "data-web"]), &claims);
+        let want = [
+            ("data-web-0", "data"),
+            ("data-web-7", "data"),
+            ("data-web-web-0", "data-web"),
+            ("logs-web-1", "logs"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(c, t)| (c.to_string(), t.to_string()))
+            .collect();
+        assert_eq!(got, want);
+    }
+}

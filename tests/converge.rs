@@ -1,0 +1,975 @@
+//! Converge against the fake kube-apiserver (tests/support): the procedure end to end,
+//! refusals with zero writes, a fault at every write followed by a re-run, crashes, races,
+//! a stuck orphan finalizer, and the CLI over a socket.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flux_converger::cluster::KubeCluster;
+use flux_converger::converge::{
+    self, ClaimAction, Options, Outcome, ResumeAction, Step, converge as run_converge,
+};
+use flux_converger::decide::RefusalCode;
+use flux_converger::journal::{ConfigMapJournal, Journal};
+use http::Method;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use serde_json::{Value, json};
+
+use support::{FakeApiServer, Fault, FaultRule, GcMode, KubeVersion};
+
+const NS: &str = "default";
+const JOURNAL_NS: &str = "flux-system";
+
+fn fixture(path: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/tests/fixtures/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// `web`: two templates (`data`, `logs`), 3 replicas, as git declares it.
+fn statefulset(data: &str, logs: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": NS,
+                     "labels": {"kustomize.toolkit.fluxcd.io/name": "apps",
+                                "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}},
+        "spec": {
+            "serviceName": "web", "replicas": 3, "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "app", "image": "busybox",
+                                                  "command": ["sleep", "3600"],
+                                                  "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                                                   {"name": "logs", "mountPath": "/logs"}]}]}},
+            "volumeClaimTemplates": [
+                {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                  "storageClassName": "expandable", "resources": {"requests": {"storage": data}}}},
+                {"metadata": {"name": "logs"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                  "storageClassName": "expandable", "resources": {"requests": {"storage": logs}}}},
+            ],
+        }
+    })
+}
+
+fn desired() -> StatefulSet {
+    serde_json::from_value(statefulset("2Gi", "1Gi")).unwrap()
+}
+
+fn claim(name: &str, size: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NS, "labels": {"app": "web"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
+                 "volumeMode": "Filesystem",
+                 "resources": {"requests": {"storage": size}}, "volumeName": format!("pv-{name}")},
+    })
+}
+
+/// Every claim of `web` as the scenario has them: ordinals 0-2 from the controller (1Gi),
+/// `data-web-1` already larger (5Gi), scaled-away ordinal 3 (1Gi), all Bound.
+const CLAIMS: &[&str] = &[
+    "data-web-0",
+    "data-web-1",
+    "data-web-2",
+    "data-web-3",
+    "logs-web-0",
+    "logs-web-1",
+    "logs-web-2",
+    "logs-web-3",
+];
+
+async fn world() -> FakeApiServer {
+    world_on(FakeApiServer::new()).await
+}
+
+async fn world_on(fake: FakeApiServer) -> FakeApiServer {
+    flux_converger::tls::install_crypto_provider();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    // Claims that exist before the controller runs: an already larger one, scaled-away ones.
+    fake.seed(claim("data-web-1", "5Gi"));
+    fake.seed(claim("data-web-3", "1Gi"));
+    fake.seed(claim("logs-web-3", "1Gi"));
+    fake.enable_statefulset_controller();
+    // Created through the API, so the live object carries the server's defaults.
+    {
+        use flux_converger::converge::Cluster as _;
+        let live: StatefulSet = serde_json::from_value(statefulset("1Gi", "1Gi")).unwrap();
+        KubeCluster::new(fake.client(), Duration::from_secs(5))
+            .apply(&live)
+            .await
+            .unwrap();
+    }
+    for _ in 0..200 {
+        if CLAIMS.iter().all(|c| {
+            fake.get("v1", "PersistentVolumeClaim", Some(NS), c)
+                .is_some()
+        }) && (0..3).all(|i| {
+            fake.get("v1", "Pod", Some(NS), &format!("web-{i}"))
+                .is_some()
+        }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for c in CLAIMS {
+        fake.set_pvc_phase(NS, c, "Bound");
+    }
+    fake.clear_requests();
+    fake
+}
+
+fn cluster(fake: &FakeApiServer) -> (KubeCluster, ConfigMapJournal) {
+    let client = fake.client();
+    (
+        KubeCluster::new(client.clone(), Duration::from_secs(5)),
+        ConfigMapJournal::new(client, JOURNAL_NS, Duration::from_secs(5)),
+    )
+}
+
+fn opts() -> Options {
+    Options {
+        dry_run: false,
+        wait_timeout: Duration::from_secs(5),
+    }
+}
+
+fn uid(v: &Value) -> String {
+    v["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn storage(fake: &FakeApiServer, claim: &str) -> String {
+    let c = fake
+        .get("v1", "PersistentVolumeClaim", Some(NS), claim)
+        .unwrap();
+    c["spec"]["resources"]["requests"]["storage"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn writes(fake: &FakeApiServer) -> Vec<String> {
+    fake.requests()
+        .iter()
+        .filter(|r| r.is_write())
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+/// The uids of every claim and pod, to tell kept objects from replaced ones.
+fn uids(fake: &FakeApiServer) -> BTreeMap<String, String> {
+    let claims = fake.list("v1", "PersistentVolumeClaim", Some(NS));
+    let pods = fake.list("v1", "Pod", Some(NS));
+    claims
+        .iter()
+        .map(|c| ("claim", c))
+        .chain(pods.iter().map(|p| ("pod", p)))
+        .map(|(kind, o)| {
+            (
+                format!(
+                    "{kind}/{}",
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                uid(o),
+            )
+        })
+        .collect()
+}
+
+/// Whether every pod's controller is the live StatefulSet (the fake's controller adopts
+/// orphans beside the API).
+fn pods_adopted(fake: &FakeApiServer) -> bool {
+    let sts_uid = fake
+        .get("apps/v1", "StatefulSet", Some(NS), "web")
+        .map(|s| uid(&s))
+        .unwrap_or_default();
+    fake.list("v1", "Pod", Some(NS)).iter().all(|p| {
+        p["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["uid"] == sts_uid.as_str()))
+    })
+}
+
+/// What a converge is about, independent of the uids a run happens to get: the StatefulSet's
+/// spec and labels; each claim's size and whether it is the same object as `before`; each
+/// pod's the same and whether the live StatefulSet owns it; the unfinished intents.
+fn end_state(fake: &FakeApiServer, before: &BTreeMap<String, String>) -> Value {
+    let sts = fake.get("apps/v1", "StatefulSet", Some(NS), "web");
+    let sts_uid = sts.as_ref().map(uid).unwrap_or_default();
+    let kept = |key: String, o: &Value| before.get(&key).is_some_and(|u| *u == uid(o));
+    let claims: BTreeMap<String, Value> = fake
+        .list("v1", "PersistentVolumeClaim", Some(NS))
+        .into_iter()
+        .map(|c| {
+            let name = c["metadata"]["name"].as_str().unwrap().to_string();
+            let v = json!({"kept": kept(format!("claim/{name}"), &c),
+                           "storage": c["spec"]["resources"]["requests"]["storage"]});
+            (name, v)
+        })
+        .collect();
+    let pods: BTreeMap<String, Value> = fake
+        .list("v1", "Pod", Some(NS))
+        .into_iter()
+        .map(|p| {
+            let owners = p["metadata"]["ownerReferences"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let owned = owners.iter().any(|o| o["uid"] == sts_uid.as_str());
+            let name = p["metadata"]["name"].as_str().unwrap().to_string();
+            let v = json!({"kept": kept(format!("pod/{name}"), &p), "ownedByLive": owned,
+                           "owners": owners.len()});
+            (name, v)
+        })
+        .collect();
+    let intents = fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).len();
+    json!({
+        "statefulset": sts.map(|s| json!({"spec": s["spec"], "labels": s["metadata"]["labels"],
+                                          "terminating": s["metadata"].get("deletionTimestamp").is_some()})),
+        "claims": claims, "pods": pods, "intents": intents,
+    })
+}
+
+#[tokio::test]
+async fn happy_path_grows_claims_recreates_and_the_pods_are_adopted() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    let before = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    let before_uids = uids(&fake);
+    assert_eq!(before_uids.len(), CLAIMS.len() + 3);
+
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+
+    assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
+    assert!(report.recreated);
+    let after = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert_eq!(report.old_uid.as_deref(), Some(uid(&before).as_str()));
+    assert_eq!(report.new_uid.as_deref(), Some(uid(&after).as_str()));
+    assert_ne!(uid(&before), uid(&after));
+    assert_eq!(
+        after["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+    for (claim, want) in [
+        ("data-web-0", "2Gi"),
+        ("data-web-1", "5Gi"),
+        ("data-web-2", "2Gi"),
+        ("data-web-3", "2Gi"),
+        ("logs-web-0", "1Gi"),
+        ("logs-web-3", "1Gi"),
+    ] {
+        assert_eq!(storage(&fake, claim), want, "{claim}");
+    }
+    let actions: BTreeMap<&str, ClaimAction> = report
+        .claims
+        .iter()
+        .map(|c| (c.claim.as_str(), c.action))
+        .collect();
+    assert_eq!(actions["data-web-0"], ClaimAction::Resized);
+    assert_eq!(actions["data-web-1"], ClaimAction::Skipped);
+    assert_eq!(actions["data-web-3"], ClaimAction::Resized);
+    assert_eq!(actions["logs-web-0"], ClaimAction::Skipped);
+
+    // Pods adopted (same uids, owned by the new object), claims kept, nothing else deleted.
+    settle(&fake).await;
+    let state = end_state(&fake, &before_uids);
+    for i in 0..3 {
+        let p = &state["pods"][format!("web-{i}")];
+        assert_eq!(p["kept"], true, "web-{i} was replaced: {state}");
+        assert_eq!(p["ownedByLive"], true, "web-{i} not adopted: {state}");
+    }
+    for n in CLAIMS {
+        assert_eq!(
+            state["claims"][n]["kept"], true,
+            "{n} was replaced: {state}"
+        );
+    }
+    assert_eq!(
+        uids(&fake).len(),
+        before_uids.len(),
+        "objects appeared or vanished"
+    );
+    let deletes: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::DELETE)
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(
+        deletes,
+        vec![
+            "/apis/apps/v1/namespaces/default/statefulsets/web".to_string(),
+            "/api/v1/namespaces/flux-system/configmaps/flux-converger-intent.default.web"
+                .to_string(),
+        ]
+    );
+    // Field managers: the StatefulSet as Flux, the rest as the converger.
+    for r in fake.requests().iter().filter(|r| r.method == Method::PATCH) {
+        let want = if r.path.contains("/statefulsets/") {
+            "kustomize-controller"
+        } else {
+            "flux-converger"
+        };
+        assert_eq!(
+            r.field_manager.as_deref(),
+            Some(want),
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+    assert_eq!(state["intents"], 0);
+
+    // Once converged, a converge writes nothing (not even the journal).
+    fake.clear_requests();
+    let again = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(again.outcome, Outcome::Unchanged);
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+}
+
+#[tokio::test]
+async fn every_refusal_writes_nothing() {
+    let mut shrink = statefulset("512Mi", "1Gi");
+    let mut renamed = statefulset("2Gi", "1Gi");
+    renamed["spec"]["volumeClaimTemplates"][1]["metadata"]["name"] = json!("cache");
+    let mut fixed = statefulset("2Gi", "1Gi");
+    fixed["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = json!("fixed");
+    let mut service = statefulset("2Gi", "1Gi");
+    service["spec"]["serviceName"] = json!("other");
+    let mut policy = statefulset("2Gi", "1Gi");
+    policy["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let mut selector = statefulset("2Gi", "1Gi");
+    selector["spec"]["selector"]["matchLabels"]["tier"] = json!("db");
+    selector["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
+    // The fixture's case: OnDelete over a live rollingUpdate is invalid, not immutable.
+    let mut on_delete = statefulset("2Gi", "1Gi");
+    on_delete["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    shrink["metadata"]["annotations"] = json!({"case": "shrink"});
+
+    let cases = [
+        ("shrink", shrink, RefusalCode::Shrink),
+        ("template renamed", renamed, RefusalCode::TemplateChanged),
+        ("class changed", fixed, RefusalCode::TemplateChanged),
+        ("serviceName", service, RefusalCode::OtherImmutable),
+        ("podManagementPolicy", policy, RefusalCode::OtherImmutable),
+        ("selector", selector, RefusalCode::OtherImmutable),
+        ("updateStrategy OnDelete", on_delete, RefusalCode::Rejected),
+    ];
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    for (what, object, code) in cases {
+        fake.clear_requests();
+        let desired: StatefulSet = serde_json::from_value(object).unwrap();
+        let report = run_converge(&c, &j, &desired, &opts()).await.unwrap();
+        assert_eq!(report.outcome, Outcome::Refused, "{what}: {report:?}");
+        let refusal = report.refusal().unwrap();
+        assert_eq!(refusal.code, code, "{what}: {}", refusal.message);
+        assert!(writes(&fake).is_empty(), "{what}: {:?}", writes(&fake));
+        if code == RefusalCode::OtherImmutable {
+            assert!(
+                refusal
+                    .message
+                    .contains("updates to statefulset spec for fields other than"),
+                "{what}: {}",
+                refusal.message
+            );
+        }
+        if code == RefusalCode::Rejected {
+            assert!(
+                refusal
+                    .message
+                    .contains("only allowed for updateStrategy 'RollingUpdate'"),
+                "{}",
+                refusal.message
+            );
+        }
+    }
+}
+
+/// `decide` already knows these fields; the server must agree, through the very dry run the
+/// converge sends (the proof object), and the answer must read as `other-immutable`.
+#[tokio::test]
+async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
+    use flux_converger::converge::Cluster as _;
+    use flux_converger::converge::prove::{Verdict, classify, proof_object};
+    let fake = world().await;
+    let (c, _) = cluster(&fake);
+    let live = c.get_statefulset(NS, "web").await.unwrap().unwrap();
+    let mut service = statefulset("2Gi", "1Gi");
+    service["spec"]["serviceName"] = json!("other");
+    let mut policy = statefulset("2Gi", "1Gi");
+    policy["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let mut selector = statefulset("2Gi", "1Gi");
+    selector["spec"]["selector"]["matchLabels"]["tier"] = json!("db");
+    selector["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
+    let mut image = statefulset("2Gi", "1Gi");
+    image["spec"]["template"]["spec"]["containers"][0]["image"] = json!("busybox:1.37");
+    image["spec"]["replicas"] = json!(5);
+    for (what, object, want) in [
+        ("serviceName", service, Some(RefusalCode::OtherImmutable)),
+        (
+            "podManagementPolicy",
+            policy,
+            Some(RefusalCode::OtherImmutable),
+        ),
+        ("selector", selector, Some(RefusalCode::OtherImmutable)),
+        ("image and replicas only", image, None),
+    ] {
+        fake.clear_requests();
+        let desired: StatefulSet = serde_json::from_value(object).unwrap();
+        let answer = c.dry_run_apply(&proof_object(&desired, &live)).await;
+        let got = match answer {
+            Ok(_) => None,
+            Err(e) => match classify(NS, "web", e) {
+                Verdict::Refused(r) => {
+                    assert!(
+                        r.message
+                            .contains("updates to statefulset spec for fields other than"),
+                        "{what}: {}",
+                        r.message
+                    );
+                    Some(r.code)
+                }
+                Verdict::Failed(e) => panic!("{what}: {e}"),
+            },
+        };
+        assert_eq!(got, want, "{what}");
+        let log = fake.requests();
+        assert_eq!(log.len(), 1);
+        assert!(log[0].dry_run && log[0].is_apply(), "{what}: {log:?}");
+        assert!(writes(&fake).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn the_dry_run_object_is_the_desired_one_with_the_live_templates_and_a_dry_run_writes_nothing()
+ {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    let report = run_converge(
+        &c,
+        &j,
+        &desired(),
+        &Options {
+            dry_run: true,
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Proven);
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+    let dry: Vec<_> = fake.requests().into_iter().filter(|r| r.dry_run).collect();
+    assert_eq!(dry.len(), 1);
+    assert!(dry[0].is_apply());
+    assert_eq!(
+        dry[0].field_manager.as_deref(),
+        Some("kustomize-controller")
+    );
+    assert_eq!(dry[0].query_param("force").as_deref(), Some("true"));
+    assert_eq!(storage(&fake, "data-web-0"), "1Gi");
+}
+
+#[tokio::test]
+async fn a_server_error_on_the_dry_run_is_a_failure_to_retry() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "etcdserver: request timed out".into(),
+        },
+    });
+    let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    assert_eq!(e.step(), Some(Step::Prove));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("etcdserver: request timed out") && msg.contains("default/web"),
+        "{msg}"
+    );
+    assert!(writes(&fake).is_empty());
+}
+
+#[tokio::test]
+async fn a_call_without_an_answer_is_cancelled_at_its_deadline() {
+    let fake = world().await;
+    let client = fake.client();
+    let c = KubeCluster::new(client.clone(), Duration::from_millis(200));
+    let j = ConfigMapJournal::new(client, JOURNAL_NS, Duration::from_millis(200));
+    fake.add_fault(FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Delay(Duration::from_secs(30)),
+    });
+    // The delay outlasts the test's patience: only the deadline turns it into an error.
+    let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("StatefulSet default/web") && msg.contains("200 ms"),
+        "{msg}"
+    );
+}
+
+/// The uninterrupted run every interrupted one must end like.
+async fn reference() -> (Value, Vec<support::RequestRecord>) {
+    let fake = world().await;
+    let before = uids(&fake);
+    let (c, j) = cluster(&fake);
+    run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    settle(&fake).await;
+    (end_state(&fake, &before), fake.requests())
+}
+
+/// Gives the fake's controllers a moment to adopt pods (they run beside the API).
+async fn settle(fake: &FakeApiServer) {
+    for _ in 0..200 {
+        if pods_adopted(fake) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_fault_at_every_request_is_finished_by_running_again() {
+    let (want, log) = reference().await;
+    // The k-th request of the reference run, as a fault rule: same method and path, and the
+    // number of earlier requests the rule would count.
+    let rules = |writes_only: bool| -> Vec<(Method, String, usize)> {
+        log.iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_write() || !writes_only)
+            .map(|(i, r)| {
+                let nth = log[..i]
+                    .iter()
+                    .filter(|p| p.method == r.method && p.path.contains(&r.path))
+                    .count();
+                (r.method.clone(), r.path.clone(), nth)
+            })
+            .collect()
+    };
+    let write_rules = rules(true);
+    let every_rule = rules(false);
+    assert!(write_rules.len() >= 6, "{write_rules:?}");
+    // Failing or dropping a request fails it whatever it is: every request, reads included.
+    // Dropping the answer after the write only differs from that for writes.
+    let faults = [
+        (
+            Fault::Status {
+                code: 500,
+                reason: "InternalError".into(),
+                message: "injected".into(),
+            },
+            &every_rule,
+        ),
+        (Fault::Drop, &every_rule),
+        (Fault::DropAfterWrite, &write_rules),
+    ];
+    for (fault, rules) in faults {
+        for (k, (method, path, nth)) in rules.iter().enumerate() {
+            let fake = world().await;
+            let before = uids(&fake);
+            let (c, j) = cluster(&fake);
+            fake.add_fault(FaultRule {
+                method: Some(method.clone()),
+                path_contains: path.clone(),
+                nth: *nth,
+                action: fault.clone(),
+            });
+            let first = run_converge(&c, &j, &desired(), &opts()).await;
+            let case = format!("{fault:?} at request {k} ({method} {path} #{nth})");
+            let e = first.expect_err(&case);
+            assert!(e.to_string().contains("again"), "{case}: {e}");
+            // Never a StatefulSet gone without the intent that brings it back.
+            if fake
+                .get("apps/v1", "StatefulSet", Some(NS), "web")
+                .is_none()
+            {
+                assert_eq!(
+                    j.list().await.unwrap().len(),
+                    1,
+                    "{case}: deleted without an intent"
+                );
+            }
+            fake.clear_faults();
+            let second = run_converge(&c, &j, &desired(), &opts()).await;
+            assert!(second.is_ok(), "{case}: re-run failed: {second:?}");
+            settle(&fake).await;
+            assert_eq!(end_state(&fake, &before), want, "{case}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_process() {
+    let fake = world().await;
+    let before = uids(&fake);
+    {
+        let (c, j) = cluster(&fake);
+        fake.add_fault(FaultRule {
+            method: Some(Method::PATCH),
+            path_contains: "/statefulsets/web".into(),
+            // 0: the dry run; 1: the re-apply.
+            nth: 1,
+            action: Fault::Drop,
+        });
+        let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+        assert_eq!(e.step(), Some(Step::Reapply), "{e}");
+        assert!(
+            fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+                .is_none()
+        );
+        fake.clear_faults();
+        // The process dies: its memory (c, j, the desired object) goes with it.
+    }
+    let (c, j) = cluster(&fake);
+    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    assert_eq!(resumed.len(), 1);
+    let (ns, name, result) = resumed.into_iter().next().unwrap();
+    assert_eq!((ns.as_str(), name.as_str()), (NS, "web"));
+    assert_eq!(result.unwrap().unwrap().action, ResumeAction::Reapplied);
+    settle(&fake).await;
+    let (want, _) = reference().await;
+    assert_eq!(end_state(&fake, &before), want);
+}
+
+#[tokio::test]
+async fn a_statefulset_recreated_by_someone_else_is_not_deleted_again() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    // Stop after the intent and the claims: the delete fails.
+    fake.add_fault(FaultRule {
+        method: Some(Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Drop,
+    });
+    run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    fake.clear_faults();
+    assert_eq!(j.list().await.unwrap().len(), 1);
+    // Someone else (Flux with force, a person) deletes and re-creates it at the grown size.
+    let old = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    {
+        let (c2, _) = cluster(&fake);
+        use flux_converger::converge::Cluster as _;
+        let outcome = c2.orphan_delete(NS, "web", &uid(&old)).await.unwrap();
+        assert_ne!(outcome, flux_converger::converge::DeleteOutcome::Gone);
+        c2.wait_gone(NS, "web", &uid(&old), None, Duration::from_secs(5))
+            .await
+            .unwrap();
+        c2.apply(&desired()).await.unwrap();
+    }
+    let recreated = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    fake.clear_requests();
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(
+        report.resumed.as_ref().map(|r| r.action),
+        Some(ResumeAction::AlreadyRecreated)
+    );
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.method == Method::DELETE && r.path.contains("statefulsets")),
+        "deleted again"
+    );
+    let now = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert_eq!(uid(&now), uid(&recreated));
+    assert!(j.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_stuck_orphan_finalizer_times_out_naming_the_statefulset_and_a_later_run_completes() {
+    let fake = world().await;
+    let before = uids(&fake);
+    let (c, j) = cluster(&fake);
+    fake.set_orphan_gc(GcMode::Stuck);
+    let short = Options {
+        wait_timeout: Duration::from_millis(500),
+        ..opts()
+    };
+    let e = run_converge(&c, &j, &desired(), &short).await.unwrap_err();
+    assert_eq!(e.step(), Some(Step::Wait));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("StatefulSet default/web") && msg.contains("again"),
+        "{msg}"
+    );
+    let stuck = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert!(stuck["metadata"].get("deletionTimestamp").is_some());
+    assert_eq!(j.list().await.unwrap().len(), 1);
+
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(50)));
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    let resumed = report.resumed.unwrap();
+    assert_eq!(resumed.action, ResumeAction::Continued);
+    assert!(resumed.report.unwrap().recreated);
+    settle(&fake).await;
+    let (want, _) = reference().await;
+    assert_eq!(end_state(&fake, &before), want);
+}
+
+#[tokio::test]
+async fn the_request_budget_is_claims_to_grow_plus_six_beyond_the_reads() {
+    let (_, log) = reference().await;
+    let grown = 3; // data-web-0, data-web-2, data-web-3
+    let watches = log.iter().filter(|r| r.watch).count();
+    assert_eq!(watches, 1, "the wait is one watch: {log:#?}");
+    // Beyond the reads: dry run, record, the grows, delete, the watch, re-apply, clear.
+    let beyond_reads = log
+        .iter()
+        .filter(|r| r.method != Method::GET || r.watch)
+        .count();
+    assert!(beyond_reads <= grown + 6, "{beyond_reads}: {log:#?}");
+    // Reads: the journal's intent, the StatefulSet, the claims, the StorageClasses.
+    let reads = log.len() - beyond_reads;
+    assert!(reads <= 4, "{reads}: {log:#?}");
+}
+
+/// Runs the binary against the fake on a socket.
+async fn cli(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("FLUX_CONVERGER_JOURNAL_NAMESPACE")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_converges_over_a_socket_with_the_exit_code_contract() {
+    let fake = world().await;
+    let served = fake.serve().await;
+    let kc = served.kubeconfig.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, v: Value| {
+        let p = dir.path().join(name);
+        // A namespace-less object takes --namespace; plus a non-StatefulSet that is ignored.
+        let mut v = v;
+        v["metadata"].as_object_mut().unwrap().remove("namespace");
+        let svc = "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  clusterIP: None\n";
+        std::fs::write(&p, format!("{}\n{svc}", serde_json::to_string(&v).unwrap())).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let grown = write("grown.yaml", statefulset("2Gi", "1Gi"));
+    let shrunk = write("shrunk.yaml", statefulset("512Mi", "1Gi"));
+
+    // Dry run: proven, exit 0, nothing written.
+    let (code, out, err) = cli(
+        &kc,
+        &["converge", "--desired", &grown, "-n", NS, "--dry-run"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("dry run"), "{out}");
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+
+    // Refused: exit 3, nothing written.
+    let (code, out, err) = cli(&kc, &["converge", "--desired", &shrunk, "-n", NS]).await;
+    assert_eq!(code, 3, "{out}\n{err}");
+    assert!(out.contains("shrink"), "{out}");
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+
+    // Converge: exit 0, JSON report.
+    let (code, out, err) = cli(
+        &kc,
+        &[
+            "converge",
+            "--desired",
+            &grown,
+            "-n",
+            NS,
+            "-o",
+            "json",
+            "--timeout",
+            "5s",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    let report = &summary["statefulsets"][0];
+    assert_eq!(report["outcome"], "converged", "{out}");
+    assert_eq!(report["recreated"], true);
+    assert_ne!(report["oldUid"], report["newUid"]);
+    assert!(report["steps"].as_array().unwrap().len() >= 8, "{out}");
+    assert_eq!(storage(&fake, "data-web-0"), "2Gi");
+
+    // A failure: exit 1, naming the step and the object, saying a re-run finishes it.
+    fake.add_fault(FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        // 500: kube's client retries 429/503/504 by itself.
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "apiserver is shutting down".into(),
+        },
+    });
+    let (code, out, err) = cli(&kc, &["converge", "--desired", &grown, "-n", NS]).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("StatefulSet default/web")
+            && err.contains("apiserver is shutting down")
+            && err.contains("again"),
+        "{err}"
+    );
+    fake.clear_faults();
+
+    // Bad input: exit 2.
+    let missing = dir.path().join("missing.yaml");
+    let (code, _, err) = cli(&kc, &["converge", "--desired", missing.to_str().unwrap()]).await;
+    assert_eq!(code, 2, "{err}");
+    let pinned = dir.path().join("pinned.yaml");
+    std::fs::write(
+        &pinned,
+        serde_json::to_string(&statefulset("2Gi", "1Gi")).unwrap(),
+    )
+    .unwrap();
+    let (code, _, err) = cli(
+        &kc,
+        &[
+            "converge",
+            "--desired",
+            pinned.to_str().unwrap(),
+            "-n",
+            "other",
+        ],
+    )
+    .await;
+    assert_eq!(
+        code, 2,
+        "a namespace conflicting with -n is bad input: {err}"
+    );
+    assert!(err.contains("other"), "{err}");
+}
+
+/// The wait survives a watch that expires (410 after a compaction) and one that the server
+/// ends: it lists once and watches again from the list's version.
+#[tokio::test]
+async fn the_wait_for_the_deletion_rewatches_after_an_expired_watch() {
+    use flux_converger::converge::{Cluster as _, DeleteOutcome, WaitOutcome};
+    let fake = world().await;
+    let (c, _) = cluster(&fake);
+    let live = c.get_statefulset(NS, "web").await.unwrap().unwrap();
+    let live_uid = live.metadata.uid.clone().unwrap();
+    fake.set_orphan_gc(GcMode::Stuck);
+    let DeleteOutcome::Deleting { resource_version } =
+        c.orphan_delete(NS, "web", &live_uid).await.unwrap()
+    else {
+        panic!("not deleting")
+    };
+    // Everything up to now is forgotten: a watch from the delete's version gets 410.
+    fake.compact();
+    let release = {
+        let fake = fake.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            fake.set_orphan_gc(GcMode::After(Duration::from_millis(10)));
+        })
+    };
+    fake.clear_requests();
+    let outcome = c
+        .wait_gone(
+            NS,
+            "web",
+            &live_uid,
+            resource_version.as_deref(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    release.await.unwrap();
+    assert_eq!(outcome, WaitOutcome::Gone);
+    let watches = fake.requests().iter().filter(|r| r.watch).count();
+    assert_eq!(watches, 2, "{:#?}", fake.requests());
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impersonating_client_acts_as_the_kustomizations_service_account() {
+    use flux_converger::converge::Cluster as _;
+    let fake = world().await;
+    let served = fake.serve().await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client =
+        flux_converger::cluster::impersonating_client(&config, "apps", "deployer").unwrap();
+    let c = KubeCluster::new(client, Duration::from_secs(5));
+    assert!(c.get_statefulset(NS, "web").await.unwrap().is_some());
+    let log = fake.requests();
+    assert_eq!(
+        log.last().unwrap().impersonate_user.as_deref(),
+        Some("system:serviceaccount:apps:deployer")
+    );
+}
+
+#[tokio::test]
+async fn a_v1_32_server_ends_in_the_same_state() {
+    let (want, _) = reference().await;
+    let fake = world_on(FakeApiServer::with_version(KubeVersion::V1_32)).await;
+    let before = uids(&fake);
+    let (c, j) = cluster(&fake);
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Converged);
+    settle(&fake).await;
+    assert_eq!(end_state(&fake, &before), want);
+}
+
+#[tokio::test]
+async fn a_claim_the_server_will_not_grow_is_a_clear_error_and_the_statefulset_stays() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    let body: Value =
+        serde_json::from_str(&fixture("v1.28/error-pvc-not-expandable.json")).unwrap();
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/persistentvolumeclaims/data-web-2".into(),
+        nth: 0,
+        action: Fault::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: body["message"].as_str().unwrap().to_string(),
+        },
+    });
+    let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    assert_eq!(e.step(), Some(Step::Grow));
+    let msg = e.to_string();
+    for want in [
+        "PersistentVolumeClaim default/data-web-2",
+        "403",
+        "must support resize",
+        "StatefulSet default/web",
+        "run converge again",
+    ] {
+        assert!(msg.contains(want), "{want:?} not in {msg}");
+    }
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_some()
+    );
+    assert!(!fake.requests().iter().any(|r| r.method == Method::DELETE));
+}
