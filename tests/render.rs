@@ -586,6 +586,7 @@ fn resolver(fake: &FakeApiServer) -> Resolver {
         .unwrap(),
         kustomize: KustomizeCommand::default(),
         strict: true,
+        allow_cross_namespace: true,
     }
 }
 
@@ -836,4 +837,29 @@ async fn cli_renders_from_the_cluster_through_source_controller_localhost() {
         err.contains("Kustomization flux-system/absent not found"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn cross_namespace_source_refs_can_be_blocked() {
+    let (fake, _server, _) = cluster().await;
+    let mut ks: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(data("vars.ks.yaml")).unwrap()).unwrap();
+    ks["spec"]["sourceRef"]["namespace"] = json!("shared");
+    fake.seed(ks);
+    let blocked = Resolver {
+        allow_cross_namespace: false,
+        ..resolver(&fake)
+    };
+    let e = blocked.resolve("flux-system", "db").await.unwrap_err();
+    assert!(e.is_bad_input());
+    assert_eq!(
+        e.to_string(),
+        "Kustomization flux-system/db: can't access 'GitRepository/shared/repo', cross-namespace references have been blocked"
+    );
+    // Allowed (Flux's default), the reference is followed into the other namespace.
+    let e = resolver(&fake)
+        .resolve("flux-system", "db")
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "GitRepository shared/repo not found");
 }

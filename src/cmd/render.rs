@@ -57,6 +57,9 @@ pub struct Args {
     /// Maximum total size of the unpacked artifact, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = artifact::DEFAULT_MAX_UNPACKED_BYTES)]
     max_unpacked_size: u64,
+    /// Refuse a sourceRef in another namespace, like kustomize-controller's flag of that name.
+    #[arg(long)]
+    no_cross_namespace_refs: bool,
     /// Retries of an artifact download on connection errors and 5xx.
     #[arg(long, value_name = "N", default_value_t = 4)]
     fetch_retries: u32,
@@ -113,6 +116,7 @@ async fn render_cluster(
         fetcher: Fetcher::new(options)?,
         kustomize,
         strict: args.strict_substitution,
+        allow_cross_namespace: !args.no_cross_namespace_refs,
     };
     match resolver.resolve(namespace, name).await {
         Ok(resolved) => Ok(resolved.rendered),

@@ -392,6 +392,14 @@ pub enum ObjectsError {
         name: String,
         kind: String,
     },
+    #[error(
+        "Kustomization {namespace}/{name}: can't access '{reference}', cross-namespace references have been blocked"
+    )]
+    CrossNamespace {
+        namespace: String,
+        name: String,
+        reference: String,
+    },
     #[error("source {source_name} is not ready: it has no artifact{ready}")]
     NoArtifact { source_name: String, ready: String },
     #[error("reading {kind} {namespace}/{name}: {error}")]
@@ -475,11 +483,13 @@ pub async fn get_kustomization(
     get_namespaced::<Kustomization>(client, namespace, name).await
 }
 
-/// Reads the source a Kustomization references (its namespace defaults to the Kustomization's).
-pub async fn get_source(
-    client: &Client,
+/// The source a Kustomization references: kind, namespace (defaults to the Kustomization's)
+/// and name. With `allow_cross_namespace` off (kustomize-controller's
+/// `--no-cross-namespace-refs`), a reference into another namespace is refused as Flux does.
+pub fn source_reference(
     kustomization: &Kustomization,
-) -> Result<Source, ObjectsError> {
+    allow_cross_namespace: bool,
+) -> Result<(SourceKind, String, String), ObjectsError> {
     let ks_namespace = kustomization.metadata.namespace.clone().unwrap_or_default();
     let ks_name = kustomization.metadata.name.clone().unwrap_or_default();
     let reference = &kustomization.spec.source_ref;
@@ -493,8 +503,25 @@ pub async fn get_source(
         .namespace
         .clone()
         .filter(|n| !n.is_empty())
-        .unwrap_or(ks_namespace);
-    read_source(client, kind, &namespace, &reference.name).await
+        .unwrap_or_else(|| ks_namespace.clone());
+    if !allow_cross_namespace && namespace != ks_namespace {
+        return Err(ObjectsError::CrossNamespace {
+            namespace: ks_namespace,
+            name: ks_name,
+            reference: format!("{kind}/{namespace}/{}", reference.name),
+        });
+    }
+    Ok((kind, namespace, reference.name.clone()))
+}
+
+/// Reads the source a Kustomization references (see [`source_reference`]).
+pub async fn get_source(
+    client: &Client,
+    kustomization: &Kustomization,
+    allow_cross_namespace: bool,
+) -> Result<Source, ObjectsError> {
+    let (kind, namespace, name) = source_reference(kustomization, allow_cross_namespace)?;
+    read_source(client, kind, &namespace, &name).await
 }
 
 /// Reads a source of a known kind.
@@ -607,6 +634,41 @@ mod tests {
             e,
             "source GitRepository/flux-system/repo is not ready: it has no artifact (Ready=False: auth failed)"
         );
+    }
+
+    #[test]
+    fn source_references_by_table() {
+        let ks = |kind: &str, namespace: Option<&str>| Kustomization {
+            metadata: kube::core::ObjectMeta {
+                name: Some("apps".into()),
+                namespace: Some("team".into()),
+                ..Default::default()
+            },
+            spec: KustomizationSpec {
+                source_ref: CrossNamespaceSourceReference {
+                    kind: kind.into(),
+                    name: "repo".into(),
+                    namespace: namespace.map(Into::into),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            status: None,
+        };
+        let ok = |k: SourceKind, ns: &str| Ok((k, ns.to_string(), "repo".to_string()));
+        for (kind, namespace, allow, expected) in [
+            ("GitRepository", None, false, ok(SourceKind::GitRepository, "team")),
+            ("OCIRepository", Some("team"), false, ok(SourceKind::OCIRepository, "team")),
+            ("Bucket", Some(""), false, ok(SourceKind::Bucket, "team")),
+            ("GitRepository", Some("flux-system"), true, ok(SourceKind::GitRepository, "flux-system")),
+            ("GitRepository", Some("flux-system"), false, Err(
+                "Kustomization team/apps: can't access 'GitRepository/flux-system/repo', cross-namespace references have been blocked".to_string())),
+            ("HelmChart", None, true, Err(
+                "Kustomization team/apps: unsupported spec.sourceRef.kind \"HelmChart\" (expected GitRepository, OCIRepository, Bucket or ExternalArtifact)".to_string())),
+        ] {
+            let got = source_reference(&ks(kind, namespace), allow).map_err(|e| e.to_string());
+            assert_eq!(got, expected, "{kind} {namespace:?} {allow}");
+        }
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub struct Resolver {
     pub fetcher: Fetcher,
     pub kustomize: KustomizeCommand,
     pub strict: bool,
+    /// kustomize-controller's `--no-cross-namespace-refs` inverted (Flux's default: allowed).
+    pub allow_cross_namespace: bool,
 }
 
 impl Resolver {
@@ -111,7 +113,8 @@ impl Resolver {
         &self,
         kustomization: &Kustomization,
     ) -> Result<(Source, UnpackedArtifact), ResolveError> {
-        let mut source = objects::get_source(&self.client, kustomization).await?;
+        let mut source =
+            objects::get_source(&self.client, kustomization, self.allow_cross_namespace).await?;
         let mut retried = false;
         loop {
             let artifact = source.artifact()?.clone();
