@@ -156,7 +156,7 @@ async fn render_offline(
         .map_err(|e| bad_input(anyhow::anyhow!("Kustomization {namespace}/{name}: {e}")))?;
 
     // Keep the scratch tree alive until the render is done.
-    let (_scratch, root) = if let Some(archive) = &args.artifact {
+    let scratch = if let Some(archive) = &args.artifact {
         let unpacked = artifact::unpack_file(archive, options.unpack.clone())
             .await
             .map_err(|e| {
@@ -166,8 +166,7 @@ async fn render_offline(
                     e.into()
                 }
             })?;
-        let root = unpacked.root().to_path_buf();
-        (Scratch::Artifact(unpacked), root)
+        Scratch::Artifact(unpacked)
     } else {
         let source = args
             .path
@@ -184,8 +183,7 @@ async fn render_offline(
             .tempdir()
             .context("creating a temporary directory")?;
         render::copy_tree(source, dir.path())?;
-        let root = dir.path().to_path_buf();
-        (Scratch::Dir(dir), root)
+        Scratch::Dir(dir)
     };
     let owner = Owner {
         name: &name,
@@ -193,7 +191,7 @@ async fn render_offline(
         spec: &kustomization.spec,
     };
     render::render(&RenderRequest {
-        root: &root,
+        root: scratch.root(),
         owner,
         variables: &variables,
         strict: args.strict_substitution,
@@ -215,8 +213,17 @@ async fn render_offline(
 
 /// Holds whichever temporary root the offline render uses; dropping it removes the tree.
 enum Scratch {
-    Artifact(#[allow(dead_code)] artifact::UnpackedArtifact),
-    Dir(#[allow(dead_code)] tempfile::TempDir),
+    Artifact(artifact::UnpackedArtifact),
+    Dir(tempfile::TempDir),
+}
+
+impl Scratch {
+    fn root(&self) -> &Path {
+        match self {
+            Self::Artifact(a) => a.root(),
+            Self::Dir(d) => d.path(),
+        }
+    }
 }
 
 fn read_kustomization(path: &Path) -> anyhow::Result<Kustomization> {
