@@ -1,1 +1,0 @@
-//! Issue #4: to be implemented.

@@ -1,0 +1,364 @@
+//! Rendering a revision as kustomize-controller does: generator, spec overlay, kustomize build
+//! confined to the artifact root, then the per-object post-build steps.
+//!
+//! The tree under the artifact root is modified in place (the kustomization file is written),
+//! so callers pass a scratch copy: an unpacked artifact, or [`copy_tree`] of a local directory.
+
+pub mod build;
+pub mod confine;
+pub mod generator;
+pub mod overlay;
+pub mod postbuild;
+pub mod resolve;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+pub use build::{DEFAULT_KUSTOMIZE, KustomizeCommand};
+pub use postbuild::Owner;
+
+use crate::flux::substitute::{SubstituteError, Variables};
+
+/// A StatefulSet of the render, with the namespace it will be applied in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderedStatefulSet {
+    pub namespace: String,
+    pub name: String,
+    pub object: Value,
+}
+
+/// The objects kustomize-controller would apply, in kustomize's output order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rendered {
+    pub objects: Vec<Value>,
+    pub statefulsets: Vec<RenderedStatefulSet>,
+}
+
+/// What a render needs besides the tree.
+#[derive(Clone, Debug)]
+pub struct RenderRequest<'a> {
+    /// The artifact root (a scratch copy: it is modified).
+    pub root: &'a Path,
+    pub owner: Owner<'a>,
+    /// Already collected from `substituteFrom` and `substitute`.
+    pub variables: &'a Variables,
+    /// Strict post-build substitution (Flux's default).
+    pub strict: bool,
+    pub kustomize: &'a KustomizeCommand,
+}
+
+/// Why a render failed. Each names the file, path or object at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("{what} {path:?} escapes the artifact root")]
+    Escapes { what: String, path: String },
+    #[error("kustomization path not found: {path:?} is not a directory in the artifact")]
+    PathNotFound { path: String },
+    #[error("failed to decode Kubernetes YAML from {file}: {message}")]
+    InvalidYaml { file: String, message: String },
+    #[error("kustomization file {file}: {message}")]
+    KustomizationFile { file: String, message: String },
+    #[error("kustomization overlay: {message}")]
+    Overlay { message: String },
+    #[error("invalid kustomize command {command:?}: it is empty")]
+    BadCommand { command: String },
+    #[error("cannot run kustomize (`{command}`): {error}")]
+    KustomizeSpawn {
+        command: String,
+        error: std::io::Error,
+    },
+    #[error("kustomize build failed for {dir} (`{command}`, {status}): {stderr}")]
+    KustomizeFailed {
+        command: String,
+        dir: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("kustomize output: {message}")]
+    Output { message: String },
+    #[error("built object #{index}: {message}")]
+    InvalidObject { index: usize, message: String },
+    /// Flux's own wording, naming the object: `post build failed for '<object>': ...`.
+    #[error("{error}")]
+    Substitute { error: SubstituteError },
+    #[error(
+        "{object} namespace not specified: kustomize-controller would refuse this revision (set spec.targetNamespace or metadata.namespace)"
+    )]
+    NoNamespace { object: String },
+    #[error("{context}: {error}")]
+    Io {
+        context: String,
+        error: std::io::Error,
+    },
+}
+
+impl RenderError {
+    /// Whether the revision or the Kustomization is wrong (exit 2) rather than this host.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, Self::Io { .. } | Self::KustomizeSpawn { .. })
+    }
+}
+
+/// Renders the tree under `request.root` for the Kustomization `request.owner`.
+pub async fn render(request: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
+    let root = request.root.to_path_buf();
+    let spec = request.owner.spec.clone();
+    let dir = tokio::task::spawn_blocking(move || prepare(&root, &spec))
+        .await
+        .map_err(|e| RenderError::Io {
+            context: "preparing the kustomization".into(),
+            error: std::io::Error::other(e.to_string()),
+        })??;
+    let shown = generator::display_relative(request.root, &dir);
+    let text = request.kustomize.build(&dir, &shown).await?;
+    let objects =
+        postbuild::substitute_built(&text, &request.owner, request.variables, request.strict)?;
+    let objects = postbuild::post_build(objects, &request.owner)?;
+    let statefulsets = postbuild::statefulsets(&objects)?;
+    tracing::debug!(
+        kustomization = %format!("{}/{}", request.owner.namespace, request.owner.name),
+        objects = objects.len(),
+        statefulsets = statefulsets.len(),
+        "rendered"
+    );
+    Ok(Rendered {
+        objects,
+        statefulsets,
+    })
+}
+
+/// Resolves `spec.path`, writes the kustomization file with the spec overlay, and checks every
+/// path the build can reach stays inside the root. Returns the directory to build.
+pub fn prepare(
+    root: &Path,
+    spec: &crate::flux::objects::KustomizationSpec,
+) -> Result<PathBuf, RenderError> {
+    let path = spec
+        .path
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .unwrap_or(".");
+    let dir = confine::join_within(root, root, path, "spec.path")?;
+    if !dir.is_dir() {
+        return Err(RenderError::PathNotFound {
+            path: path.to_string(),
+        });
+    }
+    for c in &spec.components {
+        if confine::is_local_relative(c) {
+            confine::join_within(root, &dir, c, "spec.components entry")?;
+        }
+    }
+    let (file, mut kustomization) = match generator::find_kustomization_file(&dir) {
+        Some(file) => {
+            let value = read_kustomization(root, &file)?;
+            (file, value)
+        }
+        None => {
+            let resources = generator::scan_manifests(root, &dir)?;
+            (
+                dir.join("kustomization.yaml"),
+                generator::generated_kustomization(resources),
+            )
+        }
+    };
+    let Value::Object(map) = &mut kustomization else {
+        return Err(RenderError::KustomizationFile {
+            file: generator::display_relative(root, &file),
+            message: format!(
+                "expected a mapping, found {}",
+                generator::json_type(&kustomization)
+            ),
+        });
+    };
+    overlay::apply(map, spec, |c| dir.join(c).exists())?;
+    let text = serde_json::to_string_pretty(&kustomization).map_err(|e| RenderError::Overlay {
+        message: e.to_string(),
+    })?;
+    std::fs::write(&file, text).map_err(|error| RenderError::Io {
+        context: format!("writing {}", file.display()),
+        error,
+    })?;
+    check_confined(root, &dir)?;
+    Ok(dir)
+}
+
+fn read_kustomization(root: &Path, file: &Path) -> Result<Value, RenderError> {
+    let shown = generator::display_relative(root, file);
+    let text = std::fs::read_to_string(file).map_err(|error| RenderError::Io {
+        context: format!("reading {shown}"),
+        error,
+    })?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).map_err(|e| RenderError::KustomizationFile {
+            file: shown.clone(),
+            message: e.to_string(),
+        })?;
+    match docs.len() {
+        0 => Ok(Value::Object(Default::default())),
+        1 => Ok(docs.into_iter().next().unwrap_or_default()),
+        n => Err(RenderError::KustomizationFile {
+            file: shown,
+            message: format!("expected one YAML document, found {n}"),
+        }),
+    }
+}
+
+/// Follows the kustomization files reachable from `dir` and refuses any local reference that
+/// leaves `root`.
+fn check_confined(root: &Path, dir: &Path) -> Result<(), RenderError> {
+    let mut pending = vec![dir.to_path_buf()];
+    let mut seen = HashSet::new();
+    while let Some(d) = pending.pop() {
+        if !seen.insert(d.clone()) {
+            continue;
+        }
+        let Some(file) = generator::find_kustomization_file(&d) else {
+            continue;
+        };
+        let shown = generator::display_relative(root, &file);
+        let kustomization = read_kustomization(root, &file)?;
+        for (field, reference) in confine::references(&kustomization) {
+            let target = confine::join_within(root, &d, &reference, &format!("{shown}: {field}"))?;
+            if target.is_dir() {
+                pending.push(target);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses kustomize's YAML stream into objects, with the shared parser's raised budget (a
+/// render of thousands of objects is one stream). `*List` kinds are not flattened: kustomize
+/// already did, and a custom kind named `...List` is an object of its own.
+pub fn parse_stream(text: &str) -> Result<Vec<Value>, RenderError> {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, crate::manifest::yaml_options()).map_err(
+            |e| RenderError::Output {
+                message: e.to_string(),
+            },
+        )?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Copies a local tree (offline `--path`) into `dest` the way Flux packs an artifact:
+/// regular files and directories only, symlinks dropped.
+pub fn copy_tree(src: &Path, dest: &Path) -> Result<(), RenderError> {
+    let io = |p: &Path| {
+        let context = format!("copying {}", p.display());
+        move |error| RenderError::Io { context, error }
+    };
+    for entry in std::fs::read_dir(src).map_err(io(src))? {
+        let entry = entry.map_err(io(src))?;
+        let file_type = entry.file_type().map_err(io(&entry.path()))?;
+        let target = dest.join(entry.file_name());
+        if file_type.is_dir() {
+            std::fs::create_dir_all(&target).map_err(io(&target))?;
+            copy_tree(&entry.path(), &target)?;
+        } else if file_type.is_file() {
+            std::fs::copy(entry.path(), &target).map_err(io(&entry.path()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes objects as a YAML stream (`---` between documents).
+pub fn to_yaml_stream<'a>(
+    objects: impl IntoIterator<Item = &'a Value>,
+) -> Result<String, RenderError> {
+    let mut out = String::new();
+    for object in objects {
+        let text = serde_saphyr::to_string(object).map_err(|e| RenderError::Output {
+            message: format!("serialising {}: {e}", postbuild::object_ref(object)),
+        })?;
+        out.push_str("---\n");
+        out.push_str(&text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flux::objects::KustomizationSpec;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    #[test]
+    fn prepare_refuses_escaping_path_and_references() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(
+            root,
+            "apps/kustomization.yaml",
+            "resources: [../../outside.yaml]\n",
+        );
+        write(root, "ok/kustomization.yaml", "resources: [../apps]\n");
+        let spec = |path: &str| KustomizationSpec {
+            path: Some(path.into()),
+            ..Default::default()
+        };
+        for (path, needle) in [
+            ("../x", "spec.path \"../x\" escapes the artifact root"),
+            ("/etc", "spec.path \"/etc\" escapes the artifact root"),
+            ("missing", "kustomization path not found"),
+            (
+                "apps",
+                "./apps/kustomization.yaml: resources \"../../outside.yaml\" escapes",
+            ),
+            (
+                "ok",
+                "./apps/kustomization.yaml: resources \"../../outside.yaml\" escapes",
+            ),
+        ] {
+            let e = prepare(root, &spec(path)).unwrap_err().to_string();
+            assert!(e.contains(needle), "{path}: {e}");
+        }
+        let with_component = KustomizationSpec {
+            path: Some("ok".into()),
+            components: vec!["../../c".into()],
+            ..Default::default()
+        };
+        let e = prepare(root, &with_component).unwrap_err().to_string();
+        assert!(
+            e.contains("spec.components entry \"../../c\" escapes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn prepare_writes_back_to_the_file_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "Kustomization", "resources: []\n");
+        let spec = KustomizationSpec {
+            target_namespace: Some("t".into()),
+            ..Default::default()
+        };
+        let built = prepare(root, &spec).unwrap();
+        assert_eq!(built, root.to_path_buf());
+        assert!(!root.join("kustomization.yaml").exists());
+        let text = std::fs::read_to_string(root.join("Kustomization")).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["namespace"], "t");
+    }
+
+    #[test]
+    fn yaml_stream_round_trips() {
+        let objects = vec![
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "yes", "y": "1"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}),
+        ];
+        let text = to_yaml_stream(&objects).unwrap();
+        assert_eq!(parse_stream(&text).unwrap(), objects);
+    }
+}

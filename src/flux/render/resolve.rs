@@ -1,0 +1,209 @@
+//! From a Kustomization in the cluster to its rendered objects: read the Kustomization and its
+//! source, fetch the source's artifact (re-reading the source once if the artifact was
+//! garbage-collected meanwhile), collect the post-build variables, render.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Client};
+
+use super::{KustomizeCommand, Owner, RenderError, RenderRequest, Rendered};
+use crate::flux::artifact::{ArtifactError, Fetcher, UnpackedArtifact};
+use crate::flux::objects::{self, Kustomization, ObjectsError, Source, SubstituteReference};
+use crate::flux::substitute::{
+    SubstituteError, VarSource, VarSourceKind, Variables, collect_variables,
+};
+
+/// A revision resolved and rendered.
+#[derive(Debug)]
+pub struct Resolved {
+    pub kustomization: Kustomization,
+    pub source: Source,
+    /// The artifact revision rendered (e.g. `main@sha1:<hex>`).
+    pub revision: String,
+    pub rendered: Rendered,
+}
+
+/// Why resolving failed. Each names the object at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Objects(#[from] ObjectsError),
+    #[error("source {source_name}: {error}")]
+    Artifact {
+        source_name: String,
+        error: ArtifactError,
+    },
+    #[error("Kustomization {kustomization}: {error}")]
+    Render {
+        kustomization: String,
+        error: RenderError,
+    },
+    #[error("Kustomization {kustomization}: {message}")]
+    Variables {
+        kustomization: String,
+        message: String,
+        bad_input: bool,
+    },
+}
+
+impl ResolveError {
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Self::Objects(e) => e.is_bad_input(),
+            Self::Artifact { error, .. } => error.is_bad_input(),
+            Self::Render { error, .. } => error.is_bad_input(),
+            Self::Variables { bad_input, .. } => *bad_input,
+        }
+    }
+}
+
+/// Resolves and renders Kustomizations of one cluster.
+#[derive(Clone)]
+pub struct Resolver {
+    pub client: Client,
+    pub fetcher: Fetcher,
+    pub kustomize: KustomizeCommand,
+    pub strict: bool,
+    /// kustomize-controller's `--no-cross-namespace-refs` inverted (Flux's default: allowed).
+    pub allow_cross_namespace: bool,
+}
+
+impl Resolver {
+    /// Reads `namespace/name` and renders the revision its source currently publishes.
+    pub async fn resolve(&self, namespace: &str, name: &str) -> Result<Resolved, ResolveError> {
+        let kustomization = objects::get_kustomization(&self.client, namespace, name).await?;
+        let (source, artifact) = self.fetch(&kustomization).await?;
+        let revision = source
+            .status
+            .artifact
+            .as_ref()
+            .map(|a| a.revision.clone())
+            .unwrap_or_default();
+        let shown = format!("{namespace}/{name}");
+        let variables = self.variables(&kustomization, namespace).await?;
+        let owner = Owner {
+            name,
+            namespace,
+            spec: &kustomization.spec,
+        };
+        let rendered = super::render(&RenderRequest {
+            root: artifact.root(),
+            owner,
+            variables: &variables,
+            strict: self.strict,
+            kustomize: &self.kustomize,
+        })
+        .await
+        .map_err(|error| ResolveError::Render {
+            kustomization: shown,
+            error,
+        })?;
+        tracing::info!(kustomization = %format!("{namespace}/{name}"), revision = %revision,
+            objects = rendered.objects.len(), statefulsets = rendered.statefulsets.len(), "revision rendered");
+        Ok(Resolved {
+            kustomization,
+            source,
+            revision,
+            rendered,
+        })
+    }
+
+    /// Fetches the source's artifact; on 404 (superseded and garbage-collected) re-reads the
+    /// source once and fetches what it publishes now.
+    async fn fetch(
+        &self,
+        kustomization: &Kustomization,
+    ) -> Result<(Source, UnpackedArtifact), ResolveError> {
+        let mut source =
+            objects::get_source(&self.client, kustomization, self.allow_cross_namespace).await?;
+        let mut retried = false;
+        loop {
+            let artifact = source.artifact()?.clone();
+            let digest = artifact.digest.clone().unwrap_or_default();
+            match self.fetcher.fetch(&artifact.url, &digest).await {
+                Ok(unpacked) => return Ok((source, unpacked)),
+                Err(ArtifactError::NotFound { url }) if !retried => {
+                    tracing::info!(url = %url, source = %source.display_name(), revision = %artifact.revision,
+                        "artifact gone, re-reading the source");
+                    retried = true;
+                    source = objects::read_source(
+                        &self.client,
+                        source.kind,
+                        &source.namespace,
+                        &source.name,
+                    )
+                    .await?;
+                }
+                Err(error) => {
+                    return Err(ResolveError::Artifact {
+                        source_name: source.display_name(),
+                        error,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Reads the `substituteFrom` ConfigMaps/Secrets (in the Kustomization's namespace) and
+    /// merges them with `substitute`, in Flux's order.
+    async fn variables(
+        &self,
+        kustomization: &Kustomization,
+        namespace: &str,
+    ) -> Result<Variables, ResolveError> {
+        let shown = format!(
+            "{namespace}/{}",
+            kustomization.metadata.name.as_deref().unwrap_or_default()
+        );
+        let Some(post_build) = &kustomization.spec.post_build else {
+            return Ok(Variables::new());
+        };
+        let mut sources = Vec::new();
+        for reference in &post_build.substitute_from {
+            let source = fetch_reference(&self.client, namespace, reference)
+                .await
+                .map_err(|(message, bad_input)| ResolveError::Variables {
+                    kustomization: shown.clone(),
+                    message,
+                    bad_input,
+                })?;
+            sources.push(source);
+        }
+        collect_variables(&sources, Some(&post_build.substitute)).map_err(|e| {
+            ResolveError::Variables {
+                kustomization: shown,
+                message: e.to_string(),
+                bad_input: true,
+            }
+        })
+    }
+}
+
+/// Reads one `substituteFrom` entry (`data: None` when absent; [`collect_variables`] decides
+/// whether that is allowed). Errors carry whether they are bad input.
+pub async fn fetch_reference(
+    client: &Client,
+    namespace: &str,
+    reference: &SubstituteReference,
+) -> Result<VarSource, (String, bool)> {
+    let what = format!(
+        "substituteFrom {}/{namespace}/{}",
+        reference.kind, reference.name
+    );
+    let kind: VarSourceKind = reference
+        .kind
+        .parse()
+        .map_err(|e: SubstituteError| (e.to_string(), true))?;
+    let failed = |e: kube::Error| (format!("reading {what}: {e}"), false);
+    Ok(match kind {
+        VarSourceKind::ConfigMap => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            VarSource::from_config_map(&reference.name, reference.optional, found.as_ref())
+        }
+        VarSourceKind::Secret => {
+            let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            VarSource::from_secret(&reference.name, reference.optional, found.as_ref())
+        }
+    })
+}
