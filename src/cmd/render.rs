@@ -15,6 +15,7 @@ use flux_converger::flux::objects::Kustomization;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::flux::render::{self, KustomizeCommand, Owner, RenderRequest, Rendered};
 use flux_converger::flux::substitute::{VarSource, VarSourceKind, collect_variables};
+use flux_converger::manifest::read_documents;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::{Exit, bad_input};
@@ -227,33 +228,28 @@ impl Scratch {
 }
 
 fn read_kustomization(path: &Path) -> anyhow::Result<Kustomization> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    let doc = docs
+    let shown = path.display().to_string();
+    let doc = read_documents(&shown)?
         .into_iter()
         .find(|d| {
-            d.get("kind").and_then(|k| k.as_str()) == Some("Kustomization")
-                && d.get("apiVersion")
+            d.object.get("kind").and_then(|k| k.as_str()) == Some("Kustomization")
+                && d.object
+                    .get("apiVersion")
                     .and_then(|v| v.as_str())
                     .is_some_and(|v| v.starts_with("kustomize.toolkit.fluxcd.io/"))
         })
         .ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: no kustomize.toolkit.fluxcd.io Kustomization in the file",
-                path.display()
-            )
+            anyhow::anyhow!("{shown}: no kustomize.toolkit.fluxcd.io Kustomization in the file")
         })?;
-    serde_json::from_value(doc)
-        .map_err(|e| anyhow::anyhow!("{}: invalid Kustomization: {e}", path.display()))
+    serde_json::from_value(doc.object)
+        .map_err(|e| anyhow::anyhow!("{shown} document {}: invalid Kustomization: {e}", doc.index))
 }
 
 /// `--vars`: what the Kustomization's `substituteFrom` would bring, in order: ConfigMap and
 /// Secret objects, or a plain mapping `NAME: value` (counted as one ConfigMap named after the file).
 fn read_vars(path: &Path) -> anyhow::Result<Vec<VarSource>> {
     let shown = path.display().to_string();
-    let docs = flux_converger::manifest::read_documents(&shown)?;
+    let docs = read_documents(&shown)?;
     let mut out = Vec::new();
     for doc in docs {
         let at = format!("{shown} document {}", doc.index);
