@@ -271,7 +271,10 @@ pub fn to_yaml_stream<'a>(
     let mut out = String::new();
     for object in objects {
         let text = serde_saphyr::to_string(object).map_err(|e| RenderError::Output {
-            message: format!("serialising {}: {e}", postbuild::object_ref(object)),
+            message: format!(
+                "serialising {}: {e}",
+                crate::flux::substitute::object_id(object)
+            ),
         })?;
         out.push_str("---\n");
         out.push_str(&text);

@@ -16,15 +16,6 @@ pub struct Owner<'a> {
     pub spec: &'a KustomizationSpec,
 }
 
-/// `Kind/namespace/name` (or `Kind/name`), as Flux names objects in messages.
-pub fn object_ref(object: &Value) -> String {
-    let s = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("");
-    match s("/metadata/namespace") {
-        "" => format!("{}/{}", s("/kind"), s("/metadata/name")),
-        ns => format!("{}/{}/{}", s("/kind"), ns, s("/metadata/name")),
-    }
-}
-
 /// Reads kustomize's output, substituting each document's text as kustomize printed it when
 /// kustomize-controller would: `postBuild` is set and there is at least one variable (or the
 /// `Always` strategy). Substituting the printed text, not a re-serialised object, keeps
@@ -116,7 +107,7 @@ fn check_identity(object: &Value, index: usize) -> Result<(), RenderError> {
 }
 
 fn metadata_of(object: &mut Value, index: usize) -> Result<&mut Map<String, Value>, RenderError> {
-    let shown = object_ref(object);
+    let shown = substitute::object_id(object);
     match object.get_mut("metadata") {
         Some(Value::Object(m)) => Ok(m),
         _ => Err(RenderError::InvalidObject {
@@ -167,7 +158,7 @@ pub fn statefulsets(objects: &[Value]) -> Result<Vec<RenderedStatefulSet>, Rende
         let namespace = s("/metadata/namespace");
         if namespace.is_empty() {
             return Err(RenderError::NoNamespace {
-                object: object_ref(object),
+                object: substitute::object_id(object),
             });
         }
         out.push(RenderedStatefulSet {
