@@ -43,7 +43,7 @@ async fn world() -> FakeApiServer {
     );
     fake.enable_statefulset_controller();
     {
-        use flux_converger::converge::Cluster as _;
+        use flux_converger::cluster::Cluster as _;
         let live: StatefulSet = serde_json::from_value(statefulset("1Gi")).expect("live");
         KubeCluster::new(fake.client(), Duration::from_secs(5))
             .apply(&live)

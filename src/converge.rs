@@ -11,15 +11,12 @@
 pub mod prove;
 pub mod report;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::api::storage::v1::StorageClass;
 use tracing::{info, warn};
 
-use crate::cluster::CallError;
+use crate::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome};
 use crate::decide::{Plan, Refusal, decide};
 use crate::journal::{Intent, Journal, JournalError};
 
@@ -27,79 +24,6 @@ pub use report::{
     ClaimAction, ClaimReport, Outcome, RefusalReport, Report, ResumeAction, ResumeReport, Step,
     StepTiming,
 };
-
-/// What the orphan delete found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeleteOutcome {
-    /// The object is terminating; watch from this version for it to go.
-    Deleting { resource_version: Option<String> },
-    /// Already gone (deleted at once, or 404).
-    Gone,
-    /// 409: the object under that name has another uid (someone re-created it).
-    UidMismatch { message: String },
-}
-
-/// How the wait for a deletion ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WaitOutcome {
-    Gone,
-    /// An object with another uid now holds the name.
-    Replaced {
-        uid: String,
-    },
-}
-
-/// The cluster as the converge sees it. Every call is bounded in time by the implementation
-/// and fails with a [`CallError`] naming the call and object.
-pub trait Cluster: Send + Sync {
-    /// `None` when absent.
-    fn get_statefulset(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<StatefulSet>, CallError>> + Send;
-    fn list_claims(
-        &self,
-        namespace: &str,
-    ) -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, CallError>> + Send;
-    fn list_storage_classes(
-        &self,
-    ) -> impl Future<Output = Result<Vec<StorageClass>, CallError>> + Send;
-    /// Server-side apply with `dryRun=All` (field manager `kustomize-controller`, force).
-    fn dry_run_apply(
-        &self,
-        object: &StatefulSet,
-    ) -> impl Future<Output = Result<StatefulSet, CallError>> + Send;
-    /// Sets `spec.resources.requests.storage` of one claim (field manager `flux-converger`).
-    fn resize_claim(
-        &self,
-        namespace: &str,
-        claim: &str,
-        storage: &str,
-    ) -> impl Future<Output = Result<(), CallError>> + Send;
-    /// Delete with `propagationPolicy=Orphan` and `preconditions.uid`.
-    fn orphan_delete(
-        &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-    ) -> impl Future<Output = Result<DeleteOutcome, CallError>> + Send;
-    /// Waits (a watch, from `from_resource_version` when known) until the object with `uid`
-    /// is gone, at most `timeout`.
-    fn wait_gone(
-        &self,
-        namespace: &str,
-        name: &str,
-        uid: &str,
-        from_resource_version: Option<&str>,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<WaitOutcome, CallError>> + Send;
-    /// Server-side apply (field manager `kustomize-controller`, force); returns the live object.
-    fn apply(
-        &self,
-        object: &StatefulSet,
-    ) -> impl Future<Output = Result<StatefulSet, CallError>> + Send;
-}
 
 /// Knobs of one converge.
 #[derive(Clone, Debug)]

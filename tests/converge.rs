@@ -96,7 +96,7 @@ async fn world_on(fake: FakeApiServer) -> FakeApiServer {
     fake.enable_statefulset_controller();
     // Created through the API, so the live object carries the server's defaults.
     {
-        use flux_converger::converge::Cluster as _;
+        use flux_converger::cluster::Cluster as _;
         let live: StatefulSet = serde_json::from_value(statefulset("1Gi", "1Gi")).unwrap();
         KubeCluster::new(fake.client(), Duration::from_secs(5))
             .apply(&live)
@@ -396,7 +396,7 @@ async fn every_refusal_writes_nothing() {
 /// converge sends (the proof object), and the answer must read as `other-immutable`.
 #[tokio::test]
 async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
-    use flux_converger::converge::Cluster as _;
+    use flux_converger::cluster::Cluster as _;
     use flux_converger::converge::prove::{Verdict, classify, proof_object};
     let fake = world().await;
     let (c, _) = cluster(&fake);
@@ -662,9 +662,9 @@ async fn a_statefulset_recreated_by_someone_else_is_not_deleted_again() {
     let old = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
     {
         let (c2, _) = cluster(&fake);
-        use flux_converger::converge::Cluster as _;
+        use flux_converger::cluster::Cluster as _;
         let outcome = c2.orphan_delete(NS, "web", &uid(&old)).await.unwrap();
-        assert_ne!(outcome, flux_converger::converge::DeleteOutcome::Gone);
+        assert_ne!(outcome, flux_converger::cluster::DeleteOutcome::Gone);
         c2.wait_gone(NS, "web", &uid(&old), None, Duration::from_secs(5))
             .await
             .unwrap();
@@ -866,7 +866,7 @@ async fn the_cli_converges_over_a_socket_with_the_exit_code_contract() {
 /// ends: it lists once and watches again from the list's version.
 #[tokio::test]
 async fn the_wait_for_the_deletion_rewatches_after_an_expired_watch() {
-    use flux_converger::converge::{Cluster as _, DeleteOutcome, WaitOutcome};
+    use flux_converger::cluster::{Cluster as _, DeleteOutcome, WaitOutcome};
     let fake = world().await;
     let (c, _) = cluster(&fake);
     let live = c.get_statefulset(NS, "web").await.unwrap().unwrap();
@@ -909,7 +909,7 @@ async fn the_wait_for_the_deletion_rewatches_after_an_expired_watch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_impersonating_client_acts_as_the_kustomizations_service_account() {
-    use flux_converger::converge::Cluster as _;
+    use flux_converger::cluster::Cluster as _;
     let fake = world().await;
     let served = fake.serve().await;
     let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();

@@ -11,8 +11,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Cluster, DeleteOutcome, WaitOutcome};
 use crate::cluster::{CallError, CallErrorKind};
+use crate::cluster::{Cluster, DeleteOutcome, WaitOutcome};
 use crate::journal::{Intent, Journal, JournalError, MemoryJournal};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

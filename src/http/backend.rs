@@ -1,0 +1,17 @@
+//! What the HTTP side needs from the service, and nothing more: the handlers never see a
+//! `kube::Client`, the gate or the queue, so every route is tested with a stand-in backend.
+
+use crate::flux::event::Event;
+use crate::service::record::{KustomizationDetail, KustomizationSummary};
+
+pub trait Backend: Send + Sync + 'static {
+    /// Queues the handled Kustomizations this (already authenticated, parsed) event names and
+    /// returns them as `namespace/name`, sorted. Never blocks on cluster I/O.
+    fn hook(&self, event: &Event) -> Vec<String>;
+    /// Every handled Kustomization (optionally of one namespace), sorted by namespace then name.
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary>;
+    /// One handled Kustomization with its history; `None` when it is not handled.
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail>;
+    /// `Ok` once the caches are synced and the results are readable; otherwise why not.
+    fn ready(&self) -> Result<(), String>;
+}

@@ -1,0 +1,151 @@
+//! The service's Prometheus series (`/metrics`, prefix `flux_converger_`). One registry; the
+//! handles are cheap clones shared by the HTTP side and the workers. Label values come from
+//! closed sets (status codes, states, refusal codes, step names), so cardinality stays bounded.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    pub step: String,
+}
+
+fn step_histogram() -> Histogram {
+    // 1 ms .. ~65 s: a claim patch answers in milliseconds, an orphan wait or a hand-off in seconds.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub hook_requests: Family<CodeLabel, Counter>,
+    pub revisions: Family<StateLabel, Counter>,
+    pub claims_grown: Counter,
+    pub statefulsets_recreated: Counter,
+    pub refusals: Family<CodeLabel, Counter>,
+    pub queue_depth: Gauge,
+    pub step_duration: Family<StepLabel, Histogram, fn() -> Histogram>,
+    pub last_resync: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            hook_requests: Family::default(),
+            revisions: Family::default(),
+            claims_grown: Counter::default(),
+            statefulsets_recreated: Counter::default(),
+            refusals: Family::default(),
+            queue_depth: Gauge::default(),
+            step_duration: Family::new_with_constructor(step_histogram),
+            last_resync: Gauge::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every series under `registry` (give it the `flux_converger` prefix).
+    pub fn register(self, registry: &mut Registry) -> Self {
+        registry.register(
+            "hook_requests",
+            "Webhook requests by HTTP status code",
+            self.hook_requests.clone(),
+        );
+        registry.register(
+            "revisions",
+            "Revisions finished, by state",
+            self.revisions.clone(),
+        );
+        registry.register(
+            "claims_grown",
+            "PersistentVolumeClaims grown",
+            self.claims_grown.clone(),
+        );
+        registry.register(
+            "statefulsets_recreated",
+            "StatefulSets orphan-deleted and re-applied",
+            self.statefulsets_recreated.clone(),
+        );
+        registry.register(
+            "refusals",
+            "StatefulSets refused, by refusal code",
+            self.refusals.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Kustomizations waiting in the queue",
+            self.queue_depth.clone(),
+        );
+        registry.register(
+            "step_duration_seconds",
+            "Duration of each step (resolve, converge steps, handoff, observe)",
+            self.step_duration.clone(),
+        );
+        registry.register(
+            "last_resync_timestamp_seconds",
+            "Unix time of the last completed resync",
+            self.last_resync.clone(),
+        );
+        self
+    }
+
+    pub fn hook(&self, code: u16) {
+        self.hook_requests
+            .get_or_create(&CodeLabel {
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn revision(&self, state: &str) {
+        self.revisions
+            .get_or_create(&StateLabel {
+                state: state.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn refusal(&self, code: &str) {
+        self.refusals
+            .get_or_create(&CodeLabel {
+                code: code.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn step(&self, step: &str, seconds: f64) {
+        self.step_duration
+            .get_or_create(&StepLabel {
+                step: step.to_string(),
+            })
+            .observe(seconds);
+    }
+}
+
+/// A fresh registry with the `flux_converger` prefix and the metrics registered in it.
+pub fn registry() -> (Registry, Metrics) {
+    let mut registry = Registry::with_prefix("flux_converger");
+    let metrics = Metrics::default().register(&mut registry);
+    (registry, metrics)
+}
+
+/// The registry in the text exposition format.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}

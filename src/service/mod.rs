@@ -1,0 +1,4 @@
+//! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks.
+
+pub mod metrics;
+pub mod record;

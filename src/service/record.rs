@@ -1,0 +1,253 @@
+//! Per-revision results: what the service did with one revision of one Kustomization.
+//!
+//! These shapes are a contract (`GET /status`, the dashboard, the results ConfigMaps): field
+//! names are camelCase and every enum is spelled as the service issue and `docs/` spell it.
+//! Persisted records are read back by later versions, so fields are only ever added, and every
+//! added field has a default.
+
+use serde::{Deserialize, Serialize};
+
+/// How a Kustomization hands a converged revision to Flux (annotation `flux-converger.io/gate`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GateMode {
+    /// Kept suspended between revisions; unsuspended for one converged revision.
+    Suspend,
+    /// `reconcile.fluxcd.io/requestedAt` after the converge.
+    Reconcile,
+    /// Not handled.
+    Off,
+}
+
+impl GateMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateMode::Suspend => "suspend",
+            GateMode::Reconcile => "reconcile",
+            GateMode::Off => "off",
+        }
+    }
+
+    /// `suspend`, `reconcile` or `off`; anything else is `None`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "suspend" => Some(GateMode::Suspend),
+            "reconcile" => Some(GateMode::Reconcile),
+            "off" => Some(GateMode::Off),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for GateMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What started a revision's run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trigger {
+    Webhook,
+    Resync,
+    Startup,
+}
+
+/// Where one revision stands.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RevisionState {
+    Running,
+    /// Every StatefulSet converged (or had nothing to do) and the revision was handed off.
+    Converged,
+    /// At least one StatefulSet was refused: not handed off, not retried until the revision changes.
+    Refused,
+    /// A step failed: retried with backoff.
+    Failed,
+    /// A newer revision replaced it before hand-off.
+    Superseded,
+}
+
+impl RevisionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RevisionState::Running => "running",
+            RevisionState::Converged => "converged",
+            RevisionState::Refused => "refused",
+            RevisionState::Failed => "failed",
+            RevisionState::Superseded => "superseded",
+        }
+    }
+}
+
+/// How one StatefulSet of the revision ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StatefulSetOutcome {
+    Converged,
+    Unchanged,
+    Refused,
+    Failed,
+    /// Some claims could not grow yet (not Bound); re-checked at every resync.
+    Deferred,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateChange {
+    pub template: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimChange {
+    pub claim: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeferredClaim {
+    pub claim: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusalEntry {
+    /// `shrink`, `not-expandable`, `template-changed`, `other-immutable`, `rejected`, ...
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepError {
+    /// The step that failed (`read`, `prove`, `grow`, `orphan`, ..., or `resolve`, `handoff`).
+    pub step: String,
+    pub message: String,
+    /// What an operator runs by hand to finish (from the same plan as `plan -o commands`).
+    #[serde(default)]
+    pub hint: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSetEntry {
+    pub namespace: String,
+    pub name: String,
+    pub outcome: StatefulSetOutcome,
+    #[serde(default)]
+    pub old_uid: Option<String>,
+    #[serde(default)]
+    pub new_uid: Option<String>,
+    #[serde(default)]
+    pub templates: Vec<TemplateChange>,
+    #[serde(default)]
+    pub claims: Vec<ClaimChange>,
+    #[serde(default)]
+    pub deferred: Vec<DeferredClaim>,
+    #[serde(default)]
+    pub refusal: Option<RefusalEntry>,
+    #[serde(default)]
+    pub error: Option<StepError>,
+}
+
+/// The hand-off to Flux, once done.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handoff {
+    pub mode: GateMode,
+    /// RFC 3339 time of the hand-off write.
+    pub at: String,
+    /// `unsuspended` or `reconcile-requested`; `resuspended` once suspended again.
+    pub action: String,
+    /// The `reconcile.fluxcd.io/requestedAt` token written (reconcile mode).
+    #[serde(default)]
+    pub requested_at: Option<String>,
+    /// RFC 3339 time the Kustomization was suspended again (suspend mode).
+    #[serde(default)]
+    pub resuspended_at: Option<String>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FluxOutcome {
+    Applied,
+    Failed,
+    Timeout,
+    Pending,
+}
+
+/// What Flux did with the handed-off revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxResult {
+    pub outcome: FluxOutcome,
+    #[serde(default)]
+    pub applied_revision: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// One revision of one Kustomization, as the service handled it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionRecord {
+    /// The source artifact revision, e.g. `main@sha1:<hex>`.
+    pub revision: String,
+    /// The artifact digest, e.g. `sha256:<hex>`.
+    #[serde(default)]
+    pub digest: Option<String>,
+    pub trigger: Trigger,
+    pub started_at: String,
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    pub state: RevisionState,
+    #[serde(default)]
+    pub statefulsets: Vec<StatefulSetEntry>,
+    #[serde(default)]
+    pub handoff: Option<Handoff>,
+    #[serde(default)]
+    pub flux: Option<FluxResult>,
+    /// Conditions that waiting mends (deferred claims, a hand-off that timed out).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// A failure before or after the StatefulSets (resolve, render, hand-off).
+    #[serde(default)]
+    pub error: Option<StepError>,
+}
+
+impl RevisionRecord {
+    /// The record as `GET /status` shows it: everything but `statefulsets`.
+    pub fn summary(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let Some(map) = value.as_object_mut() {
+            map.remove("statefulsets");
+        }
+        value
+    }
+}
+
+/// One handled Kustomization as `GET /status` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizationSummary {
+    pub namespace: String,
+    pub name: String,
+    pub gate: GateMode,
+    /// The revision its source publishes now (`status.artifact.revision`), if any.
+    pub source_revision: Option<String>,
+    /// The newest record without its StatefulSets ([`RevisionRecord::summary`]).
+    pub last: Option<serde_json::Value>,
+}
+
+/// One handled Kustomization with its history, newest first (`GET /status/{ns}/{name}`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizationDetail {
+    pub namespace: String,
+    pub name: String,
+    pub gate: GateMode,
+    pub source_revision: Option<String>,
+    pub revisions: Vec<RevisionRecord>,
+}
