@@ -259,7 +259,7 @@ pub async fn check_dashboard(base: &str, browser: &Browser, out: &Path) {
     assert!(page.dom.contains("kubectl -n data patch pvc data-kafka-2"));
 
     browser
-        .screenshot(&format!("{base}/"), &out.join("dashboard.png"), 1440, 900)
+        .screenshot(&format!("{base}/"), &out.join("dashboard.png"), 1440, 720)
         .await;
     browser
         .screenshot(
