@@ -20,8 +20,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flux_converger::http::{AppState, HookAuth, router};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use flux_converger::flux::event::Event;
+use flux_converger::http::{AppState, Backend, HookAuth, router};
 use flux_converger::service::metrics;
+use flux_converger::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord};
 use standin::StandIn;
 
 /// A guard against a wedged browser, not a performance limit: a page load takes well under this.
@@ -71,11 +75,36 @@ fn out_dir() -> PathBuf {
     dir
 }
 
+/// Counts the dashboard's list requests, to see the page's script refresh it.
+struct Counting {
+    inner: StandIn,
+    lists: AtomicUsize,
+}
+
+impl Backend for Counting {
+    fn hook(&self, event: &Event) -> Vec<String> {
+        self.inner.hook(event)
+    }
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.kustomizations(namespace)
+    }
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+        self.inner.kustomization(namespace, name)
+    }
+    fn ready(&self) -> Result<(), String> {
+        self.inner.ready()
+    }
+    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.inner.last_record(namespace, name)
+    }
+}
+
 /// Serves `router` over real HTTP on a loopback port, as `serve` does.
-async fn serve(backend: StandIn) -> SocketAddr {
+async fn serve(backend: Arc<dyn Backend>) -> SocketAddr {
     let (registry, metrics) = metrics::registry();
     let state = AppState {
-        backend: Arc::new(backend),
+        backend,
         registry: Arc::new(registry),
         metrics,
         auth: HookAuth::default(),
@@ -276,9 +305,31 @@ async fn dashboard_in_chromium() {
     let Some(path) = browser_or_skip() else {
         return;
     };
-    let addr = serve(standin::seeded()).await;
+    let backend = Arc::new(Counting {
+        inner: standin::seeded(),
+        lists: AtomicUsize::new(0),
+    });
+    let addr = serve(backend.clone()).await;
+    let browser = Browser { path };
+    let base = format!("http://{addr}");
+
+    // 25 s of the page's (virtual) time: the first load and two refreshes of the 10 s period.
+    let page = browser.dom(&format!("{base}/"), 25_000).await;
+    assert!(
+        page.dom.contains("<html lang=\"en\" class=\"live\">"),
+        "{}",
+        page.dom
+    );
+    assert_eq!(rows(&page.dom), 6, "the rows swapped in by the refresh");
+    let lists = backend.lists.load(Ordering::SeqCst);
+    assert!(
+        lists >= 3,
+        "the page refreshed itself {} times, not twice",
+        lists.saturating_sub(1)
+    );
+
     let out = out_dir();
-    check_dashboard(&format!("http://{addr}"), &Browser { path }, &out).await;
+    check_dashboard(&base, &browser, &out).await;
     eprintln!("screenshots in {}", out.display());
 }
 
