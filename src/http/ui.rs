@@ -117,21 +117,9 @@ fn dashboard_page(state: &AppState, query: &DashboardQuery, now: Timestamp) -> D
     summaries.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut namespaces: Vec<String> = summaries.iter().map(|s| s.namespace.clone()).collect();
     namespaces.dedup();
+    let namespace = query.namespace.as_deref().filter(|ns| !ns.is_empty());
     // Only a namespace that exists goes back into links, so the hrefs hold DNS labels alone.
-    let namespace = query
-        .namespace
-        .as_deref()
-        .filter(|ns| !ns.is_empty())
-        .map(|ns| {
-            namespaces
-                .iter()
-                .find(|known| *known == ns)
-                .cloned()
-                .unwrap_or_else(|| ns.to_string())
-        });
-    let known_namespace = namespace
-        .as_deref()
-        .filter(|ns| namespaces.iter().any(|known| known == ns));
+    let known_namespace = namespace.filter(|ns| namespaces.iter().any(|known| known == ns));
     let wanted_state = query
         .state
         .as_deref()
@@ -139,7 +127,7 @@ fn dashboard_page(state: &AppState, query: &DashboardQuery, now: Timestamp) -> D
 
     let in_namespace: Vec<Row> = summaries
         .iter()
-        .filter(|s| namespace.as_deref().is_none_or(|ns| s.namespace == ns))
+        .filter(|s| namespace.is_none_or(|ns| s.namespace == ns))
         .map(|s| {
             let last = if s.last.is_some() {
                 state.backend.last_record(&s.namespace, &s.name)
@@ -186,7 +174,7 @@ fn dashboard_page(state: &AppState, query: &DashboardQuery, now: Timestamp) -> D
         namespaces: namespaces
             .into_iter()
             .map(|ns| {
-                let selected = namespace.as_deref() == Some(ns.as_str());
+                let selected = namespace == Some(ns.as_str());
                 (ns, selected)
             })
             .collect(),
