@@ -134,6 +134,7 @@ fn opts() -> Options {
     Options {
         dry_run: false,
         wait_timeout: Duration::from_secs(5),
+        revision: None,
     }
 }
 
@@ -436,7 +437,7 @@ async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
                     );
                     Some(r.code)
                 }
-                Verdict::Failed(e) => panic!("{what}: {e}"),
+                Verdict::Failed(e) | Verdict::Denied { cause: e, .. } => panic!("{what}: {e}"),
             },
         };
         assert_eq!(got, want, "{what}");
@@ -597,7 +598,7 @@ async fn a_fault_at_every_request_is_finished_by_running_again() {
                 .is_none()
             {
                 assert_eq!(
-                    j.list().await.unwrap().len(),
+                    j.list().await.unwrap().intents.len(),
                     1,
                     "{case}: deleted without an intent"
                 );
@@ -635,10 +636,10 @@ async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_
     }
     let (c, j) = cluster(&fake);
     let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
-    assert_eq!(resumed.len(), 1);
-    let (ns, name, result) = resumed.into_iter().next().unwrap();
+    assert_eq!(resumed.results.len(), 1);
+    let (ns, name, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!((ns.as_str(), name.as_str()), (NS, "web"));
-    assert_eq!(result.unwrap().unwrap().action, ResumeAction::Reapplied);
+    assert_eq!(result.unwrap().action, ResumeAction::Reapplied);
     settle(&fake).await;
     let (want, _) = reference().await;
     assert_eq!(end_state(&fake, &before), want);
@@ -657,7 +658,7 @@ async fn a_statefulset_recreated_by_someone_else_is_not_deleted_again() {
     });
     run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
     fake.clear_faults();
-    assert_eq!(j.list().await.unwrap().len(), 1);
+    assert_eq!(j.list().await.unwrap().intents.len(), 1);
     // Someone else (Flux with force, a person) deletes and re-creates it at the grown size.
     let old = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
     {
@@ -686,7 +687,7 @@ async fn a_statefulset_recreated_by_someone_else_is_not_deleted_again() {
     );
     let now = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
     assert_eq!(uid(&now), uid(&recreated));
-    assert!(j.list().await.unwrap().is_empty());
+    assert!(j.list().await.unwrap().intents.is_empty());
 }
 
 #[tokio::test]
@@ -708,7 +709,7 @@ async fn a_stuck_orphan_finalizer_times_out_naming_the_statefulset_and_a_later_r
     );
     let stuck = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
     assert!(stuck["metadata"].get("deletionTimestamp").is_some());
-    assert_eq!(j.list().await.unwrap().len(), 1);
+    assert_eq!(j.list().await.unwrap().intents.len(), 1);
 
     fake.set_orphan_gc(GcMode::After(Duration::from_millis(50)));
     let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
