@@ -905,3 +905,24 @@ async fn a_record_left_running_is_unfinished_after_a_restart() {
         RevisionState::Failed
     );
 }
+
+#[tokio::test]
+async fn a_revision_flux_applied_already_is_not_handed_off_again() {
+    // Flux applied revision 1 before the converger looked (the World's starting state).
+    let w = World::new("suspend", true, None).await;
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Startup)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let record = last(&results);
+    assert_eq!(record.revision, "main@sha1:1");
+    assert!(record.handoff.is_none());
+    assert_eq!(record.flux.unwrap().outcome, FluxOutcome::Applied);
+    assert_eq!(
+        record.statefulsets[0].outcome,
+        StatefulSetOutcome::Unchanged
+    );
+    assert_eq!(w.ks_writes(), 0);
+}

@@ -32,7 +32,7 @@ use crate::service::events::{
 };
 use crate::service::metrics::Metrics;
 use crate::service::record::{
-    FluxOutcome, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetEntry,
+    FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetEntry,
     StatefulSetOutcome, StepError, Trigger,
 };
 use crate::service::results::Results;
@@ -247,7 +247,21 @@ impl Gate {
         }
 
         let t = Instant::now();
-        let handed = self.hand_off(namespace, name, mode, &mut record).await;
+        let handed = if applied_already(ks, &record.revision) {
+            // Flux applied this revision before (the converge found nothing, or only lagging
+            // claims, to do): unsuspending or requesting a reconcile would only make it
+            // apply the same revision again.
+            record.flux = Some(FluxResult {
+                outcome: FluxOutcome::Applied,
+                applied_revision: Some(record.revision.clone()),
+                message: Some(
+                    "Flux had already applied this revision: not handed off again".into(),
+                ),
+            });
+            Ok(())
+        } else {
+            self.hand_off(namespace, name, mode, &mut record).await
+        };
         c.metrics.step("handoff", t.elapsed().as_secs_f64());
         if let Err(message) = handed {
             record.state = RevisionState::Failed;
@@ -579,6 +593,15 @@ impl Gate {
                 error = %e, "could not persist the revision record");
         }
     }
+}
+
+/// Whether Flux's status says it applied `revision` already.
+fn applied_already(kustomization: &Kustomization, revision: &str) -> bool {
+    kustomization
+        .status
+        .as_ref()
+        .and_then(|s| s.last_applied_revision.as_deref())
+        == Some(revision)
 }
 
 /// The event a finished record gives: converged, refused and failed revisions (a superseded
