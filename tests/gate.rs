@@ -926,3 +926,35 @@ async fn a_revision_flux_applied_already_is_not_handed_off_again() {
     );
     assert_eq!(w.ks_writes(), 0);
 }
+
+#[tokio::test]
+async fn a_run_interrupted_by_a_restart_is_closed_and_handled_again() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    // The previous process stopped while handling revision 2.
+    let before = Results::new(w.fake.client(), FLUX_NS.into(), T);
+    let mut running = record("main@sha1:2", 0);
+    running.state = RevisionState::Running;
+    running.error = None;
+    before.put(FLUX_NS, "apps", running).await.unwrap();
+
+    let mut config = w.config(EventSink::disabled());
+    config.results.load().await.unwrap();
+    assert_eq!(
+        config.results.unfinished(),
+        [(FLUX_NS.to_string(), "apps".to_string())]
+    );
+    let results = config.results.clone();
+    config.results = results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Startup)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let history = results.history(FLUX_NS, "apps");
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].state, RevisionState::Converged);
+    assert_eq!(history[1].state, RevisionState::Failed);
+    assert_eq!(history[1].error.as_ref().unwrap().step, "interrupted");
+    assert!(results.unfinished().is_empty());
+}

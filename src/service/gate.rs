@@ -160,6 +160,7 @@ impl Gate {
     async fn pass(&self, namespace: &str, name: &str, mode: GateMode, trigger: Trigger) -> Pass {
         let c = &self.config;
         let key = ks_name(namespace, name);
+        self.close_interrupted(namespace, name).await;
         let started_at = now();
         let t = Instant::now();
         let resolved = c.resolver.resolve(namespace, name).await;
@@ -581,6 +582,26 @@ impl Gate {
         outcome
     }
 
+    /// A `running` record at the start of a run was left by a process that stopped mid-run
+    /// (only one run per Kustomization at a time): it is closed as `failed`, so the history
+    /// never shows two revisions running, and this run handles the revision again.
+    async fn close_interrupted(&self, namespace: &str, name: &str) {
+        let Some(mut stale) = self.config.results.last(namespace, name) else {
+            return;
+        };
+        if stale.state != RevisionState::Running {
+            return;
+        }
+        stale.state = RevisionState::Failed;
+        stale.finished_at = Some(now());
+        stale.error = Some(StepError {
+            step: "interrupted".into(),
+            message: "the service stopped while handling this revision; it is handled again".into(),
+            hint: None,
+        });
+        self.save(namespace, name, &stale).await;
+    }
+
     async fn save(&self, namespace: &str, name: &str, record: &RevisionRecord) {
         if let Err(e) = self
             .config
@@ -668,4 +689,97 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
         message,
         revision: record.revision.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::record::StatefulSetEntry;
+
+    fn record(state: RevisionState, flux: Option<FluxOutcome>) -> RevisionRecord {
+        RevisionRecord {
+            revision: "main@sha1:2".into(),
+            digest: None,
+            trigger: Trigger::Webhook,
+            started_at: "t".into(),
+            finished_at: None,
+            state,
+            statefulsets: vec![StatefulSetEntry {
+                namespace: "apps".into(),
+                name: "web".into(),
+                outcome: StatefulSetOutcome::Converged,
+                old_uid: Some("u1".into()),
+                new_uid: Some("u2".into()),
+                templates: Vec::new(),
+                claims: Vec::new(),
+                deferred: Vec::new(),
+                refusal: None,
+                error: None,
+            }],
+            handoff: None,
+            flux: flux.map(|outcome| FluxResult {
+                outcome,
+                applied_revision: None,
+                message: Some("boom".into()),
+            }),
+            warnings: Vec::new(),
+            error: None,
+            generation: None,
+            gate: Some(GateMode::Reconcile),
+        }
+    }
+
+    #[test]
+    fn revision_event_by_table() {
+        let sts = "StatefulSet apps/web: recreated without restarting pods";
+        for (state, flux, expected) in [
+            (
+                RevisionState::Converged,
+                Some(FluxOutcome::Applied),
+                Some((
+                    Severity::Info,
+                    REASON_CONVERGED,
+                    format!(
+                        "revision main@sha1:2 converged, handed off (reconcile): Flux applied it\n{sts}"
+                    ),
+                )),
+            ),
+            (
+                RevisionState::Converged,
+                Some(FluxOutcome::Failed),
+                Some((
+                    Severity::Info,
+                    REASON_CONVERGED,
+                    format!(
+                        "revision main@sha1:2 converged, handed off (reconcile): Flux failed to apply it: boom\n{sts}"
+                    ),
+                )),
+            ),
+            (
+                RevisionState::Refused,
+                None,
+                Some((
+                    Severity::Error,
+                    REASON_REFUSED,
+                    format!("revision main@sha1:2 refused: not handed off\n{sts}"),
+                )),
+            ),
+            (
+                RevisionState::Failed,
+                None,
+                Some((
+                    Severity::Error,
+                    REASON_FAILED,
+                    format!("revision main@sha1:2 failed: will retry\n{sts}"),
+                )),
+            ),
+            (RevisionState::Superseded, None, None),
+            (RevisionState::Running, None, None),
+        ] {
+            let got =
+                revision_event(&record(state, flux)).map(|e| (e.severity, e.reason, e.message));
+            let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
+            assert_eq!(got, expected, "{state:?}");
+        }
+    }
 }
