@@ -958,3 +958,44 @@ async fn a_run_interrupted_by_a_restart_is_closed_and_handled_again() {
     assert_eq!(history[1].error.as_ref().unwrap().step, "interrupted");
     assert!(results.unfinished().is_empty());
 }
+
+#[tokio::test]
+async fn a_dry_run_denied_to_the_tenant_names_the_permission_and_writes_nothing() {
+    let w = World::new("suspend", true, Some("deployer")).await;
+    w.fake.grant(
+        NS,
+        DEPLOYER,
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ALL_CLAIM_VERBS},
+        ]),
+    );
+    w.publish("main@sha1:2", "2Gi");
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    let GateOutcome::Failed { message } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        message.contains(&format!(
+            "{DEPLOYER} may not patch statefulsets.apps in namespace default"
+        )),
+        "{message}"
+    );
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Failed);
+    assert_eq!(record.statefulsets[0].error.as_ref().unwrap().step, "prove");
+    // Not a refusal: the object was never judged. And nothing was written for it.
+    assert!(record.statefulsets[0].refusal.is_none());
+    assert!(
+        w.fake
+            .writes()
+            .iter()
+            .all(|r| r.path.contains("/configmaps")),
+        "{:?}",
+        w.fake.writes()
+    );
+}
