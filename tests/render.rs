@@ -381,8 +381,12 @@ fn cli_bad_input_exits_2_naming_the_problem() {
             "no kustomize.toolkit.fluxcd.io Kustomization in the file",
         ),
         (
-            vec!["--kustomization", "no-slash"],
-            "expected NAMESPACE/NAME",
+            vec!["--kustomization", "ns/name/extra"],
+            "expected NAMESPACE/NAME or NAME",
+        ),
+        (
+            vec!["--kustomization", "a/b", "-n", "c"],
+            "names namespace \"a\", but --namespace is \"c\"",
         ),
         (vec!["--path", path_str(&plain)], "--kustomization-file"),
         (vec![], "required"),
@@ -829,6 +833,20 @@ async fn cli_renders_from_the_cluster_through_source_controller_localhost() {
         Some(&Value::from("5Gi"))
     );
     assert_eq!(server.requests(), [ARTIFACT_PATH]);
+    // kubectl's spelling: NAME with -n, the kubeconfig named by flag (here also in $KUBECONFIG).
+    let kubeconfig = served.kubeconfig.display().to_string();
+    let (code, by_name, err) = run(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        "flux-system",
+        "--kustomization",
+        "db",
+        "--statefulsets",
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(by_name, out);
 
     let (code, out, err) = run(&["--kustomization", "flux-system/absent"]).await;
     assert_eq!(code, 2, "{err}");
