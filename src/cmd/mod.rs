@@ -1,6 +1,7 @@
 //! The CLI commands. Each reads its input, calls the library and prints; exit codes are
 //! the contract of DESIGN.md §5: 0 done/planned, 3 refused, 2 bad input or usage, 1 other failure.
 
+pub mod artifact_limits;
 pub mod converge;
 pub mod plan;
 pub mod render;

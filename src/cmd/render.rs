@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use flux_converger::flux::artifact::{self, FetchOptions, Fetcher, UnpackLimits};
+use flux_converger::flux::artifact::{self, FetchOptions, Fetcher};
 use flux_converger::flux::objects::Kustomization;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::flux::render::{self, KustomizeCommand, Owner, RenderRequest, Rendered};
@@ -18,6 +18,7 @@ use flux_converger::flux::substitute::{VarSource, VarSourceKind, collect_variabl
 use flux_converger::manifest::read_documents;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
+use super::artifact_limits::ArtifactLimitArgs;
 use super::{Exit, KubeArgs, bad_input};
 
 #[derive(clap::Args, Debug)]
@@ -53,12 +54,8 @@ pub struct Args {
     /// Strict post-build substitution (Flux's default): an unset variable without default fails.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     strict_substitution: bool,
-    /// Maximum artifact download size, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = artifact::DEFAULT_MAX_DOWNLOAD_BYTES)]
-    max_artifact_size: u64,
-    /// Maximum total size of the unpacked artifact, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = artifact::DEFAULT_MAX_UNPACKED_BYTES)]
-    max_unpacked_size: u64,
+    #[command(flatten)]
+    limits: ArtifactLimitArgs,
     /// Refuse a sourceRef in another namespace, like kustomize-controller's flag of that name.
     #[arg(long)]
     no_cross_namespace_refs: bool,
@@ -70,13 +67,8 @@ pub struct Args {
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     let kustomize = KustomizeCommand::parse(&args.kustomize).map_err(bad_input)?;
     let options = FetchOptions {
-        max_download_bytes: args.max_artifact_size,
-        unpack: UnpackLimits {
-            max_bytes: args.max_unpacked_size,
-            ..UnpackLimits::default()
-        },
         retries: args.fetch_retries,
-        ..FetchOptions::default()
+        ..args.limits.fetch_options()
     }
     .with_env_host_override();
     let rendered = match &args.kustomization {
@@ -201,7 +193,13 @@ async fn render_offline(
             .prefix("flux-converger-render-")
             .tempdir()
             .context("creating a temporary directory")?;
-        render::copy_tree(source, dir.path())?;
+        render::copy_tree_within(source, dir.path(), &options.unpack).map_err(|e| {
+            if e.is_bad_input() {
+                bad_input(e)
+            } else {
+                e.into()
+            }
+        })?;
         Scratch::Dir(dir)
     };
     let owner = Owner {
