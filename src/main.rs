@@ -18,11 +18,16 @@ use clap::{Parser, Subcommand, ValueEnum};
 )]
 struct Cli {
     /// Log format: `json` for log pipelines, like Flux's controllers (`--log-encoding` works too).
-    #[arg(long, alias = "log-encoding", global = true, value_enum, default_value_t = LogFormat::Text, env = "FLUX_CONVERGER_LOG_FORMAT")]
+    #[arg(long, alias = "log-encoding", global = true, help_heading = "Logging (global)", value_enum, default_value_t = LogFormat::Text, env = "FLUX_CONVERGER_LOG_FORMAT")]
     log_format: LogFormat,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `flux_converger=debug`.
     /// Without it, `RUST_LOG` is honoured, else `info`.
-    #[arg(long, global = true, env = "FLUX_CONVERGER_LOG_LEVEL")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Logging (global)",
+        env = "FLUX_CONVERGER_LOG_LEVEL"
+    )]
     log_level: Option<String>,
     #[command(flatten)]
     kube: cmd::KubeArgs,

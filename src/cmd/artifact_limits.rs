@@ -9,6 +9,7 @@ use flux_converger::quantity::Quantity;
 
 /// Sizes are bytes or Kubernetes quantities (`100Mi`, `1G`).
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+#[command(next_help_heading = "Artifact limits")]
 pub struct ArtifactLimitArgs {
     /// Maximum artifact download (compressed) size.
     #[arg(long, value_name = "SIZE", env = "FLUX_CONVERGER_MAX_ARTIFACT_SIZE",

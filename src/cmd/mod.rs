@@ -39,6 +39,7 @@ pub fn exit_code_of(e: &anyhow::Error) -> Exit {
 /// an operator's habits work. `main` flattens this into the top-level parser and hands it to
 /// each command.
 #[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Cluster options (global)")]
 pub struct KubeArgs {
     /// Path to the kubeconfig file (default: `$KUBECONFIG`, `~/.kube/config`, or in-cluster).
     #[arg(long, global = true, env = "FLUX_CONVERGER_KUBECONFIG")]

@@ -54,14 +54,15 @@ pub struct Args {
     /// Strict post-build substitution (Flux's default): an unset variable without default fails.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     strict_substitution: bool,
-    #[command(flatten)]
-    limits: ArtifactLimitArgs,
     /// Refuse a sourceRef in another namespace, like kustomize-controller's flag of that name.
     #[arg(long)]
     no_cross_namespace_refs: bool,
     /// Retries of an artifact download on connection errors and 5xx.
     #[arg(long, value_name = "N", default_value_t = 4)]
     fetch_retries: u32,
+    // Last: its help heading covers only its own flags.
+    #[command(flatten)]
+    limits: ArtifactLimitArgs,
 }
 
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
