@@ -1072,3 +1072,50 @@ fn the_commands_script_reapplies_the_object_converge_would() {
     .expect("json");
     assert_eq!(applied, &expected);
 }
+
+/// `converge` speaks kubectl too: `-f`, bare `--dry-run` (= server), `-o yaml` with the same
+/// document as `-o json`, the namespace from the kubeconfig's context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converge_takes_kubectl_flags_and_prints_yaml() {
+    let (fake, served) = cluster_with_web().await;
+    let desired = repo("tests/fixtures/v1.28/desired-statefulset-2Gi.yaml");
+    let desired = desired.to_str().expect("path");
+    let planned_uid = uid_of_web(&fake).expect("web");
+    let mut documents = Vec::new();
+    for (dry_run, output) in [("--dry-run", "yaml"), ("--dry-run=server", "json")] {
+        let run = run_with_kubeconfig(
+            &served.kubeconfig,
+            BIN,
+            &["converge", "-f", desired, dry_run, "-o", output],
+            None,
+        )
+        .await;
+        assert_eq!(run.code, 0, "{dry_run} -o {output}: {}", run.stderr);
+        let v: Value = if output == "yaml" {
+            serde_saphyr::from_str(&run.stdout).expect("yaml")
+        } else {
+            serde_json::from_str(&run.stdout).expect("json")
+        };
+        documents.push(v);
+    }
+    for v in &documents {
+        assert_eq!(v["dryRun"], true, "{v}");
+        assert_eq!(v["statefulsets"][0]["name"], "web", "{v}");
+        assert_eq!(
+            v["statefulsets"][0]["outcome"], documents[1]["statefulsets"][0]["outcome"],
+            "{v}"
+        );
+    }
+    // A dry run writes nothing.
+    assert_eq!(uid_of_web(&fake), Some(planned_uid));
+    assert_eq!(request_of(&fake, "data-web-0"), "1Gi");
+    let none = run_with_kubeconfig(
+        &served.kubeconfig,
+        BIN,
+        &["converge", "-f", desired, "--dry-run=none", "-o", "json"],
+        None,
+    )
+    .await;
+    assert_eq!(none.code, 0, "{}", none.stderr);
+    assert_eq!(request_of(&fake, "data-web-0"), "2Gi");
+}
