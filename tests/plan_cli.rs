@@ -1119,3 +1119,49 @@ async fn converge_takes_kubectl_flags_and_prints_yaml() {
     assert_eq!(none.code, 0, "{}", none.stderr);
     assert_eq!(request_of(&fake, "data-web-0"), "2Gi");
 }
+
+/// A hand-written cluster state without uids: the script cannot check the uid planned on, so it
+/// says so and binds the delete to the uid it reads when it starts.
+#[test]
+fn the_commands_script_without_a_planned_uid_binds_the_delete_to_the_one_it_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let without_uid: String = captured_cluster()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("uid:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let cluster = file(&dir, "cluster.yaml", &without_uid);
+    let desired = file(
+        &dir,
+        "desired.yaml",
+        &fixture("v1.28/desired-statefulset-2Gi.yaml"),
+    );
+    let run = plan(
+        &[
+            "-f",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "commands",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains("if [ "), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("# the cluster state has no uid for default/web: the delete is bound to the uid read above"),
+        "{}",
+        run.stdout
+    );
+    let read = run
+        .stdout
+        .find("uid_0=$(kubectl get statefulset web")
+        .expect("uid read");
+    assert!(read < run.stdout.find("kubectl patch").expect("patch"));
+    assert!(
+        run.stdout
+            .contains(r#""preconditions":{"uid":"%s"}}' "$uid_0""#)
+    );
+}
