@@ -1,0 +1,712 @@
+//! The shipped RBAC (manifests/), proven against what the code sends: every flow that exists runs
+//! against the fake API server, and the request log is evaluated with RBAC's rules
+//! (`rbac/check.rs`). The test fails on a request the install would refuse, and on a grant that
+//! nothing sends, unless the grant is on the short list of what the service (`serve`) sends and
+//! this branch cannot run yet; a listed grant that a flow does send fails too, so the list only
+//! shrinks.
+
+#[path = "rbac/check.rs"]
+mod check;
+#[path = "data/render/flux_archive.rs"]
+mod flux_archive;
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use check::{Access, Grant};
+use flux_converger::cluster::{Cluster as _, KubeCluster, WaitOutcome, impersonating_client};
+use flux_converger::converge::{Options, converge};
+use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::render::KustomizeCommand;
+use flux_converger::flux::render::resolve::Resolver;
+use flux_converger::journal::ConfigMapJournal;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use serde_json::{Value, json};
+use support::{FakeApiServer, Fault, FaultRule, GcMode, Method, RequestRecord};
+
+/// Grants only the service sends, with the code that will send them. The service's end-to-end
+/// test (tests/service.rs) removes entries as it feeds its log into this check.
+const PENDING_SERVICE: &[(&str, &str, &str, &str)] = &[
+    (
+        "kustomize.toolkit.fluxcd.io",
+        "kustomizations",
+        "list",
+        "svc-runtime: the Kustomization reflector",
+    ),
+    (
+        "kustomize.toolkit.fluxcd.io",
+        "kustomizations",
+        "watch",
+        "svc-runtime: the Kustomization reflector",
+    ),
+    (
+        "kustomize.toolkit.fluxcd.io",
+        "kustomizations",
+        "patch",
+        "svc-gate: hand-off (spec.suspend, reconcile.fluxcd.io/requestedAt)",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "gitrepositories",
+        "list",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "gitrepositories",
+        "watch",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "ocirepositories",
+        "list",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "ocirepositories",
+        "watch",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "buckets",
+        "list",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "buckets",
+        "watch",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "externalartifacts",
+        "list",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "source.toolkit.fluxcd.io",
+        "externalartifacts",
+        "watch",
+        "svc-runtime: source watches -> Kustomization keys",
+    ),
+    (
+        "",
+        "configmaps",
+        "create",
+        "svc-gate: Results::put, a new results ConfigMap",
+    ),
+    (
+        "",
+        "configmaps",
+        "update",
+        "svc-gate: Results::put, replace with resourceVersion (optimistic concurrency)",
+    ),
+];
+
+const NS: &str = "apps";
+const TENANT: &str = "reconciler";
+
+fn statefulset(size: &str) -> StatefulSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "serviceName": "web", "replicas": 2, "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "app", "image": "busybox",
+                                  "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
+                "resources": {"requests": {"storage": size}}}}],
+        }
+    }))
+    .unwrap()
+}
+
+fn fixture(rel: &str) -> String {
+    std::fs::read_to_string(support::fixture_path(rel)).unwrap()
+}
+
+/// A cluster with `apps/web` at 1Gi, its claims Bound, and an empty request log.
+async fn world() -> FakeApiServer {
+    flux_converger::tls::install_crypto_provider();
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    KubeCluster::new(fake.client(), Duration::from_secs(5))
+        .apply(&statefulset("1Gi"))
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if (0..2).all(|i| {
+            fake.get(
+                "v1",
+                "PersistentVolumeClaim",
+                Some(NS),
+                &format!("data-web-{i}"),
+            )
+            .is_some()
+        }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..2 {
+        fake.set_pvc_phase(NS, &format!("data-web-{i}"), "Bound");
+    }
+    fake.clear_requests();
+    fake
+}
+
+fn opts() -> Options {
+    Options {
+        dry_run: false,
+        wait_timeout: Duration::from_secs(10),
+    }
+}
+
+fn journal(client: kube::Client) -> ConfigMapJournal {
+    ConfigMapJournal::new(client, check::NAMESPACE, Duration::from_secs(5))
+}
+
+/// Converge under the converger's own identity (a Kustomization without a service account and
+/// no --default-service-account): dry run, a refusal, a grow + recreate, and one interrupted at
+/// the orphan delete and finished by the next run.
+async fn converge_own_identity() -> Vec<RequestRecord> {
+    let fake = world().await;
+    let cluster = KubeCluster::new(fake.client(), Duration::from_secs(5));
+    let journal = journal(fake.client());
+    // On start the service finishes what an earlier run left.
+    flux_converger::converge::resume_all(&cluster, &journal, &opts())
+        .await
+        .unwrap();
+    let dry = Options {
+        dry_run: true,
+        ..opts()
+    };
+    converge(&cluster, &journal, &statefulset("2Gi"), &dry)
+        .await
+        .unwrap();
+    converge(&cluster, &journal, &statefulset("512Mi"), &opts())
+        .await
+        .unwrap();
+    // Interrupted after the orphan delete was sent, while the garbage collector is slow: the next
+    // run finds the StatefulSet still terminating and waits for it from a fresh list.
+    fake.set_orphan_gc(GcMode::Stuck);
+    fake.add_fault(FaultRule {
+        method: Some(Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::DropAfterWrite,
+    });
+    assert!(
+        converge(&cluster, &journal, &statefulset("2Gi"), &opts())
+            .await
+            .is_err()
+    );
+    fake.set_orphan_gc(GcMode::After(Duration::from_millis(150)));
+    converge(&cluster, &journal, &statefulset("2Gi"), &opts())
+        .await
+        .unwrap();
+    converge(&cluster, &journal, &statefulset("3Gi"), &opts())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    // A wait that has no version to watch from (a resume, an expired watch) lists first.
+    let waited = cluster
+        .wait_gone(
+            NS,
+            "web",
+            "uid-of-an-older-web",
+            None,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(waited, WaitOutcome::Replaced { .. }), "{waited:?}");
+    assert_eq!(
+        fake.get("v1", "PersistentVolumeClaim", Some(NS), "data-web-0")
+            .unwrap()["spec"]["resources"]["requests"]["storage"],
+        "3Gi"
+    );
+    fake.requests()
+}
+
+/// Converge as a tenant's service account (the Kustomization's spec.serviceAccountName): the
+/// StatefulSet and claim work goes through impersonation, the journal stays the converger's.
+async fn converge_impersonating() -> Vec<RequestRecord> {
+    let fake = world().await;
+    let served = fake.serve().await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let tenant = impersonating_client(&config, NS, TENANT).unwrap();
+    let cluster = KubeCluster::new(tenant, Duration::from_secs(5));
+    let journal = journal(kube::Client::try_from(config).unwrap());
+    converge(&cluster, &journal, &statefulset("2Gi"), &opts())
+        .await
+        .unwrap();
+    fake.gc_settled().await;
+    fake.requests()
+}
+
+/// The four kinds a Kustomization's sourceRef may name, with a minimal spec of each.
+const SOURCES: [(&str, &str); 4] = [
+    (
+        "GitRepository",
+        r#"{"interval": "1m", "url": "https://example.com/repo.git"}"#,
+    ),
+    (
+        "OCIRepository",
+        r#"{"interval": "1m", "url": "oci://example.com/repo"}"#,
+    ),
+    (
+        "Bucket",
+        r#"{"interval": "1m", "bucketName": "b", "endpoint": "minio.example.com"}"#,
+    ),
+    ("ExternalArtifact", r#"{}"#),
+];
+
+/// Resolve and render a Kustomization from the cluster (Kustomization, source, substituteFrom
+/// ConfigMap and an absent optional Secret), as the gate does before converging.
+async fn render_from_cluster() -> Vec<RequestRecord> {
+    flux_converger::tls::install_crypto_provider();
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/render");
+    let files = flux_archive::files_under(&data.join("vars"));
+    let refs: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let archive = flux_archive::flux_artifact(&refs);
+    let server = flux_archive::ArtifactServer::start().await;
+    let path = "gitrepository/flux-system/repo/0123abcd.tar.gz";
+    let url = server.put(path, archive.clone());
+    let fake = FakeApiServer::new();
+    let ks: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(data.join("vars.ks.yaml")).unwrap())
+            .unwrap();
+    for (kind, spec) in SOURCES {
+        let mut source_ks = ks.clone();
+        source_ks["metadata"]["name"] = json!(format!("db-{}", kind.to_lowercase()));
+        source_ks["spec"]["sourceRef"]["kind"] = json!(kind);
+        fake.seed(source_ks);
+        fake.seed(json!({
+            "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": kind,
+            "metadata": {"name": "repo", "namespace": "flux-system"},
+            "spec": serde_json::from_str::<Value>(spec).unwrap(),
+            "status": {"artifact": {"url": url, "digest": flux_archive::sha256(&archive),
+                                    "revision": "main@sha1:0123abcd", "path": path, "size": 1,
+                                    "lastUpdateTime": "2026-11-29T00:00:00Z"}}
+        }));
+    }
+    fake.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "db-sizes", "namespace": "flux-system"},
+                     "data": {"DB_SIZE": "5Gi", "REPLICAS": "2"}}));
+    let resolver = Resolver {
+        client: fake.client(),
+        fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
+        kustomize: KustomizeCommand::default(),
+        strict: true,
+        allow_cross_namespace: true,
+    };
+    for (kind, _) in SOURCES {
+        let name = format!("db-{}", kind.to_lowercase());
+        let resolved = resolver.resolve("flux-system", &name).await.unwrap();
+        assert_eq!(resolved.rendered.statefulsets.len(), 1, "{kind}");
+    }
+    fake.requests()
+}
+
+/// Leader election as the service runs it: kube-lease-manager acquiring, holding and releasing
+/// the Lease in the service's namespace.
+async fn leader_election() -> Vec<RequestRecord> {
+    let fake = FakeApiServer::new();
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(fake.client(), "flux-converger")
+        .with_namespace(check::NAMESPACE)
+        .with_identity("flux-converger-0")
+        .build()
+        .await
+        .unwrap();
+    assert!(manager.changed().await.unwrap(), "the only candidate leads");
+    manager.release().await.unwrap();
+    fake.requests()
+}
+
+/// Kubernetes Events on a Kustomization, as kube-runtime's Recorder writes them: the first
+/// creates, a repeat patches the series.
+async fn events_on_a_kustomization() -> Vec<RequestRecord> {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let fake = FakeApiServer::new();
+    let recorder = Recorder::new(
+        fake.client(),
+        Reporter {
+            controller: "flux-converger".into(),
+            instance: None,
+        },
+    );
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("kustomize.toolkit.fluxcd.io/v1".into()),
+        kind: Some("Kustomization".into()),
+        name: Some("apps".into()),
+        namespace: Some("tenant-a".into()),
+        uid: Some("1b2c".into()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Converged".into(),
+        note: Some("web: grew data-web-0 1Gi -> 2Gi".into()),
+        action: "Converge".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+    fake.requests()
+}
+
+fn pending_keys() -> BTreeSet<(&'static str, &'static str, &'static str)> {
+    PENDING_SERVICE
+        .iter()
+        .map(|(g, r, v, _)| (*g, *r, *v))
+        .collect()
+}
+
+fn lines<T: ToString>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(|i| format!("\n  {}", i.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn shipped_rbac_allows_exactly_what_the_code_sends() {
+    let mut requests = Vec::new();
+    requests.extend(converge_own_identity().await);
+    requests.extend(converge_impersonating().await);
+    requests.extend(render_from_cluster().await);
+    requests.extend(leader_election().await);
+    requests.extend(events_on_a_kustomization().await);
+    let accesses = check::converger_accesses(&requests);
+    let grants = check::installed_grants();
+
+    let denied = check::denied(&grants, &accesses);
+    assert!(denied.is_empty(), "the install refuses:{}", lines(&denied));
+
+    let pending = pending_keys();
+    let unused: Vec<Grant> = check::unused(&grants, &accesses);
+    let unexplained: Vec<&Grant> = unused
+        .iter()
+        .filter(|g| !pending.contains(&g.key()))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "granted, but nothing sends it:{}",
+        lines(&unexplained)
+    );
+    let sent: Vec<&(&str, &str, &str, &str)> = PENDING_SERVICE
+        .iter()
+        .filter(|(g, r, v, _)| !unused.iter().any(|u| u.key() == (*g, *r, *v)))
+        .collect();
+    assert!(
+        sent.is_empty(),
+        "now sent by a flow here: drop from PENDING_SERVICE: {sent:?}"
+    );
+    // Every pending entry is a grant the install has (no stale entries).
+    for key in &pending {
+        assert!(
+            grants.iter().any(|g| g.key() == *key),
+            "{key:?} is pending but not granted"
+        );
+    }
+
+    // The StatefulSet and claim writes of an impersonated converge are the tenant's: the
+    // converger only needs to impersonate that one account.
+    let tenant = format!("system:serviceaccount:{NS}:{TENANT}");
+    let tenant_writes: BTreeSet<String> = check::impersonated_accesses(&requests)
+        .into_iter()
+        .filter(|(u, a)| *u == tenant && ["patch", "delete"].contains(&a.verb.as_str()))
+        .map(|(_, a)| format!("{} {}", a.verb, a.resource))
+        .collect();
+    assert_eq!(
+        tenant_writes,
+        [
+            "delete statefulsets",
+            "patch persistentvolumeclaims",
+            "patch statefulsets"
+        ]
+        .map(String::from)
+        .into()
+    );
+    assert!(accesses.iter().any(|a| a.verb == "impersonate"
+        && a.namespace.as_deref() == Some(NS)
+        && a.name.as_deref() == Some(TENANT)));
+}
+
+fn access(verb: &str, group: &str, resource: &str, ns: Option<&str>, name: Option<&str>) -> Access {
+    Access {
+        verb: verb.into(),
+        group: group.into(),
+        resource: resource.into(),
+        namespace: ns.map(str::to_string),
+        name: name.map(str::to_string),
+    }
+}
+
+fn record(method: Method, path: &str, watch: bool, user: Option<&str>) -> RequestRecord {
+    RequestRecord {
+        id: 0,
+        method,
+        path: path.into(),
+        query: String::new(),
+        field_manager: None,
+        dry_run: false,
+        watch,
+        content_type: None,
+        impersonate_user: user.map(str::to_string),
+        code: Some(200),
+    }
+}
+
+#[test]
+fn requests_map_to_rbac_attributes_by_table() {
+    let cases: Vec<(RequestRecord, Option<Access>)> = vec![
+        (
+            record(
+                Method::GET,
+                "/api/v1/namespaces/a/persistentvolumeclaims",
+                false,
+                None,
+            ),
+            Some(access(
+                "list",
+                "",
+                "persistentvolumeclaims",
+                Some("a"),
+                None,
+            )),
+        ),
+        (
+            record(
+                Method::GET,
+                "/apis/apps/v1/namespaces/a/statefulsets",
+                true,
+                None,
+            ),
+            Some(access("watch", "apps", "statefulsets", Some("a"), None)),
+        ),
+        (
+            record(
+                Method::GET,
+                "/apis/storage.k8s.io/v1/storageclasses",
+                false,
+                None,
+            ),
+            Some(access(
+                "list",
+                "storage.k8s.io",
+                "storageclasses",
+                None,
+                None,
+            )),
+        ),
+        (
+            record(
+                Method::PATCH,
+                "/apis/apps/v1/namespaces/a/statefulsets/web/scale",
+                false,
+                None,
+            ),
+            Some(access(
+                "patch",
+                "apps",
+                "statefulsets/scale",
+                Some("a"),
+                Some("web"),
+            )),
+        ),
+        (
+            record(
+                Method::DELETE,
+                "/api/v1/namespaces/a/configmaps",
+                false,
+                None,
+            ),
+            Some(access(
+                "deletecollection",
+                "",
+                "configmaps",
+                Some("a"),
+                None,
+            )),
+        ),
+        (
+            record(
+                Method::POST,
+                "/apis/events.k8s.io/v1/namespaces/a/events",
+                false,
+                None,
+            ),
+            Some(access("create", "events.k8s.io", "events", Some("a"), None)),
+        ),
+        (
+            record(
+                Method::PUT,
+                "/api/v1/namespaces/flux-system/configmaps/x",
+                false,
+                None,
+            ),
+            Some(access(
+                "update",
+                "",
+                "configmaps",
+                Some("flux-system"),
+                Some("x"),
+            )),
+        ),
+        (
+            record(Method::GET, "/api/v1/namespaces/a", false, None),
+            Some(access("get", "", "namespaces", None, Some("a"))),
+        ),
+        (record(Method::GET, "/apis/apps/v1", false, None), None),
+        (record(Method::GET, "/version", false, None), None),
+        // A write made as a tenant asks the converger only for the impersonation.
+        (
+            record(
+                Method::DELETE,
+                "/apis/apps/v1/namespaces/a/statefulsets/web",
+                false,
+                Some("system:serviceaccount:a:deployer"),
+            ),
+            Some(access(
+                "impersonate",
+                "",
+                "serviceaccounts",
+                Some("a"),
+                Some("deployer"),
+            )),
+        ),
+    ];
+    for (r, expected) in cases {
+        let got = check::converger_accesses(std::slice::from_ref(&r))
+            .into_iter()
+            .next();
+        assert_eq!(got, expected, "{} {}", r.method, r.path);
+    }
+}
+
+fn grant(role_ns: Option<&str>, group: &str, resource: &str, verb: &str, names: &[&str]) -> Grant {
+    Grant {
+        role: "test".into(),
+        namespace: role_ns.map(str::to_string),
+        group: group.into(),
+        resource: resource.into(),
+        verb: verb.into(),
+        resource_names: names.iter().map(|n| n.to_string()).collect(),
+    }
+}
+
+#[test]
+fn rbac_rules_match_like_the_api_server_by_table() {
+    let cm_get = access("get", "", "configmaps", Some("flux-system"), Some("x"));
+    let cases: Vec<(Grant, Access, bool)> = vec![
+        (
+            grant(None, "", "configmaps", "get", &[]),
+            cm_get.clone(),
+            true,
+        ),
+        (
+            grant(Some("flux-system"), "", "configmaps", "get", &[]),
+            cm_get.clone(),
+            true,
+        ),
+        (
+            grant(Some("other"), "", "configmaps", "get", &[]),
+            cm_get.clone(),
+            false,
+        ),
+        (
+            grant(None, "", "configmaps", "list", &[]),
+            cm_get.clone(),
+            false,
+        ),
+        (
+            grant(None, "apps", "configmaps", "get", &[]),
+            cm_get.clone(),
+            false,
+        ),
+        (
+            grant(None, "", "configmaps", "get", &["x"]),
+            cm_get.clone(),
+            true,
+        ),
+        (
+            grant(None, "", "configmaps", "get", &["y"]),
+            cm_get.clone(),
+            false,
+        ),
+        (
+            grant(None, "", "configmaps", "create", &["x"]),
+            access("create", "", "configmaps", Some("a"), None),
+            false,
+        ),
+        (
+            grant(Some("flux-system"), "", "configmaps", "list", &[]),
+            access("list", "", "configmaps", None, None),
+            false,
+        ),
+        (
+            grant(None, "apps", "statefulsets", "patch", &[]),
+            access("patch", "apps", "statefulsets/scale", Some("a"), Some("w")),
+            false,
+        ),
+        (
+            grant(None, "apps", "statefulsets/*", "patch", &[]),
+            access("patch", "apps", "statefulsets/scale", Some("a"), Some("w")),
+            true,
+        ),
+        (grant(None, "*", "*", "*", &[]), cm_get.clone(), true),
+    ];
+    for (g, a, allowed) in cases {
+        assert_eq!(g.allows(&a), allowed, "{g} vs {a}");
+    }
+}
+
+/// The check fails both ways on a changed install: a missing verb is refused, an extra one unused.
+#[test]
+fn the_check_fails_on_a_missing_or_an_extra_grant() {
+    let grants = check::installed_grants();
+    let delete_sts = access("delete", "apps", "statefulsets", Some("db"), Some("web"));
+    assert!(check::denied(&grants, std::slice::from_ref(&delete_sts)).is_empty());
+    let without: Vec<Grant> = grants
+        .iter()
+        .filter(|g| !(g.resource == "statefulsets" && g.verb == "delete"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        check::denied(&without, std::slice::from_ref(&delete_sts)),
+        vec![delete_sts]
+    );
+    let mut with_extra = grants.clone();
+    with_extra.push(grant(None, "", "pods", "delete", &[]));
+    let unused = check::unused(&with_extra, &[]);
+    assert!(unused.iter().any(|g| g.resource == "pods"));
+    // Records are confined to flux-system: a journal elsewhere is refused.
+    let elsewhere = access(
+        "delete",
+        "",
+        "configmaps",
+        Some("default"),
+        Some("flux-converger-intent.a.web"),
+    );
+    assert_eq!(
+        check::denied(&grants, std::slice::from_ref(&elsewhere)).len(),
+        1
+    );
+}
