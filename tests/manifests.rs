@@ -735,50 +735,9 @@ fn the_schema_check_refuses_broken_flux_objects_by_table() {
 // ---- the sidecar component over a minimal flux-system ----
 
 /// What `flux bootstrap` commits, cut to what the component touches.
-const FLUX_SYSTEM: &str = r#"apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: kustomize-controller
-  namespace: flux-system
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: kustomize-controller
-  namespace: flux-system
-  labels:
-    app.kubernetes.io/component: kustomize-controller
-spec:
-  replicas: 1
-  selector:
-    matchLabels:
-      app: kustomize-controller
-  template:
-    metadata:
-      labels:
-        app: kustomize-controller
-    spec:
-      serviceAccountName: kustomize-controller
-      securityContext:
-        fsGroup: 1337
-      containers:
-        - name: manager
-          image: ghcr.io/fluxcd/kustomize-controller:v1.9.0
-          args: ["--events-addr=http://notification-controller.flux-system.svc.cluster.local./"]
-          ports:
-            - {containerPort: 8080, name: http-prom, protocol: TCP}
-            - {containerPort: 9440, name: healthz, protocol: TCP}
-          securityContext:
-            allowPrivilegeEscalation: false
-            capabilities: {drop: ["ALL"]}
-            readOnlyRootFilesystem: true
-            runAsNonRoot: true
-            seccompProfile: {type: RuntimeDefault}
-          volumeMounts:
-            - {mountPath: /tmp, name: temp}
-      volumes:
-        - {emptyDir: {}, name: temp}
-"#;
+fn flux_system() -> String {
+    std::fs::read_to_string(repo("tests/data/flux-system/gotk-components.yaml")).unwrap()
+}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -793,7 +752,7 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
     let dir = tempfile::tempdir().unwrap();
     let fs = dir.path().join("flux-system");
     std::fs::create_dir_all(&fs).unwrap();
-    std::fs::write(fs.join("gotk-components.yaml"), FLUX_SYSTEM).unwrap();
+    std::fs::write(fs.join("gotk-components.yaml"), flux_system()).unwrap();
     std::fs::write(
         fs.join("kustomization.yaml"),
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - gotk-components.yaml\ncomponents:\n  - flux-converger\n",
@@ -805,7 +764,7 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
     let deploy = find(&objects, "Deployment", "kustomize-controller");
     let pod = &deploy["spec"]["template"]["spec"];
     // kustomize-controller itself is untouched.
-    let original = flux_converger::flux::render::parse_stream(FLUX_SYSTEM).unwrap();
+    let original = flux_converger::flux::render::parse_stream(&flux_system()).unwrap();
     let original_pod =
         &find(&original, "Deployment", "kustomize-controller")["spec"]["template"]["spec"];
     assert_eq!(
