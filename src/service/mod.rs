@@ -1,4 +1,6 @@
 //! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks.
 
+pub mod events;
 pub mod metrics;
 pub mod record;
+pub mod results;
