@@ -94,18 +94,6 @@ const PENDING_SERVICE: &[(&str, &str, &str, &str)] = &[
         "watch",
         "svc-runtime: source watches -> Kustomization keys",
     ),
-    (
-        "",
-        "configmaps",
-        "create",
-        "svc-gate: Results::put, a new results ConfigMap",
-    ),
-    (
-        "",
-        "configmaps",
-        "update",
-        "svc-gate: Results::put, replace with resourceVersion (optimistic concurrency)",
-    ),
 ];
 
 const NS: &str = "apps";
@@ -339,35 +327,69 @@ async fn leader_election() -> Vec<RequestRecord> {
     fake.requests()
 }
 
-/// Kubernetes Events on a Kustomization, as kube-runtime's Recorder writes them: the first
-/// creates, a repeat patches the series.
-async fn events_on_a_kustomization() -> Vec<RequestRecord> {
-    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+/// The service's records and Events (svc-gate's `Results` and `EventSink`): a revision's record
+/// written `running` then final (create, then replace with its resourceVersion), loaded back as
+/// at startup, and an Event published twice on the Kustomization (a create, then the series patch).
+async fn records_and_events() -> Vec<RequestRecord> {
+    use flux_converger::service::events::{EventSink, RevisionEvent, Severity};
+    use flux_converger::service::record::{RevisionRecord, RevisionState};
+    use flux_converger::service::results::Results;
     let fake = FakeApiServer::new();
-    let recorder = Recorder::new(
+    let results = Results::new(
         fake.client(),
-        Reporter {
-            controller: "flux-converger".into(),
-            instance: None,
-        },
+        check::NAMESPACE.into(),
+        Duration::from_secs(5),
     );
-    let reference = k8s_openapi::api::core::v1::ObjectReference {
-        api_version: Some("kustomize.toolkit.fluxcd.io/v1".into()),
-        kind: Some("Kustomization".into()),
-        name: Some("apps".into()),
-        namespace: Some("tenant-a".into()),
-        uid: Some("1b2c".into()),
-        ..Default::default()
+    results.load().await.unwrap();
+    let record = |state: &str| -> RevisionRecord {
+        serde_json::from_value(
+            json!({"revision": "main@sha1:0123abcd", "trigger": "webhook",
+                                      "startedAt": "2026-11-30T08:00:00Z", "state": state}),
+        )
+        .unwrap()
     };
-    let event = Event {
-        type_: EventType::Normal,
+    results
+        .put("tenant-a", "apps", record("running"))
+        .await
+        .unwrap();
+    results
+        .put("tenant-a", "apps", record("converged"))
+        .await
+        .unwrap();
+    let restarted = Results::new(
+        fake.client(),
+        check::NAMESPACE.into(),
+        Duration::from_secs(5),
+    );
+    restarted.load().await.unwrap();
+    assert_eq!(
+        restarted.last("tenant-a", "apps").map(|r| r.state),
+        Some(RevisionState::Converged)
+    );
+
+    let sink = EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap();
+    let kustomization: flux_converger::flux::objects::Kustomization =
+        serde_json::from_value(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": "tenant-a", "uid": "1b2c"},
+            "spec": {"interval": "10m", "path": "./", "prune": true,
+                     "sourceRef": {"kind": "GitRepository", "name": "repo"}}
+        }))
+        .unwrap();
+    let event = RevisionEvent {
+        severity: Severity::Info,
         reason: "Converged".into(),
-        note: Some("web: grew data-web-0 1Gi -> 2Gi".into()),
-        action: "Converge".into(),
-        secondary: None,
+        message: "web: grew data-web-0 1Gi -> 2Gi".into(),
+        revision: "main@sha1:0123abcd".into(),
     };
-    recorder.publish(&event, &reference).await.unwrap();
-    recorder.publish(&event, &reference).await.unwrap();
+    sink.publish(&kustomization, &event).await;
+    sink.publish(&kustomization, &event).await;
+    assert_eq!(
+        fake.list("events.k8s.io/v1", "Event", Some("tenant-a"))
+            .len(),
+        1,
+        "one Event, a series of two"
+    );
     fake.requests()
 }
 
@@ -392,7 +414,7 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(converge_impersonating().await);
     requests.extend(render_from_cluster().await);
     requests.extend(leader_election().await);
-    requests.extend(events_on_a_kustomization().await);
+    requests.extend(records_and_events().await);
     let accesses = check::converger_accesses(&requests);
     let grants = check::installed_grants();
 
