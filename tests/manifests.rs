@@ -253,7 +253,8 @@ fn deployment_is_hardened_and_wired() {
         .expect("--workers is set")
         .parse()
         .unwrap();
-    let (serve_mb, render_mb) = (64, 90);
+    // serve budgeted at 64 MB; measured kustomize's peak on a 2,000-object render 98,684 KiB.
+    let (serve_mb, render_mb) = (64, 97);
     assert!(mebibytes(&c["resources"]["requests"]["memory"]) >= serve_mb + render_mb);
     assert!(mebibytes(&c["resources"]["limits"]["memory"]) >= serve_mb + workers * render_mb);
     // The probes and the Service reach the port the server listens on.
