@@ -275,6 +275,22 @@ fn deployment_is_hardened_and_wired() {
     }
 }
 
+/// A release ships the image of its own version, in both variants.
+#[test]
+fn images_are_the_crate_version() {
+    let tag = format!(
+        "ghcr.io/flux-converger/flux-converger:v{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let pod = deployment_pod(&base());
+    assert_eq!(container(&pod, "manager")["image"], tag.as_str());
+    let patch =
+        std::fs::read_to_string(repo("manifests/sidecar/kustomize-controller-patch.yaml")).unwrap();
+    let patch = flux_converger::flux::render::parse_stream(&patch).unwrap();
+    let sidecar = container(&patch[0]["spec"]["template"]["spec"], "flux-converger");
+    assert_eq!(sidecar["image"], tag.as_str());
+}
+
 #[test]
 fn each_hardening_rule_is_checked_by_table() {
     let pod = deployment_pod(&base());
