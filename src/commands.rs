@@ -80,20 +80,27 @@ pub fn plan_commands(plan: &Plan, desired: &StatefulSet) -> Result<String, Comma
             s,
             "kubectl wait --for=delete statefulset/{name} -n {ns} --timeout=60s"
         );
-        let yaml = serde_saphyr::to_string(desired).map_err(|e| CommandsError {
-            namespace: plan.namespace.clone(),
-            name: plan.name.clone(),
-            message: e.to_string(),
-        })?;
-        let _ = write!(
-            s,
-            "kubectl apply --server-side --field-manager={FLUX_FIELD_MANAGER} --force-conflicts -f - <<'{HEREDOC_END}'\n{yaml}"
-        );
-        if !yaml.ends_with('\n') {
-            s.push('\n');
-        }
-        let _ = writeln!(s, "{HEREDOC_END}");
+        s.push_str(&apply_command(desired)?);
     }
+    Ok(s)
+}
+
+/// Server-side apply of `desired` as kustomize-controller does it (its field manager, forcing
+/// conflicts), the object carried in a heredoc. Ends with a newline.
+pub fn apply_command(desired: &StatefulSet) -> Result<String, CommandsError> {
+    let yaml = serde_saphyr::to_string(desired).map_err(|e| CommandsError {
+        namespace: desired.metadata.namespace.clone().unwrap_or_default(),
+        name: desired.metadata.name.clone().unwrap_or_default(),
+        message: e.to_string(),
+    })?;
+    let mut s = format!(
+        "kubectl apply --server-side --field-manager={FLUX_FIELD_MANAGER} --force-conflicts -f - <<'{HEREDOC_END}'\n{yaml}"
+    );
+    if !yaml.ends_with('\n') {
+        s.push('\n');
+    }
+    s.push_str(HEREDOC_END);
+    s.push('\n');
     Ok(s)
 }
 
