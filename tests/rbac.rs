@@ -23,29 +23,12 @@ use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::journal::ConfigMapJournal;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
-use support::{FakeApiServer, Fault, FaultRule, GcMode, Method, RequestRecord};
+use support::authz::RbacRequest;
+use support::{FakeApiServer, Fault, FaultRule, GcMode, Method};
 
-/// Grants only the service sends, with the code that will send them. The service's end-to-end
-/// test (tests/service.rs) removes entries as it feeds its log into this check.
+/// Grants only the service's runtime sends (its watches), with the code that will send them.
+/// The service's end-to-end flow, once added to this test, removes them.
 const PENDING_SERVICE: &[(&str, &str, &str, &str)] = &[
-    (
-        "kustomize.toolkit.fluxcd.io",
-        "kustomizations",
-        "list",
-        "svc-runtime: the Kustomization reflector",
-    ),
-    (
-        "kustomize.toolkit.fluxcd.io",
-        "kustomizations",
-        "watch",
-        "svc-runtime: the Kustomization reflector",
-    ),
-    (
-        "kustomize.toolkit.fluxcd.io",
-        "kustomizations",
-        "patch",
-        "svc-gate: hand-off (spec.suspend, reconcile.fluxcd.io/requestedAt)",
-    ),
     (
         "source.toolkit.fluxcd.io",
         "gitrepositories",
@@ -125,6 +108,7 @@ fn fixture(rel: &str) -> String {
 async fn world() -> FakeApiServer {
     flux_converger::tls::install_crypto_provider();
     let fake = FakeApiServer::new();
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
     fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
     fake.enable_statefulset_controller();
     KubeCluster::new(fake.client(), Duration::from_secs(5))
@@ -159,6 +143,29 @@ fn opts() -> Options {
     }
 }
 
+/// What a tenant's service account needs for its StatefulSets to be converged as it (the
+/// namespaced part; docs/operating.md lists the same).
+fn tenant_rules() -> Value {
+    json!([
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "watch", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "patch"]},
+    ])
+}
+
+/// Lets `user` (a tenant's service account) converge in `namespace`: the Role above, and the
+/// cluster-scoped StorageClass read the converge makes as it today.
+fn grant_tenant(fake: &FakeApiServer, namespace: &str, user: &str) {
+    fake.grant(namespace, user, tenant_rules());
+    let (sa_ns, sa) = support::authz::service_account(user).unwrap();
+    fake.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                     "metadata": {"name": "tenant-storageclasses"},
+                     "rules": [{"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["list"]}]}));
+    fake.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                     "metadata": {"name": format!("tenant-storageclasses-{sa_ns}-{sa}")},
+                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tenant-storageclasses"},
+                     "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}]}));
+}
+
 fn journal(client: kube::Client) -> ConfigMapJournal {
     ConfigMapJournal::new(client, check::NAMESPACE, Duration::from_secs(5))
 }
@@ -166,8 +173,9 @@ fn journal(client: kube::Client) -> ConfigMapJournal {
 /// Converge under the converger's own identity (a Kustomization without a service account and
 /// no --default-service-account): dry run, a refusal, a grow + recreate, and one interrupted at
 /// the orphan delete and finished by the next run.
-async fn converge_own_identity() -> Vec<RequestRecord> {
+async fn converge_own_identity() -> Vec<RbacRequest> {
     let fake = world().await;
+    check::install(&fake);
     let cluster = KubeCluster::new(fake.client(), Duration::from_secs(5));
     let journal = journal(fake.client());
     // On start the service finishes what an earlier run left.
@@ -223,13 +231,15 @@ async fn converge_own_identity() -> Vec<RequestRecord> {
             .unwrap()["spec"]["resources"]["requests"]["storage"],
         "3Gi"
     );
-    fake.requests()
+    fake.rbac_requests()
 }
 
 /// Converge as a tenant's service account (the Kustomization's spec.serviceAccountName): the
 /// StatefulSet and claim work goes through impersonation, the journal stays the converger's.
-async fn converge_impersonating() -> Vec<RequestRecord> {
+async fn converge_impersonating() -> Vec<RbacRequest> {
     let fake = world().await;
+    check::install(&fake);
+    grant_tenant(&fake, NS, &format!("system:serviceaccount:{NS}:{TENANT}"));
     let served = fake.serve().await;
     let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -242,7 +252,7 @@ async fn converge_impersonating() -> Vec<RequestRecord> {
         .await
         .unwrap();
     fake.gc_settled().await;
-    fake.requests()
+    fake.rbac_requests()
 }
 
 /// The four kinds a Kustomization's sourceRef may name, with a minimal spec of each.
@@ -264,7 +274,7 @@ const SOURCES: [(&str, &str); 4] = [
 
 /// Resolve and render a Kustomization from the cluster (Kustomization, source, substituteFrom
 /// ConfigMap and an absent optional Secret), as the gate does before converging.
-async fn render_from_cluster() -> Vec<RequestRecord> {
+async fn render_from_cluster() -> Vec<RbacRequest> {
     flux_converger::tls::install_crypto_provider();
     let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/render");
     let files = flux_archive::files_under(&data.join("vars"));
@@ -297,6 +307,7 @@ async fn render_from_cluster() -> Vec<RequestRecord> {
     fake.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
                      "metadata": {"name": "db-sizes", "namespace": "flux-system"},
                      "data": {"DB_SIZE": "5Gi", "REPLICAS": "2"}}));
+    check::install(&fake);
     let resolver = Resolver {
         client: fake.client(),
         fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
@@ -309,13 +320,14 @@ async fn render_from_cluster() -> Vec<RequestRecord> {
         let resolved = resolver.resolve("flux-system", &name).await.unwrap();
         assert_eq!(resolved.rendered.statefulsets.len(), 1, "{kind}");
     }
-    fake.requests()
+    fake.rbac_requests()
 }
 
 /// Leader election as the service runs it: kube-lease-manager acquiring, holding and releasing
 /// the Lease in the service's namespace.
-async fn leader_election() -> Vec<RequestRecord> {
+async fn leader_election() -> Vec<RbacRequest> {
     let fake = FakeApiServer::new();
+    check::install(&fake);
     let manager = kube_lease_manager::LeaseManagerBuilder::new(fake.client(), "flux-converger")
         .with_namespace(check::NAMESPACE)
         .with_identity("flux-converger-0")
@@ -324,17 +336,19 @@ async fn leader_election() -> Vec<RequestRecord> {
         .unwrap();
     assert!(manager.changed().await.unwrap(), "the only candidate leads");
     manager.release().await.unwrap();
-    fake.requests()
+    fake.rbac_requests()
 }
 
 /// The service's records and Events (svc-gate's `Results` and `EventSink`): a revision's record
 /// written `running` then final (create, then replace with its resourceVersion), loaded back as
 /// at startup, and an Event published twice on the Kustomization (a create, then the series patch).
-async fn records_and_events() -> Vec<RequestRecord> {
+async fn records_and_events() -> Vec<RbacRequest> {
     use flux_converger::service::events::{EventSink, RevisionEvent, Severity};
     use flux_converger::service::record::{RevisionRecord, RevisionState};
     use flux_converger::service::results::Results;
     let fake = FakeApiServer::new();
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-a"}}));
+    check::install(&fake);
     let results = Results::new(
         fake.client(),
         check::NAMESPACE.into(),
@@ -390,7 +404,137 @@ async fn records_and_events() -> Vec<RequestRecord> {
         1,
         "one Event, a series of two"
     );
-    fake.requests()
+    fake.rbac_requests()
+}
+
+/// kustomize-controller, played: once the Kustomization is unsuspended (a newer generation) or
+/// asked to reconcile, it reports the source's current revision applied.
+fn play_flux(fake: &FakeApiServer, name: &'static str) -> tokio::task::JoinHandle<()> {
+    let fake = fake.clone();
+    let ks_api = "kustomize.toolkit.fluxcd.io/v1";
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let Some(ks) = fake.get(ks_api, "Kustomization", Some("flux-system"), name) else {
+                continue;
+            };
+            let generation = ks["metadata"]["generation"].as_i64().unwrap_or(0);
+            let token = ks["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
+                .as_str()
+                .map(str::to_string);
+            let unsuspended = ks["spec"]["suspend"] != json!(true)
+                && ks["status"]["observedGeneration"].as_i64() != Some(generation);
+            let requested = token.is_some()
+                && ks["status"]["lastHandledReconcileAt"].as_str() != token.as_deref();
+            if !unsuspended && !requested {
+                continue;
+            }
+            let Some(repo) = fake.get(
+                "source.toolkit.fluxcd.io/v1",
+                "GitRepository",
+                Some("flux-system"),
+                "repo",
+            ) else {
+                continue;
+            };
+            let revision = repo["status"]["artifact"]["revision"].clone();
+            fake.modify(ks_api, "Kustomization", Some("flux-system"), name, |ks| {
+                let status = &mut ks["status"];
+                status["observedGeneration"] = json!(generation);
+                status["lastAttemptedRevision"] = revision.clone();
+                status["lastAppliedRevision"] = revision.clone();
+                if let Some(t) = &token {
+                    status["lastHandledReconcileAt"] = json!(t);
+                }
+                status["conditions"] = json!([{"type": "Ready", "status": "True",
+                    "reason": "ReconciliationSucceeded", "observedGeneration": generation,
+                    "message": format!("Applied revision: {revision}")}]);
+            });
+        }
+    })
+}
+
+/// One revision through the service's gate (svc-gate's `Gate::run`), in both hand-off modes: a
+/// `suspend` Kustomization converged as its service account, a `reconcile` one as the
+/// converger; resolve, converge, hand-off writes on the Kustomization, records and Events.
+async fn gate_both_modes() -> Vec<RbacRequest> {
+    use flux_converger::service::events::EventSink;
+    use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
+    use flux_converger::service::metrics::Metrics;
+    use flux_converger::service::record::{GateMode, RevisionState, Trigger};
+    use flux_converger::service::results::Results;
+    let fake = world().await;
+    let server = flux_archive::ArtifactServer::start().await;
+    let yaml = serde_saphyr::to_string(&statefulset("2Gi")).unwrap();
+    let archive = flux_archive::flux_artifact(&[("apps/web.yaml", yaml.as_str())]);
+    let path = "gitrepository/flux-system/repo/2.tar.gz";
+    let url = server.put(path, archive.clone());
+    fake.seed(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"name": "repo", "namespace": "flux-system"},
+        "spec": {"interval": "1m", "url": "https://example.com/repo.git"},
+        "status": {"artifact": {"url": url, "digest": flux_archive::sha256(&archive),
+                                "revision": "main@sha1:2", "path": path, "size": archive.len(),
+                                "lastUpdateTime": "2026-11-30T00:00:00Z"}}
+    }));
+    for (name, gate, sa) in [
+        ("tenant", "suspend", Some(TENANT)),
+        ("own", "reconcile", None),
+    ] {
+        let mut ks = json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": name, "namespace": "flux-system",
+                         "annotations": {"flux-converger.io/gate": gate}},
+            "spec": {"interval": "10m", "path": "./apps", "prune": true, "suspend": gate == "suspend",
+                     "sourceRef": {"kind": "GitRepository", "name": "repo"}},
+            "status": {"lastAppliedRevision": "main@sha1:1", "observedGeneration": 1}
+        });
+        if let Some(sa) = sa {
+            ks["spec"]["serviceAccountName"] = json!(sa);
+        }
+        fake.seed(ks);
+    }
+    check::install(&fake);
+    grant_tenant(
+        &fake,
+        NS,
+        &format!("system:serviceaccount:flux-system:{TENANT}"),
+    );
+    let config = GateConfig {
+        client: fake.client(),
+        namespace: check::NAMESPACE.into(),
+        resolver: Resolver {
+            client: fake.client(),
+            fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
+            kustomize: KustomizeCommand::default(),
+            strict: true,
+            allow_cross_namespace: true,
+        },
+        results: Results::new(
+            fake.client(),
+            check::NAMESPACE.into(),
+            Duration::from_secs(5),
+        ),
+        metrics: Metrics::default(),
+        handoff_timeout: Duration::from_secs(30),
+        call_timeout: Duration::from_secs(5),
+        default_service_account: None,
+        events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
+        default_gate: GateMode::Suspend,
+    };
+    let gate = Gate::new(config);
+    for name in ["tenant", "own"] {
+        let flux = play_flux(&fake, name);
+        let outcome = gate.run("flux-system", name, Trigger::Webhook).await;
+        flux.abort();
+        assert_eq!(
+            outcome,
+            GateOutcome::Done(RevisionState::Converged),
+            "{name}"
+        );
+        fake.gc_settled().await;
+    }
+    fake.rbac_requests()
 }
 
 fn pending_keys() -> BTreeSet<(&'static str, &'static str, &'static str)> {
@@ -415,6 +559,7 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(render_from_cluster().await);
     requests.extend(leader_election().await);
     requests.extend(records_and_events().await);
+    requests.extend(gate_both_modes().await);
     let accesses = check::converger_accesses(&requests);
     let grants = check::installed_grants();
 
@@ -451,10 +596,10 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     // The StatefulSet and claim writes of an impersonated converge are the tenant's: the
     // converger only needs to impersonate that one account.
     let tenant = format!("system:serviceaccount:{NS}:{TENANT}");
-    let tenant_writes: BTreeSet<String> = check::impersonated_accesses(&requests)
+    let tenant_writes: BTreeSet<String> = check::accesses_of(&requests, &tenant)
         .into_iter()
-        .filter(|(u, a)| *u == tenant && ["patch", "delete"].contains(&a.verb.as_str()))
-        .map(|(_, a)| format!("{} {}", a.verb, a.resource))
+        .filter(|a| ["patch", "delete"].contains(&a.verb.as_str()))
+        .map(|a| format!("{} {}", a.verb, a.resource))
         .collect();
     assert_eq!(
         tenant_writes,
@@ -469,6 +614,18 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     assert!(accesses.iter().any(|a| a.verb == "impersonate"
         && a.namespace.as_deref() == Some(NS)
         && a.name.as_deref() == Some(TENANT)));
+    // Every request of every flow was allowed by the fake's RBAC (the converger under the
+    // shipped roles, tenants under the rules docs/operating.md gives them).
+    let refused: Vec<String> = requests
+        .iter()
+        .filter(|r| !r.allowed)
+        .map(|r| format!("{} {}", r.user, Access::from(r)))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused by the fake's RBAC:{}",
+        lines(&refused)
+    );
 }
 
 fn access(verb: &str, group: &str, resource: &str, ns: Option<&str>, name: Option<&str>) -> Access {
@@ -478,148 +635,6 @@ fn access(verb: &str, group: &str, resource: &str, ns: Option<&str>, name: Optio
         resource: resource.into(),
         namespace: ns.map(str::to_string),
         name: name.map(str::to_string),
-    }
-}
-
-fn record(method: Method, path: &str, watch: bool, user: Option<&str>) -> RequestRecord {
-    RequestRecord {
-        id: 0,
-        method,
-        path: path.into(),
-        query: String::new(),
-        field_manager: None,
-        dry_run: false,
-        watch,
-        content_type: None,
-        impersonate_user: user.map(str::to_string),
-        code: Some(200),
-    }
-}
-
-#[test]
-fn requests_map_to_rbac_attributes_by_table() {
-    let cases: Vec<(RequestRecord, Option<Access>)> = vec![
-        (
-            record(
-                Method::GET,
-                "/api/v1/namespaces/a/persistentvolumeclaims",
-                false,
-                None,
-            ),
-            Some(access(
-                "list",
-                "",
-                "persistentvolumeclaims",
-                Some("a"),
-                None,
-            )),
-        ),
-        (
-            record(
-                Method::GET,
-                "/apis/apps/v1/namespaces/a/statefulsets",
-                true,
-                None,
-            ),
-            Some(access("watch", "apps", "statefulsets", Some("a"), None)),
-        ),
-        (
-            record(
-                Method::GET,
-                "/apis/storage.k8s.io/v1/storageclasses",
-                false,
-                None,
-            ),
-            Some(access(
-                "list",
-                "storage.k8s.io",
-                "storageclasses",
-                None,
-                None,
-            )),
-        ),
-        (
-            record(
-                Method::PATCH,
-                "/apis/apps/v1/namespaces/a/statefulsets/web/scale",
-                false,
-                None,
-            ),
-            Some(access(
-                "patch",
-                "apps",
-                "statefulsets/scale",
-                Some("a"),
-                Some("web"),
-            )),
-        ),
-        (
-            record(
-                Method::DELETE,
-                "/api/v1/namespaces/a/configmaps",
-                false,
-                None,
-            ),
-            Some(access(
-                "deletecollection",
-                "",
-                "configmaps",
-                Some("a"),
-                None,
-            )),
-        ),
-        (
-            record(
-                Method::POST,
-                "/apis/events.k8s.io/v1/namespaces/a/events",
-                false,
-                None,
-            ),
-            Some(access("create", "events.k8s.io", "events", Some("a"), None)),
-        ),
-        (
-            record(
-                Method::PUT,
-                "/api/v1/namespaces/flux-system/configmaps/x",
-                false,
-                None,
-            ),
-            Some(access(
-                "update",
-                "",
-                "configmaps",
-                Some("flux-system"),
-                Some("x"),
-            )),
-        ),
-        (
-            record(Method::GET, "/api/v1/namespaces/a", false, None),
-            Some(access("get", "", "namespaces", None, Some("a"))),
-        ),
-        (record(Method::GET, "/apis/apps/v1", false, None), None),
-        (record(Method::GET, "/version", false, None), None),
-        // A write made as a tenant asks the converger only for the impersonation.
-        (
-            record(
-                Method::DELETE,
-                "/apis/apps/v1/namespaces/a/statefulsets/web",
-                false,
-                Some("system:serviceaccount:a:deployer"),
-            ),
-            Some(access(
-                "impersonate",
-                "",
-                "serviceaccounts",
-                Some("a"),
-                Some("deployer"),
-            )),
-        ),
-    ];
-    for (r, expected) in cases {
-        let got = check::converger_accesses(std::slice::from_ref(&r))
-            .into_iter()
-            .next();
-        assert_eq!(got, expected, "{} {}", r.method, r.path);
     }
 }
 

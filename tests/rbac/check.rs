@@ -1,9 +1,12 @@
-//! Kubernetes RBAC, evaluated over the fake API server's request log: which of the converger's
-//! requests the shipped ClusterRole/Role would refuse, and which of their grants nothing sends.
+//! Kubernetes RBAC, evaluated over the fake API server's authorization log
+//! (`FakeApiServer::rbac_requests`): which of the converger's requests the shipped
+//! ClusterRole/Role would refuse, and which of their grants nothing sends.
 //!
-//! Included by `tests/rbac.rs` and by any test that runs the converger against the
-//! fake (`#[path = "rbac/check.rs"] mod rbac_check;`, next to `mod support;`):
-//! `rbac_check::assert_allowed(&fake.requests())` fails on a request the install would refuse.
+//! Included by `tests/rbac.rs` and by any test that runs the converger against the fake
+//! (`#[path = "rbac/check.rs"] mod rbac_check;`, next to `mod support;`):
+//! `rbac_check::install(&fake)` seeds the shipped RBAC and makes the fake enforce it on every
+//! request the converger makes as itself (a missing verb is the real 403), and
+//! `rbac_check::assert_allowed(&fake.rbac_requests())` names any refused request.
 
 #![allow(dead_code)]
 
@@ -14,11 +17,13 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support::RequestRecord;
+use crate::support::FakeApiServer;
+use crate::support::authz::RbacRequest;
 
 /// The identity the install runs as (manifests/deployment.yaml).
 pub const NAMESPACE: &str = "flux-system";
 pub const SERVICE_ACCOUNT: &str = "flux-converger";
+pub const USER: &str = "system:serviceaccount:flux-system:flux-converger";
 
 /// One authorisation decision the API server makes for a request, as RBAC sees it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,108 +56,29 @@ impl fmt::Display for Access {
     }
 }
 
-/// Who a request is authorised as: the converger itself, or a service account it impersonates
-/// (whose own RBAC decides it, after the converger's `impersonate` is checked).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Actor {
-    Converger,
-    Impersonated(String),
-}
-
-/// The RBAC attributes of one logged request; `None` for non-resource URLs (discovery,
-/// `/version`), which every authenticated identity may read (`system:discovery`).
-pub fn access_of(r: &RequestRecord) -> Option<Access> {
-    let segs: Vec<&str> = r.path.trim_matches('/').split('/').collect();
-    let rest = match segs.as_slice() {
-        ["api", _version, rest @ ..] => ("", rest),
-        ["apis", group, _version, rest @ ..] => (*group, rest),
-        _ => return None,
-    };
-    let (group, rest) = rest;
-    let (namespace, resource, name, sub) = match rest {
-        [] => return None,
-        ["namespaces", ns, resource, tail @ ..] => {
-            (Some(*ns), *resource, tail.first(), tail.get(1))
-        }
-        ["namespaces", tail @ ..] => (None, "namespaces", tail.first(), tail.get(1)),
-        [resource, tail @ ..] => (None, *resource, tail.first(), tail.get(1)),
-    };
-    let verb = match (r.method.as_str(), name.is_some()) {
-        ("GET", true) => "get",
-        ("GET", false) if r.watch => "watch",
-        ("GET", false) => "list",
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        (other, _) => other,
-    };
-    Some(Access {
-        verb: verb.to_string(),
-        group: group.to_string(),
-        resource: match sub {
-            Some(s) => format!("{resource}/{s}"),
-            None => resource.to_string(),
-        },
-        namespace: namespace.map(str::to_string),
-        name: name.map(|n| n.to_string()),
-    })
-}
-
-/// What the converger's own identity is asked to do for `requests`: each request it makes as
-/// itself, and an `impersonate serviceaccounts` for each one made as a tenant's account.
-pub fn converger_accesses(requests: &[RequestRecord]) -> Vec<Access> {
-    let mut out = Vec::new();
-    for r in requests {
-        let Some(access) = access_of(r) else { continue };
-        match actor(r) {
-            Actor::Converger => out.push(access),
-            Actor::Impersonated(user) => out.push(impersonation(&user)),
+impl From<&RbacRequest> for Access {
+    fn from(r: &RbacRequest) -> Self {
+        Access {
+            verb: r.verb.clone(),
+            group: r.api_group.clone(),
+            resource: r.resource_path(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
         }
     }
-    out
 }
 
-/// What tenants' service accounts are asked to do (requests made through impersonation).
-pub fn impersonated_accesses(requests: &[RequestRecord]) -> Vec<(String, Access)> {
-    requests
-        .iter()
-        .filter_map(|r| match actor(r) {
-            Actor::Impersonated(user) => Some((user, access_of(r)?)),
-            Actor::Converger => None,
-        })
+/// What `user` was asked to authorise (impersonation checks included, as the caller's).
+pub fn accesses_of(log: &[RbacRequest], user: &str) -> Vec<Access> {
+    log.iter()
+        .filter(|r| r.user == user)
+        .map(Access::from)
         .collect()
 }
 
-fn actor(r: &RequestRecord) -> Actor {
-    match &r.impersonate_user {
-        Some(u) => Actor::Impersonated(u.clone()),
-        None => Actor::Converger,
-    }
-}
-
-/// The authorisation check the API server makes before acting as `user`.
-fn impersonation(user: &str) -> Access {
-    match user
-        .strip_prefix("system:serviceaccount:")
-        .and_then(|s| s.split_once(':'))
-    {
-        Some((ns, name)) => Access {
-            verb: "impersonate".into(),
-            group: String::new(),
-            resource: "serviceaccounts".into(),
-            namespace: Some(ns.into()),
-            name: Some(name.into()),
-        },
-        None => Access {
-            verb: "impersonate".into(),
-            group: String::new(),
-            resource: "users".into(),
-            namespace: None,
-            name: Some(user.into()),
-        },
-    }
+/// What the converger's own identity was asked to authorise.
+pub fn converger_accesses(log: &[RbacRequest]) -> Vec<Access> {
+    accesses_of(log, USER)
 }
 
 /// One verb on one resource granted by one rule of a role; `namespace` is `None` for a
@@ -282,7 +208,7 @@ pub fn grants_of(objects: &[Value], namespace: &str, service_account: &str) -> V
 }
 
 /// The install as `kubectl apply -k manifests/` creates it.
-pub fn installed_grants() -> Vec<Grant> {
+pub fn installed_objects() -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     let out = Command::new("kubectl")
         .arg("kustomize")
@@ -294,9 +220,29 @@ pub fn installed_grants() -> Vec<Grant> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let objects = flux_converger::flux::render::parse_stream(&String::from_utf8_lossy(&out.stdout))
-        .expect("the install parses");
-    grants_of(&objects, NAMESPACE, SERVICE_ACCOUNT)
+    flux_converger::flux::render::parse_stream(&String::from_utf8_lossy(&out.stdout))
+        .expect("the install parses")
+}
+
+/// Every grant of the shipped roles to the converger's service account.
+pub fn installed_grants() -> Vec<Grant> {
+    grants_of(&installed_objects(), NAMESPACE, SERVICE_ACCOUNT)
+}
+
+/// Seeds the shipped RBAC into `fake` and makes every request without impersonation act as the
+/// converger's service account, authorised by it: from here on a verb the install lacks is the
+/// API server's 403, and `fake.rbac_requests()` holds what to prove the install against.
+pub fn install(fake: &FakeApiServer) {
+    for o in installed_objects() {
+        if o["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("rbac.authorization.k8s.io/"))
+        {
+            fake.seed(o);
+        }
+    }
+    fake.authorize_default_as(USER);
+    fake.clear_rbac_requests();
 }
 
 /// The accesses no grant allows.
@@ -318,9 +264,9 @@ pub fn unused(grants: &[Grant], accesses: &[Access]) -> Vec<Grant> {
         .collect()
 }
 
-/// Fails, listing them, when the install would refuse any request of `requests`.
-pub fn assert_allowed(requests: &[RequestRecord]) {
-    let denied = denied(&installed_grants(), &converger_accesses(requests));
+/// Fails, listing them, when the install would refuse any of the converger's requests in `log`.
+pub fn assert_allowed(log: &[RbacRequest]) {
+    let denied = denied(&installed_grants(), &converger_accesses(log));
     assert!(
         denied.is_empty(),
         "the shipped RBAC (manifests/) refuses:\n  {}",
