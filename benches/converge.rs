@@ -79,6 +79,7 @@ async fn one(fake: &FakeApiServer) -> Duration {
     let options = Options {
         dry_run: false,
         wait_timeout: Duration::from_secs(10),
+        revision: None,
     };
     let t = Instant::now();
     let report = converge(&cluster, &journal, &desired, &options)

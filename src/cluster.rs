@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -17,6 +17,7 @@ use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions, PropagationPolicy,
     WatchEvent, WatchParams,
 };
+use kube::runtime::reflector::Store;
 use serde::Serialize;
 
 /// Field manager of the StatefulSet dry run and re-apply: parity with Flux (DESIGN.md §5).
@@ -29,11 +30,36 @@ pub const FIELD_MANAGER: &str = "flux-converger";
 pub enum DeleteOutcome {
     /// The object is terminating; watch from this version for it to go.
     Deleting { resource_version: Option<String> },
-    /// Already gone (deleted at once, or 404).
+    /// Deleted at once (the server answered with a status, not the terminating object).
     Gone,
-    /// 409: the object under that name has another uid (someone re-created it).
+    /// 404: nothing under that name to delete. Unless our own delete was already sent, someone
+    /// else deleted it first (Flux's prune, an operator), and it must not be brought back.
+    Absent,
+    /// 409 naming the uid precondition: the object under that name has another uid (someone
+    /// deleted and re-created it). Any other 409 is an error, not this.
     UidMismatch { message: String },
 }
+
+/// The words of the API server's 409 when a delete's `preconditions.uid` does not match the
+/// stored object ("the UID in the precondition (X) does not match the UID in record (Y)"); a
+/// resourceVersion precondition or an update conflict reads differently, and must not be
+/// taken for "someone re-created it".
+pub const UID_PRECONDITION: &str = "the UID in the precondition";
+
+/// Whether a failed call is the server's 409 for a uid precondition that does not match.
+pub fn is_uid_mismatch(error: &CallError) -> bool {
+    error.code() == Some(409) && error.server_text().contains(UID_PRECONDITION)
+}
+
+/// Whether a failed call is a 409 Conflict on an update or patch carrying a resourceVersion
+/// (the object changed since it was read).
+pub fn is_conflict(error: &CallError) -> bool {
+    error.code() == Some(409) && !is_uid_mismatch(error)
+}
+
+/// Page size of the claim listing: a namespace with thousands of claims is read in bounded
+/// answers (each under its own deadline) rather than one answer the deadline may not cover.
+pub const LIST_PAGE: u32 = 500;
 
 /// How the wait for a deletion ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,10 +80,17 @@ pub trait Cluster: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<StatefulSet>, CallError>> + Send;
+    /// Every claim of the namespace (read in pages of [`LIST_PAGE`]).
     fn list_claims(
         &self,
         namespace: &str,
     ) -> impl Future<Output = Result<Vec<PersistentVolumeClaim>, CallError>> + Send;
+    /// One claim, `None` when absent: the re-read after a conflicting grow.
+    fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<PersistentVolumeClaim>, CallError>> + Send;
     fn list_storage_classes(
         &self,
     ) -> impl Future<Output = Result<Vec<StorageClass>, CallError>> + Send;
@@ -66,14 +99,19 @@ pub trait Cluster: Send + Sync {
         &self,
         object: &StatefulSet,
     ) -> impl Future<Output = Result<StatefulSet, CallError>> + Send;
-    /// Sets `spec.resources.requests.storage` of one claim (field manager `flux-converger`).
+    /// Sets `spec.resources.requests.storage` of one claim (field manager `flux-converger`),
+    /// only if the claim is still at `resource_version` (the version the decision was made
+    /// on): otherwise a 409 Conflict ([`is_conflict`]), so a request someone raised meanwhile
+    /// is never lowered.
     fn resize_claim(
         &self,
         namespace: &str,
         claim: &str,
         storage: &str,
+        resource_version: &str,
     ) -> impl Future<Output = Result<(), CallError>> + Send;
-    /// Delete with `propagationPolicy=Orphan` and `preconditions.uid`.
+    /// Delete with `propagationPolicy=Orphan` and `preconditions.uid`; a 409 is
+    /// [`DeleteOutcome::UidMismatch`] only when the server names the uid precondition.
     fn orphan_delete(
         &self,
         namespace: &str,
@@ -232,6 +270,43 @@ impl CallError {
     }
 }
 
+/// Every object of a list, read in pages of [`LIST_PAGE`] (`limit`/`continue`), each page
+/// under its own `deadline`. A continue token that expired meanwhile (410) restarts the list
+/// once from the beginning, as kubectl does, rather than returning a partial answer.
+pub async fn list_pages<K>(
+    deadline: Duration,
+    api: &Api<K>,
+    what: &str,
+) -> Result<Vec<K>, CallError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut restarted = false;
+    let mut items = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        if let Some(t) = &token {
+            params = params.continue_token(t);
+        }
+        let page = match with_deadline(deadline, "list", what, api.list(&params)).await {
+            Ok(page) => page,
+            Err(e) if e.code() == Some(410) && token.is_some() && !restarted => {
+                restarted = true;
+                items.clear();
+                token = None;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(next) => token = Some(next),
+            None => return Ok(items),
+        }
+    }
+}
+
 /// Runs one API call under `deadline`, mapping kube's error and the timeout to a [`CallError`].
 pub async fn with_deadline<T>(
     deadline: Duration,
@@ -275,6 +350,7 @@ pub fn impersonating_client(
 pub struct KubeCluster {
     client: kube::Client,
     call_timeout: Duration,
+    storage_classes: Option<Store<StorageClass>>,
 }
 
 impl KubeCluster {
@@ -283,7 +359,18 @@ impl KubeCluster {
         KubeCluster {
             client,
             call_timeout,
+            storage_classes: None,
         }
+    }
+
+    /// Takes StorageClasses from a cache the caller keeps (the service's reflector) instead
+    /// of listing them on every converge: classes change rarely, and a stale
+    /// `allowVolumeExpansion` only costs a grow the server refuses (before the intent is
+    /// recorded, so nothing is left half done). Until the cache has its first list, classes
+    /// are listed from the server.
+    pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
+        self.storage_classes = Some(store);
+        self
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -427,17 +514,39 @@ impl Cluster for KubeCluster {
 
     async fn list_claims(&self, namespace: &str) -> Result<Vec<PersistentVolumeClaim>, CallError> {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
-        let list = with_deadline(
+        list_pages(
             self.call_timeout,
-            "list",
+            &api,
             &format!("PersistentVolumeClaims of namespace {namespace}"),
-            api.list(&ListParams::default()),
         )
-        .await?;
-        Ok(list.items)
+        .await
+    }
+
+    async fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, CallError> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        with_deadline(
+            self.call_timeout,
+            "get",
+            &format!("PersistentVolumeClaim {namespace}/{name}"),
+            api.get_opt(name),
+        )
+        .await
     }
 
     async fn list_storage_classes(&self) -> Result<Vec<StorageClass>, CallError> {
+        if let Some(store) = &self.storage_classes
+            && let Some(Ok(())) = store.wait_until_ready().now_or_never()
+        {
+            return Ok(store
+                .state()
+                .iter()
+                .map(|c| StorageClass::clone(c))
+                .collect());
+        }
         let api: Api<StorageClass> = Api::all(self.client.clone());
         let list = with_deadline(
             self.call_timeout,
@@ -458,9 +567,16 @@ impl Cluster for KubeCluster {
         namespace: &str,
         claim: &str,
         storage: &str,
+        resource_version: &str,
     ) -> Result<(), CallError> {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
-        let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": storage}}}});
+        // A resourceVersion in a merge patch is a precondition: the server answers 409 if the
+        // claim changed since it was read (since Kubernetes 1.32 a request may be lowered, so
+        // an unconditional patch could undo someone else's raise).
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": resource_version},
+            "spec": {"resources": {"requests": {"storage": storage}}},
+        });
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PatchParams::default()
@@ -504,8 +620,8 @@ impl Cluster for KubeCluster {
                 },
                 None => DeleteOutcome::Gone,
             }),
-            Err(e) if e.code() == Some(404) => Ok(DeleteOutcome::Gone),
-            Err(e) if e.code() == Some(409) => Ok(DeleteOutcome::UidMismatch {
+            Err(e) if e.code() == Some(404) => Ok(DeleteOutcome::Absent),
+            Err(e) if is_uid_mismatch(&e) => Ok(DeleteOutcome::UidMismatch {
                 message: e.server_text(),
             }),
             Err(e) => Err(e),

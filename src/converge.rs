@@ -11,19 +11,26 @@
 pub mod prove;
 pub mod report;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
 use tracing::{info, warn};
 
-use crate::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome};
-use crate::decide::{Plan, Refusal, decide};
-use crate::journal::{Intent, Journal, JournalError};
+use crate::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome, is_conflict};
+use crate::decide::{Plan, Refusal, decide, declares_desired_sizes};
+use crate::journal::{Intent, Journal, JournalError, Unreadable};
 
 pub use report::{
     ClaimAction, ClaimReport, Outcome, RefusalReport, Report, ResumeAction, ResumeReport, Step,
     StepTiming,
 };
+
+/// How many times one claim's grow is re-read and decided again after a 409 before the
+/// converge gives up (someone writing the claim that often is a fight, not a race).
+pub const MAX_CLAIM_CONFLICTS: usize = 5;
 
 /// Knobs of one converge.
 #[derive(Clone, Debug)]
@@ -32,6 +39,9 @@ pub struct Options {
     pub dry_run: bool,
     /// How long the orphan delete may take (the garbage collector removes the finalizer).
     pub wait_timeout: Duration,
+    /// The source revision the desired object was rendered from, when known (the service
+    /// passes the artifact's): recorded in the intent so a resume says what it finishes.
+    pub revision: Option<String>,
 }
 
 impl Default for Options {
@@ -39,44 +49,82 @@ impl Default for Options {
         Options {
             dry_run: false,
             wait_timeout: Duration::from_secs(120),
+            revision: None,
         }
     }
 }
 
+/// What a failed converge left behind, so its message never claims "nothing was written"
+/// after a write.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Written {
+    /// No write of this converge reached the server: run again to retry.
+    Nothing,
+    /// Some claims may be grown (they only grow, and the next run skips them); no intent.
+    ClaimsOnly,
+    /// An intent is in the journal: the next run finishes it.
+    IntentKept,
+}
+
+impl std::fmt::Display for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Written::Nothing => "nothing was written: run converge again to retry",
+            Written::ClaimsOnly => {
+                "claims grown so far stay grown and nothing else was written: run converge \
+                 again to finish the work"
+            }
+            Written::IntentKept => {
+                "the intent is kept in the journal: run converge again to finish the work"
+            }
+        })
+    }
+}
+
 /// Why a converge stopped. Each message names the step, the object and the server's words,
-/// and says whether anything was written; re-running the converge finishes the work.
+/// and says what was written; re-running the converge finishes the work.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvergeError {
-    #[error("step {step} of StatefulSet {namespace}/{name} failed: {cause}; {}", hint(*step))]
+    #[error("step {step} of StatefulSet {namespace}/{name} failed: {cause}; {written}")]
     Call {
         step: Step,
         namespace: String,
         name: String,
         // Not a `source`: the message already carries it, and `{:#}` would print it twice.
         cause: CallError,
+        written: Written,
     },
-    #[error("step {step} of StatefulSet {namespace}/{name} failed: {cause}; {}", hint(*step))]
+    #[error("step {step} of StatefulSet {namespace}/{name} failed: {cause}; {written}")]
     Journal {
         step: Step,
         namespace: String,
         name: String,
         cause: JournalError,
+        written: Written,
+    },
+    /// The dry run was answered 401, 403 or 404: the converger's access (or the namespace)
+    /// must be fixed; the object itself was not judged, so this is no refusal.
+    #[error("step prove of StatefulSet {namespace}/{name} failed: {message}; {written}")]
+    Access {
+        namespace: String,
+        name: String,
+        message: String,
+        /// The HTTP status of the dry run's answer (401, 403 or 404).
+        code: u16,
+        written: Written,
     },
     #[error(
-        "StatefulSet {namespace}/{name} is being deleted by someone else (no intent of ours): \
-         nothing was written; run converge again once it is gone"
+        "StatefulSet {namespace}/{name} is being deleted by someone else (no intent of ours); \
+         {written} once it is gone"
     )]
-    Terminating { namespace: String, name: String },
+    Terminating {
+        namespace: String,
+        name: String,
+        written: Written,
+    },
     #[error("desired object {what}: {message}")]
     Invalid { what: String, message: String },
-}
-
-fn hint(step: Step) -> &'static str {
-    if step.before_writes() {
-        "nothing was written: run converge again to retry"
-    } else {
-        "the intent is kept in the journal: run converge again to finish the work"
-    }
 }
 
 impl ConvergeError {
@@ -84,7 +132,19 @@ impl ConvergeError {
     pub fn step(&self) -> Option<Step> {
         match self {
             ConvergeError::Call { step, .. } | ConvergeError::Journal { step, .. } => Some(*step),
+            ConvergeError::Access { .. } => Some(Step::Prove),
             _ => None,
+        }
+    }
+
+    /// What the failed converge left behind (`Nothing` for a bad desired object).
+    pub fn written(&self) -> Written {
+        match self {
+            ConvergeError::Call { written, .. }
+            | ConvergeError::Journal { written, .. }
+            | ConvergeError::Access { written, .. }
+            | ConvergeError::Terminating { written, .. } => *written,
+            ConvergeError::Invalid { .. } => Written::Nothing,
         }
     }
 }
@@ -106,22 +166,74 @@ fn identity(desired: &StatefulSet) -> Result<(String, String), ConvergeError> {
     }
 }
 
-/// One converge's context: the StatefulSet and where timings go.
+/// One converge's context: the StatefulSet, and what it has written so far (atomics, not
+/// cells: the converge future must stay `Send` for the service's workers).
 struct Run<'a, C, J> {
     cluster: &'a C,
     journal: &'a J,
     namespace: String,
     name: String,
     options: &'a Options,
+    /// A write of this converge reached (or may have reached) the server.
+    wrote: AtomicBool,
+    /// An intent for this StatefulSet is in the journal.
+    intent_kept: AtomicBool,
 }
 
-impl<C: Cluster, J: Journal> Run<'_, C, J> {
+/// The claim's `spec.resources.requests.storage` as read, for reports.
+fn claim_request(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")
+        .map(|q| q.0.clone())
+}
+
+impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
+    fn new(
+        cluster: &'a C,
+        journal: &'a J,
+        namespace: &str,
+        name: &str,
+        options: &'a Options,
+    ) -> Self {
+        Run {
+            cluster,
+            journal,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            options,
+            wrote: AtomicBool::new(false),
+            intent_kept: AtomicBool::new(false),
+        }
+    }
+
+    fn written(&self) -> Written {
+        if self.intent_kept.load(Ordering::SeqCst) {
+            Written::IntentKept
+        } else if self.wrote.load(Ordering::SeqCst) {
+            Written::ClaimsOnly
+        } else {
+            Written::Nothing
+        }
+    }
+
+    /// Marks a write as sent: even a failed one may have reached the server.
+    fn writing(&self) {
+        self.wrote.store(true, Ordering::SeqCst);
+    }
+
     fn call_err(&self, step: Step) -> impl FnOnce(CallError) -> ConvergeError + '_ {
         move |cause| ConvergeError::Call {
             step,
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             cause,
+            written: self.written(),
         }
     }
 
@@ -131,41 +243,50 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             cause,
+            written: self.written(),
         }
     }
 
-    /// decide → prove → [record] → grow → orphan → wait → re-apply, over a live object.
-    /// `resuming`: the intent is already in the journal (and a terminating object is ours).
+    /// decide → prove → grow → [record] → orphan → wait → re-apply, over a live object.
+    /// `resuming`: the intent already in the journal (and a terminating object is ours).
     async fn procedure(
         &self,
         desired: &StatefulSet,
         live: StatefulSet,
         report: &mut Report,
-        resuming: bool,
+        resuming: Option<&Intent>,
     ) -> Result<(), ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let uid = live.metadata.uid.clone().unwrap_or_default();
         report.old_uid = Some(uid.clone());
 
         if live.metadata.deletion_timestamp.is_some() {
-            if !resuming {
+            if resuming.is_none() {
                 return Err(ConvergeError::Terminating {
                     namespace: ns.to_string(),
                     name: name.to_string(),
+                    written: self.written(),
                 });
             }
             // Our own delete was issued (claims were grown before it): carry on from the delete,
             // which also turns someone else's cascading delete into an orphaning one.
             report.outcome = Outcome::Converged;
-            return self.recreate(desired, &uid, report).await;
+            return self.recreate(desired, &uid, report, true).await;
         }
 
+        // One after the other on purpose: two requests at once on one client open a second
+        // connection (and, over TLS, a second handshake) that costs more than the request.
         let t = Instant::now();
-        let (claims, classes) = futures::try_join!(
-            self.cluster.list_claims(ns),
-            self.cluster.list_storage_classes()
-        )
-        .map_err(self.call_err(Step::Read))?;
+        let claims = self
+            .cluster
+            .list_claims(ns)
+            .await
+            .map_err(self.call_err(Step::Read))?;
+        let classes = self
+            .cluster
+            .list_storage_classes()
+            .await
+            .map_err(self.call_err(Step::Read))?;
         report.timed(Step::Read, t.elapsed());
 
         let t = Instant::now();
@@ -192,6 +313,15 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                     refuse(report, &refusal);
                     return Ok(());
                 }
+                prove::Verdict::Denied { message, cause } => {
+                    return Err(ConvergeError::Access {
+                        namespace: ns.to_string(),
+                        name: name.to_string(),
+                        message,
+                        code: cause.code().unwrap_or_default(),
+                        written: self.written(),
+                    });
+                }
                 prove::Verdict::Failed(e) => return Err(self.call_err(Step::Prove)(e)),
             }
         }
@@ -205,7 +335,24 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             return Ok(());
         }
 
-        if !resuming {
+        let t = Instant::now();
+        let grow = Grow {
+            desired,
+            live: &live,
+            claims: &claims,
+            classes: &classes,
+        };
+        self.grow(&grow, &plan, report).await?;
+        report.timed(Step::Grow, t.elapsed());
+        report.outcome = Outcome::Converged;
+        if !plan.recreate {
+            return Ok(());
+        }
+
+        // The intent is recorded once the claims are grown, right before the delete: until
+        // then the live StatefulSet is untouched and a crash loses nothing (the next run
+        // decides again and skips grown claims); from now on it says "our delete is next".
+        if !resuming.is_some_and(|i| i.deleting) {
             let t = Instant::now();
             let intent = Intent {
                 namespace: ns.to_string(),
@@ -214,46 +361,145 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                 desired: desired.clone(),
                 plan: serde_json::to_value(&plan).unwrap_or(serde_json::Value::Null),
                 recorded_at: jiff::Timestamp::now().to_string(),
+                revision: resuming
+                    .and_then(|i| i.revision.clone())
+                    .or_else(|| self.options.revision.clone()),
+                deleting: true,
             };
+            self.writing();
             self.journal
                 .record(&intent)
                 .await
                 .map_err(self.journal_err(Step::Record))?;
+            self.intent_kept.store(true, Ordering::SeqCst);
             report.timed(Step::Record, t.elapsed());
         }
-
-        let t = Instant::now();
-        self.grow(&plan).await?;
-        report.timed(Step::Grow, t.elapsed());
-        report.outcome = Outcome::Converged;
-        if plan.recreate {
-            self.recreate(desired, &uid, report).await?;
-        }
-        Ok(())
+        self.recreate(desired, &uid, report, false).await
     }
 
-    async fn grow(&self, plan: &Plan) -> Result<(), ConvergeError> {
+    /// Grows each claim of the plan from the version it was decided on. A 409 means the claim
+    /// changed since the read (an operator, a volume autoscaler): it is read again and decided
+    /// again, so a request raised meanwhile is left as it is, never lowered.
+    async fn grow(
+        &self,
+        on: &Grow<'_>,
+        plan: &Plan,
+        report: &mut Report,
+    ) -> Result<(), ConvergeError> {
+        let ns = self.namespace.as_str();
         for r in &plan.resize {
-            info!(statefulset = %self.name, namespace = %self.namespace, claim = %r.claim,
-                  from = r.from.as_str(), to = r.to.as_str(), "growing claim");
-            self.cluster
-                .resize_claim(&self.namespace, &r.claim, r.to.as_str())
-                .await
-                .map_err(self.call_err(Step::Grow))?;
+            let mut version = on
+                .claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(r.claim.as_str()))
+                .and_then(|c| c.metadata.resource_version.clone())
+                .unwrap_or_default();
+            let (mut from, mut to) = (r.from.clone(), r.to.clone());
+            let mut conflicts = 0;
+            loop {
+                info!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                      from = from.as_str(), to = to.as_str(), resource_version = %version,
+                      "growing claim");
+                self.writing();
+                let grown = self
+                    .cluster
+                    .resize_claim(ns, &r.claim, to.as_str(), &version)
+                    .await;
+                let conflict = match grown {
+                    Ok(()) => {
+                        report.claim_outcome(
+                            &r.claim,
+                            ClaimAction::Resized,
+                            Some(from.as_str().to_string()),
+                            Some(to.as_str().to_string()),
+                            None,
+                        );
+                        break;
+                    }
+                    Err(e) if is_conflict(&e) && conflicts < MAX_CLAIM_CONFLICTS => e,
+                    Err(e) => return Err(self.call_err(Step::Grow)(e)),
+                };
+                conflicts += 1;
+                let fresh = self
+                    .cluster
+                    .get_claim(ns, &r.claim)
+                    .await
+                    .map_err(self.call_err(Step::Grow))?;
+                let Some(fresh) = fresh else {
+                    warn!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                          "claim deleted by someone else meanwhile: not growing it");
+                    report.claim_outcome(
+                        &r.claim,
+                        ClaimAction::Skipped,
+                        None,
+                        None,
+                        Some("deleted by someone else while the converge ran".into()),
+                    );
+                    break;
+                };
+                let again = match decide(
+                    on.desired,
+                    Some(on.live),
+                    std::slice::from_ref(&fresh),
+                    on.classes,
+                ) {
+                    Ok(again) => again,
+                    Err(refusal) => {
+                        warn!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                              message = %refusal.message, "claim changed meanwhile and is now refused");
+                        return Err(self.call_err(Step::Grow)(conflict));
+                    }
+                };
+                let now = claim_request(&fresh);
+                if let Some(next) = again.resize.into_iter().next() {
+                    info!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                          "claim changed meanwhile: decided again on the version read now");
+                    version = fresh.metadata.resource_version.clone().unwrap_or_default();
+                    (from, to) = (next.from, next.to);
+                    continue;
+                }
+                if let Some(d) = again.deferred.into_iter().next() {
+                    report.claim_outcome(
+                        &r.claim,
+                        ClaimAction::Deferred,
+                        now,
+                        None,
+                        Some(d.reason),
+                    );
+                } else {
+                    info!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                          request = now.as_deref().unwrap_or_default(),
+                          "claim raised by someone else meanwhile: left as it is");
+                    report.claim_outcome(
+                        &r.claim,
+                        ClaimAction::Skipped,
+                        now,
+                        None,
+                        Some(format!(
+                            "raised by someone else to at least {to} while the converge ran: \
+                             left as it is, never lowered"
+                        )),
+                    );
+                }
+                break;
+            }
         }
         Ok(())
     }
 
-    /// orphan → wait → re-apply.
+    /// orphan → wait → re-apply. `ours_in_flight`: the object was seen terminating while an
+    /// intent of ours says our delete was sent, so "already gone" is our delete's doing.
     async fn recreate(
         &self,
         desired: &StatefulSet,
         uid: &str,
         report: &mut Report,
+        ours_in_flight: bool,
     ) -> Result<(), ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         info!(statefulset = %name, namespace = %ns, uid, "orphan-deleting");
         let t = Instant::now();
+        self.writing();
         let deleted = self
             .cluster
             .orphan_delete(ns, name, uid)
@@ -263,11 +509,16 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         let version = match deleted {
             DeleteOutcome::UidMismatch { message } => {
                 warn!(statefulset = %name, namespace = %ns, uid, %message,
-                      "re-created by someone else meanwhile: not deleting it");
-                report.outcome = Outcome::RecreatedElsewhere;
+                      "replaced by someone else meanwhile: not deleting it");
+                return self.replaced(desired, report).await;
+            }
+            DeleteOutcome::Absent if !ours_in_flight => {
+                warn!(statefulset = %name, namespace = %ns, uid,
+                      "deleted by someone else before our orphan delete: not re-applying it");
+                report.outcome = Outcome::DeletedElsewhere;
                 return Ok(());
             }
-            DeleteOutcome::Gone => None,
+            DeleteOutcome::Absent | DeleteOutcome::Gone => None,
             DeleteOutcome::Deleting { resource_version } => Some(resource_version),
         };
         if let Some(version) = version {
@@ -281,8 +532,7 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             if let WaitOutcome::Replaced { uid: other } = waited {
                 warn!(statefulset = %name, namespace = %ns, uid = %other,
                       "re-created by someone else meanwhile: not applying over it");
-                report.outcome = Outcome::RecreatedElsewhere;
-                return Ok(());
+                return self.replaced(desired, report).await;
             }
         }
         let t = Instant::now();
@@ -299,19 +549,58 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         Ok(())
     }
 
-    /// Finishes the journal's intent for this StatefulSet, if there is one.
-    async fn resume(&self) -> Result<Option<ResumeReport>, ConvergeError> {
-        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
-        let Some(intent) = self
-            .journal
-            .load(ns, name)
+    /// Someone else's object holds the name: converged only if it declares the desired sizes.
+    async fn replaced(
+        &self,
+        desired: &StatefulSet,
+        report: &mut Report,
+    ) -> Result<(), ConvergeError> {
+        let live = self
+            .cluster
+            .get_statefulset(&self.namespace, &self.name)
             .await
-            .map_err(self.journal_err(Step::Resume))?
-        else {
-            return Ok(None);
+            .map_err(self.call_err(Step::Wait))?;
+        report.new_uid = live.as_ref().and_then(|l| l.metadata.uid.clone());
+        report.outcome = match live {
+            Some(live) if declares_desired_sizes(&live, desired) => Outcome::RecreatedElsewhere,
+            _ => Outcome::ReplacedElsewhere,
         };
+        Ok(())
+    }
+
+    /// Finishes the journal's intent for this StatefulSet, if there is one. An intent that
+    /// does not parse is reported (`Err(Unreadable)` inside `Ok`) and otherwise ignored: a
+    /// hand-edited record must not wedge the StatefulSet.
+    async fn resume(&self) -> Result<Result<Option<ResumeReport>, Unreadable>, ConvergeError> {
+        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
+        let loaded = match self.journal.load(ns, name).await {
+            Ok(loaded) => loaded,
+            Err(JournalError::Corrupt {
+                object,
+                field,
+                message,
+            }) => {
+                warn!(statefulset = %name, namespace = %ns, record = %object, %field, %message,
+                      "unreadable journal record: ignored");
+                return Ok(Err(Unreadable {
+                    message: format!("unreadable ({field}): {message}"),
+                    object,
+                }));
+            }
+            Err(e) => return Err(self.journal_err(Step::Resume)(e)),
+        };
+        let Some(intent) = loaded else {
+            return Ok(Ok(None));
+        };
+        self.intent_kept.store(true, Ordering::SeqCst);
+        self.finish(intent).await.map(|r| Ok(Some(r)))
+    }
+
+    async fn finish(&self, intent: Intent) -> Result<ResumeReport, ConvergeError> {
+        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         info!(statefulset = %name, namespace = %ns, uid = %intent.uid,
-              recorded_at = %intent.recorded_at, "resuming an unfinished intent");
+              recorded_at = %intent.recorded_at, revision = intent.revision.as_deref().unwrap_or_default(),
+              "resuming an unfinished intent");
         let live = self
             .cluster
             .get_statefulset(ns, name)
@@ -321,10 +610,12 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             action: ResumeAction::Continued,
             recorded_uid: intent.uid.clone(),
             recorded_at: intent.recorded_at.clone(),
+            revision: intent.revision.clone(),
             report: None,
         };
         match live {
-            None => {
+            None if intent.deleting => {
+                self.writing();
                 let applied = self
                     .cluster
                     .apply(&intent.desired)
@@ -335,12 +626,17 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                       "re-applied the recorded desired object");
                 resumed.action = ResumeAction::Reapplied;
             }
+            None => {
+                warn!(statefulset = %name, namespace = %ns, uid = %intent.uid,
+                      "deleted by someone else before any delete of ours: not brought back");
+                resumed.action = ResumeAction::DeletedElsewhere;
+            }
             Some(live) if live.metadata.uid.as_deref() != Some(intent.uid.as_str()) => {
                 resumed.action = ResumeAction::AlreadyRecreated;
             }
             Some(live) => {
                 let mut inner = Report::new(ns, name, false);
-                self.procedure(&intent.desired, live, &mut inner, true)
+                self.procedure(&intent.desired, live, &mut inner, Some(&intent))
                     .await?;
                 if inner.outcome == Outcome::Refused {
                     warn!(statefulset = %name, namespace = %ns,
@@ -350,12 +646,27 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                 resumed.report = Some(Box::new(inner));
             }
         }
+        self.clear().await?;
+        Ok(resumed)
+    }
+
+    async fn clear(&self) -> Result<(), ConvergeError> {
+        self.writing();
         self.journal
-            .clear(ns, name)
+            .clear(&self.namespace, &self.name)
             .await
             .map_err(self.journal_err(Step::Clear))?;
-        Ok(Some(resumed))
+        self.intent_kept.store(false, Ordering::SeqCst);
+        Ok(())
     }
+}
+
+/// What the grow decides again on after a conflict.
+struct Grow<'a> {
+    desired: &'a StatefulSet,
+    live: &'a StatefulSet,
+    claims: &'a [PersistentVolumeClaim],
+    classes: &'a [StorageClass],
 }
 
 fn refuse(report: &mut Report, refusal: &Refusal) {
@@ -366,7 +677,8 @@ fn refuse(report: &mut Report, refusal: &Refusal) {
 
 /// Converges one StatefulSet to `desired` (namespace and name set): first finishes an
 /// unfinished intent for it, then decides, proves and, when there is something to do,
-/// records the intent, grows claims, orphan-deletes, waits and re-applies.
+/// grows claims and, when a template grew, records the intent, orphan-deletes, waits and
+/// re-applies.
 ///
 /// A refusal is a report with [`Outcome::Refused`]: nothing was written for it. A converge
 /// with nothing to do writes nothing, not even the journal.
@@ -377,31 +689,40 @@ pub async fn converge<C: Cluster, J: Journal>(
     options: &Options,
 ) -> Result<Report, ConvergeError> {
     let (namespace, name) = identity(desired)?;
-    let run = Run {
-        cluster,
-        journal,
-        namespace: namespace.clone(),
-        name: name.clone(),
-        options,
-    };
+    let run = Run::new(cluster, journal, &namespace, &name, options);
     let mut report = Report::new(&namespace, &name, options.dry_run);
     let desired = clean_desired(desired);
 
     let t = Instant::now();
     if options.dry_run {
         // Only say that a real run would first finish an earlier intent.
-        report.resumed = journal
-            .load(&namespace, &name)
-            .await
-            .map_err(run.journal_err(Step::Resume))?
-            .map(|intent| ResumeReport {
-                action: ResumeAction::Pending,
-                recorded_uid: intent.uid,
-                recorded_at: intent.recorded_at,
-                report: None,
-            });
+        match journal.load(&namespace, &name).await {
+            Ok(found) => {
+                report.resumed = found.map(|intent| ResumeReport {
+                    action: ResumeAction::Pending,
+                    recorded_uid: intent.uid,
+                    recorded_at: intent.recorded_at,
+                    revision: intent.revision,
+                    report: None,
+                });
+            }
+            Err(JournalError::Corrupt {
+                object,
+                field,
+                message,
+            }) => {
+                report.unreadable_intent = Some(Unreadable {
+                    object,
+                    message: format!("unreadable ({field}): {message}"),
+                });
+            }
+            Err(e) => return Err(run.journal_err(Step::Resume)(e)),
+        }
     } else {
-        report.resumed = run.resume().await?;
+        match run.resume().await? {
+            Ok(resumed) => report.resumed = resumed,
+            Err(unreadable) => report.unreadable_intent = Some(unreadable),
+        }
     }
     report.timed(Step::Resume, t.elapsed());
 
@@ -415,43 +736,48 @@ pub async fn converge<C: Cluster, J: Journal>(
         report.outcome = Outcome::Absent;
         return Ok(report);
     };
-    run.procedure(&desired, live, &mut report, false).await?;
-    if matches!(
-        report.outcome,
-        Outcome::Converged | Outcome::RecreatedElsewhere
-    ) {
+    run.procedure(&desired, live, &mut report, None).await?;
+    if run.intent_kept.load(Ordering::SeqCst) {
         let t = Instant::now();
-        journal
-            .clear(&namespace, &name)
-            .await
-            .map_err(run.journal_err(Step::Clear))?;
+        run.clear().await?;
         report.timed(Step::Clear, t.elapsed());
     }
     Ok(report)
 }
 
+/// What [`resume_all`] found and did.
+#[derive(Debug, Default)]
+pub struct Resumed {
+    /// Each intent's StatefulSet `(namespace, name)` and what finishing it took.
+    #[allow(clippy::type_complexity)]
+    pub results: Vec<(String, String, Result<ResumeReport, ConvergeError>)>,
+    /// Records with the intent label that do not parse: skipped, each named once.
+    pub unreadable: Vec<Unreadable>,
+}
+
 /// Finishes every unfinished intent in the journal (on start): each StatefulSet is resumed
-/// on its own, and one failing does not stop the others. Yields `(namespace, name, result)`.
-#[allow(clippy::type_complexity)]
+/// on its own, and one failing (or one unreadable record) does not stop the others.
 pub async fn resume_all<C: Cluster, J: Journal>(
     cluster: &C,
     journal: &J,
     options: &Options,
-) -> Result<Vec<(String, String, Result<Option<ResumeReport>, ConvergeError>)>, JournalError> {
-    let intents = journal.list().await?;
-    let mut results = Vec::with_capacity(intents.len());
-    for intent in intents {
-        let run = Run {
-            cluster,
-            journal,
-            namespace: intent.namespace.clone(),
-            name: intent.name.clone(),
-            options,
-        };
-        let result = run.resume().await;
-        results.push((intent.namespace, intent.name, result));
+) -> Result<Resumed, JournalError> {
+    let listing = journal.list().await?;
+    for u in &listing.unreadable {
+        warn!(record = %u.object, message = %u.message, "unreadable journal record: skipped");
     }
-    Ok(results)
+    let mut resumed = Resumed {
+        results: Vec::with_capacity(listing.intents.len()),
+        unreadable: listing.unreadable,
+    };
+    for intent in listing.intents {
+        let run = Run::new(cluster, journal, &intent.namespace, &intent.name, options);
+        run.intent_kept.store(true, Ordering::SeqCst);
+        let (namespace, name) = (intent.namespace.clone(), intent.name.clone());
+        let result = run.finish(intent).await;
+        resumed.results.push((namespace, name, result));
+    }
+    Ok(resumed)
 }
 
 /// The desired object as it is sent: server-owned fields (`status`, uid, resourceVersion,

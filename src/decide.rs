@@ -279,6 +279,23 @@ pub fn decide(
     Ok(plan)
 }
 
+/// Whether `live` declares, for every volumeClaimTemplate of `desired`, the same storage
+/// request (by value). Tells "someone re-created it at the desired size" (our work is done by
+/// them) from "someone replaced it with something else" (not converged) after a uid mismatch.
+pub fn declares_desired_sizes(live: &StatefulSet, desired: &StatefulSet) -> bool {
+    let live_templates = templates(live);
+    templates(desired).iter().all(|d| {
+        let name = template_name(d);
+        live_templates
+            .iter()
+            .find(|l| template_name(l) == name)
+            .is_some_and(|l| match (template_storage(d), template_storage(l)) {
+                (Ok(want), Ok(have)) => want == have,
+                _ => false,
+            })
+    })
+}
+
 /// Whether `claim` is `<template>-<statefulset>-<ordinal>` with a digits-only ordinal, the
 /// name the StatefulSet controller gives the claims it creates.
 pub fn is_claim_of(claim: &str, template: &str, statefulset: &str) -> bool {

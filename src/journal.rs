@@ -41,6 +41,33 @@ pub struct Intent {
     pub plan: serde_json::Value,
     /// RFC 3339 time of recording.
     pub recorded_at: String,
+    /// The source revision the desired object was rendered from, when the caller knows it
+    /// (the service does): a resume names what it finishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Set when the intent is recorded, right before the orphan delete is sent (the claims
+    /// are grown by then). On resume, a StatefulSet that is absent was deleted by that delete
+    /// and is re-applied. `false` in intents of earlier versions, which recorded before the
+    /// claims grew: an absent StatefulSet may then have been deleted by someone else (Flux's
+    /// prune, an operator) before any delete of ours, so it is not brought back.
+    #[serde(default)]
+    pub deleting: bool,
+}
+
+/// A record with the intent label that does not read as an intent (hand-edited, written by
+/// another version): reported by name and skipped, so it wedges nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unreadable {
+    /// `ConfigMap namespace/name`.
+    pub object: String,
+    pub message: String,
+}
+
+/// Every intent of a journal, and the records that could not be read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Listing {
+    pub intents: Vec<Intent>,
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// Why the journal could not be read or written.
@@ -73,8 +100,9 @@ pub trait Journal: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<Intent>, JournalError>> + Send;
-    /// Every unfinished intent (resumed on start).
-    fn list(&self) -> impl Future<Output = Result<Vec<Intent>, JournalError>> + Send;
+    /// Every unfinished intent (resumed on start); records that do not parse are returned
+    /// apart, by name, and do not fail the listing.
+    fn list(&self) -> impl Future<Output = Result<Listing, JournalError>> + Send;
     /// Forgets the intent for one StatefulSet; clearing an absent intent is not an error.
     fn clear(
         &self,
@@ -119,8 +147,11 @@ impl Journal for MemoryJournal {
         Ok(self.with(|m| m.get(&(namespace.to_string(), name.to_string())).cloned()))
     }
 
-    async fn list(&self) -> Result<Vec<Intent>, JournalError> {
-        Ok(self.with(|m| m.values().cloned().collect()))
+    async fn list(&self) -> Result<Listing, JournalError> {
+        Ok(Listing {
+            intents: self.with(|m| m.values().cloned().collect()),
+            unreadable: Vec::new(),
+        })
     }
 
     async fn clear(&self, namespace: &str, name: &str) -> Result<(), JournalError> {
@@ -190,14 +221,18 @@ pub fn intent_to_configmap(namespace: &str, intent: &Intent) -> Result<ConfigMap
     let desired =
         serde_json::to_string(&intent.desired).map_err(|e| corrupt(&object, "desired", e))?;
     let plan = serde_json::to_string(&intent.plan).map_err(|e| corrupt(&object, "plan", e))?;
-    let data = BTreeMap::from([
+    let mut data = BTreeMap::from([
         ("namespace".to_string(), intent.namespace.clone()),
         ("name".to_string(), intent.name.clone()),
         ("uid".to_string(), intent.uid.clone()),
         ("desired".to_string(), desired),
         ("plan".to_string(), plan),
         ("recordedAt".to_string(), intent.recorded_at.clone()),
+        ("deleting".to_string(), intent.deleting.to_string()),
     ]);
+    if let Some(revision) = &intent.revision {
+        data.insert("revision".to_string(), revision.clone());
+    }
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(cm_name),
@@ -240,6 +275,19 @@ pub fn intent_from_configmap(cm: &ConfigMap) -> Result<Intent, JournalError> {
         desired,
         plan,
         recorded_at: data.get("recordedAt").cloned().unwrap_or_default(),
+        revision: data.get("revision").cloned(),
+        // Absent in records of earlier versions: they did not say, so not "deleting".
+        deleting: match data.get("deleting").map(String::as_str) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(corrupt(
+                    &object,
+                    "deleting",
+                    format!("{other:?} is not true or false"),
+                ));
+            }
+        },
     })
 }
 
@@ -271,7 +319,7 @@ impl Journal for ConfigMapJournal {
         found.as_ref().map(intent_from_configmap).transpose()
     }
 
-    async fn list(&self) -> Result<Vec<Intent>, JournalError> {
+    async fn list(&self) -> Result<Listing, JournalError> {
         let params = ListParams::default().labels(&format!("{RECORD_LABEL}={INTENT_RECORD}"));
         let list = with_deadline(
             self.call_timeout,
@@ -280,7 +328,17 @@ impl Journal for ConfigMapJournal {
             self.api().list(&params),
         )
         .await?;
-        list.items.iter().map(intent_from_configmap).collect()
+        let mut listing = Listing::default();
+        for cm in &list.items {
+            match intent_from_configmap(cm) {
+                Ok(intent) => listing.intents.push(intent),
+                Err(e) => listing.unreadable.push(Unreadable {
+                    object: self.object(cm.metadata.name.as_deref().unwrap_or_default()),
+                    message: e.to_string(),
+                }),
+            }
+        }
+        Ok(listing)
     }
 
     async fn clear(&self, namespace: &str, name: &str) -> Result<(), JournalError> {
@@ -319,6 +377,8 @@ mod tests {
             desired,
             plan: serde_json::json!({"recreate": true}),
             recorded_at: "2026-11-29T17:00:00Z".into(),
+            revision: Some("main@sha1:0123abcd".into()),
+            deleting: true,
         }
     }
 
@@ -377,16 +437,33 @@ mod tests {
         assert!(e.contains("uid") && e.contains("missing"), "{e}");
     }
 
+    #[test]
+    fn records_of_earlier_versions_still_parse_as_not_deleting() {
+        let mut cm = intent_to_configmap("flux-system", &intent("default", "web")).unwrap();
+        let data = cm.data.as_mut().unwrap();
+        data.remove("revision");
+        data.remove("deleting");
+        let old = intent_from_configmap(&cm).unwrap();
+        assert_eq!(old.revision, None);
+        assert!(!old.deleting);
+        cm.data
+            .as_mut()
+            .unwrap()
+            .insert("deleting".into(), "yes".into());
+        let e = intent_from_configmap(&cm).unwrap_err().to_string();
+        assert!(e.contains("deleting") && e.contains("yes"), "{e}");
+    }
+
     #[tokio::test]
     async fn memory_journal_records_loads_lists_and_clears() {
         let j = MemoryJournal::new();
         j.record(&intent("a", "x")).await.unwrap();
         j.record(&intent("b", "y")).await.unwrap();
         assert_eq!(j.load("a", "x").await.unwrap(), Some(intent("a", "x")));
-        assert_eq!(j.list().await.unwrap().len(), 2);
+        assert_eq!(j.list().await.unwrap().intents.len(), 2);
         j.clear("a", "x").await.unwrap();
         j.clear("a", "x").await.unwrap();
         assert_eq!(j.load("a", "x").await.unwrap(), None);
-        assert_eq!(j.list().await.unwrap(), vec![intent("b", "y")]);
+        assert_eq!(j.list().await.unwrap().intents, vec![intent("b", "y")]);
     }
 }

@@ -134,6 +134,7 @@ fn opts() -> Options {
     Options {
         dry_run: false,
         wait_timeout: Duration::from_secs(5),
+        revision: None,
     }
 }
 
@@ -436,7 +437,7 @@ async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
                     );
                     Some(r.code)
                 }
-                Verdict::Failed(e) => panic!("{what}: {e}"),
+                Verdict::Failed(e) | Verdict::Denied { cause: e, .. } => panic!("{what}: {e}"),
             },
         };
         assert_eq!(got, want, "{what}");
@@ -597,7 +598,7 @@ async fn a_fault_at_every_request_is_finished_by_running_again() {
                 .is_none()
             {
                 assert_eq!(
-                    j.list().await.unwrap().len(),
+                    j.list().await.unwrap().intents.len(),
                     1,
                     "{case}: deleted without an intent"
                 );
@@ -635,10 +636,10 @@ async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_
     }
     let (c, j) = cluster(&fake);
     let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
-    assert_eq!(resumed.len(), 1);
-    let (ns, name, result) = resumed.into_iter().next().unwrap();
+    assert_eq!(resumed.results.len(), 1);
+    let (ns, name, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!((ns.as_str(), name.as_str()), (NS, "web"));
-    assert_eq!(result.unwrap().unwrap().action, ResumeAction::Reapplied);
+    assert_eq!(result.unwrap().action, ResumeAction::Reapplied);
     settle(&fake).await;
     let (want, _) = reference().await;
     assert_eq!(end_state(&fake, &before), want);
@@ -657,7 +658,7 @@ async fn a_statefulset_recreated_by_someone_else_is_not_deleted_again() {
     });
     run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
     fake.clear_faults();
-    assert_eq!(j.list().await.unwrap().len(), 1);
+    assert_eq!(j.list().await.unwrap().intents.len(), 1);
     // Someone else (Flux with force, a person) deletes and re-creates it at the grown size.
     let old = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
     {
@@ -686,7 +687,7 @@ async fn a_statefulset_recreated_by_someone_else_is_not_deleted_again() {
     );
     let now = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
     assert_eq!(uid(&now), uid(&recreated));
-    assert!(j.list().await.unwrap().is_empty());
+    assert!(j.list().await.unwrap().intents.is_empty());
 }
 
 #[tokio::test]
@@ -708,7 +709,7 @@ async fn a_stuck_orphan_finalizer_times_out_naming_the_statefulset_and_a_later_r
     );
     let stuck = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
     assert!(stuck["metadata"].get("deletionTimestamp").is_some());
-    assert_eq!(j.list().await.unwrap().len(), 1);
+    assert_eq!(j.list().await.unwrap().intents.len(), 1);
 
     fake.set_orphan_gc(GcMode::After(Duration::from_millis(50)));
     let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
@@ -975,4 +976,447 @@ async fn a_claim_the_server_will_not_grow_is_a_clear_error_and_the_statefulset_s
             .is_some()
     );
     assert!(!fake.requests().iter().any(|r| r.method == Method::DELETE));
+}
+
+// ---- Issue #11: someone else acts while the converge runs --------------------------------
+
+/// What another actor does, once, at a point of the converge (the operator, a volume
+/// autoscaler, Flux's prune), through the fake's back door so it lands between two requests.
+#[derive(Clone, Copy, PartialEq)]
+enum Meddle {
+    /// After the claim list: raise `data-web-0` to 10Gi (a new resourceVersion).
+    RaiseClaimAfterRead,
+    /// Right before our orphan delete: delete the StatefulSet (as Flux's prune would).
+    DeleteBeforeOurDelete,
+    /// Right before our orphan delete: delete it and create a new one declaring `size`.
+    ReplaceBeforeOurDelete(&'static str),
+}
+
+/// A [`KubeCluster`] with another actor beside it.
+struct Meddled {
+    inner: KubeCluster,
+    fake: FakeApiServer,
+    meddle: Meddle,
+}
+
+impl Meddled {
+    fn new(fake: &FakeApiServer, meddle: Meddle) -> Self {
+        Meddled {
+            inner: cluster(fake).0,
+            fake: fake.clone(),
+            meddle,
+        }
+    }
+
+    fn replace_statefulset(&self, size: &str) {
+        self.fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
+        let mut sts = statefulset(size, "1Gi");
+        sts["metadata"]["uid"] = json!("uid-of-someone-else");
+        self.fake.seed(sts);
+    }
+}
+
+use flux_converger::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+
+impl Cluster for Meddled {
+    async fn get_statefulset(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<StatefulSet>, CallError> {
+        self.inner.get_statefulset(ns, name).await
+    }
+    async fn list_claims(&self, ns: &str) -> Result<Vec<PersistentVolumeClaim>, CallError> {
+        let claims = self.inner.list_claims(ns).await;
+        if self.meddle == Meddle::RaiseClaimAfterRead {
+            self.fake
+                .modify("v1", "PersistentVolumeClaim", Some(NS), "data-web-0", |c| {
+                    c["spec"]["resources"]["requests"]["storage"] = json!("10Gi");
+                })
+                .unwrap();
+        }
+        claims
+    }
+    async fn get_claim(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, CallError> {
+        self.inner.get_claim(ns, name).await
+    }
+    async fn list_storage_classes(&self) -> Result<Vec<StorageClass>, CallError> {
+        self.inner.list_storage_classes().await
+    }
+    async fn dry_run_apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        self.inner.dry_run_apply(object).await
+    }
+    async fn resize_claim(
+        &self,
+        ns: &str,
+        claim: &str,
+        storage: &str,
+        rv: &str,
+    ) -> Result<(), CallError> {
+        self.inner.resize_claim(ns, claim, storage, rv).await
+    }
+    async fn orphan_delete(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<DeleteOutcome, CallError> {
+        match self.meddle {
+            Meddle::DeleteBeforeOurDelete => {
+                self.fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
+            }
+            Meddle::ReplaceBeforeOurDelete(size) => self.replace_statefulset(size),
+            Meddle::RaiseClaimAfterRead => {}
+        }
+        self.inner.orphan_delete(ns, name, uid).await
+    }
+    async fn wait_gone(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        from: Option<&str>,
+        timeout: Duration,
+    ) -> Result<WaitOutcome, CallError> {
+        self.inner.wait_gone(ns, name, uid, from, timeout).await
+    }
+    async fn apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        self.inner.apply(object).await
+    }
+}
+
+fn template_storage(sts: &Value, template: &str) -> String {
+    sts["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["metadata"]["name"] == template)
+        .map(|t| {
+            t["spec"]["resources"]["requests"]["storage"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_claim_raised_meanwhile_is_never_lowered() {
+    // Since 1.32 the server lets a request go down to the claim's capacity: an
+    // unconditional patch to 2Gi would quietly undo the raise to 10Gi.
+    let fake = world_on(FakeApiServer::with_version(KubeVersion::V1_32)).await;
+    let c = Meddled::new(&fake, Meddle::RaiseClaimAfterRead);
+    let (_, j) = cluster(&fake);
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Converged);
+    assert_eq!(storage(&fake, "data-web-0"), "10Gi");
+    assert_eq!(storage(&fake, "data-web-2"), "2Gi");
+    let raised = report
+        .claims
+        .iter()
+        .find(|c| c.claim == "data-web-0")
+        .unwrap();
+    assert_eq!(raised.action, ClaimAction::Skipped, "{raised:?}");
+    assert!(
+        raised
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("never lowered"),
+        "{raised:?}"
+    );
+    // The grow carried the version it was decided on; the conflict was re-read once.
+    let patches: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::PATCH && r.path.ends_with("/data-web-0"))
+        .map(|r| r.code)
+        .collect();
+    assert_eq!(patches, vec![Some(409)]);
+    let template = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert_eq!(template_storage(&template, "data"), "2Gi");
+}
+
+#[tokio::test]
+async fn a_conflict_on_the_orphan_delete_that_is_not_a_uid_mismatch_is_a_failure_to_retry() {
+    let fake = world().await;
+    let before = uids(&fake);
+    let (c, j) = cluster(&fake);
+    // The real server's words for a resourceVersion precondition (conformance, v1.32.6).
+    fake.add_fault(FaultRule {
+        method: Some(Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Status {
+            code: 409,
+            reason: "Conflict".into(),
+            message: "Operation cannot be fulfilled on StatefulSet.apps \"web\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record (7). The object might have been modified".into(),
+        },
+    });
+    let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    assert_eq!(e.step(), Some(Step::Orphan), "{e}");
+    assert!(e.to_string().contains("intent is kept"), "{e}");
+    assert_eq!(j.list().await.unwrap().intents.len(), 1);
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(
+        report.resumed.map(|r| r.action),
+        Some(ResumeAction::Continued)
+    );
+    settle(&fake).await;
+    let (want, _) = reference().await;
+    assert_eq!(end_state(&fake, &before), want);
+}
+
+#[tokio::test]
+async fn a_uid_mismatch_is_converged_only_if_the_new_object_declares_the_desired_sizes() {
+    for (size, want) in [
+        ("1Gi", Outcome::ReplacedElsewhere),
+        ("2Gi", Outcome::RecreatedElsewhere),
+    ] {
+        let fake = world().await;
+        let c = Meddled::new(&fake, Meddle::ReplaceBeforeOurDelete(size));
+        let (_, j) = cluster(&fake);
+        let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+        assert_eq!(report.outcome, want, "{size}");
+        assert!(!report.recreated, "{size}");
+        assert_eq!(report.new_uid.as_deref(), Some("uid-of-someone-else"));
+        let now = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+        assert_eq!(uid(&now), "uid-of-someone-else", "{size}: applied over it");
+        assert_eq!(template_storage(&now, "data"), size);
+        assert!(j.list().await.unwrap().intents.is_empty());
+        if want == Outcome::ReplacedElsewhere {
+            assert!(
+                report.to_text().contains("NOT converged"),
+                "{}",
+                report.to_text()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_statefulset_deleted_by_someone_else_before_our_delete_is_not_brought_back() {
+    let fake = world().await;
+    let c = Meddled::new(&fake, Meddle::DeleteBeforeOurDelete);
+    let (_, j) = cluster(&fake);
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::DeletedElsewhere);
+    assert!(!report.recreated);
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.is_apply() && !r.dry_run && r.path.contains("/statefulsets/")),
+        "re-applied"
+    );
+    assert!(j.list().await.unwrap().intents.is_empty());
+}
+
+/// An intent as an earlier version wrote it: recorded before the claims grew, without
+/// `deleting` and `revision`.
+fn legacy_intent(fake: &FakeApiServer, uid: &str) {
+    use flux_converger::journal::{Intent, intent_to_configmap};
+    let intent = Intent {
+        namespace: NS.into(),
+        name: "web".into(),
+        uid: uid.into(),
+        desired: desired(),
+        plan: json!({"recreate": true}),
+        recorded_at: "2026-11-29T17:00:00Z".into(),
+        revision: None,
+        deleting: false,
+    };
+    let mut cm = serde_json::to_value(intent_to_configmap(JOURNAL_NS, &intent).unwrap()).unwrap();
+    let data = cm["data"].as_object_mut().unwrap();
+    data.remove("deleting");
+    data.remove("revision");
+    cm["apiVersion"] = json!("v1");
+    cm["kind"] = json!("ConfigMap");
+    fake.seed(cm);
+}
+
+#[tokio::test]
+async fn a_resume_never_brings_back_a_statefulset_someone_else_deleted() {
+    let fake = world().await;
+    let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    legacy_intent(&fake, &uid(&live));
+    // Flux prunes it (the intent was recorded, nothing of ours deleted it).
+    fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
+    fake.clear_requests();
+    let (c, j) = cluster(&fake);
+    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    let (_, _, result) = resumed.results.into_iter().next().unwrap();
+    assert_eq!(result.unwrap().action, ResumeAction::DeletedElsewhere);
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.is_apply() && r.path.contains("/statefulsets/")),
+        "re-applied"
+    );
+    assert!(j.list().await.unwrap().intents.is_empty());
+}
+
+#[tokio::test]
+async fn a_crash_after_our_delete_is_reapplied_and_the_intent_names_the_revision() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 1, // 0: the dry run; 1: the re-apply
+        action: Fault::Drop,
+    });
+    let with_revision = Options {
+        revision: Some("main@sha1:4f2a".into()),
+        ..opts()
+    };
+    run_converge(&c, &j, &desired(), &with_revision)
+        .await
+        .unwrap_err();
+    fake.clear_faults();
+    let intents = j.list().await.unwrap().intents;
+    assert_eq!(intents.len(), 1);
+    assert!(intents[0].deleting);
+    assert_eq!(intents[0].revision.as_deref(), Some("main@sha1:4f2a"));
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    let resumed = report.resumed.unwrap();
+    assert_eq!(resumed.action, ResumeAction::Reapplied);
+    assert_eq!(resumed.revision.as_deref(), Some("main@sha1:4f2a"));
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_some()
+    );
+}
+
+/// A ConfigMap with the intent label whose content does not parse.
+fn corrupt_intent(fake: &FakeApiServer, namespace: &str, name: &str) -> String {
+    let cm_name = flux_converger::journal::intent_configmap_name(namespace, name);
+    fake.seed(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": cm_name, "namespace": JOURNAL_NS,
+                     "labels": {"flux-converger.io/record": "intent"}},
+        "data": {"namespace": namespace, "name": name, "uid": "x", "desired": "{hand-edited",
+                 "plan": "{}"},
+    }));
+    cm_name
+}
+
+#[tokio::test]
+async fn one_unreadable_journal_record_wedges_nothing() {
+    let fake = world().await;
+    let other = corrupt_intent(&fake, "apps", "db");
+    let own = corrupt_intent(&fake, NS, "web");
+    let (c, j) = cluster(&fake);
+    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    assert!(resumed.results.is_empty());
+    let names: Vec<&str> = resumed
+        .unreadable
+        .iter()
+        .map(|u| u.object.as_str())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().any(|n| n.ends_with(&other)) && names.iter().any(|n| n.ends_with(&own)));
+    // The StatefulSet whose own record is unreadable still converges; the record is replaced.
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Converged);
+    assert!(report.recreated);
+    assert!(
+        report
+            .unreadable_intent
+            .as_ref()
+            .is_some_and(|u| u.object.ends_with(&own))
+    );
+    assert!(
+        fake.get("v1", "ConfigMap", Some(JOURNAL_NS), &own)
+            .is_none()
+    );
+    assert!(
+        fake.get("v1", "ConfigMap", Some(JOURNAL_NS), &other)
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn nothing_was_written_is_only_said_when_true() {
+    let fake = world().await;
+    // An intent whose delete went out: the resume re-applies (a write) ...
+    let (c, j) = cluster(&fake);
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 1,
+        action: Fault::Drop,
+    });
+    run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    fake.clear_faults();
+    // ... then the converge's own read of the StatefulSet fails.
+    fake.add_fault(FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/statefulsets/web".into(),
+        nth: 1, // 0: the resume's read; 1: the converge's
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "etcd is down".into(),
+        },
+    });
+    let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+    assert_eq!(e.step(), Some(Step::Read), "{e}");
+    assert!(!e.to_string().contains("nothing was written"), "{e}");
+    assert_eq!(e.written(), converge::Written::ClaimsOnly);
+}
+
+#[tokio::test]
+async fn a_dry_run_denied_is_a_failure_to_fix_access_not_a_refusal() {
+    let forbidden = "statefulsets.apps \"web\" is forbidden: User \"system:serviceaccount:apps:deployer\" cannot patch resource \"statefulsets\" in API group \"apps\" in the namespace \"default\"";
+    for (code, reason, message, names) in [
+        (403, "Forbidden", forbidden, "\"patch\" on \"statefulsets\""),
+        (401, "Unauthorized", "Unauthorized", "credentials"),
+        (
+            404,
+            "NotFound",
+            "namespaces \"default\" not found",
+            "namespace default",
+        ),
+    ] {
+        let fake = world().await;
+        let (c, j) = cluster(&fake);
+        fake.add_fault(FaultRule {
+            method: Some(Method::PATCH),
+            path_contains: "/statefulsets/web".into(),
+            nth: 0,
+            action: Fault::Status {
+                code,
+                reason: reason.into(),
+                message: message.into(),
+            },
+        });
+        let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
+        assert!(
+            matches!(e, converge::ConvergeError::Access { .. }),
+            "{code}: {e}"
+        );
+        assert_eq!(e.step(), Some(Step::Prove));
+        let text = e.to_string();
+        assert!(
+            text.contains(names) && text.contains("nothing was written"),
+            "{code}: {text}"
+        );
+        assert!(writes(&fake).is_empty(), "{code}: {:?}", writes(&fake));
+    }
 }

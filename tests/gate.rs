@@ -26,7 +26,7 @@ use flux_converger::service::results::{Results, results_configmap_name};
 use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
-use support::{FakeApiServer, Fault, FaultRule};
+use support::FakeApiServer;
 
 const NS: &str = "default";
 const FLUX_NS: &str = "flux-system";
@@ -53,6 +53,18 @@ fn statefulset(data: &str) -> Value {
 
 /// A cluster with `web` at 1Gi (claims Bound), the `apps` Kustomization and its GitRepository,
 /// and a local artifact server.
+/// RBAC a tenant's service account needs for a converge; `claim_verbs` for the claims.
+fn tenant_rules(claim_verbs: &[&str]) -> Value {
+    json!([
+        {"apiGroups": ["apps"], "resources": ["statefulsets"],
+         "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": claim_verbs},
+    ])
+}
+
+const ALL_CLAIM_VERBS: &[&str] = &["get", "list", "watch", "patch", "update"];
+const DEPLOYER: &str = "system:serviceaccount:flux-system:deployer";
+
 struct World {
     fake: FakeApiServer,
     server: ArtifactServer,
@@ -510,6 +522,7 @@ async fn a_source_that_moves_on_during_the_converge_supersedes_the_result() {
 #[tokio::test]
 async fn tenant_calls_impersonate_the_service_account_and_the_service_writes_as_itself() {
     let w = World::new("suspend", true, Some("deployer")).await;
+    w.fake.grant(NS, DEPLOYER, tenant_rules(ALL_CLAIM_VERBS));
     w.publish("main@sha1:2", "2Gi");
     let _flux = w.flux(false);
     let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
@@ -543,6 +556,11 @@ async fn tenant_calls_impersonate_the_service_account_and_the_service_writes_as_
 #[tokio::test]
 async fn default_service_account_applies_when_the_kustomization_names_none() {
     let w = World::new("suspend", true, None).await;
+    w.fake.grant(
+        NS,
+        "system:serviceaccount:flux-system:tenant-default",
+        tenant_rules(ALL_CLAIM_VERBS),
+    );
     w.publish("main@sha1:2", "1Gi");
     let _flux = w.flux(false);
     let mut config = w.config(EventSink::disabled());
@@ -571,16 +589,9 @@ async fn forbidden_under_the_tenant_is_a_failed_revision_naming_the_permission()
     let w = World::new("suspend", true, Some("deployer")).await;
     w.publish("main@sha1:2", "2Gi");
     let _flux = w.flux(false);
-    w.fake.add_fault(FaultRule {
-        method: Some(Method::PATCH),
-        path_contains: "/persistentvolumeclaims/data-web-0".into(),
-        nth: 0,
-        action: Fault::Status {
-            code: 403,
-            reason: "Forbidden".into(),
-            message: "persistentvolumeclaims \"data-web-0\" is forbidden: User \"system:serviceaccount:flux-system:deployer\" cannot patch resource \"persistentvolumeclaims\" in API group \"\" in the namespace \"default\"".into(),
-        },
-    });
+    // The tenant may read its claims but not grow them: the real server's 403.
+    w.fake
+        .grant(NS, DEPLOYER, tenant_rules(&["get", "list", "watch"]));
     let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
     let results = config.results.clone();
     let outcome = Gate::new(config)

@@ -156,6 +156,7 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
     let options = Options {
         dry_run: args.dry_run,
         wait_timeout: args.wait_timeout.unwrap_or(args.timeout),
+        revision: None,
     };
 
     let mut failed = false;
@@ -166,16 +167,34 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
         statefulsets: Vec::new(),
     };
 
+    // Unreadable journal records, each reported once by name (stderr, and in the JSON).
+    let mut unreadable: BTreeSet<String> = BTreeSet::new();
+    let mut warn_unreadable = |u: &flux_converger::journal::Unreadable| {
+        if unreadable.insert(u.object.clone()) {
+            eprintln!(
+                "warning: journal record {} is {}: skipped (fix or delete it)",
+                u.object, u.message
+            );
+        }
+    };
+
     // On start, finish what earlier runs left unfinished, whichever StatefulSet it was for.
     for journal_namespace in journal_namespaces.iter().filter(|_| !args.dry_run) {
         let journal = journal_in(journal_namespace);
+        let wrote = !summary.resumed.is_empty();
         let resumed = converge::resume_all(&cluster, &journal, &options)
             .await
-            .with_context(|| format!("cannot read the journal of unfinished intents in namespace {journal_namespace} (nothing was written: run converge again)"))?;
-        for (namespace, name, result) in resumed {
+            .with_context(|| {
+                format!(
+                    "cannot read the journal of unfinished intents in namespace {journal_namespace} ({}run converge again)",
+                    if wrote { "" } else { "nothing was written: " }
+                )
+            })?;
+        resumed.unreadable.iter().for_each(&mut warn_unreadable);
+        for (namespace, name, result) in resumed.results {
             let entry = match result {
-                Ok(resumed) => {
-                    if let (Output::Text, Some(r)) = (args.output, &resumed) {
+                Ok(r) => {
+                    if args.output == Output::Text {
                         println!(
                             "StatefulSet {namespace}/{name}: finished the intent an earlier run left \
                              (recorded {}, uid {}): {}",
@@ -187,7 +206,7 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
                     ResumedEntry {
                         namespace,
                         name,
-                        resumed,
+                        resumed: Some(r),
                         error: None,
                     }
                 }
@@ -212,6 +231,9 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
         match converge::converge(&cluster, &journal_in(&namespace), sts, &options).await {
             Ok(report) => {
                 refused |= report.outcome == Outcome::Refused;
+                if let Some(u) = &report.unreadable_intent {
+                    warn_unreadable(u);
+                }
                 if args.output == Output::Text {
                     print!("{}", report.to_text());
                 }

@@ -34,7 +34,7 @@ pub struct State {
     pub fault: Option<(usize, Fault)>,
     /// Orphan finalizer never removed.
     pub gc_stuck: bool,
-    /// The next dry run answers with this error.
+    /// Every dry run answers with this error.
     pub dry_run_error: Option<CallError>,
     next_uid: u64,
 }
@@ -160,7 +160,7 @@ impl World {
     /// The parts of the world a converge is about: StatefulSet spec (uid aside), claim sizes
     /// and uids, unfinished intents.
     pub async fn snapshot(&self) -> serde_json::Value {
-        let intents = self.journal.list().await.unwrap_or_default().len();
+        let intents = self.journal.list().await.unwrap_or_default().intents.len();
         let s = self.lock();
         let stss: Vec<serde_json::Value> = s
             .statefulsets
@@ -209,8 +209,8 @@ impl Cluster for World {
 
     async fn dry_run_apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
         self.read("dry-run");
-        let mut s = self.lock();
-        if let Some(e) = s.dry_run_error.take() {
+        let s = self.lock();
+        if let Some(e) = s.dry_run_error.clone() {
             return Err(e);
         }
         match s.statefulsets.get(&sts_key(object)) {
@@ -221,22 +221,53 @@ impl Cluster for World {
         }
     }
 
+    async fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, CallError> {
+        self.read(&format!("get claim {name}"));
+        Ok(self
+            .lock()
+            .claims
+            .iter()
+            .find(|c| {
+                c.metadata.namespace.as_deref() == Some(namespace)
+                    && c.metadata.name.as_deref() == Some(name)
+            })
+            .cloned())
+    }
+
     async fn resize_claim(
         &self,
         namespace: &str,
         claim: &str,
         storage: &str,
+        resource_version: &str,
     ) -> Result<(), CallError> {
         let object = format!("PersistentVolumeClaim {namespace}/{claim}");
         let fault = self.write("resize", &object)?;
         {
             let mut s = self.lock();
+            s.next_uid += 1;
+            let next_version = s.next_uid.to_string();
             let Some(c) = s.claims.iter_mut().find(|c| {
                 c.metadata.namespace.as_deref() == Some(namespace)
                     && c.metadata.name.as_deref() == Some(claim)
             }) else {
                 return Err(status(404, "NotFound", "not found", "resize", &object));
             };
+            let current = c.metadata.resource_version.as_deref().unwrap_or_default();
+            if !resource_version.is_empty() && resource_version != current {
+                return Err(status(
+                    409,
+                    "Conflict",
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                    "resize",
+                    &object,
+                ));
+            }
+            c.metadata.resource_version = Some(next_version);
             let requests = c
                 .spec
                 .get_or_insert_with(Default::default)
@@ -261,7 +292,7 @@ impl Cluster for World {
             let mut s = self.lock();
             let key = (namespace.to_string(), name.to_string());
             match s.statefulsets.get_mut(&key) {
-                None => DeleteOutcome::Gone,
+                None => DeleteOutcome::Absent,
                 Some(live) if live.metadata.uid.as_deref() != Some(uid) => {
                     DeleteOutcome::UidMismatch {
                         message: "the UID in the precondition does not match".into(),
@@ -355,7 +386,7 @@ impl Journal for World {
         self.journal.load(namespace, name).await
     }
 
-    async fn list(&self) -> Result<Vec<Intent>, JournalError> {
+    async fn list(&self) -> Result<crate::journal::Listing, JournalError> {
         self.read("journal list");
         self.journal.list().await
     }

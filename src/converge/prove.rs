@@ -47,11 +47,16 @@ pub enum Verdict {
     Refused(Refusal),
     /// The server could not answer (5xx, throttled, timeout, connection): try again later.
     Failed(CallError),
+    /// 401, 403 or 404: the converger may not ask, or the object's namespace or API is
+    /// missing. Not a statement about the object (Flux, with its own access, may well apply
+    /// it), so not a refusal: a failure whose message says what access or object to fix.
+    Denied { message: String, cause: CallError },
 }
 
-/// Reads a failed dry run: 422 naming the immutable fields → `other-immutable`; any other
-/// rejection of the object (4xx but 408/429, which are about the request, not the object)
-/// → `rejected`, quoting the server; anything else is a failure to retry.
+/// Reads a failed dry run: 422 naming the immutable fields → `other-immutable`; 401, 403 and
+/// 404 → a failure to fix access ([`Verdict::Denied`]); any other rejection of the object
+/// (4xx but 408/429, which are about the request, not the object) → `rejected`, quoting the
+/// server; anything else is a failure to retry.
 pub fn classify(namespace: &str, name: &str, error: CallError) -> Verdict {
     let refusal = |code, message| {
         Verdict::Refused(Refusal {
@@ -71,6 +76,30 @@ pub fn classify(namespace: &str, name: &str, error: CallError) -> Verdict {
                  \"{text}\""
             ),
         ),
+        Some(401) => Verdict::Denied {
+            message: format!(
+                "the API server does not accept the converger's credentials (HTTP 401: \"{text}\"): \
+                 renew or fix the kubeconfig or service account token"
+            ),
+            cause: error,
+        },
+        Some(403) => Verdict::Denied {
+            message: format!(
+                "the converger may not server-side apply StatefulSet {namespace}/{name} (HTTP 403: \
+                 \"{text}\"): it needs the RBAC verb \"patch\" on \"statefulsets\" in API group \
+                 \"apps\" in namespace {namespace} (as the identity it acts as, the Kustomization's \
+                 service account when impersonating)"
+            ),
+            cause: error,
+        },
+        Some(404) => Verdict::Denied {
+            message: format!(
+                "the server-side apply dry run of StatefulSet {namespace}/{name} found nothing to \
+                 apply to (HTTP 404: \"{text}\"): namespace {namespace} or the apps/v1 API is \
+                 missing"
+            ),
+            cause: error,
+        },
         Some(code) if (400..500).contains(&code) && code != 408 && code != 429 => refusal(
             RefusalCode::Rejected,
             format!(
@@ -109,7 +138,7 @@ mod tests {
     fn code_of(v: &Verdict) -> Option<RefusalCode> {
         match v {
             Verdict::Refused(r) => Some(r.code),
-            Verdict::Failed(_) => None,
+            Verdict::Failed(_) | Verdict::Denied { .. } => None,
         }
     }
 
@@ -135,8 +164,8 @@ mod tests {
                 Some(RefusalCode::Rejected),
             ),
             (
-                "403",
-                api(403, "Forbidden", "no"),
+                "409 conflict on the object",
+                api(409, "Conflict", "field manager conflict"),
                 Some(RefusalCode::Rejected),
             ),
             (
@@ -166,6 +195,35 @@ mod tests {
         ];
         for (what, error, want) in cases {
             assert_eq!(code_of(&classify("default", "web", error)), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn access_failures_are_not_refusals_and_name_what_to_fix() {
+        let api = |code: u16, reason: &str, message: &str| {
+            CallError::api("dry run", "StatefulSet default/web", code, reason, message)
+        };
+        let forbidden = "statefulsets.apps \"web\" is forbidden: User \"system:serviceaccount:apps:deployer\" cannot patch resource \"statefulsets\" in API group \"apps\" in the namespace \"default\"";
+        let cases = [
+            (api(401, "Unauthorized", "Unauthorized"), "credentials"),
+            (
+                api(403, "Forbidden", forbidden),
+                "\"patch\" on \"statefulsets\"",
+            ),
+            (
+                api(404, "NotFound", "namespaces \"default\" not found"),
+                "namespace default",
+            ),
+        ];
+        for (error, names) in cases {
+            let code = error.code();
+            match classify("default", "web", error) {
+                Verdict::Denied { message, cause } => {
+                    assert!(message.contains(names), "{code:?}: {message}");
+                    assert_eq!(cause.code(), code);
+                }
+                other => panic!("{code:?}: {other:?}"),
+            }
         }
     }
 

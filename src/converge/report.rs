@@ -77,8 +77,34 @@ pub enum Outcome {
     Refused,
     /// Dry run: decided and proven, nothing written (`claims` says what would be grown).
     Proven,
-    /// Someone else re-created the StatefulSet while we converged it: our part is done.
+    /// Someone else re-created the StatefulSet while we converged it (the orphan delete's
+    /// uid precondition failed, or the wait saw a new uid), and the new object declares the
+    /// desired sizes: converged, by them. Nothing of ours was applied over it.
     RecreatedElsewhere,
+    /// Someone else replaced the StatefulSet while we converged it (as for
+    /// `RecreatedElsewhere`), but the object now under that name does not declare the desired
+    /// sizes (or is gone again): NOT converged. Claims grown so far stay grown; nothing was
+    /// deleted or applied over it; the next converge decides against the new object.
+    ReplacedElsewhere,
+    /// The StatefulSet vanished before our orphan delete (404): someone deleted it on purpose
+    /// (Flux's prune, an operator). It is not re-applied; claims grown so far stay grown.
+    DeletedElsewhere,
+}
+
+impl Outcome {
+    /// The outcome's name as serialised (`converged`, `deleted-elsewhere`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Converged => "converged",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Absent => "absent",
+            Outcome::Refused => "refused",
+            Outcome::Proven => "proven",
+            Outcome::RecreatedElsewhere => "recreated-elsewhere",
+            Outcome::ReplacedElsewhere => "replaced-elsewhere",
+            Outcome::DeletedElsewhere => "deleted-elsewhere",
+        }
+    }
 }
 
 /// What happened (or, in a dry run, would happen) to one claim of the StatefulSet.
@@ -128,6 +154,10 @@ pub enum ResumeAction {
     /// Present with the recorded uid, but the recorded object is now refused: nothing was
     /// deleted, the intent is dropped.
     Abandoned,
+    /// Absent, and the intent does not say our delete was sent (an intent of an earlier
+    /// version, recorded before the claims grew): someone else deleted it (Flux's prune, an
+    /// operator). Not brought back; the intent is dropped.
+    DeletedElsewhere,
     /// Dry run: an unfinished intent exists; a real run finishes it first.
     Pending,
 }
@@ -138,6 +168,9 @@ pub struct ResumeReport {
     pub action: ResumeAction,
     pub recorded_uid: String,
     pub recorded_at: String,
+    /// The source revision recorded with the intent, when the recorder knew it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     /// The continued procedure, when there was one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report: Option<Box<Report>>,
@@ -161,6 +194,10 @@ pub struct Report {
     /// An earlier run's intent finished before this converge.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumed: Option<ResumeReport>,
+    /// This StatefulSet's journal record, when it exists but does not parse: ignored (fix or
+    /// delete it; the next intent recorded replaces it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable_intent: Option<crate::journal::Unreadable>,
     pub steps: Vec<StepTiming>,
 }
 
@@ -178,7 +215,28 @@ impl Report {
             old_uid: None,
             new_uid: None,
             resumed: None,
+            unreadable_intent: None,
             steps: Vec::new(),
+        }
+    }
+
+    /// Sets what happened to one claim (the grow learns it claim by claim); `from` is kept
+    /// when `None` is given.
+    pub(crate) fn claim_outcome(
+        &mut self,
+        claim: &str,
+        action: ClaimAction,
+        from: Option<String>,
+        to: Option<String>,
+        reason: Option<String>,
+    ) {
+        if let Some(c) = self.claims.iter_mut().find(|c| c.claim == claim) {
+            c.action = action;
+            if from.is_some() {
+                c.from = from;
+            }
+            c.to = to;
+            c.reason = reason;
         }
     }
 
@@ -245,7 +303,16 @@ impl Report {
             Outcome::Absent => "not in the cluster: Flux will create it",
             Outcome::Refused => "refused",
             Outcome::Proven => "dry run: decided and proven by the server, nothing written",
-            Outcome::RecreatedElsewhere => "re-created by someone else meanwhile: done",
+            Outcome::RecreatedElsewhere => {
+                "re-created by someone else meanwhile, at the desired sizes: done"
+            }
+            Outcome::ReplacedElsewhere => {
+                "replaced by someone else meanwhile with an object that does not declare the \
+                 desired sizes: NOT converged (nothing deleted or applied over it)"
+            }
+            Outcome::DeletedElsewhere => {
+                "deleted by someone else before our orphan delete: not re-applied"
+            }
         };
         line(format!(
             "StatefulSet {}/{}: {what}",

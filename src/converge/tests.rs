@@ -95,10 +95,15 @@ fn desired() -> StatefulSet {
     statefulset(&[("data", "2Gi"), ("logs", "1Gi")])
 }
 
+/// The index of the orphan delete among the writes of the reference run (4 grows, the
+/// intent, then the delete).
+const DELETE: usize = 5;
+
 fn opts() -> Options {
     Options {
         dry_run: false,
         wait_timeout: Duration::from_millis(50),
+        revision: None,
     }
 }
 
@@ -198,17 +203,17 @@ async fn happy_path_grows_every_smaller_bound_claim_then_recreates() {
     assert_eq!(
         w.writes(),
         vec![
-            "write:record intent default/web",
             "write:resize PersistentVolumeClaim default/data-web-0",
             "write:resize PersistentVolumeClaim default/data-web-1",
             "write:resize PersistentVolumeClaim default/data-web-2",
             "write:resize PersistentVolumeClaim default/data-web-4",
+            "write:record intent default/web",
             "write:delete StatefulSet default/web",
             "write:apply StatefulSet default/web",
             "write:clear intent default/web",
         ]
     );
-    assert!(w.journal.list().await.unwrap().is_empty());
+    assert!(w.journal.list().await.unwrap().intents.is_empty());
     let steps: Vec<Step> = report.steps.iter().map(|s| s.step).collect();
     for s in [
         Step::Read,
@@ -274,7 +279,7 @@ async fn template_equal_but_claims_smaller_grows_without_recreating() {
             .iter()
             .any(|l| l.contains("delete") || l.contains("apply"))
     );
-    assert!(w.journal.list().await.unwrap().is_empty());
+    assert!(w.journal.list().await.unwrap().intents.is_empty());
 }
 
 #[tokio::test]
@@ -382,14 +387,14 @@ async fn dry_run_proves_and_writes_nothing() {
     assert!(r.resumed.is_none());
 
     // With an unfinished intent, a dry run says so and still writes nothing.
-    w.lock().fault = Some((1, Fault::Fail));
+    w.lock().fault = Some((DELETE, Fault::Fail));
     converge(&w, &w, &desired(), &opts()).await.unwrap_err();
     w.lock().fault = None;
     let before = w.writes().len();
     let r = converge(&w, &w, &desired(), &o).await.unwrap();
     assert_eq!(r.resumed.map(|r| r.action), Some(ResumeAction::Pending));
     assert_eq!(w.writes().len(), before);
-    assert_eq!(w.journal.list().await.unwrap().len(), 1);
+    assert_eq!(w.journal.list().await.unwrap().intents.len(), 1);
 }
 
 /// The reference: an uninterrupted converge.
@@ -417,7 +422,7 @@ async fn a_fault_at_any_write_is_finished_by_the_next_run() {
             assert!(e.to_string().contains("again"), "{fault:?} at {k}: {e}");
             // Never a StatefulSet gone with no intent to bring it back.
             let gone = w.sts("default", "web").is_none();
-            let intents = w.journal.list().await.unwrap().len();
+            let intents = w.journal.list().await.unwrap().intents.len();
             assert!(
                 !gone || intents == 1,
                 "{fault:?} at {k}: deleted without an intent"
@@ -441,22 +446,23 @@ async fn crash_between_delete_and_reapply_reapplies_from_the_journal() {
     w.lock().fault = None;
     // A new process: only the journal survives. Even an unrelated desired resumes first.
     let r = resume_all(&w, &w, &opts()).await.unwrap();
-    assert_eq!(r.len(), 1);
-    let (ns, name, resumed) = r.into_iter().next().unwrap();
+    assert_eq!(r.results.len(), 1);
+    assert!(r.unreadable.is_empty());
+    let (ns, name, resumed) = r.results.into_iter().next().unwrap();
     assert_eq!((ns.as_str(), name.as_str()), ("default", "web"));
-    assert_eq!(resumed.unwrap().unwrap().action, ResumeAction::Reapplied);
+    assert_eq!(resumed.unwrap().action, ResumeAction::Reapplied);
     assert_eq!(
         template_size(&w.sts("default", "web").unwrap(), "data"),
         "2Gi"
     );
-    assert!(w.journal.list().await.unwrap().is_empty());
+    assert!(w.journal.list().await.unwrap().intents.is_empty());
 }
 
 #[tokio::test]
 async fn an_intent_for_a_statefulset_recreated_by_someone_else_deletes_nothing() {
     let w = world();
     // Crash right after recording the intent.
-    w.lock().fault = Some((1, Fault::Fail));
+    w.lock().fault = Some((DELETE, Fault::Fail));
     converge(&w, &w, &desired(), &opts()).await.unwrap_err();
     w.lock().fault = None;
     // Someone re-creates the StatefulSet (new uid) with the grown template.
@@ -473,7 +479,7 @@ async fn an_intent_for_a_statefulset_recreated_by_someone_else_deletes_nothing()
         !new_writes.iter().any(|l| l.contains("delete")),
         "{new_writes:?}"
     );
-    assert!(w.journal.list().await.unwrap().is_empty());
+    assert!(w.journal.list().await.unwrap().intents.is_empty());
 }
 
 #[tokio::test]
@@ -515,25 +521,28 @@ async fn a_desired_object_without_namespace_is_bad_input() {
 #[tokio::test]
 async fn an_intent_that_is_now_refused_is_dropped_without_deleting_anything() {
     let w = world();
-    w.lock().fault = Some((1, Fault::Fail));
+    w.lock().fault = Some((DELETE, Fault::Fail));
     converge(&w, &w, &desired(), &opts()).await.unwrap_err();
     w.lock().fault = None;
-    assert_eq!(w.journal.list().await.unwrap().len(), 1);
-    // Meanwhile the class lost its expansion: the recorded plan can no longer be carried out.
-    w.lock().classes.clear();
+    assert_eq!(w.journal.list().await.unwrap().intents.len(), 1);
+    // Meanwhile the server refuses the recorded object: it can no longer be carried out.
+    w.lock().dry_run_error = Some(CallError::api(
+        "dry run",
+        "StatefulSet default/web",
+        422,
+        "Invalid",
+        "spec.updateStrategy.rollingUpdate: Invalid value: only allowed for updateStrategy 'RollingUpdate'",
+    ));
     let before = w.writes().len();
     let r = converge(&w, &w, &desired(), &opts()).await.unwrap();
     assert_eq!(
         r.resumed.as_ref().map(|r| r.action),
         Some(ResumeAction::Abandoned)
     );
-    assert_eq!(
-        r.refusal().map(|r| r.code),
-        Some(RefusalCode::NotExpandable)
-    );
+    assert_eq!(r.refusal().map(|r| r.code), Some(RefusalCode::Rejected));
     assert_eq!(w.writes()[before..], ["write:clear intent default/web"]);
     assert!(w.sts("default", "web").is_some());
-    assert!(w.journal.list().await.unwrap().is_empty());
+    assert!(w.journal.list().await.unwrap().intents.is_empty());
 }
 
 #[tokio::test]

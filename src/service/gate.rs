@@ -428,6 +428,21 @@ impl Gate {
                     {
                         tenant::forbidden_message(user, cause)
                     }
+                    (
+                        ConvergeError::Access {
+                            code: 403, message, ..
+                        },
+                        Some(user),
+                    ) => {
+                        let cause = crate::cluster::CallError::api(
+                            "server-side apply dry run of",
+                            format!("StatefulSet {ns}/{name}"),
+                            403,
+                            "Forbidden",
+                            message,
+                        );
+                        tenant::forbidden_message(user, &cause)
+                    }
                     _ => error.to_string(),
                 };
                 tracing::warn!(statefulset = %name, namespace = %ns, error = %message, "converge failed");

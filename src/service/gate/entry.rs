@@ -51,13 +51,19 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
             StatefulSetOutcome::Deferred
         }
         Outcome::Unchanged | Outcome::Absent => StatefulSetOutcome::Unchanged,
-        // A dry-run outcome, or one added to `converge` after this was written: never taken
-        // for success.
+        // Replaced or deleted by someone else meanwhile (the next run decides against what
+        // is there then), a dry-run outcome, or one added to `converge` after this was
+        // written: never taken for success, so the revision is retried, not handed off.
         #[allow(unreachable_patterns)]
         other => {
             entry.error = Some(StepError {
                 step: "converge".into(),
-                message: format!("unexpected converge outcome {other:?}"),
+                message: format!(
+                    "StatefulSet {}/{}: converge ended {}: not converged, retried",
+                    report.namespace,
+                    report.name,
+                    other.as_str()
+                ),
                 hint: None,
             });
             StatefulSetOutcome::Failed

@@ -82,13 +82,24 @@ impl Cluster for TenantCluster {
         self.tenant.dry_run_apply(object).await
     }
 
+    async fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, CallError> {
+        self.tenant.get_claim(namespace, name).await
+    }
+
     async fn resize_claim(
         &self,
         namespace: &str,
         claim: &str,
         storage: &str,
+        resource_version: &str,
     ) -> Result<(), CallError> {
-        self.tenant.resize_claim(namespace, claim, storage).await
+        self.tenant
+            .resize_claim(namespace, claim, storage, resource_version)
+            .await
     }
 
     async fn orphan_delete(
