@@ -140,6 +140,7 @@ fn opts() -> Options {
     Options {
         dry_run: false,
         wait_timeout: Duration::from_secs(10),
+        ..Options::default()
     }
 }
 
