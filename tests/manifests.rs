@@ -76,6 +76,7 @@ const SERVE_FLAGS: &[&str] = &[
     "--workers",
     "--resync",
     "--handoff-timeout",
+    "--timeout",
     "--leader-elect",
     "--no-cross-namespace-refs",
     "--default-service-account",
@@ -244,6 +245,13 @@ fn deployment_is_hardened_and_wired() {
     let c = container(&pod, "manager");
     assert_eq!(hardening_problems(&pod, c), Vec::<String>::new());
     assert_eq!(pod["serviceAccountName"], "flux-converger");
+    // Opt-in per Kustomization: a default gate would take over flux-system's own Kustomization.
+    assert!(
+        c["args"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("--default-gate=off"))
+    );
     // The request holds serve and one render, the limit serve and one render per worker.
     let workers: u64 = c["args"]
         .as_array()
