@@ -118,7 +118,7 @@ spec:
         resources: {requests: {storage: $1}}
 YAML
   flux push artifact "oci://localhost:5000/web:latest" --path="$WORK/tree" \
-    --source="e2e" --revision="size-$1@sha1:$(printf '%s' "$1" | sha1sum | cut -c1-40)"
+    --source="e2e" --revision="size-$1"
 }
 
 step "7. the workload: namespace, an expandable StorageClass, revision 1 (1Gi), gated by suspend"
@@ -154,17 +154,26 @@ spec:
   targetNamespace: $NS
   sourceRef: {kind: OCIRepository, name: web}
 YAML
-revision 1Gi
-kubectl -n flux-system annotate ocirepository web reconcile.fluxcd.io/requestedAt="$(date +%s)" --overwrite
-
-applied() { # SIZE: Flux reports the revision of SIZE as applied
-  kubectl -n flux-system get kustomization web -o jsonpath='{.status.lastAppliedRevision}' | grep -q "^size-$1@"
+# source-controller names an OCI revision <tag>@sha256:<digest>: read it back after each push.
+source_revision() { kubectl -n flux-system get ocirepository web -o jsonpath='{.status.artifact.revision}' 2>/dev/null; }
+source_moved_from() { local now; now="$(source_revision)"; [ -n "$now" ] && [ "$now" != "$1" ]; }
+publish() { # SIZE: push, have source-controller fetch it, print the revision it stored
+  local before
+  before="$(source_revision || true)"
+  revision "$1" >&2
+  kubectl -n flux-system annotate ocirepository web reconcile.fluxcd.io/requestedAt="$(date +%s)" --overwrite >&2
+  until_ok source_moved_from "$before"
+  source_revision
 }
-step "   the converger un-suspends for revision 1 (nothing to grow) and Flux applies it"
-until_ok applied 1Gi
+applied() { # REVISION: Flux reports it applied
+  [ "$(kubectl -n flux-system get kustomization web -o jsonpath='{.status.lastAppliedRevision}')" = "$1" ]
+}
+rev1="$(publish 1Gi)"
+step "   the converger un-suspends for $rev1 (nothing to grow yet) and Flux applies it"
+until_ok applied "$rev1"
 until_ok kubectl -n "$NS" rollout status statefulset/web --timeout=5s
-kubectl -n flux-system get kustomization web -o jsonpath='{.spec.suspend}' | grep -q true \
-  || fail "the Kustomization was not suspended again after the hand-off"
+suspended() { [ "$(kubectl -n flux-system get kustomization web -o jsonpath='{.spec.suspend}')" = true ]; }
+WAIT=60 until_ok suspended # the gate suspends it again once Flux has applied
 
 uids() { kubectl -n "$NS" get pods,pvc -o json | jq -r '.items[] | "\(.kind)/\(.metadata.name) \(.metadata.uid)"' | sort; }
 before="$(uids)"
@@ -172,11 +181,11 @@ sts_uid="$(kubectl -n "$NS" get statefulset web -o jsonpath='{.metadata.uid}')"
 echo "$before"
 
 step "8. grow: revision 2 declares 2Gi (Flux alone would fail: volumeClaimTemplates are immutable)"
-revision 2Gi
-kubectl -n flux-system annotate ocirepository web reconcile.fluxcd.io/requestedAt="$(date +%s)" --overwrite
+rev2="$(publish 2Gi)"
 
-step "9. the converger grows the claims, orphan-deletes and re-applies web; Flux applies revision 2"
-until_ok applied 2Gi
+step "9. the converger grows the claims, orphan-deletes and re-applies web; Flux applies $rev2"
+until_ok applied "$rev2"
+WAIT=60 until_ok suspended
 ready="$(kubectl -n flux-system get kustomization web -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')"
 [ "$ready" = True ] || fail "Kustomization web is not Ready after revision 2"
 
