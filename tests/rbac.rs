@@ -153,10 +153,14 @@ fn tenant_rules() -> Value {
     ])
 }
 
-/// Lets `user` (a tenant's service account) converge in `namespace`: the Role above, and the
-/// cluster-scoped StorageClass read the converge makes as it today.
+/// Lets `user` (a tenant's service account) converge in `namespace`: the rules above.
 fn grant_tenant(fake: &FakeApiServer, namespace: &str, user: &str) {
     fake.grant(namespace, user, tenant_rules());
+}
+
+/// And the StorageClass list a bare `KubeCluster` makes as the identity it is given (the gate
+/// reads StorageClasses as the service instead, so a tenant behind the service needs none).
+fn grant_storageclasses(fake: &FakeApiServer, user: &str) {
     let (sa_ns, sa) = support::authz::service_account(user).unwrap();
     fake.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
                      "metadata": {"name": "tenant-storageclasses"},
@@ -240,7 +244,9 @@ async fn converge_own_identity() -> Vec<RbacRequest> {
 async fn converge_impersonating() -> Vec<RbacRequest> {
     let fake = world().await;
     check::install(&fake);
-    grant_tenant(&fake, NS, &format!("system:serviceaccount:{NS}:{TENANT}"));
+    let tenant = format!("system:serviceaccount:{NS}:{TENANT}");
+    grant_tenant(&fake, NS, &tenant);
+    grant_storageclasses(&fake, &tenant);
     let served = fake.serve().await;
     let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
