@@ -3355,3 +3355,257 @@ async fn lists_page_with_limit_and_continue_and_a_bad_token_is_the_real_400() {
     assert_eq!(code, 400);
     assert_eq!(body, recorded("09.page.bad-continue"));
 }
+
+fn ks_body(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+           "metadata": {"name": name, "labels": {"app": "fd"}}, "spec": spec})
+}
+
+fn status_part(body: &Value) -> Value {
+    json!({"code": body["code"], "reason": body["reason"], "message": body["message"], "details": body["details"]})
+}
+
+#[tokio::test]
+async fn flux_crds_validate_required_fields_and_enums_prune_unknown_fields_and_default() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    rec_namespace(&fake);
+    let client = fake.client();
+    let ks = format!("/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/{REC_NS}/kustomizations");
+    let good = json!({"interval": "10m", "path": "./apps", "prune": true,
+                      "sourceRef": {"kind": "GitRepository", "name": "repo"}});
+    let (code, made) = raw(
+        &client,
+        "POST",
+        &ks,
+        Some("application/json"),
+        Some(ks_body("ks1", good.clone())),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let real = recorded("05.ks.create");
+    assert_eq!(made["spec"], real["spec"], "defaults from the schema");
+    assert_eq!(made["status"], real["status"]);
+
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &ks,
+        Some("application/json"),
+        Some(ks_body("ks-bad", json!({"interval": "10m"}))),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status_part(&body),
+        status_part(&recorded("05.ks.create-missing-required"))
+    );
+
+    let mut unknown = good.clone();
+    unknown["notAField"] = json!("x");
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &ks,
+        Some("application/json"),
+        Some(ks_body("ks-unknown", unknown)),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(
+        body["spec"],
+        recorded("05.ks.create-unknown-field")["spec"],
+        "pruned"
+    );
+
+    // The status subresource is validated too: what a stand-in kustomize-controller writes.
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{ks}/ks1/status"),
+        Some("application/merge-patch+json"),
+        Some(json!({"status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}})),
+    )
+    .await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status_part(&body),
+        status_part(&recorded("05.ks.status-merge-invalid-condition"))
+    );
+    let cond = json!({"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
+                      "message": "Applied revision: main@sha1:abc", "lastTransitionTime": "2024-01-01T00:00:00Z"});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{ks}/ks1/status"),
+        Some("application/merge-patch+json"),
+        Some(json!({"status": {"lastAppliedRevision": "main@sha1:abc", "conditions": [cond]}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["status"]["lastAppliedRevision"], "main@sha1:abc");
+
+    let gr = format!("/apis/source.toolkit.fluxcd.io/v1/namespaces/{REC_NS}/gitrepositories");
+    let (code, made) = raw(&client, "POST", &gr, Some("application/json"), Some(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "metadata": {"name": "repo"},
+        "spec": {"interval": "1m", "url": "https://example.com/repo.git"}}))).await;
+    assert_eq!(code, 201);
+    assert_eq!(made["spec"], recorded("05.gr.create")["spec"]);
+    let artifact = json!({"path": "gitrepository/x/repo/abc.tar.gz", "url": "http://source/abc.tar.gz",
+        "revision": "main@sha1:abc", "digest": format!("sha256:{}", "0".repeat(64)),
+        "lastUpdateTime": "2024-01-01T00:00:00Z", "size": 10});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{gr}/repo/status"),
+        Some("application/merge-patch+json"),
+        Some(json!({"status": {"artifact": artifact}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let mut status = body["status"].clone();
+    status["artifact"]["lastUpdateTime"] = json!("<ts>");
+    assert_eq!(status, recorded("05.gr.status-artifact")["status"]);
+    let (code, body) = raw(&client, "PATCH", &format!("{gr}/repo/status"), Some("application/json-patch+json"),
+        Some(json!([{"op": "replace", "path": "/status/artifact", "value": {"revision": "main@sha1:xyz"}}]))).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        status_part(&body),
+        status_part(&recorded("05.gr.status-artifact-missing-required"))
+    );
+
+    // A custom resource deleted at once answers a Status, as the built-ins do.
+    let (code, body) = raw(&client, "DELETE", &format!("{ks}/ks-unknown"), None, None).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["kind"], "Status");
+    assert_eq!(body["details"]["kind"], "kustomizations");
+}
+
+#[tokio::test]
+async fn lease_micro_times_decode_only_with_six_fractional_digits() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    rec_namespace(&fake);
+    let client = fake.client();
+    let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{REC_NS}/leases");
+    let lease = |name: &str, t: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": "pod-a", "leaseDurationSeconds": 15, "acquireTime": t, "renewTime": t, "leaseTransitions": 0}})
+    };
+    let (code, _) = raw(
+        &client,
+        "POST",
+        &leases,
+        Some("application/json"),
+        Some(lease("converger", "2026-11-30T07:44:15.123456Z")),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &leases,
+        Some("application/json"),
+        Some(lease("bad-time", "2024-01-01T00:00:00Z")),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(body, recorded("06.lease.bad-microtime"));
+    let (code, _) = raw(
+        &client,
+        "PATCH",
+        &format!("{leases}/converger"),
+        Some("application/strategic-merge-patch+json"),
+        Some(json!({"spec": {"renewTime": "2026-11-30T07:44:16Z"}})),
+    )
+    .await;
+    assert_eq!(code, 400, "patches decode the result the same way");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_lease_manager_acquires_renews_releases_and_hands_over_on_the_fake() {
+    use kube_lease_manager::LeaseManagerBuilder;
+    let fake = FakeApiServer::new();
+    let client = fake.client();
+    let a = LeaseManagerBuilder::new(client.clone(), "flux-converger")
+        .with_namespace("flux-system")
+        .with_identity("pod-a")
+        .with_duration(15)
+        .with_grace(2)
+        .build()
+        .await
+        .unwrap();
+    assert!(a.changed().await.unwrap(), "pod-a takes the free lease");
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("flux-system"),
+            "flux-converger",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "pod-a");
+    let renew = lease["spec"]["renewTime"].as_str().unwrap();
+    assert_eq!(renew.len(), "2026-11-30T07:44:15.123456Z".len(), "{renew}");
+    a.release().await.unwrap();
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("flux-system"),
+            "flux-converger",
+        )
+        .unwrap();
+    assert!(lease["spec"].get("holderIdentity").is_none(), "{lease}");
+    let b = LeaseManagerBuilder::new(client, "flux-converger")
+        .with_namespace("flux-system")
+        .with_identity("pod-b")
+        .with_duration(15)
+        .with_grace(2)
+        .build()
+        .await
+        .unwrap();
+    assert!(b.changed().await.unwrap(), "pod-b takes the released lease");
+    let lease = fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("flux-system"),
+            "flux-converger",
+        )
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "pod-b");
+    assert_eq!(lease["spec"]["leaseTransitions"], 2);
+}
+
+#[test]
+fn micro_times_parse_only_with_six_fractional_digits() {
+    use support::semantics::microtime::parse_error;
+    let table = [
+        ("2026-11-30T07:44:15.123456Z", None),
+        ("2026-11-30T07:44:15.123456+01:00", None),
+        (
+            "2024-01-01T00:00:00Z",
+            Some(r#"cannot parse "Z" as ".000000""#),
+        ),
+        (
+            "2024-01-01T00:00:00.123Z",
+            Some(r#"cannot parse ".123Z" as ".000000""#),
+        ),
+        ("2024-01-01", Some(r#"cannot parse "" as "T""#)),
+        (
+            "2024-01-01T00:00:00.123456",
+            Some(r#"cannot parse "" as "Z07:00""#),
+        ),
+        ("2024-01-01T00:00:00.123456Zx", Some(r#"extra text: "x""#)),
+    ];
+    for (value, want) in table {
+        let got = parse_error(value);
+        match want {
+            None => assert_eq!(got, None, "{value}"),
+            Some(tail) => assert!(
+                got.as_deref().is_some_and(|g| g.ends_with(tail)),
+                "{value}: {got:?}"
+            ),
+        }
+    }
+}

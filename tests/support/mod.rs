@@ -41,6 +41,7 @@
 mod apply;
 pub mod authz;
 mod controller;
+mod crd_schema;
 mod discovery;
 mod errors;
 mod faults;
@@ -220,6 +221,8 @@ impl FakeApiServer {
         if rt.has_generation && meta.get("generation").is_none() {
             meta["generation"] = json!(1);
         }
+        // Custom resources are read back with their schema's defaults, seeded or not.
+        crd_schema::default_only(&rt, &mut obj);
         let namespace = obj_namespace_owned(&obj);
         if let Some(ns) = namespace.as_deref() {
             namespaces::ensure_for_seed(&mut state, ns);

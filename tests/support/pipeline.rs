@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::FakeApiServer;
 use super::apply;
 use super::controller;
+use super::crd_schema;
 use super::errors::{ApiError, Cause};
 use super::handlers::Target;
 use super::namespaces;
@@ -138,6 +139,7 @@ pub fn create_object(
     namespaces::admit_create(state, rt, namespace, &name)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj);
+    crd_schema::admit(rt, &mut obj)?;
     semantics::validate_create(rt, &obj)?;
     let key = Key::new(rt, namespace, &name);
     if state.get(&key).is_some() {
@@ -298,6 +300,7 @@ pub fn update_object(
             }
         }
     }
+    crd_schema::admit(rt, &mut new)?;
     if !on_status {
         semantics::default(rt, &mut new);
         semantics::validate_update(rt, &new, old, state.version)?;

@@ -2,6 +2,7 @@
 //! these in the real order: defaults, validation (422), then admission (403).
 
 pub mod event;
+pub mod microtime;
 pub mod pod;
 pub mod pvc;
 pub mod pvc_diff;
@@ -177,6 +178,9 @@ pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
         {
             bad = Some((list.trim_start_matches('/').replace('/', "."), json_type(v)));
         }
+    }
+    if bad.is_none() {
+        microtime::check(rt, obj)?;
     }
     match bad {
         None => Ok(()),
