@@ -58,6 +58,7 @@ pub mod semantics;
 mod serve;
 mod store;
 pub mod table;
+mod typed;
 mod verbs;
 mod watch;
 
