@@ -2355,7 +2355,7 @@ async fn events_are_validated_like_the_real_server() {
     assert_eq!(code, 422);
     assert_eq!(
         body["message"],
-        "Event.events.k8s.io \"web.2\" is invalid: [message: Invalid value: \"\": can have at most 1024 characters, type: Invalid value: \"\": has invalid value: Info]"
+        "Event \"web.2\" is invalid: [message: Invalid value: \"\": can have at most 1024 characters, type: Invalid value: \"\": has invalid value: Info]"
     );
 
     // core/v1 without eventTime: only the namespaces must agree.
@@ -3677,4 +3677,109 @@ async fn apply_with_an_undeclared_field_is_the_real_500_dry_runs_and_creates_inc
         fake.get("apps/v1", "StatefulSet", Some(REC_NS), "web-new")
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn a_volume_pre_bound_by_claim_ref_binds_its_claim_and_the_resize_rules_follow() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    rec_namespace(&fake);
+    let client = fake.client();
+    for (name, expand) in [("fd32d-exp", true), ("fd32d-noexp", false)] {
+        let mut sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name}, "provisioner": "fake.example.com"});
+        if expand {
+            sc["allowVolumeExpansion"] = json!(true);
+        }
+        let (code, made) = raw(
+            &client,
+            "POST",
+            "/apis/storage.k8s.io/v1/storageclasses",
+            Some("application/json"),
+            Some(sc),
+        )
+        .await;
+        assert_eq!(code, 201);
+        assert_eq!(
+            (&made["reclaimPolicy"], &made["volumeBindingMode"]),
+            (&json!("Delete"), &json!("Immediate"))
+        );
+    }
+    let pvcs = format!("/api/v1/namespaces/{REC_NS}/persistentvolumeclaims");
+    for (cls, cname) in [("fd32d-noexp", "bound-noexp"), ("fd32d-exp", "bound-exp")] {
+        let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": format!("{REC_NS}-{cname}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": cls,
+                     "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": format!("/var/lib/replay/{REC_NS}-{cname}")},
+                     "claimRef": {"namespace": REC_NS, "name": cname}}});
+        let (code, made) = raw(
+            &client,
+            "POST",
+            "/api/v1/persistentvolumes",
+            Some("application/json"),
+            Some(pv),
+        )
+        .await;
+        assert_eq!(code, 201);
+        let real = recorded(&format!("02.pv.create-{cname}"));
+        assert_eq!(made["spec"], real["spec"]);
+        assert_eq!(
+            made["metadata"]["finalizers"],
+            real["metadata"]["finalizers"]
+        );
+        let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": cname},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": cls, "resources": {"requests": {"storage": "1Gi"}}}});
+        let (code, _) = raw(&client, "POST", &pvcs, Some("application/json"), Some(pvc)).await;
+        assert_eq!(code, 201);
+        let claim = fake
+            .get("v1", "PersistentVolumeClaim", Some(REC_NS), cname)
+            .unwrap();
+        assert_eq!(
+            claim["status"],
+            json!({"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}})
+        );
+        assert_eq!(claim["spec"]["volumeName"], format!("{REC_NS}-{cname}"));
+        let volume = fake
+            .get("v1", "PersistentVolume", None, &format!("{REC_NS}-{cname}"))
+            .unwrap();
+        assert_eq!(volume["status"]["phase"], "Bound");
+        assert_eq!(volume["spec"]["claimRef"]["uid"], claim["metadata"]["uid"]);
+    }
+    let merge = Some("application/merge-patch+json");
+    let size = |s: &str| json!({"spec": {"resources": {"requests": {"storage": s}}}});
+    let steps = [
+        ("bound-noexp", "2Gi", 403, "02.pvc.grow-bound-noexp"),
+        ("bound-noexp", "500Mi", 422, "02.pvc.shrink-bound-noexp"),
+        ("bound-exp", "2Gi", 200, "02.pvc.grow-bound-exp"),
+        (
+            "bound-exp",
+            "1536Mi",
+            200,
+            "02.pvc.shrink-bound-exp-above-capacity",
+        ),
+        (
+            "bound-exp",
+            "1Gi",
+            422,
+            "02.pvc.shrink-bound-exp-to-capacity",
+        ),
+    ];
+    for (claim, to, want, step) in steps {
+        let (code, body) = raw(
+            &client,
+            "PATCH",
+            &format!("{pvcs}/{claim}"),
+            merge,
+            Some(size(to)),
+        )
+        .await;
+        assert_eq!(code, want, "{step}: {body}");
+        let real = recorded(step);
+        if want == 200 {
+            assert_eq!(
+                body["spec"]["resources"], real["spec"]["resources"],
+                "{step}"
+            );
+        } else {
+            assert_eq!(status_part(&body), status_part(&real), "{step}");
+        }
+    }
 }

@@ -40,6 +40,7 @@
 
 mod apply;
 pub mod authz;
+mod binder;
 mod controller;
 mod crd_schema;
 mod discovery;

@@ -213,7 +213,14 @@ pub fn update_object(
         Some(rv) if rv != old_rv => return Err(ApiError::conflict_modified(rt, &name)),
         Some(_) => {}
         None if opts.require_rv && rt.custom => {
-            return Err(ApiError::invalid(rt, &name, &[errors_invalid_rv()]));
+            // This one check names the resource by its plural (`kustomizations.<group>`).
+            return Err(ApiError::invalid_kind(
+                &rt.qualified_plural(),
+                rt.group,
+                rt.plural,
+                &name,
+                &[errors_invalid_rv()],
+            ));
         }
         None => {}
     }
