@@ -238,6 +238,11 @@ pub fn default(rt: &ResourceType, obj: &mut Value) {
         pod::default_pod(obj);
     } else if *rt == resources::SECRET {
         secret_default(obj);
+    } else if *rt == resources::EVENT {
+        // What a core/v1 Event reads back with when the writer left the newer fields out.
+        set_default(obj, "reportingComponent", json!(""));
+        set_default(obj, "reportingInstance", json!(""));
+        set_default(obj, "eventTime", Value::Null);
     } else if *rt == resources::STORAGE_CLASS {
         set_default(obj, "reclaimPolicy", json!("Delete"));
         set_default(obj, "volumeBindingMode", json!("Immediate"));
