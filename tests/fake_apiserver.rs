@@ -495,6 +495,16 @@ async fn not_found_and_unknown_paths() {
         None,
     )
     .await;
+    // Outside the built-in group/versions the real server's mux answers in plain text.
+    assert_eq!((code, body), (404, json!("404 page not found\n")));
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/widgets",
+        None,
+        None,
+    )
+    .await;
     assert_eq!(code, 404);
     assert_eq!(
         body["message"],

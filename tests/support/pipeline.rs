@@ -266,7 +266,7 @@ pub fn update_object(
             .collect();
         if !added.is_empty() {
             let listed: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
-            return Err(ApiError::invalid(
+            let mut e = ApiError::invalid(
                 rt,
                 &name,
                 &[Cause::forbidden(
@@ -276,7 +276,16 @@ pub fn update_object(
                         listed.join(", ")
                     ),
                 )],
-            ));
+            );
+            // Built-in types run ValidateObjectMetaUpdate twice: the cause is listed twice
+            // (the message, deduplicated, once).
+            if !rt.custom
+                && let Some(causes) = e.body["details"]["causes"].as_array_mut()
+                && let Some(first) = causes.first().cloned()
+            {
+                causes.push(first);
+            }
+            return Err(e);
         }
     }
     let on_status = opts.subresource.as_deref() == Some("status");
