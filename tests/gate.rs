@@ -106,7 +106,7 @@ impl World {
                      "sourceRef": {"kind": "GitRepository", "name": "repo"}},
             "status": {"lastAppliedRevision": "main@sha1:1", "lastAttemptedRevision": "main@sha1:1",
                        "observedGeneration": 1,
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
+                       "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T00:00:00Z", "reason": "ReconciliationSucceeded",
                                        "message": "Applied revision: main@sha1:1"}]}
         });
         if let Some(sa) = service_account {
@@ -138,7 +138,8 @@ impl World {
             "status": {"artifact": {"url": url, "digest": sha256(&archive), "revision": revision,
                                     "path": path, "size": archive.len(),
                                     "lastUpdateTime": "2026-11-30T00:00:00Z"},
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded"}]}
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                                       "message": "stored artifact", "lastTransitionTime": "2026-11-30T00:00:00Z"}]}
         }));
     }
 
@@ -250,12 +251,12 @@ impl World {
                         status["lastHandledReconcileAt"] = json!(t);
                     }
                     if fail {
-                        status["conditions"] = json!([{"type": "Ready", "status": "False",
+                        status["conditions"] = json!([{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-30T00:00:00Z",
                             "reason": "ReconciliationFailed", "observedGeneration": generation,
                             "message": "StatefulSet/default/web dry-run failed (Invalid): StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than ..."}]);
                     } else {
                         status["lastAppliedRevision"] = json!(revision);
-                        status["conditions"] = json!([{"type": "Ready", "status": "True",
+                        status["conditions"] = json!([{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T00:00:00Z",
                             "reason": "ReconciliationSucceeded", "observedGeneration": generation,
                             "message": format!("Applied revision: {revision}")}]);
                     }
@@ -369,7 +370,7 @@ async fn reconcile_mode_requests_a_reconcile_that_heals_flux_failing_first() {
     w.fake
         .modify(KS_API, "Kustomization", Some(FLUX_NS), "apps", |ks| {
             ks["status"]["lastAttemptedRevision"] = json!("main@sha1:2");
-            ks["status"]["conditions"] = json!([{"type": "Ready", "status": "False",
+            ks["status"]["conditions"] = json!([{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-30T00:00:00Z",
             "reason": "ReconciliationFailed", "message": "dry-run failed"}]);
         });
     let flux = w.flux(false);
