@@ -1,4 +1,5 @@
 //! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks.
 
+pub mod index;
 pub mod metrics;
 pub mod record;
