@@ -2,4 +2,5 @@
 
 pub mod index;
 pub mod metrics;
+pub mod queue;
 pub mod record;
