@@ -18,6 +18,17 @@ pub const GATE_ANNOTATION: &str = "flux-converger.io/gate";
 /// field list after it varies with the Kubernetes version, so only the prefix is matched).
 pub const WEDGE_MESSAGE: &str = "updates to statefulset spec for fields other than";
 
+/// The per-revision records the service finished, newest first: what is due depends on them.
+/// The results store implements it; tests give an in-memory stand-in.
+pub trait Records: Send + Sync + 'static {
+    /// The newest record of `namespace/name`.
+    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord>;
+    /// Every kept record of `namespace/name`, newest first.
+    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord>;
+    /// Whether the records have been read (once) from where they persist.
+    fn is_loaded(&self) -> bool;
+}
+
 /// A Kustomization, by namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
