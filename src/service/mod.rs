@@ -4,11 +4,14 @@
 //! re-apply (queue closed, running revisions finished, then everything else).
 
 pub mod backend;
+pub mod events;
+pub mod gate;
 pub mod index;
 pub mod leader;
 pub mod metrics;
 pub mod queue;
 pub mod record;
+pub mod results;
 pub mod watch;
 
 use std::net::SocketAddr;
