@@ -95,9 +95,21 @@ pub(super) async fn dashboard(
     State(state): State<AppState>,
     Query(query): Query<DashboardQuery>,
 ) -> Response {
-    let now = now();
-    let page = dashboard_page(&state, &query, now);
-    html(StatusCode::OK, page.render())
+    // A thousand rows take milliseconds to build and render: off the async workers, so the
+    // webhook and the probes answer at once while a dashboard renders.
+    let rendered =
+        tokio::task::spawn_blocking(move || dashboard_page(&state, &query, now()).render()).await;
+    match rendered {
+        Ok(rendered) => html(StatusCode::OK, rendered),
+        Err(err) => {
+            tracing::error!(error = %err, "dashboard render task failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the page could not be rendered\n",
+            )
+                .into_response()
+        }
+    }
 }
 
 fn dashboard_page(state: &AppState, query: &DashboardQuery, now: Timestamp) -> DashboardPage {

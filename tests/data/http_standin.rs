@@ -109,6 +109,14 @@ impl Backend for StandIn {
             .cloned()
     }
 
+    /// As the service's backend does (`Results::last`): the newest record alone, not a copy of
+    /// the whole history.
+    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.details
+            .get(&(namespace.to_string(), name.to_string()))
+            .and_then(|d| d.revisions.first().cloned())
+    }
+
     fn ready(&self) -> Result<(), String> {
         match &self.not_ready {
             Some(why) => Err(why.clone()),
