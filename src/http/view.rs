@@ -434,6 +434,8 @@ mod tests {
             flux: None,
             warnings: Vec::new(),
             error: None,
+            generation: None,
+            gate: None,
         }
     }
 

@@ -143,6 +143,8 @@ pub fn record(
         flux: None,
         warnings: Vec::new(),
         error: None,
+        generation: None,
+        gate: None,
     }
 }
 
