@@ -24,9 +24,25 @@ struct Run {
 }
 
 fn plan(args: &[&str], stdin: Option<&str>) -> Run {
-    let mut child = Command::new(BIN)
-        .arg("plan")
+    run_bin(&[&["plan"], args].concat(), stdin, &[])
+}
+
+/// Runs the binary with a hermetic environment: no kubeconfig (unless `env` gives one), no
+/// inherited log filter or `FLUX_CONVERGER_*` flags.
+fn run_bin(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
+    let mut command = Command::new(BIN);
+    command
         .args(args)
+        .env("KUBECONFIG", "/nonexistent/flux-converger-test-kubeconfig")
+        .env_remove("RUST_LOG")
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FLUX_CONVERGER_") {
+            command.env_remove(k);
+        }
+    }
+    command.envs(env.iter().copied());
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -537,11 +553,203 @@ fn bad_input_exits_2_naming_file_document_and_field() {
             "--cluster-state",
             &cluster,
             "-o",
-            "yaml",
+            "xml",
         ],
         None,
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
     let run = plan(&["--desired", &desired], None);
     assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+/// A kubeconfig whose current context has namespace `team` (and another context with none);
+/// the server is never contacted by `plan`.
+const KUBECONFIG: &str = r#"apiVersion: v1
+kind: Config
+current-context: team
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:1
+contexts:
+- name: team
+  context:
+    cluster: c
+    user: u
+    namespace: team
+- name: bare
+  context:
+    cluster: c
+    user: u
+users:
+- name: u
+  user:
+    token: t
+"#;
+
+#[test]
+fn kubectl_conventions_filename_yaml_and_the_context_namespace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(
+        &dir,
+        "cluster.yaml",
+        &captured_cluster().replace("namespace: default", "namespace: team"),
+    );
+    let desired_text =
+        fixture("v1.28/desired-statefulset-2Gi.yaml").replace("  namespace: default\n", "");
+    let desired = file(&dir, "desired.yaml", &desired_text);
+    let kubeconfig = file(&dir, "kubeconfig", KUBECONFIG);
+    let namespace_of = |extra: &[&str], env: &[(&str, &str)]| {
+        let args = [
+            &[
+                "plan",
+                "-f",
+                &desired,
+                "--cluster-state",
+                &cluster,
+                "-o",
+                "json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let run = run_bin(&args, None, env);
+        assert_eq!(run.code, 0, "{extra:?}: {}", run.stderr);
+        json_of(&run)["plans"][0]["namespace"]
+            .as_str()
+            .expect("namespace")
+            .to_owned()
+    };
+    // The context's namespace, from --kubeconfig or $KUBECONFIG; -n wins; --context picks.
+    assert_eq!(namespace_of(&["--kubeconfig", &kubeconfig], &[]), "team");
+    assert_eq!(namespace_of(&[], &[("KUBECONFIG", &kubeconfig)]), "team");
+    assert_eq!(
+        namespace_of(&["--kubeconfig", &kubeconfig, "-n", "other"], &[]),
+        "other"
+    );
+    assert_eq!(
+        namespace_of(&["--kubeconfig", &kubeconfig, "--context", "bare"], &[]),
+        "default"
+    );
+    // Global flags go before the command too, as kubectl allows.
+    let run = run_bin(
+        &[
+            "-n",
+            "team",
+            "plan",
+            "-f",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "json",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(json_of(&run)["plans"][0]["namespace"], "team");
+    // Offline never fails for a missing or unreadable kubeconfig.
+    let missing = dir.path().join("missing").display().to_string();
+    assert_eq!(namespace_of(&["--kubeconfig", &missing], &[]), "default");
+    assert_eq!(namespace_of(&[], &[]), "default");
+
+    // `-o yaml` is the JSON contract as YAML: the same value.
+    let yaml = run_bin(
+        &[
+            "plan",
+            "-f",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-n",
+            "team",
+            "-o",
+            "yaml",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(yaml.code, 0, "{}", yaml.stderr);
+    let json = run_bin(
+        &[
+            "plan",
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-n",
+            "team",
+            "-o",
+            "json",
+        ],
+        None,
+        &[],
+    );
+    let from_yaml: Value = serde_saphyr::from_str(&yaml.stdout).expect("yaml output parses");
+    assert_eq!(from_yaml, json_of(&json));
+    assert_eq!(from_yaml["plans"][0]["resize"][0]["claim"], "data-web-0");
+}
+
+#[test]
+fn rust_log_is_honoured_unless_log_level_is_given() {
+    let args = [
+        "plan",
+        "-f",
+        &example("desired.yaml"),
+        "--cluster-state",
+        &example("cluster-state.yaml"),
+    ];
+    let debug = run_bin(&args, None, &[("RUST_LOG", "flux_converger=debug")]);
+    assert_eq!(debug.code, 0, "{}", debug.stderr);
+    assert!(debug.stderr.contains("planned"), "{}", debug.stderr);
+    let quiet = run_bin(
+        &[&["--log-level", "info"], &args[..]].concat(),
+        None,
+        &[("RUST_LOG", "flux_converger=debug")],
+    );
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    assert!(!quiet.stderr.contains("planned"), "{}", quiet.stderr);
+    let default = run_bin(&args, None, &[]);
+    assert!(!default.stderr.contains("planned"), "{}", default.stderr);
+    let bad = run_bin(&args, None, &[("RUST_LOG", "flux_converger=loud")]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("RUST_LOG"), "{}", bad.stderr);
+}
+
+#[test]
+fn bad_input_is_exit_2_before_any_client_is_built() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = file(
+        &dir,
+        "bad.yaml",
+        "kind: StatefulSet\napiVersion: apps/v1\nspec: [\n",
+    );
+    let good = example("desired.yaml");
+    // No kubeconfig and no in-cluster environment: a bad file is still 2, not 1.
+    for args in [
+        vec!["converge", "-f", bad.as_str()],
+        vec!["converge", "--desired", bad.as_str(), "--dry-run"],
+        vec!["converge", "-f", good.as_str(), "--dry-run=client"],
+        vec!["converge", "-f", good.as_str(), "-o", "xml"],
+        vec!["render", "--kustomization", "a/b/c"],
+    ] {
+        let run = run_bin(&args, None, &[]);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+    }
+    // A good file then fails to find a cluster: 1.
+    for args in [
+        vec!["converge", "-f", good.as_str()],
+        vec![
+            "converge",
+            "-f",
+            good.as_str(),
+            "--dry-run=server",
+            "-o",
+            "yaml",
+        ],
+        vec!["render", "--kustomization", "apps"],
+    ] {
+        let run = run_bin(&args, None, &[]);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+    }
 }

@@ -16,21 +16,23 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde::Serialize;
 
-use super::{Exit, bad_input};
+use super::{Exit, KubeArgs, bad_input};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The desired objects (YAML, multi-document or a List; `-` reads stdin). Its StatefulSets
     /// are planned; other kinds are ignored.
-    #[arg(long, value_name = "FILE")]
-    desired: String,
+    #[arg(
+        short = 'f',
+        long = "filename",
+        visible_alias = "desired",
+        value_name = "FILE"
+    )]
+    filename: String,
     /// The cluster state: what `kubectl get statefulsets,persistentvolumeclaims,storageclasses
     /// -A -o yaml` prints, or multi-document YAML (`-` reads stdin).
     #[arg(long, value_name = "FILE")]
     cluster_state: String,
-    /// Namespace of objects that have none.
-    #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
-    namespace: String,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -40,6 +42,8 @@ pub struct Args {
 enum Output {
     Text,
     Json,
+    /// The JSON contract as YAML.
+    Yaml,
     Commands,
 }
 
@@ -65,23 +69,27 @@ struct RefusalEntry<'a> {
     message: &'a str,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<Exit> {
-    if args.desired == "-" && args.cluster_state == "-" {
+/// Offline: objects without a namespace take `-n`, else the kubeconfig context's namespace
+/// (when one is readable), else `default`; no client is ever built.
+pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
+    if args.filename == "-" && args.cluster_state == "-" {
         return Err(bad_input(anyhow::anyhow!(
-            "--desired and --cluster-state cannot both read stdin (`-`)"
+            "--filename and --cluster-state cannot both read stdin (`-`)"
         )));
     }
-    let desired = read_documents(&args.desired)
-        .and_then(|docs| Objects::from_documents(&docs, &args.namespace))
+    let namespace = kube.offline_namespace();
+    let desired = read_documents(&args.filename)
+        .and_then(|docs| Objects::from_documents(&docs, &namespace))
         .map_err(bad_input)?;
     let cluster = read_documents(&args.cluster_state)
-        .and_then(|docs| Objects::from_documents(&docs, &args.namespace))
+        .and_then(|docs| Objects::from_documents(&docs, &namespace))
         .map_err(bad_input)?;
 
     let outcomes = plan_all(desired, &cluster);
     let refused = outcomes.iter().any(|o| o.result.is_err());
     let out = match args.output {
         Output::Json => render_json(&outcomes)?,
+        Output::Yaml => render_yaml(&outcomes)?,
         Output::Text => render_text(&outcomes),
         Output::Commands => render_commands(&outcomes)?,
     };
@@ -140,8 +148,8 @@ fn plan_all(desired: Objects, cluster: &Objects) -> Vec<Outcome> {
         .collect()
 }
 
-fn render_json(outcomes: &[Outcome]) -> anyhow::Result<String> {
-    let report = Report {
+fn report(outcomes: &[Outcome]) -> Report<'_> {
+    Report {
         plans: outcomes
             .iter()
             .filter_map(|o| o.result.as_ref().ok())
@@ -156,10 +164,18 @@ fn render_json(outcomes: &[Outcome]) -> anyhow::Result<String> {
                 message: &r.message,
             })
             .collect(),
-    };
-    let mut s = serde_json::to_string_pretty(&report).context("serialising the plan")?;
+    }
+}
+
+fn render_json(outcomes: &[Outcome]) -> anyhow::Result<String> {
+    let mut s = serde_json::to_string_pretty(&report(outcomes)).context("serialising the plan")?;
     s.push('\n');
     Ok(s)
+}
+
+/// The same document as `-o json`, so either parses into the same value.
+fn render_yaml(outcomes: &[Outcome]) -> anyhow::Result<String> {
+    serde_saphyr::to_string(&report(outcomes)).context("serialising the plan")
 }
 
 fn render_text(outcomes: &[Outcome]) -> String {
