@@ -170,6 +170,8 @@ fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRec
         flux: None,
         warnings: Vec::new(),
         error: None,
+        generation: None,
+        gate: None,
     }
 }
 

@@ -8,7 +8,7 @@ use crate::flux::event::Event;
 use crate::http::backend::Backend;
 use crate::service::index::{Index, Key, Records};
 use crate::service::queue::Queue;
-use crate::service::record::{KustomizationDetail, KustomizationSummary, Trigger};
+use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
 use crate::service::watch::Readiness;
 
 /// The [`Backend`] of a running service.
@@ -80,6 +80,11 @@ impl Backend for ServiceBackend {
             source_revision,
             revisions: self.records.history(namespace, name),
         })
+    }
+
+    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.index().handled(&Key::new(namespace, name))?;
+        self.records.last(namespace, name)
     }
 
     fn ready(&self) -> Result<(), String> {

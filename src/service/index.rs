@@ -72,6 +72,9 @@ pub struct Entry {
     /// A digest of the spec without `spec.suspend`: the suspend gate toggles that field
     /// itself, and only a change to the rest makes a finished revision worth another run.
     pub spec_digest: u64,
+    /// `metadata.generation`, compared with a refused record's after a restart (when
+    /// `finished_spec` is not known yet).
+    pub generation: Option<i64>,
     /// `spec_digest` when the last run of this Kustomization finished (in this process).
     finished_spec: Option<u64>,
 }
@@ -329,7 +332,16 @@ impl Index {
         }
         match entry.finished_spec {
             Some(spec) if spec != entry.spec_digest => Some(Due::SpecChanged),
-            _ => None,
+            Some(_) => None,
+            // Not finished in this process (a restart): a refused record names the generation
+            // it was refused at, and a refusal is never handed off, so the gate's own suspend
+            // toggles cannot have moved it since.
+            None => match (last.state, last.generation, entry.generation) {
+                (RevisionState::Refused, Some(then), Some(now)) if now != then => {
+                    Some(Due::SpecChanged)
+                }
+                _ => None,
+            },
         }
     }
 
@@ -390,6 +402,7 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
             invalid_gate,
             source,
             spec_digest: spec_digest(ks),
+            generation: ks.metadata.generation,
             finished_spec: None,
         },
     ))

@@ -131,6 +131,8 @@ pub enum ServiceError {
     },
     #[error(transparent)]
     Leader(#[from] LeaderError),
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// A started service.
@@ -140,8 +142,8 @@ pub struct Running {
     pub backend: ServiceBackend,
     queue: Queue<Key>,
     cancel: CancellationToken,
-    workers: JoinHandle<()>,
-    server: JoinHandle<()>,
+    workers: Option<JoinHandle<()>>,
+    server: Option<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     leadership: Leadership,
     shutdown_grace: Duration,
@@ -159,7 +161,7 @@ impl Running {
         let Running {
             queue,
             cancel,
-            mut workers,
+            workers,
             server,
             background,
             leadership,
@@ -171,9 +173,10 @@ impl Running {
         if running > 0 {
             tracing::info!(running, "shutting down: waiting for running revisions");
         }
-        if tokio::time::timeout(shutdown_grace, &mut workers)
-            .await
-            .is_err()
+        if let Some(mut workers) = workers
+            && tokio::time::timeout(shutdown_grace, &mut workers)
+                .await
+                .is_err()
         {
             tracing::warn!(
                 grace = ?shutdown_grace,
@@ -185,18 +188,28 @@ impl Running {
         for task in background {
             let _ = task.await;
         }
-        let _ = server.await;
+        if let Some(server) = server {
+            let _ = server.await;
+        }
         leadership.release(Duration::from_secs(5)).await;
         tracing::info!("stopped");
     }
 
-    /// Runs until the HTTP server or the workers stop on their own (a fatal error), then shuts
-    /// down.
-    pub async fn wait(mut self) {
+    /// Resolves when the HTTP server or the workers stop on their own (a fatal error: both
+    /// run until [`Running::shutdown`] otherwise). Cancel-safe.
+    pub async fn stopped(&mut self) {
+        let (Some(server), Some(workers)) = (self.server.as_mut(), self.workers.as_mut()) else {
+            return;
+        };
         tokio::select! {
-            _ = &mut self.server => {}
-            _ = &mut self.workers => {}
+            _ = server => self.server = None,
+            _ = workers => self.workers = None,
         }
+    }
+
+    /// Runs until the service stops on its own, then shuts down.
+    pub async fn wait(mut self) {
+        self.stopped().await;
         self.shutdown().await;
     }
 }
@@ -320,8 +333,8 @@ pub async fn start_with(
         backend,
         queue,
         cancel,
-        workers,
-        server,
+        workers: Some(workers),
+        server: Some(server),
         background,
         leadership,
         shutdown_grace: tuning.shutdown_grace,
@@ -462,6 +475,123 @@ async fn work(
             }
         })
         .await;
+}
+
+impl Store for results::Results {
+    fn load(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            results::Results::load(self)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl Records for results::Results {
+    fn last(&self, namespace: &str, name: &str) -> Option<record::RevisionRecord> {
+        results::Results::last(self, namespace, name)
+    }
+    fn history(&self, namespace: &str, name: &str) -> Vec<record::RevisionRecord> {
+        results::Results::history(self, namespace, name)
+    }
+    fn is_loaded(&self) -> bool {
+        results::Results::is_loaded(self)
+    }
+}
+
+impl Runner for gate::Gate {
+    fn run<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        trigger: Trigger,
+    ) -> BoxFuture<'a, RunOutcome> {
+        Box::pin(async move {
+            match gate::Gate::run(self, namespace, name, trigger).await {
+                gate::GateOutcome::Done(state) => RunOutcome::Done(state),
+                gate::GateOutcome::Failed { message } => RunOutcome::Failed { message },
+                gate::GateOutcome::Deferred => RunOutcome::Deferred,
+                gate::GateOutcome::NotHandled => RunOutcome::NotHandled,
+            }
+        })
+    }
+}
+
+/// Starts `flux-converger serve`: the results store, the gate (render → converge → hand off),
+/// the HTTP app, the watches, the workers and (with `leader_elect`) the Lease. Returns once
+/// the HTTP server listens.
+pub async fn start(config: Config, client: kube::Client) -> Result<Running, ServiceError> {
+    start_tuned(config, client, Tuning::default()).await
+}
+
+/// [`start`] with non-flag knobs (tests shorten the Lease and the backoff).
+pub async fn start_tuned(
+    config: Config,
+    client: kube::Client,
+    tuning: Tuning,
+) -> Result<Running, ServiceError> {
+    let (registry, metrics) = metrics::registry();
+    let results = results::Results::new(
+        client.clone(),
+        config.namespace.clone(),
+        config.call_timeout,
+    );
+    let fetcher = crate::flux::artifact::Fetcher::new(
+        crate::flux::artifact::FetchOptions::default().with_env_host_override(),
+    )
+    .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
+    let resolver = crate::flux::render::resolve::Resolver {
+        client: client.clone(),
+        fetcher,
+        kustomize: config.kustomize.clone(),
+        strict: true,
+        allow_cross_namespace: !config.no_cross_namespace_refs,
+    };
+    let events = events::EventSink::new(
+        client.clone(),
+        config.events_addr.as_deref(),
+        Some(tuning.lease.identity.clone()),
+    )
+    .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
+    let gate = gate::Gate::new(gate::GateConfig {
+        client: client.clone(),
+        namespace: config.namespace.clone(),
+        resolver,
+        results: results.clone(),
+        metrics: metrics.clone(),
+        handoff_timeout: config.handoff_timeout,
+        call_timeout: config.call_timeout,
+        default_service_account: config.default_service_account.clone(),
+        events,
+        default_gate: config.default_gate,
+    });
+    let resume = JournalResume {
+        client: client.clone(),
+        namespace: config.namespace.clone(),
+        call_timeout: config.call_timeout,
+        wait_timeout: crate::converge::Options::default().wait_timeout,
+    };
+    let auth = crate::http::HookAuth {
+        hmac_key: config.hmac_key.clone(),
+        token: config.hook_token.clone(),
+    };
+    let registry = Arc::new(registry);
+    let app_metrics = metrics.clone();
+    let parts = Parts {
+        runner: Arc::new(gate),
+        store: Arc::new(results),
+        resume: Arc::new(resume),
+        app: Box::new(move |backend| {
+            crate::http::router(crate::http::AppState {
+                backend,
+                registry,
+                metrics: app_metrics,
+                auth,
+            })
+        }),
+        metrics,
+    };
+    start_with(config, client, tuning, parts).await
 }
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):

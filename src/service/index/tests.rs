@@ -48,6 +48,8 @@ fn record(revision: &str, state: RevisionState) -> RevisionRecord {
         flux: None,
         warnings: Vec::new(),
         error: None,
+        generation: None,
+        gate: None,
     }
 }
 
@@ -404,4 +406,34 @@ fn relisting_sources_drops_the_vanished_ones_of_that_kind_only() {
         index.source_revision(&Key::new("apps", "b")),
         Some("sha256:1")
     );
+}
+
+#[test]
+fn after_a_restart_a_refusal_is_retried_only_at_a_new_generation() {
+    let mut refused = record("r1", RevisionState::Refused);
+    refused.generation = Some(3);
+    // (Kustomization generation now, record's generation, due)
+    let table: &[(Option<i64>, Option<i64>, Option<Due>)] = &[
+        (Some(3), Some(3), None),
+        (Some(4), Some(3), Some(Due::SpecChanged)),
+        (Some(4), None, None),
+        (None, Some(3), None),
+    ];
+    for (now, then, due) in table {
+        let mut index = Index::new(GateMode::Suspend);
+        let mut object = ks("apps", "web", None, ("GitRepository", "repo", None));
+        object.metadata.generation = *now;
+        let (key, _) = index.apply_kustomization(&object).expect("named");
+        index.apply_source(git("apps", "repo"), Some("r1".into()));
+        let mut last = refused.clone();
+        last.generation = *then;
+        assert_eq!(
+            index.due(&key, Some(&last)),
+            *due,
+            "now {now:?}, then {then:?}"
+        );
+        // A converged record is not compared by generation: the suspend gate moves it.
+        last.state = RevisionState::Converged;
+        assert_eq!(index.due(&key, Some(&last)), None);
+    }
 }
