@@ -778,3 +778,400 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
     assert_eq!(second_runner.calls()[0].2, "main@sha1:3");
     second.shutdown().await;
 }
+
+// ------------------------------------------------------------------ end to end, real gate
+
+#[path = "data/flux_standin.rs"]
+mod flux_standin;
+
+use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::render::resolve::Resolver;
+use flux_converger::service::start_tuned;
+use flux_standin::{
+    ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
+    kustomization, post_event,
+};
+
+const HMAC_KEY: &[u8] = b"webhook-key\n";
+
+fn web(size: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+  namespace: default
+spec:
+  serviceName: web
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      containers:
+      - name: app
+        image: busybox
+        volumeMounts: [{{name: data, mountPath: /data}}]
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: expandable
+      resources: {{requests: {{storage: {size}}}}}
+"
+    )
+}
+
+/// Flux's part: a GitRepository publishing `web` at 1Gi, a Kustomization with the gate
+/// annotation, kustomize-controller applying it, the claims Bound.
+struct Flux {
+    fake: FakeApiServer,
+    source: GitSource,
+    kc: KustomizeController,
+}
+
+async fn flux(gate: &str, service_account: Option<&str>) -> Flux {
+    flux_converger::tls::install_crypto_provider();
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/storageclasses.yaml");
+    fake.enable_statefulset_controller();
+    let client = fake.client();
+    let server = ArtifactServer::start().await;
+    let source = GitSource::create(client.clone(), server, NS, "repo")
+        .await
+        .unwrap();
+    let one = web("1Gi");
+    let r1 = source
+        .publish("web at 1Gi", &[("apps/web.yaml", one.as_str())])
+        .await
+        .unwrap();
+    let mut ks = kustomization(NS, "apps", "repo", "./apps", Some(gate), false);
+    if let Some(sa) = service_account {
+        ks["spec"]["serviceAccountName"] = json!(sa);
+    }
+    create_kustomization(&client, &ks).await.unwrap();
+    let kc = KustomizeController::start(
+        client.clone(),
+        KustomizeOptions {
+            resolver: resolver(client.clone()),
+            namespace: Some(NS.into()),
+            retry_interval: Duration::from_millis(300),
+        },
+    );
+    until(|| applied(&fake) == Some(r1.revision.clone())).await;
+    for claim in ["data-web-0", "data-web-1"] {
+        until(|| {
+            fake.get("v1", "PersistentVolumeClaim", Some("default"), claim)
+                .is_some()
+        })
+        .await;
+        fake.set_pvc_phase("default", claim, "Bound");
+    }
+    Flux { fake, source, kc }
+}
+
+fn resolver(client: kube::Client) -> Resolver {
+    Resolver {
+        client,
+        fetcher: Fetcher::new(FetchOptions {
+            retries: 1,
+            backoff: Duration::from_millis(10),
+            ..FetchOptions::default()
+        })
+        .unwrap(),
+        kustomize: KustomizeCommand::default(),
+        strict: true,
+        allow_cross_namespace: true,
+    }
+}
+
+fn applied(fake: &FakeApiServer) -> Option<String> {
+    fake.get(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some(NS),
+        "apps",
+    )
+    .and_then(|k| {
+        k["status"]["lastAppliedRevision"]
+            .as_str()
+            .map(String::from)
+    })
+}
+
+fn e2e_config() -> Config {
+    let mut config = config(GateMode::Off);
+    config.hmac_key = Some(HMAC_KEY.to_vec());
+    config.handoff_timeout = Duration::from_secs(60);
+    config.kustomize = KustomizeCommand::default();
+    config
+}
+
+async fn serve(fake: &FakeApiServer) -> Running {
+    start_tuned(e2e_config(), fake.client(), tuning())
+        .await
+        .expect("the service starts")
+}
+
+/// The newest record of `revision`, once it is final.
+async fn finished(running: &Running, revision: &str) -> RevisionRecord {
+    loop {
+        if let Some(detail) = running.backend.kustomization(NS, "apps")
+            && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
+            && r.state != RevisionState::Running
+            && (r.state != RevisionState::Converged || r.flux.is_some())
+        {
+            return r.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn uid(fake: &FakeApiServer, api_version: &str, kind: &str, ns: &str, name: &str) -> String {
+    fake.get(api_version, kind, Some(ns), name)
+        .and_then(|o| o["metadata"]["uid"].as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+fn claim_request(fake: &FakeApiServer, claim: &str) -> String {
+    fake.get("v1", "PersistentVolumeClaim", Some("default"), claim)
+        .and_then(|c| {
+            c["spec"]["resources"]["requests"]["storage"]
+                .as_str()
+                .map(String::from)
+        })
+        .unwrap_or_default()
+}
+
+/// Publishes `web` at 2Gi and announces it with a signed webhook; returns the revision.
+async fn grow_to_2gi(flux: &Flux, running: &Running) -> String {
+    let two = web("2Gi");
+    let r2 = flux
+        .source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    let event = flux.source.new_artifact_event(&r2).await.unwrap();
+    let delivery = post_event(&format!("http://{}/hook", running.addr), HMAC_KEY, &event)
+        .await
+        .unwrap();
+    assert_eq!(delivery.status, 202, "{}", delivery.body);
+    let body: serde_json::Value = serde_json::from_str(&delivery.body).unwrap();
+    assert_eq!(body["queued"], json!(["flux-system/apps"]));
+    r2.revision
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    let first = finished(&running, &r1).await;
+    assert_eq!(first.state, RevisionState::Converged, "{first:?}");
+    assert_eq!(first.trigger, Trigger::Startup);
+    let pods = (
+        uid(fake, "v1", "Pod", "default", "web-0"),
+        uid(fake, "v1", "Pod", "default", "web-1"),
+    );
+    let sts_before = uid(fake, "apps/v1", "StatefulSet", "default", "web");
+
+    let r2 = grow_to_2gi(&flux, &running).await;
+    let second = finished(&running, &r2).await;
+    assert_eq!(second.state, RevisionState::Converged, "{second:#?}");
+    // The source watch and the webhook race; either may queue it (one run either way).
+    assert!(matches!(second.trigger, Trigger::Webhook | Trigger::Resync));
+    let handoff = second.handoff.as_ref().expect("handed off");
+    assert_eq!(handoff.mode, GateMode::Suspend);
+    assert_eq!(
+        applied(fake).as_deref(),
+        Some(r2.as_str()),
+        "Flux applied the converged revision"
+    );
+    until(|| {
+        fake.get(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some(NS),
+            "apps",
+        )
+        .is_some_and(|k| k["spec"]["suspend"] == json!(true))
+    })
+    .await;
+    // Claims grown in place, the StatefulSet re-created, the pods untouched.
+    assert_eq!(claim_request(fake, "data-web-0"), "2Gi");
+    assert_eq!(claim_request(fake, "data-web-1"), "2Gi");
+    assert_ne!(
+        uid(fake, "apps/v1", "StatefulSet", "default", "web"),
+        sts_before
+    );
+    assert_eq!(
+        (
+            uid(fake, "v1", "Pod", "default", "web-0"),
+            uid(fake, "v1", "Pod", "default", "web-1")
+        ),
+        pods
+    );
+    // Flux never failed on the grown revision: the gate held it until converged.
+    assert!(
+        flux.kc.reconciled().iter().all(|r| r.result.is_ok()),
+        "{:?}",
+        flux.kc.reconciled()
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
+    let flux = flux("reconcile", Some("apps-deployer")).await;
+    let fake = &flux.fake;
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    assert_eq!(
+        finished(&running, &r1).await.state,
+        RevisionState::Converged
+    );
+
+    fake.clear_requests();
+    let r2 = grow_to_2gi(&flux, &running).await;
+    let second = finished(&running, &r2).await;
+    assert_eq!(second.state, RevisionState::Converged, "{second:#?}");
+    assert_eq!(
+        second.handoff.as_ref().map(|h| h.mode),
+        Some(GateMode::Reconcile)
+    );
+    until(|| applied(fake).as_deref() == Some(r2.as_str())).await;
+    assert_eq!(claim_request(fake, "data-web-0"), "2Gi");
+    // The claim and StatefulSet writes went as the Kustomization's service account.
+    let tenant = "system:serviceaccount:flux-system:apps-deployer";
+    let writes = fake.writes();
+    let claim_writes: Vec<_> = writes
+        .iter()
+        .filter(|w| w.path.contains("/persistentvolumeclaims/"))
+        .collect();
+    assert!(!claim_writes.is_empty());
+    assert!(
+        claim_writes
+            .iter()
+            .all(|w| w.impersonate_user.as_deref() == Some(tenant)),
+        "{claim_writes:?}"
+    );
+    assert!(
+        writes.iter().any(|w| w.path.contains("/statefulsets/web")
+            && w.impersonate_user.as_deref() == Some(tenant))
+    );
+
+    // A shrink is refused: nothing written, no hand-off, not retried on the wedge event.
+    fake.clear_requests();
+    let small = web("1Gi");
+    let r3 = flux
+        .source
+        .publish("web back to 1Gi", &[("apps/web.yaml", small.as_str())])
+        .await
+        .unwrap();
+    let third = finished(&running, &r3.revision).await;
+    assert_eq!(third.state, RevisionState::Refused, "{third:#?}");
+    assert!(third.handoff.is_none());
+    let converger_writes: Vec<_> = fake
+        .writes()
+        .into_iter()
+        .filter(|w| {
+            w.path.contains("/statefulsets/") || w.path.contains("/persistentvolumeclaims/")
+        })
+        .filter(|w| {
+            w.field_manager.as_deref() != Some("kustomize-controller")
+                || w.impersonate_user.is_some()
+        })
+        .collect();
+    assert!(converger_writes.is_empty(), "{converger_writes:?}");
+    let runs = running
+        .backend
+        .kustomization(NS, "apps")
+        .unwrap()
+        .revisions
+        .len();
+    let wedge = event(
+        "Kustomization",
+        "apps",
+        "StatefulSet/default/web dry-run failed (Invalid): StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden",
+    );
+    assert_eq!(
+        running.backend.hook(&wedge),
+        vec!["flux-system/apps".to_string()]
+    );
+    settled(&running).await;
+    assert_eq!(
+        running
+            .backend
+            .kustomization(NS, "apps")
+            .unwrap()
+            .revisions
+            .len(),
+        runs
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    assert_eq!(
+        finished(&running, &r1).await.state,
+        RevisionState::Converged
+    );
+
+    // The orphan delete is applied but its answer is lost: the run stops with the
+    // StatefulSet deleted and its intent in the journal, as if the process had died there.
+    fake.add_fault(support::FaultRule {
+        method: Some(support::Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: support::Fault::DropAfterWrite,
+    });
+    let two = web("2Gi");
+    let r2 = flux
+        .source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    let failed = finished(&running, &r2.revision).await;
+    assert_eq!(failed.state, RevisionState::Failed, "{failed:#?}");
+    running.shutdown().await;
+    fake.gc_settled().await;
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_none(),
+        "deleted, not re-applied"
+    );
+    let intents = fake.list("v1", "ConfigMap", Some(NS));
+    assert!(
+        intents
+            .iter()
+            .any(|c| c["metadata"]["labels"]["flux-converger.io/record"] == "intent"),
+        "an intent is left"
+    );
+
+    let restarted = serve(fake).await;
+    until(|| {
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some()
+    })
+    .await;
+    let done = loop {
+        let r = finished(&restarted, &r2.revision).await;
+        if r.state != RevisionState::Failed {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(done.state, RevisionState::Converged, "{done:#?}");
+    assert_eq!(claim_request(fake, "data-web-0"), "2Gi");
+    assert_eq!(applied(fake).as_deref(), Some(r2.revision.as_str()));
+    restarted.shutdown().await;
+}
