@@ -888,6 +888,20 @@ fn resolver(client: kube::Client) -> Resolver {
     }
 }
 
+/// Waits until the suspend gate has suspended the Kustomization again after a hand-off.
+async fn resuspended(fake: &FakeApiServer) {
+    until(|| {
+        fake.get(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some(NS),
+            "apps",
+        )
+        .is_some_and(|k| k["spec"]["suspend"] == json!(true))
+    })
+    .await;
+}
+
 fn applied(fake: &FakeApiServer) -> Option<String> {
     fake.get(
         "kustomize.toolkit.fluxcd.io/v1",
@@ -973,6 +987,7 @@ async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
     let first = finished(&running, &r1).await;
     assert_eq!(first.state, RevisionState::Converged, "{first:?}");
     assert_eq!(first.trigger, Trigger::Startup);
+    resuspended(fake).await;
     let pods = (
         uid(fake, "v1", "Pod", "default", "web-0"),
         uid(fake, "v1", "Pod", "default", "web-1"),
@@ -1021,7 +1036,119 @@ async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
         "{:?}",
         flux.kc.reconciled()
     );
+    status_contract(&running, &r2).await;
     running.shutdown().await;
+}
+
+fn keys(value: &serde_json::Value) -> Vec<String> {
+    let mut keys: Vec<String> = value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The `/status` JSON contract, pinned over HTTP on the running service.
+async fn status_contract(running: &Running, revision: &str) {
+    let base = format!("http://{}", running.addr);
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        let request = http.get(format!("{base}{path}"));
+        async move {
+            let response = request.send().await.expect("the service answers");
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            (
+                status,
+                serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+            )
+        }
+    };
+    assert_eq!(
+        http.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+
+    let (code, list) = get("/status").await;
+    assert_eq!(code, 200);
+    assert_eq!(keys(&list), ["kustomizations"]);
+    let item = &list["kustomizations"][0];
+    assert_eq!(
+        keys(item),
+        ["gate", "last", "name", "namespace", "sourceRevision"]
+    );
+    assert_eq!(item["gate"], "suspend");
+    assert_eq!(item["sourceRevision"], json!(revision));
+    let last = &item["last"];
+    assert_eq!(
+        keys(last),
+        [
+            "digest",
+            "error",
+            "finishedAt",
+            "flux",
+            "gate",
+            "generation",
+            "handoff",
+            "revision",
+            "startedAt",
+            "state",
+            "trigger",
+            "warnings"
+        ]
+    );
+    assert_eq!(last["state"], "converged");
+    assert_eq!(
+        keys(&last["handoff"]),
+        ["action", "at", "mode", "requestedAt", "resuspendedAt"]
+    );
+    assert_eq!(last["handoff"]["mode"], "suspend");
+    assert_eq!(
+        keys(&last["flux"]),
+        ["appliedRevision", "message", "outcome"]
+    );
+    assert_eq!(last["flux"]["outcome"], "applied");
+
+    let (code, detail) = get("/status/flux-system/apps").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        keys(&detail),
+        ["gate", "name", "namespace", "revisions", "sourceRevision"]
+    );
+    let newest = &detail["revisions"][0];
+    assert_eq!(newest["revision"], json!(revision));
+    let sts = &newest["statefulsets"][0];
+    assert_eq!(
+        keys(sts),
+        [
+            "claims",
+            "deferred",
+            "error",
+            "name",
+            "namespace",
+            "newUid",
+            "oldUid",
+            "outcome",
+            "refusal",
+            "templates"
+        ]
+    );
+    assert_eq!(sts["outcome"], "converged");
+    assert_eq!(
+        sts["templates"],
+        json!([{"template": "data", "from": "1Gi", "to": "2Gi"}])
+    );
+    assert_eq!(keys(&sts["claims"][0]), ["claim", "from", "to"]);
+    let (code, _) = get("/status/flux-system/not-handled").await;
+    assert_eq!(code, 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1125,6 +1252,7 @@ async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
         finished(&running, &r1).await.state,
         RevisionState::Converged
     );
+    resuspended(fake).await;
 
     // The orphan delete is applied but its answer is lost: the run stops with the
     // StatefulSet deleted and its intent in the journal, as if the process had died there.
@@ -1144,10 +1272,12 @@ async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
     assert_eq!(failed.state, RevisionState::Failed, "{failed:#?}");
     running.shutdown().await;
     fake.gc_settled().await;
+    let left = fake.get("apps/v1", "StatefulSet", Some("default"), "web");
     assert!(
-        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
-            .is_none(),
-        "deleted, not re-applied"
+        left.is_none(),
+        "deleted, not re-applied: {:#}\n{:#?}",
+        left.unwrap_or_default()["metadata"],
+        failed
     );
     let intents = fake.list("v1", "ConfigMap", Some(NS));
     assert!(

@@ -472,6 +472,19 @@ async fn work(
                         .note_finished(&key, spec);
                 }
                 queue.complete(&key, completion);
+                if completion == Completion::Retry {
+                    // The source moved on while the failed run ran: the new revision need
+                    // not wait for the old one's backoff.
+                    let failed = store.last(&key.namespace, &key.name).map(|r| r.revision);
+                    let now = index
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .source_revision(&key)
+                        .map(String::from);
+                    if now.is_some() && failed.is_some() && now != failed {
+                        queue.push_now(key, Trigger::Resync);
+                    }
+                }
             }
         })
         .await;

@@ -80,7 +80,7 @@ struct Scheduled {
 
 struct Running {
     trigger: Trigger,
-    /// A trigger that arrived during the run, and whether it may skip a backoff.
+    /// A trigger that arrived during the run, and whether it was urgent.
     follow_up: Option<(Trigger, bool)>,
 }
 
@@ -236,11 +236,11 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
                         until: now + wait,
                     },
                 );
-                let (trigger, deadline) = match running.follow_up {
-                    Some((trigger, true)) => (trigger, now),
-                    Some((trigger, false)) => (trigger, now + wait),
-                    None => (running.trigger, now + wait),
-                };
+                // A trigger that arrived during the failing run waits out the backoff too: it
+                // was most likely about the revision that just failed. The caller pushes again
+                // with `push_now` when it knows something changed since.
+                let trigger = running.follow_up.map_or(running.trigger, |(t, _)| t);
+                let deadline = now + wait;
                 if !shared.closed {
                     shared.schedule(key.clone(), trigger, deadline);
                 }

@@ -109,13 +109,19 @@ async fn failures_accumulate_and_a_success_forgets_them() {
 }
 
 #[tokio::test]
-async fn an_urgent_trigger_during_a_failing_run_skips_the_backoff() {
+async fn a_trigger_during_a_failing_run_waits_out_the_backoff() {
     let (q, _) = queue(HOUR);
     let mut ready = q.ready();
     q.push("apps/a", Trigger::Resync);
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Resync)));
+    // Most likely about the revision that is failing right now.
     q.push_now("apps/a", Trigger::Webhook);
     q.complete(&"apps/a", Completion::Retry);
+    assert_eq!(q.failures(&"apps/a"), 1);
+    q.push("apps/b", Trigger::Resync);
+    assert_eq!(ready.next().await, Some(("apps/b", Trigger::Resync)));
+    // What is pushed after the failure, knowing something changed, does not wait.
+    q.push_now("apps/a", Trigger::Webhook);
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Webhook)));
 }
 
