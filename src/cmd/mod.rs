@@ -5,6 +5,7 @@ pub mod artifact_limits;
 pub mod converge;
 pub mod plan;
 pub mod render;
+pub mod serve;
 
 /// Process exit codes (DESIGN.md §5).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -1,7 +1,652 @@
-//! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks.
+//! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks:
+//! the watches, the resync, the leader loop, the workers and the HTTP server; [`Running`] stops
+//! them in the one order that never leaves a StatefulSet between its orphan delete and its
+//! re-apply (queue closed, running revisions finished, then everything else).
 
+pub mod backend;
 pub mod events;
 pub mod gate;
+pub mod index;
+pub mod leader;
 pub mod metrics;
+pub mod queue;
 pub mod record;
 pub mod results;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::flux::render::KustomizeCommand;
+use crate::http::backend::Backend;
+use crate::service::backend::ServiceBackend;
+use crate::service::index::{Index, Key, Records};
+use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
+use crate::service::metrics::Metrics;
+use crate::service::queue::{BackoffPolicy, Completion, Queue};
+use crate::service::record::{GateMode, RevisionState, Trigger};
+use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
+
+/// Everything `flux-converger serve` is configured with (its flags, DESIGN.md §5).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Where results and intents live (and the Lease).
+    pub namespace: String,
+    pub hmac_key: Option<Vec<u8>>,
+    pub hook_token: Option<String>,
+    pub default_gate: GateMode,
+    pub watch_label_selector: Option<String>,
+    pub workers: usize,
+    pub resync: Duration,
+    pub handoff_timeout: Duration,
+    pub leader_elect: bool,
+    pub no_cross_namespace_refs: bool,
+    pub default_service_account: Option<String>,
+    pub events_addr: Option<String>,
+    pub kustomize: KustomizeCommand,
+    pub call_timeout: Duration,
+}
+
+/// Knobs that are not flags: defaults suit a cluster; tests shorten them.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// The Lease (with `leader_elect`).
+    pub lease: LeaseSettings,
+    pub backoff: BackoffPolicy,
+    /// How often a replica that does not lead re-reads the results, so its `/status` follows
+    /// the leader's.
+    pub reload: Duration,
+    /// How long shutdown waits for running revisions. Kubernetes' default termination grace
+    /// period is 30 s; a revision cut short is finished from its journal by the next leader.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            lease: LeaseSettings::new(leader::default_identity()),
+            backoff: BackoffPolicy::default(),
+            reload: Duration::from_secs(15),
+            shutdown_grace: Duration::from_secs(25),
+        }
+    }
+}
+
+/// How one run of a revision ended, as the runtime needs it (the gate's outcome).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Converged, refused or superseded: finished.
+    Done(RevisionState),
+    /// A step failed: retried with backoff.
+    Failed { message: String },
+    /// Claims not yet Bound: re-checked at every resync.
+    Deferred,
+    /// The annotation says `off` now, or the Kustomization is gone.
+    NotHandled,
+}
+
+/// One revision of one Kustomization: render → converge → hand off → observe (the gate).
+pub trait Runner: Send + Sync + 'static {
+    fn run<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        trigger: Trigger,
+    ) -> BoxFuture<'a, RunOutcome>;
+}
+
+/// The results store as the runtime needs it: readable at once, (re)loaded from the cluster.
+pub trait Store: Records {
+    fn load(&self) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// What finishes a previous process's unfinished converges when this one starts leading.
+pub trait Resume: Send + Sync + 'static {
+    fn resume_all(&self) -> BoxFuture<'_, ()>;
+}
+
+/// The parts [`start_with`] assembles: the gate, the results, the HTTP app, the resume.
+pub struct Parts {
+    pub runner: Arc<dyn Runner>,
+    pub store: Arc<dyn Store>,
+    pub resume: Arc<dyn Resume>,
+    /// Builds the HTTP app over the service's backend.
+    pub app: Box<dyn FnOnce(Arc<dyn Backend>) -> axum::Router + Send>,
+    pub metrics: Metrics,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// A started service.
+pub struct Running {
+    /// The address the HTTP server listens on (the port is known even for `:0`).
+    pub addr: SocketAddr,
+    pub backend: ServiceBackend,
+    queue: Queue<Key>,
+    cancel: CancellationToken,
+    workers: Option<JoinHandle<()>>,
+    server: Option<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+    leadership: Leadership,
+    shutdown_grace: Duration,
+}
+
+impl Running {
+    /// Whether this replica leads (always, without `--leader-elect`).
+    pub fn is_leading(&self) -> bool {
+        self.leadership.is_leading()
+    }
+
+    /// Stops gracefully: no new revision starts, the running ones finish (bounded by the
+    /// shutdown grace), then the watches and the HTTP server stop and the Lease is released.
+    pub async fn shutdown(self) {
+        let Running {
+            queue,
+            cancel,
+            workers,
+            server,
+            background,
+            leadership,
+            shutdown_grace,
+            ..
+        } = self;
+        queue.close();
+        let running = queue.running();
+        if running > 0 {
+            tracing::info!(running, "shutting down: waiting for running revisions");
+        }
+        if let Some(mut workers) = workers
+            && tokio::time::timeout(shutdown_grace, &mut workers)
+                .await
+                .is_err()
+        {
+            tracing::warn!(
+                grace = ?shutdown_grace,
+                "running revisions did not finish in time; the next leader resumes them from their intents"
+            );
+            workers.abort();
+        }
+        cancel.cancel();
+        for task in background {
+            let _ = task.await;
+        }
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        leadership.release(Duration::from_secs(5)).await;
+        tracing::info!("stopped");
+    }
+
+    /// Resolves when the HTTP server or the workers stop on their own (a fatal error: both
+    /// run until [`Running::shutdown`] otherwise). Cancel-safe.
+    pub async fn stopped(&mut self) {
+        let (Some(server), Some(workers)) = (self.server.as_mut(), self.workers.as_mut()) else {
+            return;
+        };
+        tokio::select! {
+            _ = server => self.server = None,
+            _ = workers => self.workers = None,
+        }
+    }
+
+    /// Runs until the service stops on its own, then shuts down.
+    pub async fn wait(mut self) {
+        self.stopped().await;
+        self.shutdown().await;
+    }
+}
+
+/// Starts the service from its parts (see [`Parts`]) and returns once it listens.
+pub async fn start_with(
+    config: Config,
+    client: kube::Client,
+    tuning: Tuning,
+    parts: Parts,
+) -> Result<Running, ServiceError> {
+    let Parts {
+        runner,
+        store,
+        resume,
+        app,
+        metrics,
+    } = parts;
+    let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
+    let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
+    // Nothing runs before this replica leads and has finished the previous one's intents.
+    queue.pause(true);
+    let readiness = Readiness::default();
+    let records: Arc<dyn Records> = Arc::new(StoreRecords(store.clone()));
+    let feed = Feed {
+        index: index.clone(),
+        queue: queue.clone(),
+        records: records.clone(),
+        readiness: readiness.clone(),
+    };
+    let backend = ServiceBackend {
+        index: index.clone(),
+        queue: queue.clone(),
+        records,
+        readiness: readiness.clone(),
+    };
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|error| ServiceError::Listen {
+            addr: config.listen,
+            error,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|error| ServiceError::Listen {
+            addr: config.listen,
+            error,
+        })?;
+
+    let leadership = if config.leader_elect {
+        Leadership::elect(client.clone(), &config.namespace, &tuning.lease).await?
+    } else {
+        Leadership::always()
+    };
+
+    let cancel = CancellationToken::new();
+    let mut background = Vec::new();
+    let until_cancelled = |cancel: &CancellationToken, task: BoxFuture<'static, ()>| {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = task => {}
+            }
+        })
+    };
+    background.push(until_cancelled(
+        &cancel,
+        Box::pin(
+            feed.clone()
+                .watch_kustomizations(client.clone(), config.watch_label_selector.clone()),
+        ),
+    ));
+    for kind in SOURCE_KINDS {
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(feed.clone().watch_sources(client.clone(), kind)),
+        ));
+    }
+    background.push(until_cancelled(
+        &cancel,
+        Box::pin(feed.clone().resync(config.resync, metrics.clone())),
+    ));
+    background.push(until_cancelled(
+        &cancel,
+        Box::pin(lead(
+            feed.clone(),
+            leadership.subscribe(),
+            store.clone(),
+            resume,
+            tuning.reload,
+        )),
+    ));
+
+    let workers = tokio::spawn(work(
+        queue.clone(),
+        index.clone(),
+        store.clone(),
+        runner,
+        config.workers.max(1),
+    ));
+
+    let router = app(Arc::new(backend.clone()));
+    let server = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let result = axum::serve(listener, router)
+                .with_graceful_shutdown(cancel.cancelled_owned())
+                .await;
+            if let Err(error) = result {
+                tracing::error!(%error, "HTTP server stopped");
+            }
+        })
+    };
+    tracing::info!(%addr, namespace = %config.namespace, workers = config.workers,
+        default_gate = %config.default_gate, leader_elect = config.leader_elect, "serving");
+
+    Ok(Running {
+        addr,
+        backend,
+        queue,
+        cancel,
+        workers: Some(workers),
+        server: Some(server),
+        background,
+        leadership,
+        shutdown_grace: tuning.shutdown_grace,
+    })
+}
+
+/// Adapts a [`Store`] to the index's [`Records`].
+struct StoreRecords(Arc<dyn Store>);
+
+impl Records for StoreRecords {
+    fn last(&self, namespace: &str, name: &str) -> Option<record::RevisionRecord> {
+        self.0.last(namespace, name)
+    }
+    fn history(&self, namespace: &str, name: &str) -> Vec<record::RevisionRecord> {
+        self.0.history(namespace, name)
+    }
+    fn is_loaded(&self) -> bool {
+        self.0.is_loaded()
+    }
+}
+
+/// Loads the results, retrying (they must be readable before anything is due).
+async fn load_records(store: &dyn Store) {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match store.load().await {
+            Ok(()) => return,
+            Err(error) => {
+                tracing::warn!(%error, "reading the results; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Follows leadership: on taking the lead, read the results, finish the previous leader's
+/// intents, queue whatever is due (trigger `startup`) and let the workers run; on losing it,
+/// pause them. While not leading, re-read the results now and then for `/status`.
+async fn lead(
+    feed: Feed,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+    store: Arc<dyn Store>,
+    resume: Arc<dyn Resume>,
+    reload: Duration,
+) {
+    load_records(store.as_ref()).await;
+    loop {
+        let is_leading = *leading.borrow_and_update();
+        if is_leading {
+            feed.readiness.wait_synced(Duration::from_millis(50)).await;
+            // The previous leader may have written records since they were last read.
+            load_records(store.as_ref()).await;
+            resume.resume_all().await;
+            let queued = feed.queue_due(Trigger::Startup);
+            tracing::info!(queued, "leading: converging");
+            feed.queue.pause(false);
+            if leading.changed().await.is_err() {
+                return;
+            }
+        } else {
+            feed.queue.pause(true);
+            tracing::info!("not leading: serving status only");
+            loop {
+                tokio::select! {
+                    changed = leading.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep(reload) => {
+                        if let Err(error) = store.load().await {
+                            tracing::warn!(%error, "re-reading the results");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The workers: at most `workers` revisions at once, one per Kustomization. A key handed out
+/// is run only if it is still due (a webhook for a revision already finished, a refused
+/// revision, a follow-up made moot by the run before it are skipped).
+async fn work(
+    queue: Queue<Key>,
+    index: Arc<RwLock<Index>>,
+    store: Arc<dyn Store>,
+    runner: Arc<dyn Runner>,
+    workers: usize,
+) {
+    queue
+        .ready()
+        .for_each_concurrent(workers, |(key, trigger)| {
+            let (queue, index, store, runner) =
+                (queue.clone(), index.clone(), store.clone(), runner.clone());
+            async move {
+                let last = store.last(&key.namespace, &key.name);
+                let (due, spec) = {
+                    let index = index.read().unwrap_or_else(|e| e.into_inner());
+                    (
+                        index.due(&key, last.as_ref()),
+                        index.entry(&key).map(|e| e.spec_digest),
+                    )
+                };
+                let Some(due) = due else {
+                    tracing::debug!(kustomization = %key, trigger = ?trigger, "not due; skipped");
+                    queue.complete(&key, Completion::Done);
+                    return;
+                };
+                tracing::info!(kustomization = %key, trigger = ?trigger, due = due.as_str(), "run");
+                let outcome = runner.run(&key.namespace, &key.name, trigger).await;
+                let completion = match &outcome {
+                    RunOutcome::Done(state) => {
+                        tracing::info!(kustomization = %key, state = state.as_str(), "finished");
+                        Completion::Done
+                    }
+                    RunOutcome::Deferred => {
+                        tracing::info!(kustomization = %key, "deferred: claims grow once Bound");
+                        Completion::Deferred
+                    }
+                    RunOutcome::NotHandled => Completion::Done,
+                    RunOutcome::Failed { message } => {
+                        tracing::warn!(kustomization = %key, error = %message, failures = queue.failures(&key) + 1, "failed; retrying with backoff");
+                        Completion::Retry
+                    }
+                };
+                if matches!(outcome, RunOutcome::Done(_) | RunOutcome::Deferred)
+                    && let Some(spec) = spec
+                {
+                    index
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .note_finished(&key, spec);
+                }
+                queue.complete(&key, completion);
+                if completion == Completion::Retry {
+                    // The source moved on while the failed run ran: the new revision need
+                    // not wait for the old one's backoff.
+                    let failed = store.last(&key.namespace, &key.name).map(|r| r.revision);
+                    let now = index
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .source_revision(&key)
+                        .map(String::from);
+                    if now.is_some() && failed.is_some() && now != failed {
+                        queue.push_now(key, Trigger::Resync);
+                    }
+                }
+            }
+        })
+        .await;
+}
+
+impl Store for results::Results {
+    fn load(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            results::Results::load(self)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl Records for results::Results {
+    fn last(&self, namespace: &str, name: &str) -> Option<record::RevisionRecord> {
+        results::Results::last(self, namespace, name)
+    }
+    fn history(&self, namespace: &str, name: &str) -> Vec<record::RevisionRecord> {
+        results::Results::history(self, namespace, name)
+    }
+    fn is_loaded(&self) -> bool {
+        results::Results::is_loaded(self)
+    }
+}
+
+impl Runner for gate::Gate {
+    fn run<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        trigger: Trigger,
+    ) -> BoxFuture<'a, RunOutcome> {
+        Box::pin(async move {
+            match gate::Gate::run(self, namespace, name, trigger).await {
+                gate::GateOutcome::Done(state) => RunOutcome::Done(state),
+                gate::GateOutcome::Failed { message } => RunOutcome::Failed { message },
+                gate::GateOutcome::Deferred => RunOutcome::Deferred,
+                gate::GateOutcome::NotHandled => RunOutcome::NotHandled,
+            }
+        })
+    }
+}
+
+/// Starts `flux-converger serve`: the results store, the gate (render → converge → hand off),
+/// the HTTP app, the watches, the workers and (with `leader_elect`) the Lease. Returns once
+/// the HTTP server listens.
+pub async fn start(config: Config, client: kube::Client) -> Result<Running, ServiceError> {
+    start_tuned(config, client, Tuning::default()).await
+}
+
+/// [`start`] with non-flag knobs (tests shorten the Lease and the backoff).
+pub async fn start_tuned(
+    config: Config,
+    client: kube::Client,
+    tuning: Tuning,
+) -> Result<Running, ServiceError> {
+    let (registry, metrics) = metrics::registry();
+    let results = results::Results::new(
+        client.clone(),
+        config.namespace.clone(),
+        config.call_timeout,
+    );
+    let fetcher = crate::flux::artifact::Fetcher::new(
+        crate::flux::artifact::FetchOptions::default().with_env_host_override(),
+    )
+    .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
+    let resolver = crate::flux::render::resolve::Resolver {
+        client: client.clone(),
+        fetcher,
+        kustomize: config.kustomize.clone(),
+        strict: true,
+        allow_cross_namespace: !config.no_cross_namespace_refs,
+    };
+    let events = events::EventSink::new(
+        client.clone(),
+        config.events_addr.as_deref(),
+        Some(tuning.lease.identity.clone()),
+    )
+    .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
+    let gate = gate::Gate::new(gate::GateConfig {
+        client: client.clone(),
+        namespace: config.namespace.clone(),
+        resolver,
+        results: results.clone(),
+        metrics: metrics.clone(),
+        handoff_timeout: config.handoff_timeout,
+        call_timeout: config.call_timeout,
+        default_service_account: config.default_service_account.clone(),
+        events,
+        default_gate: config.default_gate,
+    });
+    let resume = JournalResume {
+        client: client.clone(),
+        namespace: config.namespace.clone(),
+        call_timeout: config.call_timeout,
+        wait_timeout: crate::converge::Options::default().wait_timeout,
+    };
+    let auth = crate::http::HookAuth {
+        hmac_key: config.hmac_key.clone(),
+        token: config.hook_token.clone(),
+    };
+    let registry = Arc::new(registry);
+    let app_metrics = metrics.clone();
+    let parts = Parts {
+        runner: Arc::new(gate),
+        store: Arc::new(results),
+        resume: Arc::new(resume),
+        app: Box::new(move |backend| {
+            crate::http::router(crate::http::AppState {
+                backend,
+                registry,
+                metrics: app_metrics,
+                auth,
+            })
+        }),
+        metrics,
+    };
+    start_with(config, client, tuning, parts).await
+}
+
+/// Finishes the intents a previous process left in the journal (`converge::resume_all`):
+/// no crash leaves a StatefulSet deleted, and this is where the next leader makes sure of it.
+pub struct JournalResume {
+    pub client: kube::Client,
+    /// The journal's namespace (`--namespace`).
+    pub namespace: String,
+    pub call_timeout: Duration,
+    pub wait_timeout: Duration,
+}
+
+impl Resume for JournalResume {
+    fn resume_all(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let cluster = crate::cluster::KubeCluster::new(self.client.clone(), self.call_timeout);
+            let journal = crate::journal::ConfigMapJournal::new(
+                self.client.clone(),
+                self.namespace.clone(),
+                self.call_timeout,
+            );
+            let options = crate::converge::Options {
+                wait_timeout: self.wait_timeout,
+                ..Default::default()
+            };
+            match crate::converge::resume_all(&cluster, &journal, &options).await {
+                Ok(results) => {
+                    for (namespace, name, result) in results {
+                        let statefulset = format!("{namespace}/{name}");
+                        match result {
+                            Ok(Some(report)) => {
+                                tracing::info!(%statefulset, action = ?report.action, "resumed an unfinished converge")
+                            }
+                            Ok(None) => {}
+                            Err(error) => {
+                                tracing::warn!(%statefulset, %error, "resuming an unfinished converge failed; retried at the next start")
+                            }
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "listing unfinished converges"),
+            }
+        })
+    }
+}

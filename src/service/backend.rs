@@ -1,0 +1,100 @@
+//! The service as the HTTP side sees it ([`Backend`]): the webhook routes through the index
+//! into the queue, `/status` reads the index and the records, `/readyz` the watches and the
+//! records. Nothing here waits on the cluster, so every request answers from memory.
+
+use std::sync::{Arc, RwLock};
+
+use crate::flux::event::Event;
+use crate::http::backend::Backend;
+use crate::service::index::{Index, Key, Records};
+use crate::service::queue::Queue;
+use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
+use crate::service::watch::Readiness;
+
+/// The [`Backend`] of a running service.
+#[derive(Clone)]
+pub struct ServiceBackend {
+    pub index: Arc<RwLock<Index>>,
+    pub queue: Queue<Key>,
+    pub records: Arc<dyn Records>,
+    pub readiness: Readiness,
+}
+
+impl ServiceBackend {
+    fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Backend for ServiceBackend {
+    fn hook(&self, event: &Event) -> Vec<String> {
+        let route = self.index().route(event);
+        let object = &event.involved_object;
+        let mut queued = Vec::with_capacity(route.keys.len());
+        for key in route.keys {
+            tracing::info!(kustomization = %key, kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name),
+                reason = %event.reason, wedged = route.wedged, "queued by webhook");
+            queued.push(key.to_string());
+            if route.wedged {
+                self.queue.push_now(key, Trigger::Webhook);
+            } else {
+                self.queue.push(key, Trigger::Webhook);
+            }
+        }
+        queued.sort();
+        queued
+    }
+
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        let index = self.index();
+        index
+            .handled_keys(namespace)
+            .into_iter()
+            .filter_map(|key| {
+                let gate = index.handled(&key)?;
+                Some(KustomizationSummary {
+                    gate,
+                    source_revision: index.source_revision(&key).map(String::from),
+                    last: self
+                        .records
+                        .last(&key.namespace, &key.name)
+                        .map(|r| r.summary()),
+                    namespace: key.namespace,
+                    name: key.name,
+                })
+            })
+            .collect()
+    }
+
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+        let key = Key::new(namespace, name);
+        let (gate, source_revision) = {
+            let index = self.index();
+            let gate = index.handled(&key)?;
+            (gate, index.source_revision(&key).map(String::from))
+        };
+        Some(KustomizationDetail {
+            namespace: key.namespace,
+            name: key.name,
+            gate,
+            source_revision,
+            revisions: self.records.history(namespace, name),
+        })
+    }
+
+    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.index().handled(&Key::new(namespace, name))?;
+        self.records.last(namespace, name)
+    }
+
+    fn ready(&self) -> Result<(), String> {
+        let unsynced = self.readiness.unsynced();
+        if !unsynced.is_empty() {
+            return Err(format!("caches not synced: {}", unsynced.join(", ")));
+        }
+        if !self.records.is_loaded() {
+            return Err("results not read yet".to_string());
+        }
+        Ok(())
+    }
+}

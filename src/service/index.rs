@@ -1,0 +1,422 @@
+//! Which Kustomizations the service handles, what their sources publish, and which of them
+//! are due for a run. Pure: the watches feed it objects, the webhook asks it where an event
+//! routes, the resync asks it what is due given the last finished records. Nothing here reads
+//! a cluster, so every rule is pinned by a table test without an API server.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+
+use crate::flux::event::Event;
+use crate::flux::objects::{Kustomization, SourceKind};
+use crate::service::record::{GateMode, RevisionRecord, RevisionState, StatefulSetOutcome};
+
+/// The annotation that opts a Kustomization in (`suspend`, `reconcile`) or out (`off`).
+pub const GATE_ANNOTATION: &str = "flux-converger.io/gate";
+
+/// What kustomize-controller reports when a grown volume size wedges a Kustomization (the
+/// field list after it varies with the Kubernetes version, so only the prefix is matched).
+pub const WEDGE_MESSAGE: &str = "updates to statefulset spec for fields other than";
+
+/// The per-revision records the service finished, newest first: what is due depends on them.
+/// The results store implements it; tests give an in-memory stand-in.
+pub trait Records: Send + Sync + 'static {
+    /// The newest record of `namespace/name`.
+    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord>;
+    /// Every kept record of `namespace/name`, newest first.
+    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord>;
+    /// Whether the records have been read (once) from where they persist.
+    fn is_loaded(&self) -> bool;
+}
+
+/// A Kustomization, by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Key {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A source object, by kind, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SourceKey {
+    pub kind: SourceKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What the index keeps of one Kustomization.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The gate in force: the annotation's, else the default; `Off` when not handled.
+    pub gate: GateMode,
+    /// An annotation value that is none of `suspend|reconcile|off` (treated as `off`: a typo
+    /// must not hand a Kustomization to the service).
+    pub invalid_gate: Option<String>,
+    /// `None` when `spec.sourceRef.kind` is not a kind Flux renders from.
+    pub source: Option<SourceKey>,
+    /// A digest of the spec without `spec.suspend`: the suspend gate toggles that field
+    /// itself, and only a change to the rest makes a finished revision worth another run.
+    pub spec_digest: u64,
+    /// `metadata.generation`, compared with a refused record's after a restart (when
+    /// `finished_spec` is not known yet).
+    pub generation: Option<i64>,
+    /// `spec_digest` when the last run of this Kustomization finished (in this process).
+    finished_spec: Option<u64>,
+}
+
+impl Entry {
+    pub fn handled(&self) -> bool {
+        self.gate != GateMode::Off
+    }
+}
+
+/// Why a handled Kustomization is due for a run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Due {
+    /// No record yet.
+    NeverRun,
+    /// The source publishes a revision other than the last one finished.
+    NewRevision,
+    /// The last run of this revision did not finish (`running` after a restart, or `failed`).
+    Unfinished,
+    /// The revision converged but left claims to grow once they are Bound.
+    Deferred,
+    /// The spec changed since the last run finished (a patch may change the StatefulSets).
+    SpecChanged,
+}
+
+impl Due {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Due::NeverRun => "never-run",
+            Due::NewRevision => "new-revision",
+            Due::Unfinished => "unfinished",
+            Due::Deferred => "deferred",
+            Due::SpecChanged => "spec-changed",
+        }
+    }
+}
+
+/// How an event routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Handled Kustomizations the event names, sorted.
+    pub keys: Vec<Key>,
+    /// The event is Flux reporting the wedge this service exists for: run now, whatever the
+    /// backoff of an earlier failure says.
+    pub wedged: bool,
+}
+
+/// What changed when a Kustomization was applied to the index.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub handled: bool,
+    /// First seen, or its gate, source or spec (but `suspend`) changed.
+    pub changed: bool,
+}
+
+/// Handled Kustomizations, their sources, and the source revisions.
+#[derive(Debug)]
+pub struct Index {
+    default_gate: GateMode,
+    kustomizations: BTreeMap<Key, Entry>,
+    revisions: HashMap<SourceKey, Option<String>>,
+    by_source: HashMap<SourceKey, BTreeSet<Key>>,
+}
+
+impl Index {
+    pub fn new(default_gate: GateMode) -> Self {
+        Index {
+            default_gate,
+            kustomizations: BTreeMap::new(),
+            revisions: HashMap::new(),
+            by_source: HashMap::new(),
+        }
+    }
+
+    pub fn default_gate(&self) -> GateMode {
+        self.default_gate
+    }
+
+    /// Adds or updates a Kustomization.
+    pub fn apply_kustomization(&mut self, ks: &Kustomization) -> Option<(Key, Applied)> {
+        let (key, mut entry) = entry_of(ks, self.default_gate)?;
+        let changed = match self.kustomizations.get(&key) {
+            Some(old) => {
+                entry.finished_spec = old.finished_spec;
+                old.gate != entry.gate
+                    || old.source != entry.source
+                    || old.spec_digest != entry.spec_digest
+            }
+            None => true,
+        };
+        let handled = entry.handled();
+        self.unlink(&key);
+        if let Some(source) = &entry.source {
+            self.by_source
+                .entry(source.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.kustomizations.insert(key.clone(), entry);
+        Some((key, Applied { handled, changed }))
+    }
+
+    pub fn delete_kustomization(&mut self, key: &Key) {
+        self.unlink(key);
+        self.kustomizations.remove(key);
+    }
+
+    /// Replaces every Kustomization (a watch's relist: Init … InitDone), keeping what this
+    /// process remembers about finished runs of the ones still there.
+    pub fn reset_kustomizations<'a>(&mut self, all: impl IntoIterator<Item = &'a Kustomization>) {
+        let old = std::mem::take(&mut self.kustomizations);
+        self.by_source.clear();
+        for ks in all {
+            if let Some((key, _)) = self.apply_kustomization(ks)
+                && let (Some(entry), Some(previous)) =
+                    (self.kustomizations.get_mut(&key), old.get(&key))
+            {
+                entry.finished_spec = previous.finished_spec;
+            }
+        }
+    }
+
+    fn unlink(&mut self, key: &Key) {
+        if let Some(source) = self.kustomizations.get(key).and_then(|e| e.source.clone())
+            && let Some(keys) = self.by_source.get_mut(&source)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_source.remove(&source);
+            }
+        }
+    }
+
+    /// Records what a source publishes now; returns the handled Kustomizations that read it
+    /// when the revision changed (they are due).
+    pub fn apply_source(&mut self, source: SourceKey, revision: Option<String>) -> Vec<Key> {
+        let changed = self.revisions.get(&source) != Some(&revision);
+        let keys = if changed {
+            self.handled_keys_of(&source)
+        } else {
+            Vec::new()
+        };
+        self.revisions.insert(source, revision);
+        keys
+    }
+
+    pub fn delete_source(&mut self, source: &SourceKey) {
+        self.revisions.remove(source);
+    }
+
+    /// Replaces every source of one kind (a relist).
+    pub fn reset_sources(
+        &mut self,
+        kind: SourceKind,
+        all: impl IntoIterator<Item = (SourceKey, Option<String>)>,
+    ) {
+        self.revisions.retain(|k, _| k.kind != kind);
+        self.revisions.extend(all);
+    }
+
+    fn handled_keys_of(&self, source: &SourceKey) -> Vec<Key> {
+        self.by_source
+            .get(source)
+            .into_iter()
+            .flatten()
+            .filter(|k| self.kustomizations.get(*k).is_some_and(Entry::handled))
+            .cloned()
+            .collect()
+    }
+
+    pub fn entry(&self, key: &Key) -> Option<&Entry> {
+        self.kustomizations.get(key)
+    }
+
+    /// The gate of a handled Kustomization; `None` when unknown or `off`.
+    pub fn handled(&self, key: &Key) -> Option<GateMode> {
+        self.kustomizations
+            .get(key)
+            .filter(|e| e.handled())
+            .map(|e| e.gate)
+    }
+
+    /// The revision the Kustomization's source publishes now, as last seen.
+    pub fn source_revision(&self, key: &Key) -> Option<&str> {
+        let source = self.kustomizations.get(key)?.source.as_ref()?;
+        self.revisions.get(source)?.as_deref()
+    }
+
+    /// Handled Kustomizations (of one namespace, or all), sorted by namespace then name.
+    pub fn handled_keys(&self, namespace: Option<&str>) -> Vec<Key> {
+        let iter: Box<dyn Iterator<Item = (&Key, &Entry)>> = match namespace {
+            Some(ns) => Box::new(
+                self.kustomizations
+                    .range(Key::new(ns, "")..)
+                    .take_while(move |(k, _)| k.namespace == ns),
+            ),
+            None => Box::new(self.kustomizations.iter()),
+        };
+        iter.filter(|(_, e)| e.handled())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    pub fn handled_count(&self) -> usize {
+        self.kustomizations.values().filter(|e| e.handled()).count()
+    }
+
+    /// Where a notification-controller event routes: a source's event to every handled
+    /// Kustomization reading it, a Kustomization's to itself when handled. Only Kustomizations
+    /// the watch has seen are named, so sharding by label selector holds for webhooks too.
+    pub fn route(&self, event: &Event) -> Route {
+        let object = &event.involved_object;
+        let keys = match SourceKind::parse(&object.kind) {
+            Some(kind) => self.handled_keys_of(&SourceKey {
+                kind,
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+            }),
+            None if object.kind == "Kustomization" => {
+                let key = Key::new(&object.namespace, &object.name);
+                match self.handled(&key) {
+                    Some(_) => vec![key],
+                    None => Vec::new(),
+                }
+            }
+            None => Vec::new(),
+        };
+        let wedged = object.kind == "Kustomization" && event.message.contains(WEDGE_MESSAGE);
+        Route { keys, wedged }
+    }
+
+    /// Remembers the spec a run finished with, so a later spec change makes it due again.
+    pub fn note_finished(&mut self, key: &Key, spec_digest: u64) {
+        if let Some(entry) = self.kustomizations.get_mut(key) {
+            entry.finished_spec = Some(spec_digest);
+        }
+    }
+
+    /// Whether a handled Kustomization is due, given its newest record. A Kustomization
+    /// whose source publishes no revision yet is not due (there is nothing to render).
+    pub fn due(&self, key: &Key, last: Option<&RevisionRecord>) -> Option<Due> {
+        let entry = self.kustomizations.get(key).filter(|e| e.handled())?;
+        let revision = self.source_revision(key)?;
+        let Some(last) = last else {
+            return Some(Due::NeverRun);
+        };
+        if last.revision != revision {
+            return Some(Due::NewRevision);
+        }
+        match last.state {
+            RevisionState::Running | RevisionState::Failed => return Some(Due::Unfinished),
+            RevisionState::Superseded => return Some(Due::Unfinished),
+            RevisionState::Converged if has_deferred(last) => return Some(Due::Deferred),
+            RevisionState::Converged | RevisionState::Refused => {}
+        }
+        match entry.finished_spec {
+            Some(spec) if spec != entry.spec_digest => Some(Due::SpecChanged),
+            Some(_) => None,
+            // Not finished in this process (a restart): a refused record names the generation
+            // it was refused at, and a refusal is never handed off, so the gate's own suspend
+            // toggles cannot have moved it since.
+            None => match (last.state, last.generation, entry.generation) {
+                (RevisionState::Refused, Some(then), Some(now)) if now != then => {
+                    Some(Due::SpecChanged)
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// Every handled Kustomization that is due, with why, sorted.
+    pub fn due_keys<F>(&self, mut last: F) -> Vec<(Key, Due)>
+    where
+        F: FnMut(&Key) -> Option<RevisionRecord>,
+    {
+        self.kustomizations
+            .iter()
+            .filter(|(_, e)| e.handled())
+            .filter_map(|(k, _)| {
+                let record = last(k);
+                self.due(k, record.as_ref()).map(|d| (k.clone(), d))
+            })
+            .collect()
+    }
+}
+
+/// Claims left to grow once Bound make a converged revision worth re-checking.
+fn has_deferred(record: &RevisionRecord) -> bool {
+    record
+        .statefulsets
+        .iter()
+        .any(|s| s.outcome == StatefulSetOutcome::Deferred || !s.deferred.is_empty())
+}
+
+/// The index's view of one Kustomization.
+fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> {
+    let namespace = ks.metadata.namespace.clone()?;
+    let name = ks.metadata.name.clone()?;
+    let annotation = ks
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(GATE_ANNOTATION));
+    let (gate, invalid_gate) = match annotation {
+        None => (default_gate, None),
+        Some(text) => match GateMode::parse(text.trim()) {
+            Some(mode) => (mode, None),
+            None => (GateMode::Off, Some(text.clone())),
+        },
+    };
+    let source_ref = &ks.spec.source_ref;
+    let source = SourceKind::parse(&source_ref.kind).map(|kind| SourceKey {
+        kind,
+        namespace: source_ref
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| namespace.clone()),
+        name: source_ref.name.clone(),
+    });
+    Some((
+        Key::new(namespace, name),
+        Entry {
+            gate,
+            invalid_gate,
+            source,
+            spec_digest: spec_digest(ks),
+            generation: ks.metadata.generation,
+            finished_spec: None,
+        },
+    ))
+}
+
+fn spec_digest(ks: &Kustomization) -> u64 {
+    let mut spec = ks.spec.clone();
+    spec.suspend = false;
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(&spec)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,439 @@
+//! Table tests of the index: gate modes, routing, and what is due given the last record.
+
+use serde_json::json;
+
+use super::*;
+use crate::flux::event::InvolvedObject;
+use crate::service::record::{StatefulSetEntry, Trigger};
+
+fn ks(
+    ns: &str,
+    name: &str,
+    gate: Option<&str>,
+    source: (&str, &str, Option<&str>),
+) -> Kustomization {
+    let mut value = json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+        "kind": "Kustomization",
+        "metadata": {"namespace": ns, "name": name},
+        "spec": {"sourceRef": {"kind": source.0, "name": source.1}, "path": "./apps", "prune": true}
+    });
+    if let Some(g) = gate {
+        value["metadata"]["annotations"] = json!({ GATE_ANNOTATION: g });
+    }
+    if let Some(sns) = source.2 {
+        value["spec"]["sourceRef"]["namespace"] = json!(sns);
+    }
+    serde_json::from_value(value).expect("valid Kustomization")
+}
+
+fn git(ns: &str, name: &str) -> SourceKey {
+    SourceKey {
+        kind: SourceKind::GitRepository,
+        namespace: ns.into(),
+        name: name.into(),
+    }
+}
+
+fn record(revision: &str, state: RevisionState) -> RevisionRecord {
+    RevisionRecord {
+        revision: revision.into(),
+        digest: None,
+        trigger: Trigger::Resync,
+        started_at: "2026-01-01T00:00:00Z".into(),
+        finished_at: None,
+        state,
+        statefulsets: Vec::new(),
+        handoff: None,
+        flux: None,
+        warnings: Vec::new(),
+        error: None,
+        generation: None,
+        gate: None,
+    }
+}
+
+fn event(kind: &str, ns: &str, name: &str, message: &str) -> Event {
+    Event {
+        involved_object: InvolvedObject {
+            kind: kind.into(),
+            namespace: ns.into(),
+            name: name.into(),
+            ..Default::default()
+        },
+        message: message.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn gate_mode_from_annotation_and_default() {
+    // (annotation, default, expected gate, invalid kept)
+    let table: &[(Option<&str>, GateMode, GateMode, bool)] = &[
+        (None, GateMode::Off, GateMode::Off, false),
+        (None, GateMode::Suspend, GateMode::Suspend, false),
+        (None, GateMode::Reconcile, GateMode::Reconcile, false),
+        (Some("suspend"), GateMode::Off, GateMode::Suspend, false),
+        (Some("reconcile"), GateMode::Off, GateMode::Reconcile, false),
+        (Some("off"), GateMode::Suspend, GateMode::Off, false),
+        (
+            Some(" reconcile "),
+            GateMode::Off,
+            GateMode::Reconcile,
+            false,
+        ),
+        (Some("Suspend"), GateMode::Reconcile, GateMode::Off, true),
+        (Some(""), GateMode::Reconcile, GateMode::Off, true),
+    ];
+    for (annotation, default, expected, invalid) in table {
+        let mut index = Index::new(*default);
+        let (key, applied) = index
+            .apply_kustomization(&ks(
+                "apps",
+                "web",
+                *annotation,
+                ("GitRepository", "repo", None),
+            ))
+            .expect("named");
+        let entry = index.entry(&key).expect("indexed");
+        assert_eq!(
+            entry.gate, *expected,
+            "{annotation:?} with default {default}"
+        );
+        assert_eq!(entry.invalid_gate.is_some(), *invalid, "{annotation:?}");
+        assert_eq!(applied.handled, *expected != GateMode::Off);
+        assert_eq!(index.handled(&key).is_some(), *expected != GateMode::Off);
+    }
+}
+
+#[test]
+fn source_ref_namespace_defaults_to_the_kustomizations() {
+    let mut index = Index::new(GateMode::Suspend);
+    index.apply_kustomization(&ks("apps", "a", None, ("GitRepository", "repo", None)));
+    index.apply_kustomization(&ks(
+        "apps",
+        "b",
+        None,
+        ("GitRepository", "repo", Some("flux-system")),
+    ));
+    index.apply_kustomization(&ks("apps", "c", None, ("OCIRepository", "repo", None)));
+    index.apply_kustomization(&ks("apps", "d", None, ("HelmChart", "repo", None)));
+    assert_eq!(
+        index.apply_source(git("apps", "repo"), Some("main@sha1:1".into())),
+        vec![Key::new("apps", "a")]
+    );
+    assert_eq!(
+        index.apply_source(git("flux-system", "repo"), Some("main@sha1:2".into())),
+        vec![Key::new("apps", "b")]
+    );
+    assert_eq!(
+        index.source_revision(&Key::new("apps", "a")),
+        Some("main@sha1:1")
+    );
+    assert_eq!(
+        index.source_revision(&Key::new("apps", "b")),
+        Some("main@sha1:2")
+    );
+    assert_eq!(index.source_revision(&Key::new("apps", "c")), None);
+    assert_eq!(
+        index
+            .entry(&Key::new("apps", "d"))
+            .and_then(|e| e.source.clone()),
+        None
+    );
+}
+
+#[test]
+fn source_revision_change_names_only_handled_readers() {
+    let mut index = Index::new(GateMode::Off);
+    index.apply_kustomization(&ks(
+        "apps",
+        "on",
+        Some("suspend"),
+        ("GitRepository", "repo", None),
+    ));
+    index.apply_kustomization(&ks(
+        "apps",
+        "off",
+        Some("off"),
+        ("GitRepository", "repo", None),
+    ));
+    index.apply_kustomization(&ks(
+        "apps",
+        "default",
+        None,
+        ("GitRepository", "repo", None),
+    ));
+    let first = index.apply_source(git("apps", "repo"), Some("r1".into()));
+    assert_eq!(first, vec![Key::new("apps", "on")]);
+    // Same revision again (a status update of another field): nothing is due.
+    assert!(
+        index
+            .apply_source(git("apps", "repo"), Some("r1".into()))
+            .is_empty()
+    );
+    assert_eq!(
+        index.apply_source(git("apps", "repo"), Some("r2".into())),
+        vec![Key::new("apps", "on")]
+    );
+}
+
+#[test]
+fn moving_a_source_ref_unlinks_the_old_source() {
+    let mut index = Index::new(GateMode::Reconcile);
+    index.apply_kustomization(&ks("apps", "web", None, ("GitRepository", "old", None)));
+    index.apply_kustomization(&ks("apps", "web", None, ("GitRepository", "new", None)));
+    assert!(
+        index
+            .apply_source(git("apps", "old"), Some("r1".into()))
+            .is_empty()
+    );
+    assert_eq!(
+        index.apply_source(git("apps", "new"), Some("r1".into())),
+        vec![Key::new("apps", "web")]
+    );
+    index.delete_kustomization(&Key::new("apps", "web"));
+    assert!(
+        index
+            .apply_source(git("apps", "new"), Some("r2".into()))
+            .is_empty()
+    );
+    assert_eq!(index.handled_count(), 0);
+}
+
+#[test]
+fn events_route_to_handled_kustomizations() {
+    let mut index = Index::new(GateMode::Off);
+    index.apply_kustomization(&ks(
+        "apps",
+        "a",
+        Some("suspend"),
+        ("GitRepository", "repo", None),
+    ));
+    index.apply_kustomization(&ks(
+        "apps",
+        "b",
+        Some("reconcile"),
+        ("GitRepository", "repo", None),
+    ));
+    index.apply_kustomization(&ks(
+        "apps",
+        "c",
+        Some("off"),
+        ("GitRepository", "repo", None),
+    ));
+    index.apply_kustomization(&ks("apps", "d", Some("suspend"), ("Bucket", "repo", None)));
+    let wedge = "StatefulSet/apps/web dry-run failed (Invalid): StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden";
+    let a = Key::new("apps", "a");
+    let b = Key::new("apps", "b");
+    let d = Key::new("apps", "d");
+    // (event, keys, wedged)
+    let table: Vec<(Event, Vec<Key>, bool)> = vec![
+        (
+            event("GitRepository", "apps", "repo", "stored artifact"),
+            vec![a.clone(), b.clone()],
+            false,
+        ),
+        (
+            event("Bucket", "apps", "repo", "stored artifact"),
+            vec![d.clone()],
+            false,
+        ),
+        (event("OCIRepository", "apps", "repo", ""), vec![], false),
+        (event("GitRepository", "other", "repo", ""), vec![], false),
+        (
+            event("Kustomization", "apps", "a", "Reconciliation finished"),
+            vec![a.clone()],
+            false,
+        ),
+        (
+            event("Kustomization", "apps", "a", wedge),
+            vec![a.clone()],
+            true,
+        ),
+        (event("Kustomization", "apps", "c", wedge), vec![], true),
+        (event("Kustomization", "apps", "unknown", ""), vec![], false),
+        (event("HelmRelease", "apps", "a", wedge), vec![], false),
+    ];
+    for (event, keys, wedged) in table {
+        let route = index.route(&event);
+        assert_eq!(route.keys, keys, "{:?}", event.involved_object);
+        assert_eq!(route.wedged, wedged, "{:?}", event.involved_object);
+    }
+}
+
+#[test]
+fn due_given_the_last_record() {
+    let mut deferred = record("r1", RevisionState::Converged);
+    deferred.statefulsets.push(StatefulSetEntry {
+        namespace: "apps".into(),
+        name: "web".into(),
+        outcome: StatefulSetOutcome::Deferred,
+        old_uid: None,
+        new_uid: None,
+        templates: Vec::new(),
+        claims: Vec::new(),
+        deferred: Vec::new(),
+        refusal: None,
+        error: None,
+    });
+    // (source revision, last record, due)
+    let table: Vec<(Option<&str>, Option<RevisionRecord>, Option<Due>)> = vec![
+        (None, None, None),
+        (Some("r1"), None, Some(Due::NeverRun)),
+        (
+            Some("r2"),
+            Some(record("r1", RevisionState::Converged)),
+            Some(Due::NewRevision),
+        ),
+        (
+            Some("r2"),
+            Some(record("r1", RevisionState::Refused)),
+            Some(Due::NewRevision),
+        ),
+        (
+            Some("r1"),
+            Some(record("r1", RevisionState::Converged)),
+            None,
+        ),
+        (Some("r1"), Some(record("r1", RevisionState::Refused)), None),
+        (
+            Some("r1"),
+            Some(record("r1", RevisionState::Running)),
+            Some(Due::Unfinished),
+        ),
+        (
+            Some("r1"),
+            Some(record("r1", RevisionState::Failed)),
+            Some(Due::Unfinished),
+        ),
+        (Some("r1"), Some(deferred), Some(Due::Deferred)),
+    ];
+    for (revision, last, due) in table {
+        let mut index = Index::new(GateMode::Suspend);
+        let (key, _) = index
+            .apply_kustomization(&ks("apps", "web", None, ("GitRepository", "repo", None)))
+            .expect("named");
+        index.apply_source(git("apps", "repo"), revision.map(String::from));
+        assert_eq!(index.due(&key, last.as_ref()), due, "{revision:?} {last:?}");
+    }
+}
+
+#[test]
+fn not_handled_is_never_due() {
+    let mut index = Index::new(GateMode::Off);
+    let (key, _) = index
+        .apply_kustomization(&ks("apps", "web", None, ("GitRepository", "repo", None)))
+        .expect("named");
+    index.apply_source(git("apps", "repo"), Some("r1".into()));
+    assert_eq!(index.due(&key, None), None);
+    assert!(index.due_keys(|_| None).is_empty());
+}
+
+#[test]
+fn a_spec_change_makes_a_finished_revision_due_but_suspend_does_not() {
+    let mut index = Index::new(GateMode::Suspend);
+    let base = ks("apps", "web", None, ("GitRepository", "repo", None));
+    let (key, applied) = index.apply_kustomization(&base).expect("named");
+    assert!(applied.changed);
+    index.apply_source(git("apps", "repo"), Some("r1".into()));
+    let spec = index.entry(&key).expect("indexed").spec_digest;
+    index.note_finished(&key, spec);
+    let refused = record("r1", RevisionState::Refused);
+    assert_eq!(index.due(&key, Some(&refused)), None);
+
+    // The suspend gate flips spec.suspend itself: not a change.
+    let mut suspended = base.clone();
+    suspended.spec.suspend = true;
+    let (_, applied) = index.apply_kustomization(&suspended).expect("named");
+    assert!(!applied.changed);
+    assert_eq!(index.due(&key, Some(&refused)), None);
+
+    // A new patch is: the refused revision may converge now.
+    let mut patched = suspended.clone();
+    patched.spec.name_prefix = Some("v2-".into());
+    let (_, applied) = index.apply_kustomization(&patched).expect("named");
+    assert!(applied.changed);
+    assert_eq!(index.due(&key, Some(&refused)), Some(Due::SpecChanged));
+
+    // A relist keeps what this process knows about finished runs.
+    index.reset_kustomizations([&patched]);
+    assert_eq!(index.due(&key, Some(&refused)), Some(Due::SpecChanged));
+    let spec = index.entry(&key).expect("indexed").spec_digest;
+    index.note_finished(&key, spec);
+    index.reset_kustomizations([&patched]);
+    assert_eq!(index.due(&key, Some(&refused)), None);
+}
+
+#[test]
+fn handled_keys_are_sorted_and_filter_by_namespace() {
+    let mut index = Index::new(GateMode::Reconcile);
+    for (ns, name) in [
+        ("b", "x"),
+        ("a", "z"),
+        ("a", "y"),
+        ("ab", "w"),
+        ("c", "off"),
+    ] {
+        let gate = (name == "off").then_some("off");
+        index.apply_kustomization(&ks(ns, name, gate, ("GitRepository", "repo", None)));
+    }
+    let names = |keys: Vec<Key>| keys.iter().map(Key::to_string).collect::<Vec<_>>();
+    assert_eq!(
+        names(index.handled_keys(None)),
+        ["a/y", "a/z", "ab/w", "b/x"]
+    );
+    assert_eq!(names(index.handled_keys(Some("a"))), ["a/y", "a/z"]);
+    assert_eq!(names(index.handled_keys(Some("c"))), Vec::<String>::new());
+    assert_eq!(index.handled_count(), 4);
+}
+
+#[test]
+fn relisting_sources_drops_the_vanished_ones_of_that_kind_only() {
+    let mut index = Index::new(GateMode::Reconcile);
+    index.apply_kustomization(&ks("apps", "g", None, ("GitRepository", "repo", None)));
+    index.apply_kustomization(&ks("apps", "b", None, ("Bucket", "repo", None)));
+    index.apply_source(git("apps", "repo"), Some("r1".into()));
+    let bucket = SourceKey {
+        kind: SourceKind::Bucket,
+        namespace: "apps".into(),
+        name: "repo".into(),
+    };
+    index.apply_source(bucket.clone(), Some("sha256:1".into()));
+    index.reset_sources(SourceKind::GitRepository, []);
+    assert_eq!(index.source_revision(&Key::new("apps", "g")), None);
+    assert_eq!(
+        index.source_revision(&Key::new("apps", "b")),
+        Some("sha256:1")
+    );
+}
+
+#[test]
+fn after_a_restart_a_refusal_is_retried_only_at_a_new_generation() {
+    let mut refused = record("r1", RevisionState::Refused);
+    refused.generation = Some(3);
+    // (Kustomization generation now, record's generation, due)
+    let table: &[(Option<i64>, Option<i64>, Option<Due>)] = &[
+        (Some(3), Some(3), None),
+        (Some(4), Some(3), Some(Due::SpecChanged)),
+        (Some(4), None, None),
+        (None, Some(3), None),
+    ];
+    for (now, then, due) in table {
+        let mut index = Index::new(GateMode::Suspend);
+        let mut object = ks("apps", "web", None, ("GitRepository", "repo", None));
+        object.metadata.generation = *now;
+        let (key, _) = index.apply_kustomization(&object).expect("named");
+        index.apply_source(git("apps", "repo"), Some("r1".into()));
+        let mut last = refused.clone();
+        last.generation = *then;
+        assert_eq!(
+            index.due(&key, Some(&last)),
+            *due,
+            "now {now:?}, then {then:?}"
+        );
+        // A converged record is not compared by generation: the suspend gate moves it.
+        last.state = RevisionState::Converged;
+        assert_eq!(index.due(&key, Some(&last)), None);
+    }
+}

@@ -1,0 +1,294 @@
+//! The watches that keep the index current, and the resync that makes the service
+//! level-triggered: a lost webhook, a restart or a missed event loses nothing, because what is
+//! due is recomputed from the index (cluster state) and the last finished records.
+//!
+//! Kustomizations are watched with the server-side label selector of `--watch-label-selector`
+//! (Flux's sharding); the four source kinds are watched whole, since only their revision is
+//! kept. A watch is ready only on its first `InitDone` (the full list), never on its first
+//! event. A source kind whose CRD is missing (ExternalArtifact before Flux 2.7) counts as
+//! synced and empty, and its watch keeps retrying in case the CRD is installed later.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::flux::objects::{Kustomization, SourceKind};
+use crate::service::index::{Due, Index, Key, Records, SourceKey};
+use crate::service::metrics::Metrics;
+use crate::service::queue::Queue;
+use crate::service::record::Trigger;
+
+/// The source kinds Flux renders from, in the order readiness reports them.
+pub const SOURCE_KINDS: [SourceKind; 4] = [
+    SourceKind::GitRepository,
+    SourceKind::OCIRepository,
+    SourceKind::Bucket,
+    SourceKind::ExternalArtifact,
+];
+
+/// Whether each watch has listed everything once.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    inner: Arc<ReadinessFlags>,
+}
+
+#[derive(Default)]
+struct ReadinessFlags {
+    kustomizations: AtomicBool,
+    sources: [AtomicBool; 4],
+}
+
+fn slot(kind: SourceKind) -> usize {
+    match kind {
+        SourceKind::GitRepository => 0,
+        SourceKind::OCIRepository => 1,
+        SourceKind::Bucket => 2,
+        SourceKind::ExternalArtifact => 3,
+    }
+}
+
+impl Readiness {
+    pub fn mark_kustomizations(&self) {
+        self.inner.kustomizations.store(true, Ordering::Release);
+    }
+
+    pub fn mark_source(&self, kind: SourceKind) {
+        self.inner.sources[slot(kind)].store(true, Ordering::Release);
+    }
+
+    /// The watches not synced yet, by resource name; empty once every cache is synced.
+    pub fn unsynced(&self) -> Vec<&'static str> {
+        let mut missing = Vec::new();
+        if !self.inner.kustomizations.load(Ordering::Acquire) {
+            missing.push("kustomizations");
+        }
+        for kind in SOURCE_KINDS {
+            if !self.inner.sources[slot(kind)].load(Ordering::Acquire) {
+                missing.push(kind.plural());
+            }
+        }
+        missing
+    }
+
+    pub fn synced(&self) -> bool {
+        self.unsynced().is_empty()
+    }
+
+    /// Resolves once every watch is synced.
+    pub async fn wait_synced(&self, poll: Duration) {
+        while !self.synced() {
+            tokio::time::sleep(poll).await;
+        }
+    }
+}
+
+/// What the watches and the resync share: the index they feed, the queue they fill, the
+/// records that say what finished.
+#[derive(Clone)]
+pub struct Feed {
+    pub index: Arc<RwLock<Index>>,
+    pub queue: Queue<Key>,
+    pub records: Arc<dyn Records>,
+    pub readiness: Readiness,
+}
+
+impl Feed {
+    fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `key` when a watch event made it due: something changed (a revision, the
+    /// spec, a new Kustomization), so an earlier failure's backoff no longer applies.
+    /// Unfinished and deferred runs wait for the resync (or the queue's own retry), so a
+    /// stream of status updates does not turn into a stream of runs.
+    fn offer(&self, key: Key, changed: bool) {
+        let last = self.records.last(&key.namespace, &key.name);
+        let due = self.index().due(&key, last.as_ref());
+        match due {
+            Some(Due::NewRevision | Due::SpecChanged) => self.queue.push_now(key, Trigger::Resync),
+            Some(Due::NeverRun) if changed => self.queue.push_now(key, Trigger::Resync),
+            Some(Due::NeverRun) => self.queue.push(key, Trigger::Resync),
+            Some(Due::Unfinished | Due::Deferred) | None => return,
+        }
+        if let Some(due) = due {
+            tracing::debug!(due = due.as_str(), "queued by a watch event");
+        }
+    }
+
+    /// Queues every handled Kustomization that is due, for any reason; returns how many.
+    /// Reads only the index and the records in memory: no API request.
+    pub fn queue_due(&self, trigger: Trigger) -> usize {
+        let due = self
+            .index()
+            .due_keys(|key| self.records.last(&key.namespace, &key.name));
+        let count = due.len();
+        for (key, why) in due {
+            tracing::info!(kustomization = %key, due = why.as_str(), trigger = ?trigger, "queued");
+            self.queue.push(key, trigger);
+        }
+        count
+    }
+
+    /// Watches Kustomizations (optionally by label selector) into the index, forever.
+    pub async fn watch_kustomizations(self, client: Client, label_selector: Option<String>) {
+        let api: Api<Kustomization> = Api::all(client);
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &label_selector {
+            config = config.labels(selector);
+        }
+        let mut listed: Vec<Kustomization> = Vec::new();
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        loop {
+            match stream.try_next().await {
+                Ok(Some(event)) => match event {
+                    watcher::Event::Init => listed.clear(),
+                    watcher::Event::InitApply(ks) => listed.push(ks),
+                    watcher::Event::InitDone => {
+                        let keys = {
+                            let mut index = self.index_mut();
+                            index.reset_kustomizations(listed.iter());
+                            index.handled_keys(None)
+                        };
+                        listed = Vec::new();
+                        self.readiness.mark_kustomizations();
+                        tracing::info!(handled = keys.len(), "Kustomizations listed");
+                        for key in keys {
+                            self.offer(key, false);
+                        }
+                    }
+                    watcher::Event::Apply(ks) => {
+                        let applied = self.index_mut().apply_kustomization(&ks);
+                        if let Some((key, applied)) = applied
+                            && applied.handled
+                        {
+                            self.offer(key, applied.changed);
+                        }
+                    }
+                    watcher::Event::Delete(ks) => {
+                        if let (Some(ns), Some(name)) = (&ks.metadata.namespace, &ks.metadata.name)
+                        {
+                            self.index_mut().delete_kustomization(&Key::new(ns, name));
+                        }
+                    }
+                },
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "watching Kustomizations; retrying");
+                }
+            }
+        }
+    }
+
+    /// Watches one source kind's revisions into the index, forever.
+    pub async fn watch_sources(self, client: Client, kind: SourceKind) {
+        let resource = ApiResource {
+            group: "source.toolkit.fluxcd.io".into(),
+            version: "v1".into(),
+            api_version: "source.toolkit.fluxcd.io/v1".into(),
+            kind: kind.as_str().into(),
+            plural: kind.plural().into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client, &resource);
+        let mut listed: Vec<(SourceKey, Option<String>)> = Vec::new();
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut absent_logged = false;
+        loop {
+            match stream.try_next().await {
+                Ok(Some(event)) => match event {
+                    watcher::Event::Init => listed.clear(),
+                    watcher::Event::InitApply(obj) => listed.extend(source_of(kind, &obj)),
+                    watcher::Event::InitDone => {
+                        let all = std::mem::take(&mut listed);
+                        let count = all.len();
+                        self.index_mut().reset_sources(kind, all);
+                        self.readiness.mark_source(kind);
+                        tracing::info!(kind = kind.as_str(), sources = count, "sources listed");
+                        let keys = self.index().handled_keys(None);
+                        for key in keys {
+                            self.offer(key, false);
+                        }
+                    }
+                    watcher::Event::Apply(obj) => {
+                        if let Some((source, revision)) = source_of(kind, &obj) {
+                            let keys = self.index_mut().apply_source(source, revision);
+                            for key in keys {
+                                self.offer(key, true);
+                            }
+                        }
+                    }
+                    watcher::Event::Delete(obj) => {
+                        if let Some((source, _)) = source_of(kind, &obj) {
+                            self.index_mut().delete_source(&source);
+                        }
+                    }
+                },
+                Ok(None) => return,
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
+                    if status.code == 404 =>
+                {
+                    // The CRD is not installed: nothing of this kind can be referenced.
+                    self.readiness.mark_source(kind);
+                    if !absent_logged {
+                        tracing::info!(
+                            kind = kind.as_str(),
+                            "CRD not installed; treating the kind as empty"
+                        );
+                        absent_logged = true;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(kind = kind.as_str(), %error, "watching sources; retrying");
+                }
+            }
+        }
+    }
+
+    /// Every `period`, queues what is due (level-triggered), once the caches are synced.
+    pub async fn resync(self, period: Duration, metrics: Metrics) {
+        let mut ticker = tokio::time::interval(period.max(Duration::from_millis(10)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is immediate; the startup pass covers it.
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            if !self.readiness.synced() {
+                continue;
+            }
+            let queued = self.queue_due(Trigger::Resync);
+            let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+            metrics.last_resync.set(now);
+            tracing::debug!(queued, "resync");
+        }
+    }
+}
+
+/// A source object's key and its artifact revision.
+fn source_of(kind: SourceKind, obj: &DynamicObject) -> Option<(SourceKey, Option<String>)> {
+    let namespace = obj.metadata.namespace.clone()?;
+    let name = obj.metadata.name.clone()?;
+    let revision = obj
+        .data
+        .pointer("/status/artifact/revision")
+        .and_then(|v| v.as_str())
+        .filter(|r| !r.is_empty())
+        .map(String::from);
+    Some((
+        SourceKey {
+            kind,
+            namespace,
+            name,
+        },
+        revision,
+    ))
+}

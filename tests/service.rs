@@ -1,0 +1,1307 @@
+//! The service's runtime against the fake API server: the watches feed the index, what is due
+//! reaches the runner (the gate's place) through the queue, the webhook routes through the
+//! index, leadership gates the runs. The runner here is a stand-in that records its calls and
+//! writes the record the gate would, so these tests pin the runtime alone; `tests/service.rs`
+//! runs the real gate.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flux_converger::flux::event::{Event, InvolvedObject};
+use flux_converger::flux::render::KustomizeCommand;
+use flux_converger::http::backend::Backend;
+use flux_converger::service::index::Records;
+use flux_converger::service::leader::LeaseSettings;
+use flux_converger::service::queue::BackoffPolicy;
+use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
+use flux_converger::service::{
+    Config, Parts, Resume, RunOutcome, Runner, Running, Store, Tuning, metrics, start_with,
+};
+use futures::future::BoxFuture;
+use serde_json::json;
+use support::FakeApiServer;
+
+const NS: &str = "flux-system";
+
+/// Records in memory, as the results store keeps them.
+#[derive(Default)]
+struct MemoryStore {
+    records: Mutex<HashMap<(String, String), Vec<RevisionRecord>>>,
+    loads: Mutex<u32>,
+}
+
+impl MemoryStore {
+    fn put(&self, ns: &str, name: &str, record: RevisionRecord) {
+        let mut records = self.records.lock().unwrap();
+        records
+            .entry((ns.to_string(), name.to_string()))
+            .or_default()
+            .insert(0, record);
+    }
+}
+
+impl Records for MemoryStore {
+    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.history(namespace, name).into_iter().next()
+    }
+    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
+        let records = self.records.lock().unwrap();
+        records
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+            .unwrap_or_default()
+    }
+    fn is_loaded(&self) -> bool {
+        *self.loads.lock().unwrap() > 0
+    }
+}
+
+impl Store for MemoryStore {
+    fn load(&self) -> BoxFuture<'_, Result<(), String>> {
+        *self.loads.lock().unwrap() += 1;
+        Box::pin(async { Ok(()) })
+    }
+}
+
+struct NoResume;
+impl Resume for NoResume {
+    fn resume_all(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Plays the gate: reads the Kustomization's source revision from the fake, records the run
+/// and answers what the test scripted for that Kustomization (converged by default).
+struct StandInRunner {
+    fake: FakeApiServer,
+    store: Arc<MemoryStore>,
+    calls: Mutex<Vec<(String, Trigger, String)>>,
+    script: Mutex<HashMap<String, Vec<RunOutcome>>>,
+    /// While held, runs wait (to make triggers arrive during a run).
+    hold: tokio::sync::RwLock<()>,
+}
+
+impl StandInRunner {
+    fn calls(&self) -> Vec<(String, Trigger, String)> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn script(&self, key: &str, outcomes: Vec<RunOutcome>) {
+        self.script
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), outcomes);
+    }
+}
+
+impl Runner for StandInRunner {
+    fn run<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        trigger: Trigger,
+    ) -> BoxFuture<'a, RunOutcome> {
+        Box::pin(async move {
+            let _held = self.hold.read().await;
+            let key = format!("{namespace}/{name}");
+            let ks = self
+                .fake
+                .get(
+                    "kustomize.toolkit.fluxcd.io/v1",
+                    "Kustomization",
+                    Some(namespace),
+                    name,
+                )
+                .expect("the Kustomization exists");
+            let source = ks["spec"]["sourceRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let revision = self
+                .fake
+                .get(
+                    "source.toolkit.fluxcd.io/v1",
+                    "GitRepository",
+                    Some(namespace),
+                    &source,
+                )
+                .and_then(|s| {
+                    s["status"]["artifact"]["revision"]
+                        .as_str()
+                        .map(String::from)
+                })
+                .unwrap_or_default();
+            self.calls
+                .lock()
+                .unwrap()
+                .push((key.clone(), trigger, revision.clone()));
+            let outcome = {
+                let mut script = self.script.lock().unwrap();
+                match script.get_mut(&key) {
+                    Some(list) if !list.is_empty() => list.remove(0),
+                    _ => RunOutcome::Done(RevisionState::Converged),
+                }
+            };
+            let state = match &outcome {
+                RunOutcome::Done(state) => *state,
+                RunOutcome::Failed { .. } => RevisionState::Failed,
+                RunOutcome::Deferred => RevisionState::Converged,
+                RunOutcome::NotHandled => return outcome,
+            };
+            self.store
+                .put(namespace, name, record(&revision, state, trigger));
+            outcome
+        })
+    }
+}
+
+fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRecord {
+    RevisionRecord {
+        revision: revision.to_string(),
+        digest: None,
+        trigger,
+        started_at: jiff::Timestamp::now().to_string(),
+        finished_at: Some(jiff::Timestamp::now().to_string()),
+        state,
+        statefulsets: Vec::new(),
+        handoff: None,
+        flux: None,
+        warnings: Vec::new(),
+        error: None,
+        generation: None,
+        gate: None,
+    }
+}
+
+fn config(default_gate: GateMode) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        namespace: NS.to_string(),
+        hmac_key: None,
+        hook_token: None,
+        default_gate,
+        watch_label_selector: None,
+        workers: 2,
+        resync: Duration::from_secs(3600),
+        handoff_timeout: Duration::from_secs(10),
+        leader_elect: false,
+        no_cross_namespace_refs: false,
+        default_service_account: None,
+        events_addr: None,
+        kustomize: KustomizeCommand::parse("kubectl kustomize").unwrap(),
+        call_timeout: Duration::from_secs(5),
+    }
+}
+
+fn tuning() -> Tuning {
+    Tuning {
+        lease: LeaseSettings {
+            duration: Duration::from_secs(2),
+            grace: Duration::from_secs(1),
+            ..LeaseSettings::new(format!("test-{}", rand::random::<u32>()))
+        },
+        backoff: BackoffPolicy {
+            base: Duration::from_secs(3600),
+            max: Duration::from_secs(3600),
+            jitter: 0.0,
+        },
+        reload: Duration::from_millis(100),
+        shutdown_grace: Duration::from_secs(30),
+    }
+}
+
+fn seed_ks(
+    fake: &FakeApiServer,
+    name: &str,
+    gate: Option<&str>,
+    source: &str,
+    labels: serde_json::Value,
+) {
+    let mut annotations = json!({});
+    if let Some(gate) = gate {
+        annotations["flux-converger.io/gate"] = json!(gate);
+    }
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"namespace": NS, "name": name, "annotations": annotations, "labels": labels},
+        "spec": {"sourceRef": {"kind": "GitRepository", "name": source}, "path": "./", "prune": true,
+                 "interval": "10m"}
+    }));
+}
+
+fn seed_git(fake: &FakeApiServer, name: &str, revision: &str) {
+    fake.seed(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"namespace": NS, "name": name},
+        "spec": {"url": "https://example.com/repo.git", "interval": "1m"},
+        "status": {"artifact": {"url": format!("http://source-controller/{name}.tar.gz"),
+                                "revision": revision, "digest": "sha256:00", "path": "x",
+                                "lastUpdateTime": "2026-01-01T00:00:00Z"}}
+    }));
+}
+
+fn set_revision(fake: &FakeApiServer, name: &str, revision: &str) {
+    fake.modify(
+        "source.toolkit.fluxcd.io/v1",
+        "GitRepository",
+        Some(NS),
+        name,
+        |obj| {
+            obj["status"]["artifact"]["revision"] = json!(revision);
+        },
+    )
+    .expect("the source exists");
+}
+
+struct Harness {
+    fake: FakeApiServer,
+    store: Arc<MemoryStore>,
+    runner: Arc<StandInRunner>,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let fake = FakeApiServer::new();
+        let store = Arc::new(MemoryStore::default());
+        let runner = Arc::new(StandInRunner {
+            fake: fake.clone(),
+            store: store.clone(),
+            calls: Mutex::new(Vec::new()),
+            script: Mutex::new(HashMap::new()),
+            hold: tokio::sync::RwLock::new(()),
+        });
+        Harness {
+            fake,
+            store,
+            runner,
+        }
+    }
+
+    async fn start(&self, config: Config) -> Running {
+        let (_, metrics) = metrics::registry();
+        let parts = Parts {
+            runner: self.runner.clone(),
+            store: self.store.clone(),
+            resume: Arc::new(NoResume),
+            app: Box::new(|_backend| axum::Router::new()),
+            metrics,
+        };
+        start_with(config, self.fake.client(), tuning(), parts)
+            .await
+            .expect("the service starts")
+    }
+}
+
+/// Polls (no wall-clock bound: a hang is a failure of the test runner's own timeout).
+async fn until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until every key queued so far has been handed out and completed.
+async fn settled(running: &Running) {
+    until(|| running.backend.queue.depth() == 0 && running.backend.queue.running() == 0).await;
+}
+
+async fn ready(running: &Running) {
+    until(|| running.backend.ready().is_ok()).await;
+}
+
+fn event(kind: &str, name: &str, message: &str) -> Event {
+    Event {
+        involved_object: InvolvedObject {
+            kind: kind.to_string(),
+            namespace: NS.to_string(),
+            name: name.to_string(),
+            ..Default::default()
+        },
+        severity: "info".into(),
+        message: message.to_string(),
+        reason: "ReconciliationFailed".into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn startup_runs_what_is_due_and_only_that() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(&h.fake, "suspended", Some("suspend"), "repo", json!({}));
+    seed_ks(&h.fake, "defaulted", None, "repo", json!({}));
+    seed_ks(&h.fake, "opted-out", Some("off"), "repo", json!({}));
+    seed_ks(&h.fake, "finished", Some("reconcile"), "repo", json!({}));
+    h.store.put(
+        NS,
+        "finished",
+        record("main@sha1:1", RevisionState::Converged, Trigger::Webhook),
+    );
+
+    let running = h.start(config(GateMode::Reconcile)).await;
+    ready(&running).await;
+    until(|| h.runner.calls().len() >= 2).await;
+    settled(&running).await;
+    let mut calls = h.runner.calls();
+    calls.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        calls,
+        vec![
+            (
+                "flux-system/defaulted".into(),
+                Trigger::Startup,
+                "main@sha1:1".into()
+            ),
+            (
+                "flux-system/suspended".into(),
+                Trigger::Startup,
+                "main@sha1:1".into()
+            ),
+        ]
+    );
+    // `/status` lists the handled ones, with the gate in force and the source's revision.
+    let listed: Vec<(String, GateMode)> = running
+        .backend
+        .kustomizations(None)
+        .into_iter()
+        .map(|s| (s.name, s.gate))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("defaulted".into(), GateMode::Reconcile),
+            ("finished".into(), GateMode::Reconcile),
+            ("suspended".into(), GateMode::Suspend),
+        ]
+    );
+    assert!(running.backend.kustomization(NS, "opted-out").is_none());
+    let detail = running
+        .backend
+        .kustomization(NS, "finished")
+        .expect("handled");
+    assert_eq!(detail.source_revision.as_deref(), Some("main@sha1:1"));
+    assert_eq!(detail.revisions.len(), 1);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_source_revision_reaches_every_handled_reader_without_a_webhook() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_git(&h.fake, "other", "main@sha1:9");
+    seed_ks(&h.fake, "a", Some("suspend"), "repo", json!({}));
+    seed_ks(&h.fake, "b", Some("reconcile"), "repo", json!({}));
+    seed_ks(&h.fake, "c", Some("reconcile"), "other", json!({}));
+    seed_ks(&h.fake, "off", None, "repo", json!({}));
+    let running = h.start(config(GateMode::Off)).await;
+    ready(&running).await;
+    until(|| h.runner.calls().len() >= 3).await;
+    settled(&running).await;
+
+    // The webhook for the new artifact is lost; the watch on the source still sees it.
+    set_revision(&h.fake, "repo", "main@sha1:2");
+    until(|| h.runner.calls().len() >= 5).await;
+    settled(&running).await;
+    let mut later: Vec<_> = h.runner.calls()[3..].to_vec();
+    later.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        later,
+        vec![
+            (
+                "flux-system/a".into(),
+                Trigger::Resync,
+                "main@sha1:2".into()
+            ),
+            (
+                "flux-system/b".into(),
+                Trigger::Resync,
+                "main@sha1:2".into()
+            ),
+        ]
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_periodic_resync_rechecks_deferred_claims_and_nothing_else() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(&h.fake, "deferred", Some("suspend"), "repo", json!({}));
+    seed_ks(&h.fake, "done", Some("suspend"), "repo", json!({}));
+    h.runner
+        .script("flux-system/deferred", vec![RunOutcome::Deferred]);
+    // A converged record with a deferred claim is what the gate writes for claims not Bound.
+    let mut cfg = config(GateMode::Off);
+    cfg.resync = Duration::from_millis(200);
+    let running = h.start(cfg).await;
+    ready(&running).await;
+    until(|| h.runner.calls().len() >= 2).await;
+    settled(&running).await;
+    // The stand-in's record of a deferred run carries no deferred claim, so mark it as the
+    // gate would; the next resync re-checks it.
+    h.store.put(NS, "deferred", {
+        let mut r = record("main@sha1:1", RevisionState::Converged, Trigger::Startup);
+        r.statefulsets.push(
+            serde_json::from_value(json!({
+                "namespace": "apps", "name": "web", "outcome": "deferred",
+                "deferred": [{"claim": "data-web-4", "reason": "Pending"}]
+            }))
+            .unwrap(),
+        );
+        r
+    });
+    h.fake.clear_requests();
+    until(|| {
+        h.runner
+            .calls()
+            .iter()
+            .filter(|c| c.0 == "flux-system/deferred")
+            .count()
+            >= 2
+    })
+    .await;
+    let rechecks: Vec<_> = h.runner.calls().into_iter().skip(2).collect();
+    assert!(
+        rechecks
+            .iter()
+            .all(|c| c.0 == "flux-system/deferred" && c.1 == Trigger::Resync),
+        "{rechecks:?}"
+    );
+    // A resync reads memory only: besides the watches, no request reached the API server.
+    let other: Vec<_> = h.fake.requests().into_iter().filter(|r| !r.watch).collect();
+    assert!(
+        other.is_empty(),
+        "resync made requests: {:?}",
+        other.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_routes_and_two_events_during_a_run_coalesce() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(&h.fake, "a", Some("suspend"), "repo", json!({}));
+    seed_ks(&h.fake, "b", Some("off"), "repo", json!({}));
+    let running = h.start(config(GateMode::Off)).await;
+    ready(&running).await;
+    until(|| h.runner.calls().len() == 1).await;
+    settled(&running).await;
+
+    // Hold the runner, move the revision, and let two events arrive while it runs.
+    let held = h.runner.hold.write().await;
+    set_revision(&h.fake, "repo", "main@sha1:2");
+    until(|| running.backend.queue.running() == 1).await;
+    let queued = running
+        .backend
+        .hook(&event("GitRepository", "repo", "stored artifact"));
+    assert_eq!(queued, vec!["flux-system/a".to_string()]);
+    let queued = running
+        .backend
+        .hook(&event("Kustomization", "a", "Reconciliation finished"));
+    assert_eq!(queued, vec!["flux-system/a".to_string()]);
+    assert_eq!(
+        running.backend.queue.depth(),
+        1,
+        "both events wait as one follow-up"
+    );
+    assert!(
+        running
+            .backend
+            .hook(&event("Kustomization", "b", ""))
+            .is_empty()
+    );
+    assert!(
+        running
+            .backend
+            .hook(&event("GitRepository", "nobody-reads", ""))
+            .is_empty()
+    );
+    drop(held);
+    settled(&running).await;
+    // The follow-up found revision 2 already finished and did not run again.
+    let calls = h.runner.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[1].2, "main@sha1:2");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_revision_is_not_retried_until_the_revision_or_spec_changes() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(&h.fake, "a", Some("suspend"), "repo", json!({}));
+    h.runner.script(
+        "flux-system/a",
+        vec![RunOutcome::Done(RevisionState::Refused)],
+    );
+    let mut cfg = config(GateMode::Off);
+    cfg.resync = Duration::from_millis(100);
+    let running = h.start(cfg).await;
+    ready(&running).await;
+    until(|| h.runner.calls().len() == 1).await;
+    settled(&running).await;
+    // Flux reports the wedge for the refused revision: routed, but not run again.
+    let wedge = "StatefulSet/apps/web dry-run failed (Invalid): StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals' are forbidden";
+    assert_eq!(
+        running.backend.hook(&event("Kustomization", "a", wedge)),
+        vec!["flux-system/a".to_string()]
+    );
+    settled(&running).await;
+    // Several resyncs pass (the resync stamps its metric; wait on the queue instead of time).
+    for _ in 0..3 {
+        running
+            .backend
+            .hook(&event("GitRepository", "repo", "same revision"));
+        settled(&running).await;
+    }
+    assert_eq!(h.runner.calls().len(), 1);
+
+    // Suspending (the gate's own toggle) is not a change; a new spec field is.
+    h.fake
+        .modify(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some(NS),
+            "a",
+            |ks| {
+                ks["spec"]["suspend"] = json!(true);
+            },
+        )
+        .unwrap();
+    running.backend.hook(&event("Kustomization", "a", wedge));
+    settled(&running).await;
+    assert_eq!(h.runner.calls().len(), 1);
+    h.fake
+        .modify(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some(NS),
+            "a",
+            |ks| {
+                ks["spec"]["namePrefix"] = json!("v2-");
+            },
+        )
+        .unwrap();
+    until(|| h.runner.calls().len() == 2).await;
+    settled(&running).await;
+    set_revision(&h.fake, "repo", "main@sha1:2");
+    until(|| h.runner.calls().len() == 3).await;
+    assert_eq!(h.runner.calls()[2].2, "main@sha1:2");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_is_retried_after_backoff_and_a_wedge_event_skips_it() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(&h.fake, "a", Some("reconcile"), "repo", json!({}));
+    h.runner.script(
+        "flux-system/a",
+        vec![RunOutcome::Failed {
+            message: "the API server timed out".into(),
+        }],
+    );
+    let running = h.start(config(GateMode::Off)).await;
+    ready(&running).await;
+    until(|| h.runner.calls().len() == 1).await;
+    until(|| running.backend.queue.failures(&key("a")) == 1).await;
+    // The retry waits an hour (this test's backoff); an ordinary event does not cut it short.
+    running
+        .backend
+        .hook(&event("GitRepository", "repo", "stored artifact"));
+    assert_eq!(running.backend.queue.depth(), 1);
+    assert_eq!(h.runner.calls().len(), 1);
+    // Flux reporting the wedge does.
+    let wedge = "dry-run failed, reason: Invalid, error: StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas'";
+    running.backend.hook(&event("Kustomization", "a", wedge));
+    until(|| h.runner.calls().len() == 2).await;
+    settled(&running).await;
+    assert_eq!(running.backend.queue.failures(&key("a")), 0);
+    running.shutdown().await;
+}
+
+fn key(name: &str) -> flux_converger::service::index::Key {
+    flux_converger::service::index::Key::new(NS, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharding_by_label_selector_hides_other_shards_from_watch_and_webhook() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(
+        &h.fake,
+        "mine",
+        Some("suspend"),
+        "repo",
+        json!({"sharding.fluxcd.io/key": "shard1"}),
+    );
+    seed_ks(
+        &h.fake,
+        "theirs",
+        Some("suspend"),
+        "repo",
+        json!({"sharding.fluxcd.io/key": "shard2"}),
+    );
+    let mut cfg = config(GateMode::Off);
+    cfg.watch_label_selector = Some("sharding.fluxcd.io/key in (shard1)".into());
+    let running = h.start(cfg).await;
+    ready(&running).await;
+    until(|| !h.runner.calls().is_empty()).await;
+    settled(&running).await;
+    assert_eq!(h.runner.calls().len(), 1);
+    assert_eq!(h.runner.calls()[0].0, "flux-system/mine");
+    assert!(
+        running
+            .backend
+            .hook(&event("Kustomization", "theirs", ""))
+            .is_empty()
+    );
+    assert_eq!(
+        running.backend.hook(&event("GitRepository", "repo", "")),
+        vec!["flux-system/mine".to_string()]
+    );
+    // The selector went to the server.
+    assert!(
+        h.fake
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("kustomizations")
+                && r.query.contains("labelSelector=sharding.fluxcd.io"))
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_although_a_source_crd_is_missing() {
+    let h = Harness::new();
+    // ExternalArtifact's CRD missing (Flux before 2.7) must not keep the service unready:
+    // every list of that kind answers 404, as a server without the CRD does.
+    for nth in 0..20 {
+        h.fake.add_fault(support::FaultRule {
+            method: Some(support::Method::GET),
+            path_contains: "/externalartifacts".into(),
+            nth,
+            action: support::Fault::Status {
+                code: 404,
+                reason: "NotFound".into(),
+                message: "the server could not find the requested resource".into(),
+            },
+        });
+    }
+    let running = h.start(config(GateMode::Off)).await;
+    ready(&running).await;
+    assert_eq!(running.backend.ready(), Ok(()));
+    let tries = h
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/externalartifacts"))
+        .count();
+    assert!(
+        tries < 20,
+        "ready only after the CRD answered: {tries} tries"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_leader_and_the_other_takes_over() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(&h.fake, "a", Some("suspend"), "repo", json!({}));
+    let mut cfg = config(GateMode::Off);
+    cfg.leader_elect = true;
+    let first = h.start(cfg.clone()).await;
+    until(|| first.is_leading()).await;
+    until(|| h.runner.calls().len() == 1).await;
+    settled(&first).await;
+
+    // The second replica (its own runner) serves status but converges nothing.
+    let second_runner = Arc::new(StandInRunner {
+        fake: h.fake.clone(),
+        store: h.store.clone(),
+        calls: Mutex::new(Vec::new()),
+        script: Mutex::new(HashMap::new()),
+        hold: tokio::sync::RwLock::new(()),
+    });
+    let (_, metrics) = metrics::registry();
+    let second = start_with(
+        cfg.clone(),
+        h.fake.client(),
+        tuning(),
+        Parts {
+            runner: second_runner.clone(),
+            store: h.store.clone(),
+            resume: Arc::new(NoResume),
+            app: Box::new(|_backend| axum::Router::new()),
+            metrics,
+        },
+    )
+    .await
+    .expect("the second replica starts");
+    ready(&second).await;
+    assert!(!second.is_leading());
+    assert_eq!(
+        second
+            .backend
+            .kustomization(NS, "a")
+            .map(|d| d.revisions.len()),
+        Some(1)
+    );
+    // A webhook reaching the follower is queued there but not run.
+    assert_eq!(
+        second.backend.hook(&event("Kustomization", "a", "")),
+        vec!["flux-system/a".to_string()]
+    );
+    set_revision(&h.fake, "repo", "main@sha1:2");
+    until(|| h.runner.calls().len() == 2).await;
+    assert!(second_runner.calls().is_empty());
+    let lease = h
+        .fake
+        .get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some(NS),
+            "flux-converger",
+        )
+        .expect("the Lease exists");
+    assert!(lease["spec"]["holderIdentity"].is_string());
+
+    // The leader stops (and releases the Lease); the follower takes over and converges
+    // what became due meanwhile.
+    first.shutdown().await;
+    set_revision(&h.fake, "repo", "main@sha1:3");
+    until(|| second.is_leading()).await;
+    until(|| !second_runner.calls().is_empty()).await;
+    assert_eq!(second_runner.calls()[0].2, "main@sha1:3");
+    second.shutdown().await;
+}
+
+// ------------------------------------------------------------------ end to end, real gate
+
+#[path = "data/flux_standin.rs"]
+mod flux_standin;
+
+use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::render::resolve::Resolver;
+use flux_converger::service::start_tuned;
+use flux_standin::{
+    ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
+    kustomization, post_event,
+};
+
+const HMAC_KEY: &[u8] = b"webhook-key\n";
+
+fn web(size: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+  namespace: default
+spec:
+  serviceName: web
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      containers:
+      - name: app
+        image: busybox
+        volumeMounts: [{{name: data, mountPath: /data}}]
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: expandable
+      resources: {{requests: {{storage: {size}}}}}
+"
+    )
+}
+
+/// Flux's part: a GitRepository publishing `web` at 1Gi, a Kustomization with the gate
+/// annotation, kustomize-controller applying it, the claims Bound.
+struct Flux {
+    fake: FakeApiServer,
+    source: GitSource,
+    kc: KustomizeController,
+}
+
+async fn flux(gate: &str, service_account: Option<&str>) -> Flux {
+    flux_converger::tls::install_crypto_provider();
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/storageclasses.yaml");
+    fake.enable_statefulset_controller();
+    let client = fake.client();
+    let server = ArtifactServer::start().await;
+    let source = GitSource::create(client.clone(), server, NS, "repo")
+        .await
+        .unwrap();
+    let one = web("1Gi");
+    let r1 = source
+        .publish("web at 1Gi", &[("apps/web.yaml", one.as_str())])
+        .await
+        .unwrap();
+    let mut ks = kustomization(NS, "apps", "repo", "./apps", Some(gate), false);
+    if let Some(sa) = service_account {
+        ks["spec"]["serviceAccountName"] = json!(sa);
+    }
+    create_kustomization(&client, &ks).await.unwrap();
+    let kc = KustomizeController::start(
+        client.clone(),
+        KustomizeOptions {
+            resolver: resolver(client.clone()),
+            namespace: Some(NS.into()),
+            retry_interval: Duration::from_millis(300),
+        },
+    );
+    until(|| applied(&fake) == Some(r1.revision.clone())).await;
+    for claim in ["data-web-0", "data-web-1"] {
+        until(|| {
+            fake.get("v1", "PersistentVolumeClaim", Some("default"), claim)
+                .is_some()
+        })
+        .await;
+        fake.set_pvc_phase("default", claim, "Bound");
+    }
+    Flux { fake, source, kc }
+}
+
+fn resolver(client: kube::Client) -> Resolver {
+    Resolver {
+        client,
+        fetcher: Fetcher::new(FetchOptions {
+            retries: 1,
+            backoff: Duration::from_millis(10),
+            ..FetchOptions::default()
+        })
+        .unwrap(),
+        kustomize: KustomizeCommand::default(),
+        strict: true,
+        allow_cross_namespace: true,
+    }
+}
+
+/// Waits until the suspend gate has suspended the Kustomization again after a hand-off.
+async fn resuspended(fake: &FakeApiServer) {
+    until(|| {
+        fake.get(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some(NS),
+            "apps",
+        )
+        .is_some_and(|k| k["spec"]["suspend"] == json!(true))
+    })
+    .await;
+}
+
+fn applied(fake: &FakeApiServer) -> Option<String> {
+    fake.get(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some(NS),
+        "apps",
+    )
+    .and_then(|k| {
+        k["status"]["lastAppliedRevision"]
+            .as_str()
+            .map(String::from)
+    })
+}
+
+fn e2e_config() -> Config {
+    let mut config = config(GateMode::Off);
+    config.hmac_key = Some(HMAC_KEY.to_vec());
+    config.handoff_timeout = Duration::from_secs(60);
+    config.kustomize = KustomizeCommand::default();
+    config
+}
+
+async fn serve(fake: &FakeApiServer) -> Running {
+    start_tuned(e2e_config(), fake.client(), tuning())
+        .await
+        .expect("the service starts")
+}
+
+/// The newest record of `revision`, once it is final.
+async fn finished(running: &Running, revision: &str) -> RevisionRecord {
+    loop {
+        if let Some(detail) = running.backend.kustomization(NS, "apps")
+            && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
+            && r.state != RevisionState::Running
+            && (r.state != RevisionState::Converged || r.flux.is_some())
+        {
+            return r.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn uid(fake: &FakeApiServer, api_version: &str, kind: &str, ns: &str, name: &str) -> String {
+    fake.get(api_version, kind, Some(ns), name)
+        .and_then(|o| o["metadata"]["uid"].as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+fn claim_request(fake: &FakeApiServer, claim: &str) -> String {
+    fake.get("v1", "PersistentVolumeClaim", Some("default"), claim)
+        .and_then(|c| {
+            c["spec"]["resources"]["requests"]["storage"]
+                .as_str()
+                .map(String::from)
+        })
+        .unwrap_or_default()
+}
+
+/// Publishes `web` at 2Gi and announces it with a signed webhook; returns the revision.
+async fn grow_to_2gi(flux: &Flux, running: &Running) -> String {
+    let two = web("2Gi");
+    let r2 = flux
+        .source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    let event = flux.source.new_artifact_event(&r2).await.unwrap();
+    let delivery = post_event(&format!("http://{}/hook", running.addr), HMAC_KEY, &event)
+        .await
+        .unwrap();
+    assert_eq!(delivery.status, 202, "{}", delivery.body);
+    let body: serde_json::Value = serde_json::from_str(&delivery.body).unwrap();
+    assert_eq!(body["queued"], json!(["flux-system/apps"]));
+    r2.revision
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    let first = finished(&running, &r1).await;
+    assert_eq!(first.state, RevisionState::Converged, "{first:?}");
+    assert_eq!(first.trigger, Trigger::Startup);
+    resuspended(fake).await;
+    let pods = (
+        uid(fake, "v1", "Pod", "default", "web-0"),
+        uid(fake, "v1", "Pod", "default", "web-1"),
+    );
+    let sts_before = uid(fake, "apps/v1", "StatefulSet", "default", "web");
+
+    let r2 = grow_to_2gi(&flux, &running).await;
+    let second = finished(&running, &r2).await;
+    assert_eq!(second.state, RevisionState::Converged, "{second:#?}");
+    // The source watch and the webhook race; either may queue it (one run either way).
+    assert!(matches!(second.trigger, Trigger::Webhook | Trigger::Resync));
+    let handoff = second.handoff.as_ref().expect("handed off");
+    assert_eq!(handoff.mode, GateMode::Suspend);
+    assert_eq!(
+        applied(fake).as_deref(),
+        Some(r2.as_str()),
+        "Flux applied the converged revision"
+    );
+    until(|| {
+        fake.get(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some(NS),
+            "apps",
+        )
+        .is_some_and(|k| k["spec"]["suspend"] == json!(true))
+    })
+    .await;
+    // Claims grown in place, the StatefulSet re-created, the pods untouched.
+    assert_eq!(claim_request(fake, "data-web-0"), "2Gi");
+    assert_eq!(claim_request(fake, "data-web-1"), "2Gi");
+    assert_ne!(
+        uid(fake, "apps/v1", "StatefulSet", "default", "web"),
+        sts_before
+    );
+    assert_eq!(
+        (
+            uid(fake, "v1", "Pod", "default", "web-0"),
+            uid(fake, "v1", "Pod", "default", "web-1")
+        ),
+        pods
+    );
+    // Flux never failed on the grown revision: the gate held it until converged.
+    assert!(
+        flux.kc.reconciled().iter().all(|r| r.result.is_ok()),
+        "{:?}",
+        flux.kc.reconciled()
+    );
+    status_contract(&running, &r2).await;
+    running.shutdown().await;
+}
+
+fn keys(value: &serde_json::Value) -> Vec<String> {
+    let mut keys: Vec<String> = value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// The `/status` JSON contract, pinned over HTTP on the running service.
+async fn status_contract(running: &Running, revision: &str) {
+    let base = format!("http://{}", running.addr);
+    let http = reqwest::Client::new();
+    let get = |path: &str| {
+        let request = http.get(format!("{base}{path}"));
+        async move {
+            let response = request.send().await.expect("the service answers");
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            (
+                status,
+                serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+            )
+        }
+    };
+    assert_eq!(
+        http.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+
+    let (code, list) = get("/status").await;
+    assert_eq!(code, 200);
+    assert_eq!(keys(&list), ["kustomizations"]);
+    let item = &list["kustomizations"][0];
+    assert_eq!(
+        keys(item),
+        ["gate", "last", "name", "namespace", "sourceRevision"]
+    );
+    assert_eq!(item["gate"], "suspend");
+    assert_eq!(item["sourceRevision"], json!(revision));
+    let last = &item["last"];
+    assert_eq!(
+        keys(last),
+        [
+            "digest",
+            "error",
+            "finishedAt",
+            "flux",
+            "gate",
+            "generation",
+            "handoff",
+            "revision",
+            "startedAt",
+            "state",
+            "trigger",
+            "warnings"
+        ]
+    );
+    assert_eq!(last["state"], "converged");
+    assert_eq!(
+        keys(&last["handoff"]),
+        ["action", "at", "mode", "requestedAt", "resuspendedAt"]
+    );
+    assert_eq!(last["handoff"]["mode"], "suspend");
+    assert_eq!(
+        keys(&last["flux"]),
+        ["appliedRevision", "message", "outcome"]
+    );
+    assert_eq!(last["flux"]["outcome"], "applied");
+
+    let (code, detail) = get("/status/flux-system/apps").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        keys(&detail),
+        ["gate", "name", "namespace", "revisions", "sourceRevision"]
+    );
+    let newest = &detail["revisions"][0];
+    assert_eq!(newest["revision"], json!(revision));
+    let sts = &newest["statefulsets"][0];
+    assert_eq!(
+        keys(sts),
+        [
+            "claims",
+            "deferred",
+            "error",
+            "name",
+            "namespace",
+            "newUid",
+            "oldUid",
+            "outcome",
+            "refusal",
+            "templates"
+        ]
+    );
+    assert_eq!(sts["outcome"], "converged");
+    assert_eq!(
+        sts["templates"],
+        json!([{"template": "data", "from": "1Gi", "to": "2Gi"}])
+    );
+    assert_eq!(keys(&sts["claims"][0]), ["claim", "from", "to"]);
+    let (code, _) = get("/status/flux-system/not-handled").await;
+    assert_eq!(code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
+    let flux = flux("reconcile", Some("apps-deployer")).await;
+    let fake = &flux.fake;
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    assert_eq!(
+        finished(&running, &r1).await.state,
+        RevisionState::Converged
+    );
+
+    fake.clear_requests();
+    let r2 = grow_to_2gi(&flux, &running).await;
+    let second = finished(&running, &r2).await;
+    assert_eq!(second.state, RevisionState::Converged, "{second:#?}");
+    assert_eq!(
+        second.handoff.as_ref().map(|h| h.mode),
+        Some(GateMode::Reconcile)
+    );
+    until(|| applied(fake).as_deref() == Some(r2.as_str())).await;
+    assert_eq!(claim_request(fake, "data-web-0"), "2Gi");
+    // The claim and StatefulSet writes went as the Kustomization's service account.
+    let tenant = "system:serviceaccount:flux-system:apps-deployer";
+    let writes = fake.writes();
+    let claim_writes: Vec<_> = writes
+        .iter()
+        .filter(|w| w.path.contains("/persistentvolumeclaims/"))
+        .collect();
+    assert!(!claim_writes.is_empty());
+    assert!(
+        claim_writes
+            .iter()
+            .all(|w| w.impersonate_user.as_deref() == Some(tenant)),
+        "{claim_writes:?}"
+    );
+    assert!(
+        writes.iter().any(|w| w.path.contains("/statefulsets/web")
+            && w.impersonate_user.as_deref() == Some(tenant))
+    );
+
+    // A shrink is refused: nothing written, no hand-off, not retried on the wedge event.
+    fake.clear_requests();
+    let small = web("1Gi");
+    let r3 = flux
+        .source
+        .publish("web back to 1Gi", &[("apps/web.yaml", small.as_str())])
+        .await
+        .unwrap();
+    let third = finished(&running, &r3.revision).await;
+    assert_eq!(third.state, RevisionState::Refused, "{third:#?}");
+    assert!(third.handoff.is_none());
+    let converger_writes: Vec<_> = fake
+        .writes()
+        .into_iter()
+        .filter(|w| {
+            w.path.contains("/statefulsets/") || w.path.contains("/persistentvolumeclaims/")
+        })
+        .filter(|w| {
+            w.field_manager.as_deref() != Some("kustomize-controller")
+                || w.impersonate_user.is_some()
+        })
+        .collect();
+    assert!(converger_writes.is_empty(), "{converger_writes:?}");
+    let runs = running
+        .backend
+        .kustomization(NS, "apps")
+        .unwrap()
+        .revisions
+        .len();
+    let wedge = event(
+        "Kustomization",
+        "apps",
+        "StatefulSet/default/web dry-run failed (Invalid): StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden",
+    );
+    assert_eq!(
+        running.backend.hook(&wedge),
+        vec!["flux-system/apps".to_string()]
+    );
+    settled(&running).await;
+    assert_eq!(
+        running
+            .backend
+            .kustomization(NS, "apps")
+            .unwrap()
+            .revisions
+            .len(),
+        runs
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    assert_eq!(
+        finished(&running, &r1).await.state,
+        RevisionState::Converged
+    );
+    resuspended(fake).await;
+
+    // The orphan delete is applied but its answer is lost: the run stops with the
+    // StatefulSet deleted and its intent in the journal, as if the process had died there.
+    fake.add_fault(support::FaultRule {
+        method: Some(support::Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: support::Fault::DropAfterWrite,
+    });
+    let two = web("2Gi");
+    let r2 = flux
+        .source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    let failed = finished(&running, &r2.revision).await;
+    assert_eq!(failed.state, RevisionState::Failed, "{failed:#?}");
+    running.shutdown().await;
+    fake.gc_settled().await;
+    let left = fake.get("apps/v1", "StatefulSet", Some("default"), "web");
+    assert!(
+        left.is_none(),
+        "deleted, not re-applied: {:#}\n{:#?}",
+        left.unwrap_or_default()["metadata"],
+        failed
+    );
+    let intents = fake.list("v1", "ConfigMap", Some(NS));
+    assert!(
+        intents
+            .iter()
+            .any(|c| c["metadata"]["labels"]["flux-converger.io/record"] == "intent"),
+        "an intent is left"
+    );
+
+    let restarted = serve(fake).await;
+    until(|| {
+        fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+            .is_some()
+    })
+    .await;
+    let done = loop {
+        let r = finished(&restarted, &r2.revision).await;
+        if r.state != RevisionState::Failed {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(done.state, RevisionState::Converged, "{done:#?}");
+    assert_eq!(claim_request(fake, "data-web-0"), "2Gi");
+    assert_eq!(applied(fake).as_deref(), Some(r2.revision.as_str()));
+    restarted.shutdown().await;
+}
