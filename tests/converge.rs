@@ -1417,3 +1417,66 @@ async fn a_dry_run_denied_is_a_failure_to_fix_access_not_a_refusal() {
         assert!(writes(&fake).is_empty(), "{code}: {:?}", writes(&fake));
     }
 }
+
+#[tokio::test]
+async fn claims_are_listed_in_pages() {
+    let fake = world().await;
+    // More claims than a page, sorting before web's: web's claims are on the second page.
+    let page = flux_converger::cluster::LIST_PAGE as usize;
+    for i in 0..page + 20 {
+        fake.seed(claim(&format!("aaa-filler-{i:04}"), "1Gi"));
+    }
+    fake.clear_requests();
+    let (c, j) = cluster(&fake);
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Converged);
+    assert_eq!(storage(&fake, "data-web-2"), "2Gi");
+    let lists: Vec<(Option<String>, Option<String>)> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::GET && r.path.ends_with("/persistentvolumeclaims"))
+        .map(|r| (r.query_param("limit"), r.query_param("continue")))
+        .collect();
+    assert_eq!(lists.len(), 2, "{lists:?}");
+    assert!(
+        lists
+            .iter()
+            .all(|(l, _)| l.as_deref() == Some(page.to_string().as_str()))
+    );
+    assert!(lists[0].1.is_none() && lists[1].1.is_some(), "{lists:?}");
+}
+
+#[tokio::test]
+async fn storage_classes_from_the_services_cache_cost_no_request() {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+    let fake = world().await;
+    let client = fake.client();
+    let (store, writer) = reflector::store();
+    let api: kube::Api<StorageClass> = kube::Api::all(client.clone());
+    let reflect = tokio::spawn(
+        reflector(writer, watcher(api, watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    store.wait_until_ready().await.unwrap();
+    fake.clear_requests();
+    let c = KubeCluster::new(client.clone(), Duration::from_secs(5)).with_storage_classes(store);
+    let j = ConfigMapJournal::new(client, JOURNAL_NS, Duration::from_secs(5));
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Converged);
+    reflect.abort();
+    let log: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| !r.path.contains("/storageclasses") || !r.watch)
+        .collect();
+    assert!(
+        !log.iter().any(|r| r.path.contains("/storageclasses")),
+        "{log:#?}"
+    );
+    // N claims to grow: journal load, get, list claims, dry run, N grows, record, delete,
+    // watch, re-apply, clear.
+    let grown = 3;
+    assert_eq!(log.len(), grown + 9, "{log:#?}");
+}

@@ -587,6 +587,7 @@ fn resolver(fake: &FakeApiServer) -> Resolver {
         kustomize: KustomizeCommand::default(),
         strict: true,
         allow_cross_namespace: true,
+        call_timeout: std::time::Duration::from_secs(5),
     }
 }
 
@@ -634,6 +635,28 @@ async fn superseded_artifact_is_fetched_again_after_rereading_the_source() {
     assert_eq!(
         server.requests(),
         ["gitrepository/flux-system/repo/old.tar.gz", ARTIFACT_PATH]
+    );
+}
+
+#[tokio::test]
+async fn a_cluster_read_without_an_answer_ends_at_the_call_deadline() {
+    let (fake, _server, _) = cluster().await;
+    fake.add_fault(support::FaultRule {
+        method: Some(http::Method::GET),
+        path_contains: "/kustomizations/db".into(),
+        nth: 0,
+        action: support::Fault::Delay(std::time::Duration::from_secs(30)),
+    });
+    let quick = Resolver {
+        call_timeout: std::time::Duration::from_millis(200),
+        ..resolver(&fake)
+    };
+    let e = quick.resolve("flux-system", "db").await.unwrap_err();
+    assert!(!e.is_bad_input(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("Kustomization flux-system/db") && text.contains("200 ms"),
+        "{text}"
     );
 }
 

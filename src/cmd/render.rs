@@ -112,12 +112,14 @@ async fn render_cluster(
     let client = kube::Client::try_default()
         .await
         .context("connecting to the cluster (current kube context)")?;
+    let call_timeout = options.timeout;
     let resolver = Resolver {
         client,
         fetcher: Fetcher::new(options)?,
         kustomize,
         strict: args.strict_substitution,
         allow_cross_namespace: !args.no_cross_namespace_refs,
+        call_timeout,
     };
     match resolver.resolve(namespace, name).await {
         Ok(resolved) => Ok(resolved.rendered),

@@ -34,7 +34,7 @@
 //!
 //! What it does not do: authentication/authorisation (impersonation headers are only logged),
 //! admission beyond the plugins named in `semantics`, namespaces as a precondition of creates,
-//! protobuf, paging (`limit`/`continue` are ignored: every list is complete), `scale` on
+//! protobuf, paging beyond `limit`/`continue` on plain lists (no consistent snapshot across pages), `scale` on
 //! anything but StatefulSets, watch bookmarks, field validation (`fieldValidation` is ignored).
 #![allow(dead_code)]
 

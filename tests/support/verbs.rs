@@ -69,14 +69,50 @@ pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> 
             o
         })
         .collect();
+    let (items, metadata) = page(items, query, &state.rv.to_string())?;
     Ok((
         200,
         json!({
             "kind": t.rt.list_kind(),
             "apiVersion": t.rt.api_version(),
-            "metadata": {"resourceVersion": state.rv.to_string()},
+            "metadata": metadata,
             "items": items,
         }),
+    ))
+}
+
+/// `limit`/`continue` as the real server pages a list: at most `limit` items, and while more
+/// remain a `continue` token and `remainingItemCount`. The token is this fake's own (an
+/// offset); a token it did not issue is a 400, as a malformed one is on a real server.
+fn page(items: Vec<Value>, query: &Query, rv: &str) -> Result<(Vec<Value>, Value), ApiError> {
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let offset = match query.get("continue").filter(|c| !c.is_empty()) {
+        None => 0,
+        Some(token) => token
+            .strip_prefix("fake-page:")
+            .and_then(|o| o.parse::<usize>().ok())
+            .ok_or_else(|| ApiError::bad_request("continue key is not valid"))?,
+    };
+    let mut metadata = json!({"resourceVersion": rv});
+    let Some(limit) = limit else {
+        return Ok((items.into_iter().skip(offset).collect(), metadata));
+    };
+    let total = items.len();
+    let end = offset.saturating_add(limit).min(total);
+    if end < total {
+        metadata["continue"] = json!(format!("fake-page:{end}"));
+        metadata["remainingItemCount"] = json!(total - end);
+    }
+    Ok((
+        items
+            .into_iter()
+            .skip(offset)
+            .take(end.saturating_sub(offset))
+            .collect(),
+        metadata,
     ))
 }
 

@@ -2,10 +2,13 @@
 //! source, fetch the source's artifact (re-reading the source once if the artifact was
 //! garbage-collected meanwhile), collect the post-build variables, render.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 
 use super::{KustomizeCommand, Owner, RenderError, RenderRequest, Rendered};
+use crate::cluster::with_deadline;
 use crate::flux::artifact::{ArtifactError, Fetcher, UnpackedArtifact};
 use crate::flux::objects::{self, Kustomization, ObjectsError, Source, SubstituteReference};
 use crate::flux::substitute::{
@@ -65,12 +68,16 @@ pub struct Resolver {
     pub strict: bool,
     /// kustomize-controller's `--no-cross-namespace-refs` inverted (Flux's default: allowed).
     pub allow_cross_namespace: bool,
+    /// Deadline of each cluster read (the Kustomization, its source, `substituteFrom`), the
+    /// same per-call bound as the converge's (`cluster::with_deadline`).
+    pub call_timeout: Duration,
 }
 
 impl Resolver {
     /// Reads `namespace/name` and renders the revision its source currently publishes.
     pub async fn resolve(&self, namespace: &str, name: &str) -> Result<Resolved, ResolveError> {
-        let kustomization = objects::get_kustomization(&self.client, namespace, name).await?;
+        let kustomization =
+            objects::get_kustomization(&self.client, namespace, name, self.call_timeout).await?;
         let (source, artifact) = self.fetch(&kustomization).await?;
         let revision = source
             .status
@@ -113,8 +120,13 @@ impl Resolver {
         &self,
         kustomization: &Kustomization,
     ) -> Result<(Source, UnpackedArtifact), ResolveError> {
-        let mut source =
-            objects::get_source(&self.client, kustomization, self.allow_cross_namespace).await?;
+        let mut source = objects::get_source(
+            &self.client,
+            kustomization,
+            self.allow_cross_namespace,
+            self.call_timeout,
+        )
+        .await?;
         let mut retried = false;
         loop {
             let artifact = source.artifact()?.clone();
@@ -130,6 +142,7 @@ impl Resolver {
                         source.kind,
                         &source.namespace,
                         &source.name,
+                        self.call_timeout,
                     )
                     .await?;
                 }
@@ -159,7 +172,7 @@ impl Resolver {
         };
         let mut sources = Vec::new();
         for reference in &post_build.substitute_from {
-            let source = fetch_reference(&self.client, namespace, reference)
+            let source = fetch_reference(&self.client, namespace, reference, self.call_timeout)
                 .await
                 .map_err(|(message, bad_input)| ResolveError::Variables {
                     kustomization: shown.clone(),
@@ -184,6 +197,7 @@ pub async fn fetch_reference(
     client: &Client,
     namespace: &str,
     reference: &SubstituteReference,
+    deadline: Duration,
 ) -> Result<VarSource, (String, bool)> {
     let what = format!(
         "substituteFrom {}/{namespace}/{}",
@@ -193,16 +207,20 @@ pub async fn fetch_reference(
         .kind
         .parse()
         .map_err(|e: SubstituteError| (e.to_string(), true))?;
-    let failed = |e: kube::Error| (format!("reading {what}: {e}"), false);
+    let failed = |e: crate::cluster::CallError| (e.to_string(), false);
     Ok(match kind {
         VarSourceKind::ConfigMap => {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            let found = with_deadline(deadline, "reading", &what, api.get_opt(&reference.name))
+                .await
+                .map_err(failed)?;
             VarSource::from_config_map(&reference.name, reference.optional, found.as_ref())
         }
         VarSourceKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            let found = with_deadline(deadline, "reading", &what, api.get_opt(&reference.name))
+                .await
+                .map_err(failed)?;
             VarSource::from_secret(&reference.name, reference.optional, found.as_ref())
         }
     })
