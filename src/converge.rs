@@ -61,8 +61,9 @@ impl Default for Options {
 pub enum Written {
     /// No write of this converge reached the server: run again to retry.
     Nothing,
-    /// Some claims may be grown (they only grow, and the next run skips them); no intent.
-    ClaimsOnly,
+    /// Something was written (claims grown, an earlier intent finished) but no intent is
+    /// pending: what was written stands, and the next run decides again from there.
+    Partial,
     /// An intent is in the journal: the next run finishes it.
     IntentKept,
 }
@@ -71,9 +72,9 @@ impl std::fmt::Display for Written {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Written::Nothing => "nothing was written: run converge again to retry",
-            Written::ClaimsOnly => {
-                "claims grown so far stay grown and nothing else was written: run converge \
-                 again to finish the work"
+            Written::Partial => {
+                "what was written so far stands (claims only grow; no delete is pending): run \
+                 converge again to finish the work"
             }
             Written::IntentKept => {
                 "the intent is kept in the journal: run converge again to finish the work"
@@ -216,7 +217,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         if self.intent_kept.load(Ordering::SeqCst) {
             Written::IntentKept
         } else if self.wrote.load(Ordering::SeqCst) {
-            Written::ClaimsOnly
+            Written::Partial
         } else {
             Written::Nothing
         }

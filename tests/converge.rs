@@ -1375,7 +1375,7 @@ async fn nothing_was_written_is_only_said_when_true() {
     let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
     assert_eq!(e.step(), Some(Step::Read), "{e}");
     assert!(!e.to_string().contains("nothing was written"), "{e}");
-    assert_eq!(e.written(), converge::Written::ClaimsOnly);
+    assert_eq!(e.written(), converge::Written::Partial);
 }
 
 #[tokio::test]
