@@ -1480,3 +1480,80 @@ async fn storage_classes_from_the_services_cache_cost_no_request() {
     let grown = 3;
     assert_eq!(log.len(), grown + 9, "{log:#?}");
 }
+
+/// A loopback TCP proxy in front of the fake that numbers the connections the client opens
+/// and notes, per connection, whether a dry run went over it.
+struct CountingProxy {
+    url: String,
+    /// For each connection, in order of opening: the number of dry runs seen before it opened.
+    opened_after_dry_runs: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+async fn counting_proxy(upstream: std::net::SocketAddr) -> CountingProxy {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let opened = Arc::new(Mutex::new(Vec::new()));
+    let dry_runs = Arc::new(AtomicUsize::new(0));
+    let (o, d) = (opened.clone(), dry_runs.clone());
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            o.lock().unwrap().push(d.load(Ordering::SeqCst));
+            let d = d.clone();
+            tokio::spawn(async move {
+                let mut server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let (mut cr, mut cw) = client.split();
+                let (mut sr, mut sw) = server.split();
+                let up = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if String::from_utf8_lossy(&buf[..n]).contains("dryRun=All") {
+                            d.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = sw.shutdown().await;
+                };
+                let down = async {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    let _ = cw.shutdown().await;
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    CountingProxy {
+        url,
+        opened_after_dry_runs: opened,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reads_before_the_dry_run_share_one_connection() {
+    // Two requests sent at once on one client open a second connection (over TLS, a second
+    // handshake: ~45 ms on a real API server). The reads go one after the other instead.
+    let fake = world().await;
+    let served = fake.serve().await;
+    let proxy = counting_proxy(served.addr).await;
+    let mut config = kube::Config::new(proxy.url.parse().unwrap());
+    config.default_namespace = NS.into();
+    let client = kube::Client::try_from(config).unwrap();
+    let c = KubeCluster::new(client.clone(), Duration::from_secs(5));
+    let j = ConfigMapJournal::new(client, JOURNAL_NS, Duration::from_secs(5));
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::Converged);
+    let opened = proxy.opened_after_dry_runs.lock().unwrap().clone();
+    let before_the_dry_run = opened.iter().filter(|d| **d == 0).count();
+    assert_eq!(
+        before_the_dry_run, 1,
+        "connections opened, by dry runs seen: {opened:?}"
+    );
+}
