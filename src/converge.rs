@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome, is_conflict};
 use crate::decide::{Plan, Refusal, decide, declares_desired_sizes};
@@ -576,19 +576,15 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let loaded = match self.journal.load(ns, name).await {
             Ok(loaded) => loaded,
-            Err(JournalError::Corrupt {
-                object,
-                field,
-                message,
-            }) => {
-                warn!(statefulset = %name, namespace = %ns, record = %object, %field, %message,
-                      "unreadable journal record: ignored");
-                return Ok(Err(Unreadable {
-                    message: format!("unreadable ({field}): {message}"),
-                    object,
-                }));
-            }
-            Err(e) => return Err(self.journal_err(Step::Resume)(e)),
+            Err(e) => match Unreadable::of(&e) {
+                Some(unreadable) => {
+                    // The caller reports it (the report's `unreadable_intent`): debug only here.
+                    debug!(statefulset = %name, namespace = %ns, record = %unreadable.object,
+                           error = %e, "unreadable journal record: ignored");
+                    return Ok(Err(unreadable));
+                }
+                None => return Err(self.journal_err(Step::Resume)(e)),
+            },
         };
         let Some(intent) = loaded else {
             return Ok(Ok(None));
@@ -707,17 +703,10 @@ pub async fn converge<C: Cluster, J: Journal>(
                     report: None,
                 });
             }
-            Err(JournalError::Corrupt {
-                object,
-                field,
-                message,
-            }) => {
-                report.unreadable_intent = Some(Unreadable {
-                    object,
-                    message: format!("unreadable ({field}): {message}"),
-                });
-            }
-            Err(e) => return Err(run.journal_err(Step::Resume)(e)),
+            Err(e) => match Unreadable::of(&e) {
+                Some(unreadable) => report.unreadable_intent = Some(unreadable),
+                None => return Err(run.journal_err(Step::Resume)(e)),
+            },
         }
     } else {
         match run.resume().await? {
@@ -764,8 +753,9 @@ pub async fn resume_all<C: Cluster, J: Journal>(
     options: &Options,
 ) -> Result<Resumed, JournalError> {
     let listing = journal.list().await?;
+    // The caller reports them (`Resumed::unreadable`), once each: debug only here.
     for u in &listing.unreadable {
-        warn!(record = %u.object, message = %u.message, "unreadable journal record: skipped");
+        debug!(record = %u.object, message = %u.message, "unreadable journal record: skipped");
     }
     let mut resumed = Resumed {
         results: Vec::with_capacity(listing.intents.len()),

@@ -1557,3 +1557,47 @@ async fn the_reads_before_the_dry_run_share_one_connection() {
         "connections opened, by dry runs seen: {opened:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_exits_1_naming_the_permission_and_names_an_unreadable_record_once() {
+    let fake = world().await;
+    // The command's journal is the StatefulSet's own namespace by default.
+    let cm = flux_converger::journal::intent_configmap_name(NS, "web");
+    fake.seed(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": cm, "namespace": NS,
+                     "labels": {"flux-converger.io/record": "intent"}},
+        "data": {"desired": "{hand-edited"},
+    }));
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Status {
+            code: 403,
+            reason: "Forbidden".into(),
+            message: "statefulsets.apps \"web\" is forbidden: User \"jane\" cannot patch resource \"statefulsets\" in API group \"apps\" in the namespace \"default\"".into(),
+        },
+    });
+    let served = fake.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.yaml");
+    std::fs::write(
+        &file,
+        serde_json::to_string(&statefulset("2Gi", "1Gi")).unwrap(),
+    )
+    .unwrap();
+    let (code, out, err) = cli(
+        &served.kubeconfig,
+        &["converge", "--desired", file.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("\"patch\" on \"statefulsets\""), "{err}");
+    assert!(
+        !out.contains("rejected") && !err.contains("rejected"),
+        "{out}\n{err}"
+    );
+    assert_eq!(err.matches(&cm).count(), 1, "named once: {err}");
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+}
