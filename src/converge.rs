@@ -1,12 +1,13 @@
-//! Converging one StatefulSet against a cluster (DESIGN.md §2): decide → prove → grow →
-//! orphan-delete → wait → re-apply, with an intent in the journal so that a run interrupted
-//! anywhere is finished by the next one.
+//! Converging one StatefulSet against a cluster (docs/converge.md): decide → prove → grow →
+//! record → orphan-delete → wait → re-apply → clear, so that a run interrupted anywhere is
+//! finished by the next one.
 //!
-//! The order of the writes is what keeps data safe: claims grow while the old StatefulSet
-//! still owns its pods; the delete orphans (pods and claims stay) and carries the uid it
-//! decided on (a StatefulSet re-created by someone else is never deleted); the intent holding
-//! the desired object is written before the first write and cleared after the last, so a
-//! crash between delete and re-apply is healed by re-applying from the journal.
+//! The order of the writes is what keeps data safe: claims grow (only from the version they
+//! were decided on, so nobody's raise is undone) while the old StatefulSet still owns its
+//! pods; the intent holding the desired object is recorded right before the delete, so from
+//! then on an absent StatefulSet is ours to re-apply, and before then one is someone else's
+//! to keep deleted; the delete orphans (pods and claims stay) and carries the uid it decided
+//! on (a StatefulSet re-created by someone else is never deleted).
 
 pub mod prove;
 pub mod report;
