@@ -6,6 +6,7 @@
 //! (`cluster`, `journal`, `flux::artifact`, `flux::render`) through `converge`.
 
 pub mod cluster;
+pub mod commands;
 pub mod converge;
 pub mod decide;
 pub mod flux;

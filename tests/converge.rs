@@ -912,6 +912,9 @@ async fn the_wait_for_the_deletion_rewatches_after_an_expired_watch() {
 async fn an_impersonating_client_acts_as_the_kustomizations_service_account() {
     use flux_converger::cluster::Cluster as _;
     let fake = world().await;
+    // The fake authorizes impersonated requests against RBAC, as the real server does.
+    let rules = serde_json::json!([{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]}]);
+    fake.grant(NS, "system:serviceaccount:apps:deployer", rules);
     let served = fake.serve().await;
     let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())

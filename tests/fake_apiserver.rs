@@ -1200,6 +1200,7 @@ async fn converge_by_hand_keeps_pods_claims_and_revision() {
 #[tokio::test]
 async fn watch_of_an_orphan_delete_with_the_controller_matches_the_fixture_sequence() {
     let fake = FakeApiServer::new();
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fx"}}));
     fake.enable_statefulset_controller();
     let mut db = db_before_delete();
     db["metadata"]
@@ -1697,17 +1698,23 @@ async fn discovery_answers_what_kubectl_asks() {
         .collect();
     assert_eq!(
         names,
-        ["default", "kube-node-lease", "kube-public", "kube-system"]
+        [
+            "default",
+            "flux-system",
+            "kube-node-lease",
+            "kube-public",
+            "kube-system"
+        ]
     );
     let mut ns = k8s_openapi::api::core::v1::Namespace::default();
-    ns.metadata.name = Some("flux-system".into());
+    ns.metadata.name = Some("tenant".into());
     let made = namespaces
         .create(&PostParams::default(), &ns)
         .await
         .unwrap();
     assert_eq!(
         made.metadata.labels.unwrap()["kubernetes.io/metadata.name"],
-        "flux-system"
+        "tenant"
     );
     assert_eq!(made.status.unwrap().phase.as_deref(), Some("Active"));
 }
@@ -2399,13 +2406,17 @@ async fn config_maps_and_annotations_have_the_real_size_limits() {
     let fake = FakeApiServer::new();
     let client = fake.client();
     let path = "/api/v1/namespaces/default/configmaps";
-    let big = "x".repeat(1024 * 1024);
+    // Values count, keys do not: 1 MiB of value fits, one byte more does not.
+    let (code, _) = raw(&client, "POST", path, Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fits"}, "data": {"intent": "x".repeat(1024 * 1024)}}))).await;
+    assert_eq!(code, 201);
+    let big = "x".repeat(1024 * 1024 + 1);
     let (code, body) = raw(&client, "POST", path, Some("application/json"),
         Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"intent": big}}))).await;
     assert_eq!(code, 422);
     assert_eq!(
         body["message"],
-        "ConfigMap \"j\" is invalid: []: Too long: must have at most 1048576 bytes"
+        "ConfigMap \"j\" is invalid: []: Too long: may not be more than 1048576 bytes"
     );
     let (code, _) = raw(&client, "POST", path, Some("application/json"),
         Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "j"}, "data": {"intent": "x".repeat(1000 * 1024)}}))).await;
@@ -2766,4 +2777,581 @@ async fn concurrent_clients_converge_many_sets_without_deadlock() {
             .all(|p| p["metadata"]["ownerReferences"][0]["controller"] == true),
         "all adopted"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Conformance with a real v1.32.6 (tests/fixtures/conformance/real-v1.32.6.json): RBAC and
+// impersonation, namespaces, paging.
+
+/// `raw`, with extra headers (impersonation).
+async fn raw_with(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    content_type: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http::Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let bytes = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+    let resp = client
+        .send(req.body(kube::client::Body::from(bytes)).unwrap())
+        .await
+        .expect("the fake answers");
+    let code = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(axum::body::Body::new(resp.into_body()), usize::MAX)
+        .await
+        .unwrap();
+    let v =
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)));
+    (code, v)
+}
+
+/// The real answer of step `name` in the recorded replay.
+fn recorded(name: &str) -> Value {
+    let all = fixture_json("conformance/real-v1.32.6.json");
+    all.as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == name)
+        .unwrap_or_else(|| panic!("no recorded step {name}"))["body"]
+        .clone()
+}
+
+/// The recorded namespace is `fd32d`: the same name here lets bodies compare verbatim.
+const REC_NS: &str = "fd32d";
+const SA: &str = "system:serviceaccount:fd32d:fd-sa";
+
+fn rec_namespace(fake: &FakeApiServer) {
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": REC_NS}}));
+}
+
+fn sts_body(name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name, "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                         "spec": {"containers": [{"name": "app", "image": "pause"}]}},
+        },
+    })
+}
+
+fn forbidden_part(body: &Value) -> Value {
+    json!({"code": body["code"], "reason": body["reason"], "message": body["message"], "details": body["details"]})
+}
+
+#[tokio::test]
+async fn impersonated_requests_without_rbac_get_the_real_403_naming_the_user() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    rec_namespace(&fake);
+    let client = fake.client();
+    let imp = [("Impersonate-User", SA)];
+    let cms = format!("/api/v1/namespaces/{REC_NS}/configmaps");
+    let (code, body) = raw_with(&client, "GET", &cms, &imp, None, None).await;
+    assert_eq!(code, 403);
+    let real = recorded("08.imp.list-configmaps");
+    assert_eq!(forbidden_part(&body), forbidden_part(&real));
+
+    let sts = format!(
+        "/apis/apps/v1/namespaces/{REC_NS}/statefulsets/imp?fieldManager=kustomize-controller&force=true"
+    );
+    let (code, body) = raw_with(
+        &client,
+        "PATCH",
+        &sts,
+        &imp,
+        Some("application/apply-patch+yaml"),
+        Some(sts_body("imp")),
+    )
+    .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        forbidden_part(&body),
+        forbidden_part(&recorded("08.imp.ssa-statefulset"))
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(REC_NS), "imp")
+            .is_none(),
+        "refused before any write"
+    );
+
+    let group = [
+        ("Impersonate-User", "fd-user"),
+        ("Impersonate-Group", "fd-group"),
+    ];
+    let (code, body) = raw_with(&client, "GET", &cms, &group, None, None).await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        forbidden_part(&body),
+        forbidden_part(&recorded("08.imp.group-impersonation"))
+    );
+
+    // Without impersonation the admin is never refused.
+    let (code, _) = raw(&client, "GET", &cms, None, None).await;
+    assert_eq!(code, 200);
+}
+
+#[tokio::test]
+async fn self_subject_review_names_the_impersonated_service_account() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    let client = fake.client();
+    let (code, body) = raw_with(
+        &client,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &[("Impersonate-User", SA)],
+        Some("application/json"),
+        Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert_eq!(body["status"], recorded("08.selfsubjectreview")["status"]);
+}
+
+fn rbac(kind: &str, ns: Option<&str>, name: &str, rest: Value) -> Value {
+    let mut o = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": {"name": name}});
+    if let Some(ns) = ns {
+        o["metadata"]["namespace"] = json!(ns);
+    }
+    for (k, v) in rest.as_object().unwrap() {
+        o[k] = v.clone();
+    }
+    o
+}
+
+#[tokio::test]
+async fn rbac_rules_are_matched_by_verb_group_resource_subresource_and_name() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t1"}}));
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t2"}}));
+    let deployer = "system:serviceaccount:t1:deployer";
+    // A Role in t1 for statefulsets (named web only for patch) and their scale subresource.
+    fake.seed(rbac("Role", Some("t1"), "sts", json!({"rules": [
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "resourceNames": ["web"], "verbs": ["patch"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets/scale"], "verbs": ["*"]},
+    ]})));
+    fake.seed(rbac(
+        "RoleBinding",
+        Some("t1"),
+        "sts",
+        json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sts"},
+            "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "t1"}],
+        }),
+    ));
+    // A ClusterRole bound cluster-wide to the service-account group: configmaps everywhere.
+    fake.seed(rbac(
+        "ClusterRole",
+        None,
+        "cm-reader",
+        json!({"rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        ]}),
+    ));
+    fake.seed(rbac("ClusterRoleBinding", None, "cm-reader", json!({
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cm-reader"},
+        "subjects": [{"kind": "Group", "name": "system:serviceaccounts:t1"}],
+    })));
+    let client = fake.client();
+    let (code, _) = raw(
+        &client,
+        "PATCH",
+        "/apis/apps/v1/namespaces/t1/statefulsets/web?fieldManager=m&force=true",
+        Some("application/apply-patch+yaml"),
+        Some(sts_body("web")),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let imp = [("Impersonate-User", deployer)];
+    let ssa = Some("application/apply-patch+yaml");
+    type Case<'a> = (&'a str, String, Option<&'a str>, Option<Value>, u16);
+    let cases: Vec<Case> = vec![
+        (
+            "GET",
+            "/apis/apps/v1/namespaces/t1/statefulsets/web".into(),
+            None,
+            None,
+            200,
+        ),
+        (
+            "GET",
+            "/apis/apps/v1/namespaces/t1/statefulsets".into(),
+            None,
+            None,
+            200,
+        ),
+        (
+            "GET",
+            "/apis/apps/v1/namespaces/t2/statefulsets".into(),
+            None,
+            None,
+            403,
+        ),
+        ("GET", "/apis/apps/v1/statefulsets".into(), None, None, 403),
+        (
+            "PATCH",
+            "/apis/apps/v1/namespaces/t1/statefulsets/web?fieldManager=m&force=true".into(),
+            ssa,
+            Some(sts_body("web")),
+            200,
+        ),
+        (
+            "PATCH",
+            "/apis/apps/v1/namespaces/t1/statefulsets/db?fieldManager=m&force=true".into(),
+            ssa,
+            Some(sts_body("db")),
+            403,
+        ),
+        (
+            "DELETE",
+            "/apis/apps/v1/namespaces/t1/statefulsets/web".into(),
+            None,
+            None,
+            403,
+        ),
+        (
+            "GET",
+            "/apis/apps/v1/namespaces/t1/statefulsets/web/scale".into(),
+            None,
+            None,
+            200,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/t2/configmaps".into(),
+            None,
+            None,
+            200,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/t2/configmaps".into(),
+            Some("application/json"),
+            Some(json!({"metadata": {"name": "x"}})),
+            403,
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/t1/secrets".into(),
+            None,
+            None,
+            403,
+        ),
+    ];
+    for (method, path, ct, body, want) in cases {
+        let (code, answer) = raw_with(&client, method, &path, &imp, ct, body).await;
+        assert_eq!(code, want, "{method} {path}: {answer}");
+    }
+    let (_, denied) = raw_with(
+        &client,
+        "DELETE",
+        "/apis/apps/v1/namespaces/t1/statefulsets/web",
+        &imp,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        denied["message"],
+        "statefulsets.apps \"web\" is forbidden: User \"system:serviceaccount:t1:deployer\" cannot delete resource \"statefulsets\" in API group \"apps\" in the namespace \"t1\""
+    );
+    let (_, cluster) = raw_with(
+        &client,
+        "GET",
+        "/apis/apps/v1/statefulsets",
+        &imp,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        cluster["message"],
+        "statefulsets.apps is forbidden: User \"system:serviceaccount:t1:deployer\" cannot list resource \"statefulsets\" in API group \"apps\" at the cluster scope"
+    );
+}
+
+#[tokio::test]
+async fn the_rbac_log_records_every_request_with_its_attributes_and_impersonation() {
+    let fake = FakeApiServer::new();
+    fake.grant(
+        "default",
+        "system:serviceaccount:default:app",
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get"]},
+        ]),
+    );
+    let client = fake.client();
+    raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=0",
+        None,
+        None,
+    )
+    .await;
+    raw(
+        &client,
+        "DELETE",
+        "/api/v1/namespaces/default/configmaps?dryRun=All",
+        None,
+        None,
+    )
+    .await;
+    raw_with(
+        &client,
+        "GET",
+        "/apis/apps/v1/namespaces/default/statefulsets/web",
+        &[("Impersonate-User", "system:serviceaccount:default:app")],
+        None,
+        None,
+    )
+    .await;
+    let seen: Vec<String> = fake
+        .rbac_requests()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {:?} {} {}/{} as {} dryRun={} allowed={}",
+                r.verb,
+                r.api_group,
+                r.resource_path(),
+                r.namespace.as_deref().unwrap_or("-"),
+                r.name.as_deref().unwrap_or("-"),
+                r.user,
+                r.dry_run,
+                r.allowed
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "watch \"\" configmaps default/- as kubernetes-admin dryRun=false allowed=true",
+            "deletecollection \"\" configmaps default/- as kubernetes-admin dryRun=true allowed=true",
+            "impersonate \"\" serviceaccounts default/app as kubernetes-admin dryRun=false allowed=true",
+            "get \"apps\" statefulsets default/web as system:serviceaccount:default:app dryRun=false allowed=true",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_default_identity_runs_under_its_cluster_role_alone_and_must_be_allowed_to_impersonate() {
+    let fake = FakeApiServer::new();
+    let me = "system:serviceaccount:flux-system:flux-converger";
+    fake.seed(rbac("ClusterRole", None, "converger", json!({"rules": [
+        {"apiGroups": ["kustomize.toolkit.fluxcd.io"], "resources": ["kustomizations"], "verbs": ["get", "list", "watch"]},
+    ]})));
+    fake.seed(rbac("ClusterRoleBinding", None, "converger", json!({
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "converger"},
+        "subjects": [{"kind": "ServiceAccount", "name": "flux-converger", "namespace": "flux-system"}],
+    })));
+    fake.authorize_default_as(me);
+    let client = fake.client();
+    let ks = "/apis/kustomize.toolkit.fluxcd.io/v1/kustomizations";
+    assert_eq!(raw(&client, "GET", ks, None, None).await.0, 200);
+    assert_eq!(
+        raw(
+            &client,
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            None,
+            None
+        )
+        .await
+        .0,
+        403
+    );
+    let imp = [("Impersonate-User", "system:serviceaccount:t1:deployer")];
+    let (code, body) = raw_with(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        &imp,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        body["message"],
+        "serviceaccounts \"deployer\" is forbidden: User \"system:serviceaccount:flux-system:flux-converger\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"t1\""
+    );
+    fake.authorize_default_as_admin();
+    assert_eq!(
+        raw(
+            &client,
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            None,
+            None
+        )
+        .await
+        .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn writes_into_a_missing_or_terminating_namespace_are_refused_like_the_real_server() {
+    let fake = FakeApiServer::with_version(KubeVersion::V1_32);
+    let client = fake.client();
+    let missing = format!("{REC_NS}-missing");
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &format!("/api/v1/namespaces/{missing}/configmaps"),
+        Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+    )
+    .await;
+    assert_eq!(code, 404);
+    assert_eq!(
+        forbidden_part(&body),
+        forbidden_part(&recorded("10.missing-ns.create-cm"))
+    );
+    let (code, body) = raw(&client, "PATCH",
+        &format!("/apis/apps/v1/namespaces/{missing}/statefulsets/web?fieldManager=kustomize-controller&force=true&dryRun=All"),
+        Some("application/apply-patch+yaml"), Some(sts_body("web"))).await;
+    assert_eq!(code, 404, "dry runs too: {body}");
+
+    // A namespace with a held object: deleting it answers Terminating, creates are refused,
+    // and the namespace goes once the object's finalizer does.
+    let (code, _) = raw(
+        &client,
+        "POST",
+        "/api/v1/namespaces",
+        Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": REC_NS}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert!(
+        fake.get("v1", "ServiceAccount", Some(REC_NS), "default")
+            .is_some(),
+        "the default service account"
+    );
+    let cms = format!("/api/v1/namespaces/{REC_NS}/configmaps");
+    raw(
+        &client,
+        "POST",
+        &cms,
+        Some("application/json"),
+        Some(json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}})),
+    )
+    .await;
+    let (code, ns) = raw(
+        &client,
+        "DELETE",
+        &format!("/api/v1/namespaces/{REC_NS}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(ns["kind"], "Namespace");
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    assert!(ns["metadata"]["deletionTimestamp"].is_string());
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &cms,
+        Some("application/json"),
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late"}})),
+    )
+    .await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        forbidden_part(&body),
+        forbidden_part(&recorded("11.ns.create-in-terminating"))
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        fake.get("v1", "Namespace", None, REC_NS).is_some(),
+        "held by the ConfigMap's finalizer"
+    );
+    assert!(
+        fake.get("v1", "ServiceAccount", Some(REC_NS), "default")
+            .is_none(),
+        "the rest is deleted"
+    );
+    let (code, _) = raw(
+        &client,
+        "PATCH",
+        &format!("{cms}/held"),
+        Some("application/merge-patch+json"),
+        Some(json!({"metadata": {"finalizers": null}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+    // The controller may need a few passes; bounded by attempts, not by time.
+    for _ in 0..200 {
+        if fake.get("v1", "Namespace", None, REC_NS).is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(fake.get("v1", "Namespace", None, REC_NS).is_none());
+}
+
+#[tokio::test]
+async fn lists_page_with_limit_and_continue_and_a_bad_token_is_the_real_400() {
+    let fake = FakeApiServer::new();
+    for i in 0..5 {
+        fake.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("page-{i}"), "namespace": "default", "labels": {"page": "yes"}}}));
+    }
+    let client = fake.client();
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+    );
+    let mut names = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut lp = ListParams::default().labels("page=yes").limit(2);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = api.list(&lp).await.unwrap();
+        pages += 1;
+        names.extend(page.items.iter().map(|o| o.metadata.name.clone().unwrap()));
+        match page.metadata.continue_ {
+            Some(t) if !t.is_empty() => token = Some(t),
+            _ => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(names, ["page-0", "page-1", "page-2", "page-3", "page-4"]);
+    // Without a selector the real server counts what is left.
+    let (_, first) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?limit=1",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(first["metadata"]["remainingItemCount"], 4);
+    let (code, body) = raw(
+        &client,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?limit=1&continue=not-a-token",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(body, recorded("09.page.bad-continue"));
 }

@@ -496,8 +496,21 @@ async fn resource_is_served(
     }
 }
 
-/// Reads a Kustomization.
+/// The per-call deadline of the reads that are not given one (the `--timeout` default of the
+/// commands): no read of a Flux object waits for ever.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads a Kustomization under [`DEFAULT_CALL_TIMEOUT`].
 pub async fn get_kustomization(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Kustomization, ObjectsError> {
+    get_kustomization_within(client, namespace, name, DEFAULT_CALL_TIMEOUT).await
+}
+
+/// Reads a Kustomization under `deadline`.
+pub async fn get_kustomization_within(
     client: &Client,
     namespace: &str,
     name: &str,
@@ -537,19 +550,45 @@ pub fn source_reference(
     Ok((kind, namespace, reference.name.clone()))
 }
 
-/// Reads the source a Kustomization references (see [`source_reference`]).
+/// Reads the source a Kustomization references (see [`source_reference`]) under
+/// [`DEFAULT_CALL_TIMEOUT`].
 pub async fn get_source(
+    client: &Client,
+    kustomization: &Kustomization,
+    allow_cross_namespace: bool,
+) -> Result<Source, ObjectsError> {
+    get_source_within(
+        client,
+        kustomization,
+        allow_cross_namespace,
+        DEFAULT_CALL_TIMEOUT,
+    )
+    .await
+}
+
+/// Reads the source a Kustomization references under `deadline`.
+pub async fn get_source_within(
     client: &Client,
     kustomization: &Kustomization,
     allow_cross_namespace: bool,
     deadline: Duration,
 ) -> Result<Source, ObjectsError> {
     let (kind, namespace, name) = source_reference(kustomization, allow_cross_namespace)?;
-    read_source(client, kind, &namespace, &name, deadline).await
+    read_source_within(client, kind, &namespace, &name, deadline).await
 }
 
-/// Reads a source of a known kind.
+/// Reads a source of a known kind under [`DEFAULT_CALL_TIMEOUT`].
 pub async fn read_source(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+) -> Result<Source, ObjectsError> {
+    read_source_within(client, kind, namespace, name, DEFAULT_CALL_TIMEOUT).await
+}
+
+/// Reads a source of a known kind under `deadline`.
+pub async fn read_source_within(
     client: &Client,
     kind: SourceKind,
     namespace: &str,

@@ -2,7 +2,7 @@
 //! `kube::Client`, the gate or the queue, so every route is tested with a stand-in backend.
 
 use crate::flux::event::Event;
-use crate::service::record::{KustomizationDetail, KustomizationSummary};
+use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord};
 
 pub trait Backend: Send + Sync + 'static {
     /// Queues the handled Kustomizations this (already authenticated, parsed) event names and
@@ -14,4 +14,12 @@ pub trait Backend: Send + Sync + 'static {
     fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail>;
     /// `Ok` once the caches are synced and the results are readable; otherwise why not.
     fn ready(&self) -> Result<(), String>;
+    /// The newest record with its StatefulSets: the dashboard's rows show a refusal's code, which
+    /// only the StatefulSet entries carry. Added by the http branch with a default, so existing
+    /// backends keep compiling; a backend holding the results should answer it without copying
+    /// the whole history (`Results::last`).
+    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.kustomization(namespace, name)
+            .and_then(|detail| detail.revisions.into_iter().next())
+    }
 }

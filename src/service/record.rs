@@ -215,6 +215,13 @@ pub struct RevisionRecord {
     /// A failure before or after the StatefulSets (resolve, render, hand-off).
     #[serde(default)]
     pub error: Option<StepError>,
+    /// The Kustomization's `metadata.generation` when the revision was handled: a refused
+    /// revision is retried when its spec changed (a new generation), not before.
+    #[serde(default)]
+    pub generation: Option<i64>,
+    /// The gate mode the revision was handed off with.
+    #[serde(default)]
+    pub gate: Option<GateMode>,
 }
 
 impl RevisionRecord {

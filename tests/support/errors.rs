@@ -43,7 +43,7 @@ impl Cause {
     pub fn too_long(field: &str, limit: usize) -> Self {
         Cause {
             reason: "FieldValueTooLong",
-            message: format!("Too long: must have at most {limit} bytes"),
+            message: format!("Too long: may not be more than {limit} bytes"),
             field: field.to_string(),
         }
     }
@@ -206,8 +206,13 @@ impl ApiError {
         )
     }
 
+    /// A 400: the real server sends no `details` with it.
     pub fn bad_request(message: &str) -> Self {
-        status(400, "BadRequest", message.to_string(), json!({}))
+        let mut e = status(400, "BadRequest", message.to_string(), json!({}));
+        if let Some(m) = e.body.as_object_mut() {
+            m.remove("details");
+        }
+        e
     }
 
     pub fn method_not_allowed() -> Self {

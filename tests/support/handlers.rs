@@ -8,6 +8,7 @@ use http::{Method, Response, StatusCode, header};
 use serde_json::Value;
 
 use super::FakeApiServer;
+use super::authz;
 use super::discovery;
 use super::errors::ApiError;
 use super::faults::{self, Fault, RequestRecord};
@@ -109,6 +110,16 @@ pub fn field_manager(parts: &http::request::Parts, query: &Query) -> Option<Stri
         .map(|ua| ua.split('/').next().unwrap_or(ua).to_string())
 }
 
+/// Whether a request is a dry run. A DELETE with a body takes every option from the body's
+/// `DeleteOptions`, the query's `dryRun` included (the real server decodes one or the other).
+pub fn is_dry_run(method: &Method, query: &Query, body: &Value) -> bool {
+    if *method == Method::DELETE && body.is_object() {
+        body_dry_run(body)
+    } else {
+        query.dry_run()
+    }
+}
+
 pub fn body_dry_run(body: &Value) -> bool {
     body.get("dryRun")
         .and_then(Value::as_array)
@@ -134,7 +145,7 @@ pub async fn handle(
         path: path.clone(),
         query: raw_query.clone(),
         field_manager: query.get("fieldManager").map(str::to_string),
-        dry_run: query.dry_run() || (parts.method == Method::DELETE && body_dry_run(&body_json)),
+        dry_run: is_dry_run(&parts.method, &query, &body_json),
         watch: query.flag("watch"),
         content_type: content_type(&parts),
         impersonate_user: parts
@@ -189,9 +200,16 @@ fn dispatch(
     if let Some(resp) = discovery::answer(fake, &parts.method, path) {
         return resp;
     }
+    if parts.method == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
+        let (code, v) = authz::self_subject_review(&fake.lock(), parts);
+        return json_response(code, &v);
+    }
     let Some(target) = route(path) else {
         return error_response(&ApiError::no_route());
     };
+    if let Err(e) = authz::authorize(&mut fake.lock(), parts, &target, query, &body) {
+        return error_response(&e);
+    }
     let result = match (&parts.method, &target.name) {
         (_, Some(name)) if target.subresource.as_deref() == Some("scale") => {
             super::scale::handle(fake, parts, &target, name, query, raw_body, body)

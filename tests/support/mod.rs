@@ -34,17 +34,20 @@
 //!
 //! What it does not do: authentication/authorisation (impersonation headers are only logged),
 //! admission beyond the plugins named in `semantics`, namespaces as a precondition of creates,
-//! protobuf, paging beyond `limit`/`continue` on plain lists (no consistent snapshot across pages), `scale` on
+//! protobuf, paging (`limit`/`continue` are ignored: every list is complete), `scale` on
 //! anything but StatefulSets, watch bookmarks, field validation (`fieldValidation` is ignored).
 #![allow(dead_code)]
 
 mod apply;
+pub mod authz;
 mod controller;
 mod discovery;
 mod errors;
 mod faults;
 mod gc;
 mod handlers;
+mod namespaces;
+mod paging;
 mod patch;
 mod pipeline;
 pub mod query;
@@ -63,6 +66,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 // Each test binary uses a subset of these.
+#[allow(unused_imports)]
+pub use authz::RbacRequest;
 #[allow(unused_imports)]
 pub use errors::ApiError;
 #[allow(unused_imports)]
@@ -139,8 +144,15 @@ impl FakeApiServer {
         let fake = FakeApiServer {
             state: Arc::new(Mutex::new(State::new(version))),
         };
-        // The namespaces of a fresh cluster.
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        // The namespaces of a fresh cluster, and Flux's (the fake serves Flux's CRDs: it is a
+        // cluster with Flux installed).
+        for ns in [
+            "default",
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+            "flux-system",
+        ] {
             fake.seed(json!({
                 "apiVersion": "v1",
                 "kind": "Namespace",
@@ -209,7 +221,14 @@ impl FakeApiServer {
             meta["generation"] = json!(1);
         }
         let namespace = obj_namespace_owned(&obj);
-        state.seed(rt, obj);
+        if let Some(ns) = namespace.as_deref() {
+            namespaces::ensure_for_seed(&mut state, ns);
+        }
+        let is_namespace = rt == resources::NAMESPACE;
+        state.seed(rt, obj.clone());
+        if is_namespace {
+            namespaces::after_create(&mut state, &obj);
+        }
         controller::after_write(self, &mut state, &rt, namespace.as_deref());
     }
 
@@ -307,6 +326,58 @@ impl FakeApiServer {
 
     pub fn clear_requests(&self) {
         self.lock().requests.clear();
+    }
+
+    /// Every authorization decision so far, in order: the RBAC attributes of each resource
+    /// request (verb, group, resource, subresource, namespace, name), who it was made as, and
+    /// RBAC's answer; impersonation adds an `impersonate` entry made by the caller. What a
+    /// shipped ClusterRole/Role is proven against.
+    pub fn rbac_requests(&self) -> Vec<RbacRequest> {
+        self.lock().rbac_log.clone()
+    }
+
+    pub fn clear_rbac_requests(&self) {
+        self.lock().rbac_log.clear();
+    }
+
+    /// Makes requests without impersonation act as `user` (e.g.
+    /// `system:serviceaccount:flux-system:flux-converger`), authorized by the RBAC objects
+    /// stored in the fake, so a component can be run under its shipped ClusterRole alone.
+    /// Seeding (`seed`, `modify`, ...) is never authorized.
+    pub fn authorize_default_as(&self, user: &str) {
+        self.lock().default_user = Some(user.to_string());
+    }
+
+    /// Seeds a Role named `grant-<n>` with `rules` and a RoleBinding of it to `user` (a
+    /// `system:serviceaccount:<ns>:<name>`, else a User) in `namespace`: the shortest way for a
+    /// test to let an impersonated service account do something.
+    pub fn grant(&self, namespace: &str, user: &str, rules: Value) {
+        let n = self
+            .list("rbac.authorization.k8s.io/v1", "Role", Some(namespace))
+            .len();
+        let name = format!("grant-{n}");
+        let subject = match authz::service_account(user) {
+            Some((ns, sa)) => json!({"kind": "ServiceAccount", "name": sa, "namespace": ns}),
+            None => json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}),
+        };
+        self.seed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": rules,
+        }));
+        self.seed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [subject],
+        }));
+    }
+
+    /// Back to the default: requests without impersonation are the admin's, never refused.
+    pub fn authorize_default_as_admin(&self) {
+        self.lock().default_user = None;
     }
 
     pub fn add_fault(&self, rule: FaultRule) {

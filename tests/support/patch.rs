@@ -19,11 +19,14 @@ pub fn json_patch(doc: &mut Value, patch_body: &[u8]) -> Result<(), ApiError> {
     let ops: json_patch::Patch = serde_json::from_slice(patch_body)
         .map_err(|e| ApiError::bad_request(&format!("json: cannot unmarshal: {e}")))?;
     json_patch::patch(doc, &ops).map_err(|e| {
-        ApiError::custom(
-            422,
-            "Invalid",
-            &format!("the server rejected our request due to an error in our request: {e}"),
-        )
+        // A failed `test` is reported without detail (the real server's wording).
+        let message = match e.kind {
+            json_patch::PatchErrorKind::TestFailed => {
+                "the server rejected our request due to an error in our request".to_string()
+            }
+            _ => format!("the server rejected our request due to an error in our request: {e}"),
+        };
+        ApiError::custom(422, "Invalid", &message)
     })
 }
 

@@ -9,6 +9,7 @@ use super::apply;
 use super::controller;
 use super::errors::{ApiError, Cause};
 use super::handlers::Target;
+use super::namespaces;
 use super::resources::ResourceType;
 use super::semantics;
 use super::store::{Key, State, now, obj_name, obj_namespace};
@@ -134,6 +135,7 @@ pub fn create_object(
             m.insert("status".into(), s);
         }
     }
+    namespaces::admit_create(state, rt, namespace, &name)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj);
     semantics::validate_create(rt, &obj)?;
@@ -153,6 +155,9 @@ pub fn create_object(
         return Ok((201, obj));
     }
     let stored = state.insert(*rt, obj);
+    if *rt == super::resources::NAMESPACE {
+        namespaces::after_create(state, &stored);
+    }
     controller::after_write(fake, state, rt, namespace);
     Ok((201, stored))
 }

@@ -107,7 +107,9 @@ const fn flux(
         namespaced: true,
         status_subresource: true,
         has_generation: true,
-        returns_deleted_object: true,
+        // A custom resource deleted at once answers a `Status` (kind = the plural), like the
+        // built-ins; one held by finalizers answers the object.
+        returns_deleted_object: false,
         custom: true,
     }
 }
@@ -238,6 +240,71 @@ pub const EXTERNAL_ARTIFACT: ResourceType = flux(
     &[],
 );
 
+pub const SERVICE_ACCOUNT: ResourceType = builtin(
+    "",
+    "v1",
+    "ServiceAccount",
+    "serviceaccounts",
+    "serviceaccount",
+    &["sa"],
+    true,
+);
+pub const PERSISTENT_VOLUME: ResourceType = ResourceType {
+    status_subresource: true,
+    returns_deleted_object: true,
+    ..builtin(
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        "persistentvolume",
+        &["pv"],
+        false,
+    )
+};
+pub const DEPLOYMENT: ResourceType = ResourceType {
+    status_subresource: true,
+    has_generation: true,
+    ..builtin(
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        "deployment",
+        &["deploy"],
+        true,
+    )
+};
+const RBAC: &str = "rbac.authorization.k8s.io";
+pub const ROLE: ResourceType = builtin(RBAC, "v1", "Role", "roles", "role", &[], true);
+pub const ROLE_BINDING: ResourceType = builtin(
+    RBAC,
+    "v1",
+    "RoleBinding",
+    "rolebindings",
+    "rolebinding",
+    &[],
+    true,
+);
+pub const CLUSTER_ROLE: ResourceType = builtin(
+    RBAC,
+    "v1",
+    "ClusterRole",
+    "clusterroles",
+    "clusterrole",
+    &[],
+    false,
+);
+pub const CLUSTER_ROLE_BINDING: ResourceType = builtin(
+    RBAC,
+    "v1",
+    "ClusterRoleBinding",
+    "clusterrolebindings",
+    "clusterrolebinding",
+    &[],
+    false,
+);
+
 pub const ALL: &[ResourceType] = &[
     NAMESPACE,
     PVC,
@@ -255,6 +322,13 @@ pub const ALL: &[ResourceType] = &[
     OCI_REPOSITORY,
     BUCKET,
     EXTERNAL_ARTIFACT,
+    SERVICE_ACCOUNT,
+    PERSISTENT_VOLUME,
+    DEPLOYMENT,
+    ROLE,
+    ROLE_BINDING,
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
 ];
 
 /// The type served at `group/version` under `plural`.

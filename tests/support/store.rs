@@ -133,6 +133,10 @@ pub struct State {
     /// Deleting claims whose `pvc-protection` waits for the pods that mount them.
     pub pvc_waiting: Vec<Pending>,
     pub request_seq: u64,
+    /// Who requests without impersonation are made as (`None`: the admin, never refused).
+    pub default_user: Option<String>,
+    /// Every authorization decision, in order (see `authz`).
+    pub rbac_log: Vec<super::authz::RbacRequest>,
 }
 
 impl State {
@@ -155,6 +159,8 @@ impl State {
             pods_ready: false,
             pvc_waiting: Vec::new(),
             request_seq: 0,
+            default_user: None,
+            rbac_log: Vec::new(),
         }
     }
 

@@ -9,12 +9,14 @@ use super::FakeApiServer;
 use super::apply;
 use super::errors::ApiError;
 use super::gc::{self, Propagation};
-use super::handlers::{Target, body_dry_run, content_type, field_manager};
+use super::handlers::{Target, content_type, field_manager, is_dry_run};
+use super::paging;
 use super::patch;
 use super::pipeline::{
     Managed, VerbResult, WriteOpts, check_identity, create_object, update_object, with_type,
 };
 use super::query::{Query, Selectors};
+use super::resources;
 use super::semantics;
 use super::store::{Key, now};
 use super::table;
@@ -45,19 +47,36 @@ pub fn get(fake: &FakeApiServer, t: &Target, name: &str, as_table: bool) -> Verb
 
 pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> VerbResult {
     let selectors = Selectors::from_query(query, &t.rt)?;
+    let has_selectors = query.get("labelSelector").is_some_and(|s| !s.is_empty())
+        || query.get("fieldSelector").is_some_and(|s| !s.is_empty());
     let state = fake.lock();
-    if as_table {
-        let items: Vec<Value> = state
-            .list(&t.rt, t.namespace.as_deref())
-            .into_iter()
-            .filter(|o| selectors.matches(o))
-            .collect();
-        return Ok((200, table::table(&t.rt, &items, &state.rv.to_string())));
-    }
-    let items: Vec<Value> = state
+    let selected: Vec<Value> = state
         .list(&t.rt, t.namespace.as_deref())
         .into_iter()
         .filter(|o| selectors.matches(o))
+        .collect();
+    let page = paging::page(
+        selected,
+        query,
+        t.namespace.is_none(),
+        has_selectors,
+        state.rv,
+    )?;
+    let mut metadata = json!({"resourceVersion": state.rv.to_string()});
+    if let Some(token) = &page.continue_token {
+        metadata["continue"] = json!(token);
+    }
+    if let Some(n) = page.remaining {
+        metadata["remainingItemCount"] = json!(n);
+    }
+    if as_table {
+        let mut table = table::table(&t.rt, &page.items, &state.rv.to_string());
+        table["metadata"] = metadata;
+        return Ok((200, table));
+    }
+    let items: Vec<Value> = page
+        .items
+        .into_iter()
         .map(|mut o| {
             // Built-in lists carry the type once, on the list; custom resources keep it per item.
             if !t.rt.custom
@@ -69,7 +88,6 @@ pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> 
             o
         })
         .collect();
-    let (items, metadata) = page(items, query, &state.rv.to_string())?;
     Ok((
         200,
         json!({
@@ -78,41 +96,6 @@ pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> 
             "metadata": metadata,
             "items": items,
         }),
-    ))
-}
-
-/// `limit`/`continue` as the real server pages a list: at most `limit` items, and while more
-/// remain a `continue` token and `remainingItemCount`. The token is this fake's own (an
-/// offset); a token it did not issue is a 400, as a malformed one is on a real server.
-fn page(items: Vec<Value>, query: &Query, rv: &str) -> Result<(Vec<Value>, Value), ApiError> {
-    let limit = query
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let offset = match query.get("continue").filter(|c| !c.is_empty()) {
-        None => 0,
-        Some(token) => token
-            .strip_prefix("fake-page:")
-            .and_then(|o| o.parse::<usize>().ok())
-            .ok_or_else(|| ApiError::bad_request("continue key is not valid"))?,
-    };
-    let mut metadata = json!({"resourceVersion": rv});
-    let Some(limit) = limit else {
-        return Ok((items.into_iter().skip(offset).collect(), metadata));
-    };
-    let total = items.len();
-    let end = offset.saturating_add(limit).min(total);
-    if end < total {
-        metadata["continue"] = json!(format!("fake-page:{end}"));
-        metadata["remainingItemCount"] = json!(total - end);
-    }
-    Ok((
-        items
-            .into_iter()
-            .skip(offset)
-            .take(end.saturating_sub(offset))
-            .collect(),
-        metadata,
     ))
 }
 
@@ -314,7 +297,7 @@ fn delete_options(query: &Query, body: &Value) -> Result<DeleteOptions, ApiError
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string),
-        dry_run: query.dry_run() || body_dry_run(body),
+        dry_run: is_dry_run(&http::Method::DELETE, query, body),
     })
 }
 
@@ -348,6 +331,10 @@ pub fn delete(
         && *wanted != rv
     {
         return Err(ApiError::precondition_rv(&t.rt, name, wanted, &rv));
+    }
+    if t.rt == resources::NAMESPACE {
+        let ns = super::namespaces::begin_delete(fake, &mut state, name, opts.dry_run);
+        return Ok((200, with_type(&t.rt, ns)));
     }
     let policy = opts.propagation.unwrap_or(Propagation::Background);
     let (result, gone) = if opts.dry_run {

@@ -77,7 +77,8 @@ impl Resolver {
     /// Reads `namespace/name` and renders the revision its source currently publishes.
     pub async fn resolve(&self, namespace: &str, name: &str) -> Result<Resolved, ResolveError> {
         let kustomization =
-            objects::get_kustomization(&self.client, namespace, name, self.call_timeout).await?;
+            objects::get_kustomization_within(&self.client, namespace, name, self.call_timeout)
+                .await?;
         let (source, artifact) = self.fetch(&kustomization).await?;
         let revision = source
             .status
@@ -120,7 +121,7 @@ impl Resolver {
         &self,
         kustomization: &Kustomization,
     ) -> Result<(Source, UnpackedArtifact), ResolveError> {
-        let mut source = objects::get_source(
+        let mut source = objects::get_source_within(
             &self.client,
             kustomization,
             self.allow_cross_namespace,
@@ -137,7 +138,7 @@ impl Resolver {
                     tracing::info!(url = %url, source = %source.display_name(), revision = %artifact.revision,
                         "artifact gone, re-reading the source");
                     retried = true;
-                    source = objects::read_source(
+                    source = objects::read_source_within(
                         &self.client,
                         source.kind,
                         &source.namespace,

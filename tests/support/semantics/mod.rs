@@ -189,7 +189,7 @@ pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     }
 }
 
-fn base64(bytes: &[u8]) -> String {
+pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
@@ -268,6 +268,30 @@ fn map_size(obj: &Value, keys: &[&str]) -> usize {
         .sum()
 }
 
+/// Bytes a base64 string decodes to.
+fn decoded_len(b64: &str) -> usize {
+    let b64 = b64.trim_end_matches('=');
+    b64.len() * 3 / 4
+}
+
+/// What `ValidateConfigMap`/`ValidateSecret` add up against `MaxSecretSize`: the values only
+/// (keys are free), binary ones decoded.
+fn data_size(rt: &ResourceType, obj: &Value) -> usize {
+    let values = |pointer: &str| -> Vec<&str> {
+        obj.pointer(pointer)
+            .and_then(Value::as_object)
+            .map(|m| m.values().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
+    };
+    let text: usize = if *rt == resources::CONFIGMAP {
+        values("/data").iter().map(|v| v.len()).sum()
+    } else {
+        values("/data").iter().map(|v| decoded_len(v)).sum()
+    };
+    let binary: usize = values("/binaryData").iter().map(|v| decoded_len(v)).sum();
+    text + binary
+}
+
 /// The size limits of ConfigMaps/Secrets (whole object, reported at `[]`) and annotations.
 fn size_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
@@ -278,7 +302,7 @@ fn size_causes(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
         ));
     }
     if (*rt == resources::CONFIGMAP || *rt == resources::SECRET)
-        && map_size(obj, &["/data", "/binaryData"]) > MAX_DATA_SIZE
+        && data_size(rt, obj) > MAX_DATA_SIZE
     {
         causes.push(Cause::too_long("[]", MAX_DATA_SIZE));
     }

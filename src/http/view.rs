@@ -1,0 +1,633 @@
+//! What the dashboard shows, computed from the records without I/O: state colours and icons,
+//! the problem a row must show, advice per refusal code, relative times. The templates only lay
+//! these values out (and escape every one of them).
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use crate::service::record::{
+    FluxOutcome, FluxResult, GateMode, Handoff, KustomizationSummary, RevisionRecord,
+    RevisionState, StatefulSetEntry, StatefulSetOutcome, StepError,
+};
+
+/// A state as shown: `key` is the CSS class and the icon's id (a closed set, never data).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Badge {
+    pub key: &'static str,
+    pub label: &'static str,
+}
+
+/// Filter values for `?state=`, in the order the dashboard lists them. `none` is a handled
+/// Kustomization the service has not run yet.
+pub const STATE_KEYS: [&str; 6] = [
+    "converged",
+    "refused",
+    "failed",
+    "running",
+    "superseded",
+    "none",
+];
+
+pub fn state_badge(state: Option<RevisionState>) -> Badge {
+    match state {
+        Some(RevisionState::Converged) => Badge {
+            key: "converged",
+            label: "converged",
+        },
+        Some(RevisionState::Refused) => Badge {
+            key: "refused",
+            label: "refused",
+        },
+        Some(RevisionState::Failed) => Badge {
+            key: "failed",
+            label: "failed",
+        },
+        Some(RevisionState::Running) => Badge {
+            key: "running",
+            label: "running",
+        },
+        Some(RevisionState::Superseded) => Badge {
+            key: "superseded",
+            label: "superseded",
+        },
+        None => Badge {
+            key: "none",
+            label: "not run yet",
+        },
+    }
+}
+
+pub fn outcome_badge(outcome: StatefulSetOutcome) -> Badge {
+    match outcome {
+        StatefulSetOutcome::Converged => Badge {
+            key: "converged",
+            label: "converged",
+        },
+        StatefulSetOutcome::Unchanged => Badge {
+            key: "superseded",
+            label: "unchanged",
+        },
+        StatefulSetOutcome::Refused => Badge {
+            key: "refused",
+            label: "refused",
+        },
+        StatefulSetOutcome::Failed => Badge {
+            key: "failed",
+            label: "failed",
+        },
+        StatefulSetOutcome::Deferred => Badge {
+            key: "running",
+            label: "deferred",
+        },
+    }
+}
+
+pub fn flux_badge(outcome: FluxOutcome) -> Badge {
+    match outcome {
+        FluxOutcome::Applied => Badge {
+            key: "converged",
+            label: "applied",
+        },
+        FluxOutcome::Failed => Badge {
+            key: "failed",
+            label: "failed",
+        },
+        FluxOutcome::Timeout => Badge {
+            key: "refused",
+            label: "timed out",
+        },
+        FluxOutcome::Pending => Badge {
+            key: "running",
+            label: "pending",
+        },
+    }
+}
+
+/// What to do about a refusal, by code: the message says what differs, this says how out.
+pub fn advice(code: &str) -> &'static str {
+    match code {
+        "shrink" => {
+            "Volumes never shrink. Put the size in git back to at least the live size the message names; \
+             to really shrink, migrate the data to a new StatefulSet."
+        }
+        "not-expandable" => {
+            "The claim's StorageClass does not allow expansion. Set allowVolumeExpansion: true on it if \
+             its CSI driver can expand volumes, or keep the old size in git."
+        }
+        "template-changed" => {
+            "A volumeClaimTemplate was added, removed or changed beyond its size (class, access modes, \
+             selector). Only storage requests grow in place: revert that change in git."
+        }
+        "other-immutable" => {
+            "Another immutable StatefulSet field changed (the message names it). Revert it in git, or \
+             replace the StatefulSet deliberately by hand: flux-converger will not."
+        }
+        "rejected" => {
+            "The API server refused the server-side dry run (admission webhook, quota, validation). \
+             Fix what its message names in git; the next revision is tried again."
+        }
+        _ => "Read the message; the revision is retried when the source revision changes.",
+    }
+}
+
+/// What a refused or failed revision must show on its row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// `refused` or `failed`: the badge key.
+    pub kind: &'static str,
+    /// The refusal code, or `step <name>`.
+    pub code: String,
+    /// The StatefulSet it is about, when it is about one.
+    pub subject: Option<String>,
+    pub message: String,
+    /// How many more StatefulSets of the revision have a problem too.
+    pub more: usize,
+}
+
+pub fn problem(record: &RevisionRecord) -> Option<Problem> {
+    match record.state {
+        RevisionState::Refused => {
+            let mut refused = record
+                .statefulsets
+                .iter()
+                .filter_map(|set| set.refusal.as_ref().map(|refusal| (set, refusal)));
+            let (set, refusal) = refused.next()?;
+            Some(Problem {
+                kind: "refused",
+                code: refusal.code.clone(),
+                subject: Some(format!("{}/{}", set.namespace, set.name)),
+                message: refusal.message.clone(),
+                more: refused.count(),
+            })
+        }
+        RevisionState::Failed => {
+            let failed: Vec<(&StatefulSetEntry, &StepError)> = record
+                .statefulsets
+                .iter()
+                .filter_map(|set| set.error.as_ref().map(|err| (set, err)))
+                .collect();
+            if let Some(err) = &record.error {
+                return Some(Problem {
+                    kind: "failed",
+                    code: format!("step {}", err.step),
+                    subject: None,
+                    message: err.message.clone(),
+                    more: failed.len(),
+                });
+            }
+            let (set, err) = failed.first()?;
+            Some(Problem {
+                kind: "failed",
+                code: format!("step {}", err.step),
+                subject: Some(format!("{}/{}", set.namespace, set.name)),
+                message: err.message.clone(),
+                more: failed.len() - 1,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `42s ago`, `5m ago`, `3h ago`, `2d ago`; `None` when the time does not parse.
+pub fn ago(at: &str, now: Timestamp) -> Option<String> {
+    let at: Timestamp = at.parse().ok()?;
+    let seconds = now.as_second() - at.as_second();
+    Some(match seconds {
+        s if s < 5 => "just now".to_string(),
+        s if s < 60 => format!("{s}s ago"),
+        s if s < 3600 => format!("{}m ago", s / 60),
+        s if s < 86_400 => format!("{}h ago", s / 3600),
+        s => format!("{}d ago", s / 86_400),
+    })
+}
+
+/// How long a run took, to the second (to the millisecond under one second).
+pub fn took(started: &str, finished: &str) -> Option<String> {
+    let started: Timestamp = started.parse().ok()?;
+    let finished: Timestamp = finished.parse().ok()?;
+    let span = finished.duration_since(started);
+    let millis = u64::try_from(span.as_millis()).ok()?;
+    let rounded = if millis < 1000 {
+        Duration::from_millis(millis)
+    } else {
+        Duration::from_secs(millis.div_ceil(1000))
+    };
+    Some(humantime::format_duration(rounded).to_string())
+}
+
+#[derive(Clone, Debug)]
+pub struct FluxView {
+    pub badge: Badge,
+    pub applied_revision: Option<String>,
+    pub message: Option<String>,
+}
+
+impl FluxView {
+    fn of(flux: &FluxResult) -> Self {
+        FluxView {
+            badge: flux_badge(flux.outcome),
+            applied_revision: flux.applied_revision.clone(),
+            message: flux.message.clone(),
+        }
+    }
+}
+
+/// One row of the dashboard.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub namespace: String,
+    pub name: String,
+    pub gate: GateMode,
+    pub source_revision: Option<String>,
+    pub badge: Badge,
+    /// The revision the last record is about.
+    pub revision: Option<String>,
+    /// The source publishes a revision the last record is not about (yet).
+    pub behind: bool,
+    pub at: Option<String>,
+    pub ago: Option<String>,
+    pub flux: Option<FluxView>,
+    pub problem: Option<Problem>,
+    pub warnings: Vec<String>,
+}
+
+impl Row {
+    pub fn new(
+        summary: &KustomizationSummary,
+        last: Option<&RevisionRecord>,
+        now: Timestamp,
+    ) -> Row {
+        let at = last.map(|r| {
+            r.finished_at
+                .clone()
+                .unwrap_or_else(|| r.started_at.clone())
+        });
+        Row {
+            namespace: summary.namespace.clone(),
+            name: summary.name.clone(),
+            gate: summary.gate,
+            source_revision: summary.source_revision.clone(),
+            badge: state_badge(last.map(|r| r.state)),
+            revision: last.map(|r| r.revision.clone()),
+            behind: match (&summary.source_revision, last) {
+                (Some(source), Some(last)) => *source != last.revision,
+                _ => false,
+            },
+            ago: at.as_deref().and_then(|at| ago(at, now)),
+            at,
+            flux: last.and_then(|r| r.flux.as_ref()).map(FluxView::of),
+            problem: last.and_then(problem),
+            warnings: last.map(|r| r.warnings.clone()).unwrap_or_default(),
+        }
+    }
+
+    pub fn href(&self) -> String {
+        detail_href(&self.namespace, &self.name)
+    }
+}
+
+/// The drill-down's path. Kubernetes names are DNS labels (no `/`, `?` or `#`); the template
+/// escapes the attribute all the same.
+pub fn detail_href(namespace: &str, name: &str) -> String {
+    format!("/kustomizations/{namespace}/{name}")
+}
+
+#[derive(Clone, Debug)]
+pub struct StepView {
+    pub step: String,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl StepView {
+    fn of(err: &StepError) -> Self {
+        StepView {
+            step: err.step.clone(),
+            message: err.message.clone(),
+            hint: err.hint.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RefusalView {
+    pub code: String,
+    pub message: String,
+    pub advice: &'static str,
+}
+
+#[derive(Clone, Debug)]
+pub struct SetView {
+    pub namespace: String,
+    pub name: String,
+    pub badge: Badge,
+    pub entry: StatefulSetEntry,
+    /// Orphan-deleted and re-applied: the uid before and after.
+    pub recreated: Option<(String, String)>,
+    pub refusal: Option<RefusalView>,
+    pub error: Option<StepView>,
+}
+
+impl SetView {
+    fn of(entry: &StatefulSetEntry) -> Self {
+        SetView {
+            namespace: entry.namespace.clone(),
+            name: entry.name.clone(),
+            badge: outcome_badge(entry.outcome),
+            recreated: match (&entry.old_uid, &entry.new_uid) {
+                (Some(old), Some(new)) if old != new => Some((old.clone(), new.clone())),
+                _ => None,
+            },
+            refusal: entry.refusal.as_ref().map(|r| RefusalView {
+                code: r.code.clone(),
+                message: r.message.clone(),
+                advice: advice(&r.code),
+            }),
+            error: entry.error.as_ref().map(StepView::of),
+            entry: entry.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct HandoffView {
+    pub mode: GateMode,
+    pub action: String,
+    pub at: String,
+    pub requested_at: Option<String>,
+    pub resuspended_at: Option<String>,
+}
+
+impl HandoffView {
+    fn of(handoff: &Handoff) -> Self {
+        HandoffView {
+            mode: handoff.mode,
+            action: handoff.action.clone(),
+            at: handoff.at.clone(),
+            requested_at: handoff.requested_at.clone(),
+            resuspended_at: handoff.resuspended_at.clone(),
+        }
+    }
+}
+
+/// One revision of the drill-down.
+#[derive(Clone, Debug)]
+pub struct RevisionView {
+    pub revision: String,
+    pub digest: Option<String>,
+    pub trigger: &'static str,
+    pub badge: Badge,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub ago: Option<String>,
+    pub took: Option<String>,
+    pub warnings: Vec<String>,
+    pub error: Option<StepView>,
+    pub handoff: Option<HandoffView>,
+    pub flux: Option<FluxView>,
+    pub statefulsets: Vec<SetView>,
+}
+
+impl RevisionView {
+    pub fn new(record: &RevisionRecord, now: Timestamp) -> Self {
+        RevisionView {
+            revision: record.revision.clone(),
+            digest: record.digest.clone(),
+            trigger: match record.trigger {
+                crate::service::record::Trigger::Webhook => "webhook",
+                crate::service::record::Trigger::Resync => "resync",
+                crate::service::record::Trigger::Startup => "startup",
+            },
+            badge: state_badge(Some(record.state)),
+            started_at: record.started_at.clone(),
+            finished_at: record.finished_at.clone(),
+            ago: ago(&record.started_at, now),
+            took: record
+                .finished_at
+                .as_deref()
+                .and_then(|finished| took(&record.started_at, finished)),
+            warnings: record.warnings.clone(),
+            error: record.error.as_ref().map(StepView::of),
+            handoff: record.handoff.as_ref().map(HandoffView::of),
+            flux: record.flux.as_ref().map(FluxView::of),
+            statefulsets: record.statefulsets.iter().map(SetView::of).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::record::{RefusalEntry, Trigger};
+
+    fn record(state: RevisionState) -> RevisionRecord {
+        RevisionRecord {
+            revision: "main@sha1:abc".into(),
+            digest: None,
+            trigger: Trigger::Webhook,
+            started_at: "2026-11-30T08:00:00Z".into(),
+            finished_at: Some("2026-11-30T08:00:03Z".into()),
+            state,
+            statefulsets: Vec::new(),
+            handoff: None,
+            flux: None,
+            warnings: Vec::new(),
+            error: None,
+            generation: None,
+            gate: None,
+        }
+    }
+
+    fn set(name: &str, outcome: StatefulSetOutcome) -> StatefulSetEntry {
+        StatefulSetEntry {
+            namespace: "apps".into(),
+            name: name.into(),
+            outcome,
+            old_uid: None,
+            new_uid: None,
+            templates: Vec::new(),
+            claims: Vec::new(),
+            deferred: Vec::new(),
+            refusal: None,
+            error: None,
+        }
+    }
+
+    fn refused(name: &str, code: &str) -> StatefulSetEntry {
+        StatefulSetEntry {
+            refusal: Some(RefusalEntry {
+                code: code.into(),
+                message: format!("{name} refused"),
+            }),
+            ..set(name, StatefulSetOutcome::Refused)
+        }
+    }
+
+    fn failed(name: &str, step: &str) -> StatefulSetEntry {
+        StatefulSetEntry {
+            error: Some(StepError {
+                step: step.into(),
+                message: format!("{name} failed"),
+                hint: None,
+            }),
+            ..set(name, StatefulSetOutcome::Failed)
+        }
+    }
+
+    #[test]
+    fn problem_table() {
+        let run_error = StepError {
+            step: "resolve".into(),
+            message: "no artifact".into(),
+            hint: None,
+        };
+        type Want = Option<(
+            &'static str,
+            &'static str,
+            Option<&'static str>,
+            &'static str,
+            usize,
+        )>;
+        let cases: Vec<(&str, RevisionRecord, Want)> = vec![
+            ("converged", record(RevisionState::Converged), None),
+            ("running", record(RevisionState::Running), None),
+            ("superseded", record(RevisionState::Superseded), None),
+            (
+                "refused, first of two",
+                RevisionRecord {
+                    statefulsets: vec![
+                        set("ok", StatefulSetOutcome::Converged),
+                        refused("db", "shrink"),
+                        refused("cache", "not-expandable"),
+                    ],
+                    ..record(RevisionState::Refused)
+                },
+                Some(("refused", "shrink", Some("apps/db"), "db refused", 1)),
+            ),
+            (
+                "refused without entries",
+                record(RevisionState::Refused),
+                None,
+            ),
+            (
+                "failed in a StatefulSet",
+                RevisionRecord {
+                    statefulsets: vec![failed("db", "grow")],
+                    ..record(RevisionState::Failed)
+                },
+                Some(("failed", "step grow", Some("apps/db"), "db failed", 0)),
+            ),
+            (
+                "failed before the StatefulSets",
+                RevisionRecord {
+                    error: Some(run_error.clone()),
+                    statefulsets: vec![failed("db", "orphan")],
+                    ..record(RevisionState::Failed)
+                },
+                Some(("failed", "step resolve", None, "no artifact", 1)),
+            ),
+        ];
+        for (case, record, want) in cases {
+            let got = problem(&record);
+            let got = got.as_ref().map(|p| {
+                (
+                    p.kind,
+                    p.code.as_str(),
+                    p.subject.as_deref(),
+                    p.message.as_str(),
+                    p.more,
+                )
+            });
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn ago_table() {
+        let now: Timestamp = "2026-11-30T08:00:00Z".parse().expect("timestamp");
+        let cases = [
+            ("2026-11-30T08:00:00Z", Some("just now")),
+            ("2026-11-30T08:00:10Z", Some("just now")),
+            ("2026-11-30T07:59:18Z", Some("42s ago")),
+            ("2026-11-30T07:55:00Z", Some("5m ago")),
+            ("2026-11-30T05:00:00Z", Some("3h ago")),
+            ("2026-11-28T08:00:00Z", Some("2d ago")),
+            ("2026-11-30T09:00:00+01:00", Some("just now")),
+            ("yesterday", None),
+        ];
+        for (at, want) in cases {
+            assert_eq!(ago(at, now).as_deref(), want, "{at}");
+        }
+    }
+
+    #[test]
+    fn took_table() {
+        let cases = [
+            (
+                "2026-11-30T08:00:00Z",
+                "2026-11-30T08:00:00.250Z",
+                Some("250ms"),
+            ),
+            ("2026-11-30T08:00:00Z", "2026-11-30T08:00:03Z", Some("3s")),
+            (
+                "2026-11-30T08:00:00Z",
+                "2026-11-30T08:03:04.2Z",
+                Some("3m 5s"),
+            ),
+            ("2026-11-30T08:00:00Z", "later", None),
+        ];
+        for (started, finished, want) in cases {
+            assert_eq!(took(started, finished).as_deref(), want, "{finished}");
+        }
+    }
+
+    #[test]
+    fn row_is_behind_when_the_source_moved_on() {
+        let summary = KustomizationSummary {
+            namespace: "apps".into(),
+            name: "web".into(),
+            gate: GateMode::Suspend,
+            source_revision: Some("main@sha1:def".into()),
+            last: None,
+        };
+        let now: Timestamp = "2026-11-30T08:05:00Z".parse().expect("timestamp");
+        let last = record(RevisionState::Converged);
+        let row = Row::new(&summary, Some(&last), now);
+        assert!(row.behind);
+        assert_eq!(row.badge.key, "converged");
+        assert_eq!(row.ago.as_deref(), Some("4m ago"));
+        assert_eq!(row.href(), "/kustomizations/apps/web");
+        let never = Row::new(&summary, None, now);
+        assert!(!never.behind);
+        assert_eq!(never.badge.key, "none");
+    }
+
+    #[test]
+    fn every_refusal_code_has_its_own_advice() {
+        let codes = [
+            "shrink",
+            "not-expandable",
+            "template-changed",
+            "other-immutable",
+            "rejected",
+        ];
+        let fallback = advice("something-new");
+        for code in codes {
+            assert_ne!(advice(code), fallback, "{code}");
+        }
+    }
+
+    #[test]
+    fn set_view_shows_recreation_only_when_the_uid_changed() {
+        let mut entry = set("db", StatefulSetOutcome::Converged);
+        entry.old_uid = Some("u1".into());
+        entry.new_uid = Some("u2".into());
+        assert_eq!(
+            SetView::of(&entry).recreated,
+            Some(("u1".into(), "u2".into()))
+        );
+        entry.new_uid = Some("u1".into());
+        assert_eq!(SetView::of(&entry).recreated, None);
+    }
+}

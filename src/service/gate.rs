@@ -1,0 +1,785 @@
+//! One revision of one Kustomization: resolve + render → converge each StatefulSet of the
+//! render, in name order → hand off to Flux only if none was refused or failed → observe what
+//! Flux does with it → record.
+//!
+//! Order matters for safety: every refusal happens before the first write (the converge
+//! decides and proves before it writes; a refused StatefulSet means no hand-off), and the
+//! source is read again just before the hand-off so that a result for a revision that has
+//! meanwhile moved on is never handed off: the run starts over for the new revision.
+//!
+//! Identities: the StatefulSet and claim calls impersonate the Kustomization's service
+//! account (`spec.serviceAccountName`, else `--default-service-account`), as
+//! kustomize-controller does; the render, the intents, the results, the hand-off and the
+//! Events use the service's own identity.
+
+pub mod entry;
+pub mod handoff;
+pub mod tenant;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+
+use crate::commands;
+use crate::converge::{self, ConvergeError};
+use crate::decide::decide;
+use crate::flux::objects::{self, Kustomization, ObjectsError};
+use crate::flux::render::RenderedStatefulSet;
+use crate::flux::render::resolve::{ResolveError, Resolved, Resolver};
+use crate::journal::ConfigMapJournal;
+use crate::service::events::{
+    EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
+};
+use crate::service::metrics::Metrics;
+use crate::service::record::{
+    FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetEntry,
+    StatefulSetOutcome, StepError, Trigger,
+};
+use crate::service::results::Results;
+use entry::Verdict;
+use handoff::Since;
+use tenant::TenantCluster;
+
+/// How many times a run starts over because the source moved on during the converge.
+const MAX_RESTARTS: usize = 3;
+
+/// What the gate needs; built by the service runtime.
+pub struct GateConfig {
+    /// The service's own identity.
+    pub client: kube::Client,
+    /// Where results and intents are kept (the service's namespace).
+    pub namespace: String,
+    pub resolver: Resolver,
+    pub results: Results,
+    pub metrics: Metrics,
+    /// How long to wait for Flux to apply a handed-off revision.
+    pub handoff_timeout: Duration,
+    /// Bounds every API call.
+    pub call_timeout: Duration,
+    /// kustomize-controller's `--default-service-account`.
+    pub default_service_account: Option<String>,
+    pub events: EventSink,
+    /// The mode of Kustomizations without the `flux-converger.io/gate` annotation.
+    pub default_gate: GateMode,
+}
+
+/// How a run ended, for the queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GateOutcome {
+    /// Converged (handed off), refused, or superseded (too many restarts): nothing to retry
+    /// until the revision or the Kustomization's spec changes.
+    Done(RevisionState),
+    /// A step failed: retry with backoff.
+    Failed { message: String },
+    /// Nothing wrong, but not finished either (the source has no artifact yet, claims wait to
+    /// bind): re-check at the next resync.
+    Deferred,
+    /// The annotation is `off` (or unreadable), or the Kustomization is gone.
+    NotHandled,
+}
+
+/// One revision at a time of one Kustomization. Cheap to clone.
+#[derive(Clone)]
+pub struct Gate {
+    config: std::sync::Arc<GateConfig>,
+}
+
+/// How one pass over a revision ended.
+enum Pass {
+    Finished(GateOutcome),
+    /// The source moved on before the hand-off: start over.
+    Superseded,
+}
+
+fn now() -> String {
+    jiff::Timestamp::now().to_string()
+}
+
+fn ks_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+impl Gate {
+    pub fn new(config: GateConfig) -> Self {
+        Gate {
+            config: std::sync::Arc::new(config),
+        }
+    }
+
+    /// Handles the revision the Kustomization's source publishes now.
+    pub async fn run(&self, namespace: &str, name: &str, trigger: Trigger) -> GateOutcome {
+        let key = ks_name(namespace, name);
+        for _ in 0..=MAX_RESTARTS {
+            let ks = match objects::get_kustomization(&self.config.client, namespace, name).await {
+                Ok(ks) => ks,
+                Err(ObjectsError::NotFound { .. } | ObjectsError::CrdMissing { .. }) => {
+                    return GateOutcome::NotHandled;
+                }
+                Err(e) => {
+                    return GateOutcome::Failed {
+                        message: e.to_string(),
+                    };
+                }
+            };
+            let mode = match handoff::gate_mode(&ks, self.config.default_gate) {
+                Ok(GateMode::Off) => return GateOutcome::NotHandled,
+                Ok(mode) => mode,
+                Err(message) => {
+                    tracing::warn!(kustomization = %key, %message, "not handled");
+                    return GateOutcome::NotHandled;
+                }
+            };
+            if mode == GateMode::Suspend && !ks.spec.suspend {
+                // Kept suspended between revisions: Flux must not apply the pending revision
+                // before it is converged.
+                tracing::info!(kustomization = %key, "suspending before the converge");
+                if let Err(e) = handoff::set_suspend(
+                    &self.config.client,
+                    namespace,
+                    name,
+                    true,
+                    self.config.call_timeout,
+                )
+                .await
+                {
+                    return GateOutcome::Failed {
+                        message: e.to_string(),
+                    };
+                }
+            }
+            match self.pass(namespace, name, mode, trigger).await {
+                Pass::Finished(outcome) => return outcome,
+                Pass::Superseded => {
+                    tracing::info!(kustomization = %key, "source moved on: starting over");
+                }
+            }
+        }
+        GateOutcome::Done(RevisionState::Superseded)
+    }
+
+    async fn pass(&self, namespace: &str, name: &str, mode: GateMode, trigger: Trigger) -> Pass {
+        let c = &self.config;
+        let key = ks_name(namespace, name);
+        self.close_interrupted(namespace, name).await;
+        let started_at = now();
+        let t = Instant::now();
+        let resolved = c.resolver.resolve(namespace, name).await;
+        c.metrics.step("resolve", t.elapsed().as_secs_f64());
+        let resolved = match resolved {
+            Ok(r) => r,
+            Err(e) => {
+                return Pass::Finished(
+                    self.unresolved(namespace, name, mode, trigger, started_at, e)
+                        .await,
+                );
+            }
+        };
+        let mut record = RevisionRecord {
+            revision: resolved.revision.clone(),
+            digest: resolved
+                .source
+                .status
+                .artifact
+                .as_ref()
+                .and_then(|a| a.digest.clone()),
+            trigger,
+            started_at,
+            finished_at: None,
+            state: RevisionState::Running,
+            statefulsets: Vec::new(),
+            handoff: None,
+            flux: None,
+            warnings: Vec::new(),
+            error: None,
+            generation: resolved.kustomization.metadata.generation,
+            gate: Some(mode),
+        };
+        self.save(namespace, name, &record).await;
+        tracing::info!(kustomization = %key, revision = %record.revision,
+            statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
+
+        let t = Instant::now();
+        record.statefulsets = self.converge_all(&resolved).await;
+        c.metrics.step("converge", t.elapsed().as_secs_f64());
+        record.warnings = entry::deferred_warnings(&record.statefulsets);
+        let ks = &resolved.kustomization;
+        match entry::verdict(&record.statefulsets) {
+            Verdict::Refused => {
+                record.state = RevisionState::Refused;
+                let outcome = GateOutcome::Done(RevisionState::Refused);
+                return Pass::Finished(self.finish(ks, record, outcome).await);
+            }
+            Verdict::Failed => {
+                record.state = RevisionState::Failed;
+                let message = entry::describe(&record.statefulsets);
+                let outcome = GateOutcome::Failed { message };
+                return Pass::Finished(self.finish(ks, record, outcome).await);
+            }
+            Verdict::HandOff => {}
+        }
+
+        // The result is only worth handing off if it is still the revision Flux will apply.
+        match objects::get_source(&c.client, ks, c.resolver.allow_cross_namespace).await {
+            Ok(source) => {
+                let now_published = source.status.artifact.map(|a| a.revision);
+                if now_published.as_deref() != Some(record.revision.as_str()) {
+                    record.state = RevisionState::Superseded;
+                    record.warnings.push(format!(
+                        "the source moved on to {} before the hand-off",
+                        now_published.as_deref().unwrap_or("no artifact")
+                    ));
+                    self.finish(ks, record, GateOutcome::Done(RevisionState::Superseded))
+                        .await;
+                    return Pass::Superseded;
+                }
+            }
+            Err(e) => {
+                record.state = RevisionState::Failed;
+                record.error = Some(StepError {
+                    step: "handoff".into(),
+                    message: format!("re-reading the source before the hand-off: {e}"),
+                    hint: None,
+                });
+                let outcome = GateOutcome::Failed {
+                    message: e.to_string(),
+                };
+                return Pass::Finished(self.finish(ks, record, outcome).await);
+            }
+        }
+
+        let t = Instant::now();
+        let handed = if applied_already(ks, &record.revision) {
+            // Flux applied this revision before (the converge found nothing, or only lagging
+            // claims, to do): unsuspending or requesting a reconcile would only make it
+            // apply the same revision again.
+            record.flux = Some(FluxResult {
+                outcome: FluxOutcome::Applied,
+                applied_revision: Some(record.revision.clone()),
+                message: Some(
+                    "Flux had already applied this revision: not handed off again".into(),
+                ),
+            });
+            Ok(())
+        } else {
+            self.hand_off(namespace, name, mode, &mut record).await
+        };
+        c.metrics.step("handoff", t.elapsed().as_secs_f64());
+        if let Err(message) = handed {
+            record.state = RevisionState::Failed;
+            record.error = Some(StepError {
+                step: "handoff".into(),
+                message: message.clone(),
+                hint: None,
+            });
+            return Pass::Finished(
+                self.finish(ks, record, GateOutcome::Failed { message })
+                    .await,
+            );
+        }
+        record.state = RevisionState::Converged;
+        let deferred = record
+            .statefulsets
+            .iter()
+            .any(|s| s.outcome == StatefulSetOutcome::Deferred);
+        let outcome = if deferred {
+            GateOutcome::Deferred
+        } else {
+            GateOutcome::Done(RevisionState::Converged)
+        };
+        Pass::Finished(self.finish(ks, record, outcome).await)
+    }
+
+    /// A revision that could not be resolved or rendered: gone Kustomizations are not handled,
+    /// a source without an artifact is waited for, bad input (a cross-namespace reference
+    /// blocked, a render Flux would fail too) is refused, the rest failed (retried).
+    async fn unresolved(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: GateMode,
+        trigger: Trigger,
+        started_at: String,
+        error: ResolveError,
+    ) -> GateOutcome {
+        let c = &self.config;
+        match &error {
+            ResolveError::Objects(ObjectsError::NotFound { kind, .. })
+                if kind == "Kustomization" =>
+            {
+                return GateOutcome::NotHandled;
+            }
+            ResolveError::Objects(ObjectsError::NoArtifact { .. }) => {
+                tracing::info!(kustomization = %ks_name(namespace, name), error = %error, "waiting for an artifact");
+                return GateOutcome::Deferred;
+            }
+            _ => {}
+        }
+        let Ok(ks) = objects::get_kustomization(&c.client, namespace, name).await else {
+            return GateOutcome::Failed {
+                message: error.to_string(),
+            };
+        };
+        // The revision, when the source can be read at all (not for a blocked reference).
+        let source = objects::get_source(&c.client, &ks, c.resolver.allow_cross_namespace)
+            .await
+            .ok()
+            .and_then(|s| s.status.artifact);
+        let refused = error.is_bad_input();
+        let record = RevisionRecord {
+            revision: source
+                .as_ref()
+                .map(|a| a.revision.clone())
+                .unwrap_or_default(),
+            digest: source.and_then(|a| a.digest),
+            trigger,
+            started_at,
+            finished_at: None,
+            state: if refused {
+                RevisionState::Refused
+            } else {
+                RevisionState::Failed
+            },
+            statefulsets: Vec::new(),
+            handoff: None,
+            flux: None,
+            warnings: Vec::new(),
+            error: Some(StepError {
+                step: "resolve".into(),
+                message: error.to_string(),
+                hint: None,
+            }),
+            generation: ks.metadata.generation,
+            gate: Some(mode),
+        };
+        let outcome = if refused {
+            GateOutcome::Done(RevisionState::Refused)
+        } else {
+            GateOutcome::Failed {
+                message: error.to_string(),
+            }
+        };
+        self.finish(&ks, record, outcome).await
+    }
+
+    /// Converges each StatefulSet of the render, in namespace/name order, each under its
+    /// tenant's identity. One failing does not stop the others: each converge is independent
+    /// and journaled, and the record shows every one.
+    async fn converge_all(&self, resolved: &Resolved) -> Vec<StatefulSetEntry> {
+        let c = &self.config;
+        let ks = &resolved.kustomization;
+        let ks_namespace = ks.metadata.namespace.clone().unwrap_or_default();
+        let user = ks
+            .spec
+            .service_account_name
+            .clone()
+            .or_else(|| c.default_service_account.clone())
+            .filter(|s| !s.is_empty())
+            .map(|sa| tenant::service_account_user(&ks_namespace, &sa));
+        let tenant_client = match &user {
+            None => Ok(c.client.clone()),
+            Some(user) => tenant::impersonating(&c.client, user),
+        };
+        let mut sorted: Vec<&RenderedStatefulSet> = resolved.rendered.statefulsets.iter().collect();
+        sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        let tenant_client = match tenant_client {
+            Ok(client) => client,
+            Err(e) => {
+                return sorted
+                    .iter()
+                    .map(|s| entry::failed(&s.namespace, &s.name, "impersonate", e.to_string()))
+                    .collect();
+            }
+        };
+        let cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
+        let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout);
+        let options = converge::Options::default();
+        let mut entries = Vec::with_capacity(sorted.len());
+        for rendered in sorted {
+            entries.push(
+                self.converge_one(&cluster, &journal, &options, rendered, user.as_deref())
+                    .await,
+            );
+        }
+        entries
+    }
+
+    async fn converge_one(
+        &self,
+        cluster: &TenantCluster,
+        journal: &ConfigMapJournal,
+        options: &converge::Options,
+        rendered: &RenderedStatefulSet,
+        user: Option<&str>,
+    ) -> StatefulSetEntry {
+        let c = &self.config;
+        let (ns, name) = (rendered.namespace.as_str(), rendered.name.as_str());
+        let mut desired: StatefulSet = match serde_json::from_value(rendered.object.clone()) {
+            Ok(d) => d,
+            Err(e) => {
+                return entry::failed(ns, name, "render", format!("StatefulSet {ns}/{name}: {e}"));
+            }
+        };
+        desired.metadata.namespace = Some(ns.to_string());
+        match converge::converge(cluster, journal, &desired, options).await {
+            Ok(report) => {
+                let e = entry::from_report(&report);
+                c.metrics.claims_grown.inc_by(e.claims.len() as u64);
+                if report.recreated {
+                    c.metrics.statefulsets_recreated.inc();
+                }
+                if let Some(r) = &e.refusal {
+                    c.metrics.refusal(&r.code);
+                }
+                for s in &report.steps {
+                    c.metrics.step(s.step.as_str(), s.millis / 1000.0);
+                }
+                tracing::info!(statefulset = %name, namespace = %ns, outcome = ?e.outcome, "converged");
+                e
+            }
+            Err(error) => {
+                let message = match (&error, user) {
+                    (ConvergeError::Call { cause, .. }, Some(user))
+                        if cause.code() == Some(403) =>
+                    {
+                        tenant::forbidden_message(user, cause)
+                    }
+                    (
+                        ConvergeError::Access {
+                            code: 403, message, ..
+                        },
+                        Some(user),
+                    ) => {
+                        let cause = crate::cluster::CallError::api(
+                            "server-side apply dry run of",
+                            format!("StatefulSet {ns}/{name}"),
+                            403,
+                            "Forbidden",
+                            message,
+                        );
+                        tenant::forbidden_message(user, &cause)
+                    }
+                    _ => error.to_string(),
+                };
+                tracing::warn!(statefulset = %name, namespace = %ns, error = %message, "converge failed");
+                let hint = self.hint(cluster, &desired).await;
+                entry::from_error(ns, name, &error, message, hint)
+            }
+        }
+    }
+
+    /// What an operator runs by hand to finish, from a fresh plan of what is left (the same
+    /// generator as `plan -o commands`); `None` when the cluster cannot even be read.
+    async fn hint(&self, cluster: &TenantCluster, desired: &StatefulSet) -> Option<String> {
+        use crate::cluster::Cluster as _;
+        let ns = desired.metadata.namespace.clone().unwrap_or_default();
+        let name = desired.metadata.name.clone().unwrap_or_default();
+        let live = cluster.get_statefulset(&ns, &name).await.ok()?;
+        let Some(live) = live else {
+            // Deleted and not yet re-applied: applying is what is left.
+            return commands::apply_command(desired).ok();
+        };
+        let claims = cluster.list_claims(&ns).await.ok()?;
+        let classes = cluster.list_storage_classes().await.ok()?;
+        let plan = decide(desired, Some(&live), &claims, &classes).ok()?;
+        commands::plan_commands(&plan, desired).ok()
+    }
+
+    /// Hands the revision to Flux and, in suspend mode, suspends again once Flux answered.
+    async fn hand_off(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: GateMode,
+        record: &mut RevisionRecord,
+    ) -> Result<(), String> {
+        let c = &self.config;
+        let key = ks_name(namespace, name);
+        let since = match mode {
+            GateMode::Suspend => {
+                let ks = handoff::set_suspend(&c.client, namespace, name, false, c.call_timeout)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                record.handoff = Some(Handoff {
+                    mode,
+                    at: now(),
+                    action: "unsuspended".into(),
+                    requested_at: None,
+                    resuspended_at: None,
+                });
+                Since::Generation(ks.metadata.generation.unwrap_or(0))
+            }
+            GateMode::Reconcile => {
+                let token = now();
+                handoff::request_reconcile(&c.client, namespace, name, &token, c.call_timeout)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                record.handoff = Some(Handoff {
+                    mode,
+                    at: token.clone(),
+                    action: "reconcile-requested".into(),
+                    requested_at: Some(token.clone()),
+                    resuspended_at: None,
+                });
+                Since::Token(token)
+            }
+            GateMode::Off => return Ok(()),
+        };
+        tracing::info!(kustomization = %key, revision = %record.revision, mode = %mode, "handed off");
+        self.save(namespace, name, record).await;
+
+        let t = Instant::now();
+        let flux = handoff::observe(
+            &c.client,
+            namespace,
+            name,
+            &record.revision,
+            &since,
+            c.handoff_timeout,
+        )
+        .await;
+        c.metrics.step("observe", t.elapsed().as_secs_f64());
+        tracing::info!(kustomization = %key, revision = %record.revision, flux = ?flux.outcome, "Flux answered");
+        if matches!(flux.outcome, FluxOutcome::Timeout | FluxOutcome::Pending) {
+            record.warnings.push(format!(
+                "hand-off: {}",
+                flux.message
+                    .clone()
+                    .unwrap_or_else(|| "no answer from Flux".into())
+            ));
+        }
+        record.flux = Some(flux);
+
+        if mode == GateMode::Suspend {
+            handoff::set_suspend(&c.client, namespace, name, true, c.call_timeout)
+                .await
+                .map_err(|e| format!("suspending again after the hand-off: {e}"))?;
+            if let Some(h) = &mut record.handoff {
+                h.action = "resuspended".into();
+                h.resuspended_at = Some(now());
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the final record, counts it, and publishes its event; returns `outcome`.
+    async fn finish(
+        &self,
+        ks: &Kustomization,
+        mut record: RevisionRecord,
+        outcome: GateOutcome,
+    ) -> GateOutcome {
+        let c = &self.config;
+        let namespace = ks.metadata.namespace.clone().unwrap_or_default();
+        let name = ks.metadata.name.clone().unwrap_or_default();
+        record.finished_at = Some(now());
+        self.save(&namespace, &name, &record).await;
+        c.metrics.revision(record.state.as_str());
+        if let Some(event) = revision_event(&record) {
+            c.events.publish(ks, &event).await;
+        }
+        tracing::info!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
+            state = record.state.as_str(), "revision finished");
+        outcome
+    }
+
+    /// A `running` record at the start of a run was left by a process that stopped mid-run
+    /// (only one run per Kustomization at a time): it is closed as `failed`, so the history
+    /// never shows two revisions running, and this run handles the revision again.
+    async fn close_interrupted(&self, namespace: &str, name: &str) {
+        let Some(mut stale) = self.config.results.last(namespace, name) else {
+            return;
+        };
+        if stale.state != RevisionState::Running {
+            return;
+        }
+        stale.state = RevisionState::Failed;
+        stale.finished_at = Some(now());
+        stale.error = Some(StepError {
+            step: "interrupted".into(),
+            message: "the service stopped while handling this revision; it is handled again".into(),
+            hint: None,
+        });
+        self.save(namespace, name, &stale).await;
+    }
+
+    async fn save(&self, namespace: &str, name: &str, record: &RevisionRecord) {
+        if let Err(e) = self
+            .config
+            .results
+            .put(namespace, name, record.clone())
+            .await
+        {
+            // The record stays in memory (and on `/status`); the next write retries it.
+            tracing::warn!(kustomization = %ks_name(namespace, name), revision = %record.revision,
+                error = %e, "could not persist the revision record");
+        }
+    }
+}
+
+/// Whether Flux's status says it applied `revision` already.
+fn applied_already(kustomization: &Kustomization, revision: &str) -> bool {
+    kustomization
+        .status
+        .as_ref()
+        .and_then(|s| s.last_applied_revision.as_deref())
+        == Some(revision)
+}
+
+/// The event a finished record gives: converged, refused and failed revisions (a superseded
+/// one is followed by the run of its successor, which gives its own).
+pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
+    let details = entry::describe(&record.statefulsets);
+    let error = record
+        .error
+        .as_ref()
+        .map(|e| format!("{}: {}", e.step, e.message));
+    let join = |head: String| {
+        [
+            Some(head),
+            (!details.is_empty()).then(|| details.clone()),
+            error.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("\n")
+    };
+    let (severity, reason, message) = match record.state {
+        RevisionState::Converged => {
+            let flux = match &record.flux {
+                Some(f) => match f.outcome {
+                    FluxOutcome::Applied => "Flux applied it".to_string(),
+                    FluxOutcome::Failed => format!(
+                        "Flux failed to apply it: {}",
+                        f.message.as_deref().unwrap_or_default()
+                    ),
+                    FluxOutcome::Timeout => "Flux has not applied it yet (timed out)".into(),
+                    FluxOutcome::Pending => "Flux's answer is pending".into(),
+                },
+                None => "handed off".into(),
+            };
+            let mode = record.gate.map(GateMode::as_str).unwrap_or("off");
+            (
+                Severity::Info,
+                REASON_CONVERGED,
+                join(format!(
+                    "revision {} converged, handed off ({mode}): {flux}",
+                    record.revision
+                )),
+            )
+        }
+        RevisionState::Refused => (
+            Severity::Error,
+            REASON_REFUSED,
+            join(format!(
+                "revision {} refused: not handed off",
+                record.revision
+            )),
+        ),
+        RevisionState::Failed => (
+            Severity::Error,
+            REASON_FAILED,
+            join(format!("revision {} failed: will retry", record.revision)),
+        ),
+        RevisionState::Running | RevisionState::Superseded => return None,
+    };
+    Some(RevisionEvent {
+        severity,
+        reason: reason.to_string(),
+        message,
+        revision: record.revision.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::record::StatefulSetEntry;
+
+    fn record(state: RevisionState, flux: Option<FluxOutcome>) -> RevisionRecord {
+        RevisionRecord {
+            revision: "main@sha1:2".into(),
+            digest: None,
+            trigger: Trigger::Webhook,
+            started_at: "t".into(),
+            finished_at: None,
+            state,
+            statefulsets: vec![StatefulSetEntry {
+                namespace: "apps".into(),
+                name: "web".into(),
+                outcome: StatefulSetOutcome::Converged,
+                old_uid: Some("u1".into()),
+                new_uid: Some("u2".into()),
+                templates: Vec::new(),
+                claims: Vec::new(),
+                deferred: Vec::new(),
+                refusal: None,
+                error: None,
+            }],
+            handoff: None,
+            flux: flux.map(|outcome| FluxResult {
+                outcome,
+                applied_revision: None,
+                message: Some("boom".into()),
+            }),
+            warnings: Vec::new(),
+            error: None,
+            generation: None,
+            gate: Some(GateMode::Reconcile),
+        }
+    }
+
+    #[test]
+    fn revision_event_by_table() {
+        let sts = "StatefulSet apps/web: recreated without restarting pods";
+        for (state, flux, expected) in [
+            (
+                RevisionState::Converged,
+                Some(FluxOutcome::Applied),
+                Some((
+                    Severity::Info,
+                    REASON_CONVERGED,
+                    format!(
+                        "revision main@sha1:2 converged, handed off (reconcile): Flux applied it\n{sts}"
+                    ),
+                )),
+            ),
+            (
+                RevisionState::Converged,
+                Some(FluxOutcome::Failed),
+                Some((
+                    Severity::Info,
+                    REASON_CONVERGED,
+                    format!(
+                        "revision main@sha1:2 converged, handed off (reconcile): Flux failed to apply it: boom\n{sts}"
+                    ),
+                )),
+            ),
+            (
+                RevisionState::Refused,
+                None,
+                Some((
+                    Severity::Error,
+                    REASON_REFUSED,
+                    format!("revision main@sha1:2 refused: not handed off\n{sts}"),
+                )),
+            ),
+            (
+                RevisionState::Failed,
+                None,
+                Some((
+                    Severity::Error,
+                    REASON_FAILED,
+                    format!("revision main@sha1:2 failed: will retry\n{sts}"),
+                )),
+            ),
+            (RevisionState::Superseded, None, None),
+            (RevisionState::Running, None, None),
+        ] {
+            let got =
+                revision_event(&record(state, flux)).map(|e| (e.severity, e.reason, e.message));
+            let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
+            assert_eq!(got, expected, "{state:?}");
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! From what a converge returned to the StatefulSet entries of a revision record, and from the
+//! entries to what happens to the revision. Pure: table-tested without a cluster.
+
+use crate::converge::{ClaimAction, ConvergeError, Outcome, Report};
+use crate::service::record::{
+    ClaimChange, DeferredClaim, RefusalEntry, StatefulSetEntry, StatefulSetOutcome, StepError,
+    TemplateChange,
+};
+
+/// The entry for a converge that returned a report.
+pub fn from_report(report: &Report) -> StatefulSetEntry {
+    let mut entry = empty(&report.namespace, &report.name);
+    entry.old_uid = report.old_uid.clone();
+    entry.new_uid = report.new_uid.clone();
+    if let Some(plan) = &report.plan {
+        entry.templates = plan
+            .grown
+            .iter()
+            .map(|g| TemplateChange {
+                template: g.template.clone(),
+                from: g.from.as_str().to_string(),
+                to: g.to.as_str().to_string(),
+            })
+            .collect();
+    }
+    for c in &report.claims {
+        match c.action {
+            ClaimAction::Resized => entry.claims.push(ClaimChange {
+                claim: c.claim.clone(),
+                from: c.from.clone().unwrap_or_default(),
+                to: c.to.clone().unwrap_or_default(),
+            }),
+            ClaimAction::Deferred => entry.deferred.push(DeferredClaim {
+                claim: c.claim.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+            }),
+            _ => {}
+        }
+    }
+    entry.refusal = report.refusal.as_ref().map(|r| RefusalEntry {
+        code: r.code.as_str().to_string(),
+        message: r.message.clone(),
+    });
+    entry.outcome = match report.outcome {
+        Outcome::Refused => StatefulSetOutcome::Refused,
+        Outcome::Converged | Outcome::RecreatedElsewhere if !entry.deferred.is_empty() => {
+            StatefulSetOutcome::Deferred
+        }
+        Outcome::Converged | Outcome::RecreatedElsewhere => StatefulSetOutcome::Converged,
+        Outcome::Unchanged | Outcome::Absent if !entry.deferred.is_empty() => {
+            StatefulSetOutcome::Deferred
+        }
+        Outcome::Unchanged | Outcome::Absent => StatefulSetOutcome::Unchanged,
+        // Replaced or deleted by someone else meanwhile (the next run decides against what
+        // is there then), a dry-run outcome, or one added to `converge` after this was
+        // written: never taken for success, so the revision is retried, not handed off.
+        #[allow(unreachable_patterns)]
+        other => {
+            entry.error = Some(StepError {
+                step: "converge".into(),
+                message: format!(
+                    "StatefulSet {}/{}: converge ended {}: not converged, retried",
+                    report.namespace,
+                    report.name,
+                    other.as_str()
+                ),
+                hint: None,
+            });
+            StatefulSetOutcome::Failed
+        }
+    };
+    entry
+}
+
+/// The entry for a converge that failed; `message` is the error as it should be shown (a
+/// 403 already names the missing permission), `hint` what to run by hand.
+pub fn from_error(
+    namespace: &str,
+    name: &str,
+    error: &ConvergeError,
+    message: String,
+    hint: Option<String>,
+) -> StatefulSetEntry {
+    let mut entry = empty(namespace, name);
+    entry.outcome = StatefulSetOutcome::Failed;
+    entry.error = Some(StepError {
+        step: error
+            .step()
+            .map(|s| s.as_str().to_string())
+            .unwrap_or_else(|| "converge".into()),
+        message,
+        hint,
+    });
+    entry
+}
+
+/// An entry that failed before the converge started (the rendered object does not decode).
+pub fn failed(namespace: &str, name: &str, step: &str, message: String) -> StatefulSetEntry {
+    let mut entry = empty(namespace, name);
+    entry.outcome = StatefulSetOutcome::Failed;
+    entry.error = Some(StepError {
+        step: step.into(),
+        message,
+        hint: None,
+    });
+    entry
+}
+
+fn empty(namespace: &str, name: &str) -> StatefulSetEntry {
+    StatefulSetEntry {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        outcome: StatefulSetOutcome::Unchanged,
+        old_uid: None,
+        new_uid: None,
+        templates: Vec::new(),
+        claims: Vec::new(),
+        deferred: Vec::new(),
+        refusal: None,
+        error: None,
+    }
+}
+
+/// What the StatefulSets decide for the revision.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// At least one refused: not handed off (a refusal wins over a failure: retrying the
+    /// failure cannot make the revision acceptable).
+    Refused,
+    /// At least one failed: retried.
+    Failed,
+    /// Every one converged, had nothing to do, or waits for claims to bind.
+    HandOff,
+}
+
+pub fn verdict(entries: &[StatefulSetEntry]) -> Verdict {
+    if entries
+        .iter()
+        .any(|e| e.outcome == StatefulSetOutcome::Refused)
+    {
+        Verdict::Refused
+    } else if entries
+        .iter()
+        .any(|e| e.outcome == StatefulSetOutcome::Failed)
+    {
+        Verdict::Failed
+    } else {
+        Verdict::HandOff
+    }
+}
+
+/// The warnings deferred claims leave on the record: nothing waiting will not mend.
+pub fn deferred_warnings(entries: &[StatefulSetEntry]) -> Vec<String> {
+    entries
+        .iter()
+        .flat_map(|e| {
+            e.deferred.iter().map(move |d| {
+                format!(
+                    "StatefulSet {}/{}: claim {} deferred: {}",
+                    e.namespace, e.name, d.claim, d.reason
+                )
+            })
+        })
+        .collect()
+}
+
+/// One line per StatefulSet that did something, was refused or failed (for events).
+pub fn describe(entries: &[StatefulSetEntry]) -> String {
+    let mut lines = Vec::new();
+    for e in entries {
+        let what = match e.outcome {
+            StatefulSetOutcome::Unchanged => continue,
+            StatefulSetOutcome::Refused => match &e.refusal {
+                Some(r) => format!("refused ({}): {}", r.code, r.message),
+                None => "refused".into(),
+            },
+            StatefulSetOutcome::Failed => match &e.error {
+                Some(err) => format!("failed at {}: {}", err.step, err.message),
+                None => "failed".into(),
+            },
+            StatefulSetOutcome::Converged | StatefulSetOutcome::Deferred => {
+                let mut parts = Vec::new();
+                for t in &e.templates {
+                    parts.push(format!("template {} {} -> {}", t.template, t.from, t.to));
+                }
+                if !e.claims.is_empty() {
+                    parts.push(format!("{} claim(s) grown", e.claims.len()));
+                }
+                if e.new_uid.is_some() {
+                    parts.push("recreated without restarting pods".into());
+                }
+                if !e.deferred.is_empty() {
+                    parts.push(format!("{} claim(s) deferred", e.deferred.len()));
+                }
+                parts.join(", ")
+            }
+        };
+        lines.push(format!("StatefulSet {}/{}: {what}", e.namespace, e.name));
+    }
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(name: &str, outcome: StatefulSetOutcome) -> StatefulSetEntry {
+        let mut e = empty("ns", name);
+        e.outcome = outcome;
+        e
+    }
+
+    #[test]
+    fn verdict_by_table() {
+        use StatefulSetOutcome::*;
+        for (outcomes, expected) in [
+            (vec![], Verdict::HandOff),
+            (vec![Unchanged, Converged, Deferred], Verdict::HandOff),
+            (vec![Converged, Failed], Verdict::Failed),
+            (vec![Failed, Refused], Verdict::Refused),
+            (vec![Refused, Converged], Verdict::Refused),
+        ] {
+            let entries: Vec<_> = outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| entry(&format!("s{i}"), *o))
+                .collect();
+            assert_eq!(verdict(&entries), expected, "{outcomes:?}");
+        }
+    }
+
+    #[test]
+    fn describe_and_warnings() {
+        let mut grown = entry("web", StatefulSetOutcome::Deferred);
+        grown.templates.push(TemplateChange {
+            template: "data".into(),
+            from: "1Gi".into(),
+            to: "2Gi".into(),
+        });
+        grown.claims.push(ClaimChange {
+            claim: "data-web-0".into(),
+            from: "1Gi".into(),
+            to: "2Gi".into(),
+        });
+        grown.new_uid = Some("u2".into());
+        grown.deferred.push(DeferredClaim {
+            claim: "data-web-4".into(),
+            reason: "claim is Pending".into(),
+        });
+        let mut refused = entry("db", StatefulSetOutcome::Refused);
+        refused.refusal = Some(RefusalEntry {
+            code: "shrink".into(),
+            message: "template data: 2Gi -> 1Gi".into(),
+        });
+        let entries = vec![
+            grown,
+            entry("cache", StatefulSetOutcome::Unchanged),
+            refused,
+        ];
+        assert_eq!(
+            describe(&entries),
+            "StatefulSet ns/web: template data 1Gi -> 2Gi, 1 claim(s) grown, recreated without restarting pods, 1 claim(s) deferred\n\
+             StatefulSet ns/db: refused (shrink): template data: 2Gi -> 1Gi"
+        );
+        assert_eq!(
+            deferred_warnings(&entries),
+            ["StatefulSet ns/web: claim data-web-4 deferred: claim is Pending"]
+        );
+    }
+}

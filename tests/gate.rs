@@ -1,0 +1,1002 @@
+//! One revision through the gate against the fake kube-apiserver (tests/support) and a local
+//! artifact server (tests/data/render): both hand-off modes with Flux's part played by the
+//! test, a refused revision not handed off, a source that moves on during the converge, the
+//! tenant's identity on every StatefulSet and claim call, a 403 under it, results persisted
+//! and read back, records cut to fit, Kubernetes Events and Flux events.
+
+#[path = "data/render/flux_archive.rs"]
+mod flux_archive;
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flux_archive::{ArtifactServer, flux_artifact, sha256};
+use flux_converger::cluster::{Cluster as _, KubeCluster};
+use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::render::KustomizeCommand;
+use flux_converger::flux::render::resolve::Resolver;
+use flux_converger::service::events::EventSink;
+use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
+use flux_converger::service::metrics::Metrics;
+use flux_converger::service::record::{
+    FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetOutcome, StepError, Trigger,
+};
+use flux_converger::service::results::{Results, results_configmap_name};
+use http::Method;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use serde_json::{Value, json};
+use support::FakeApiServer;
+
+const NS: &str = "default";
+const FLUX_NS: &str = "flux-system";
+const KS_API: &str = "kustomize.toolkit.fluxcd.io/v1";
+const T: Duration = Duration::from_secs(5);
+
+/// `web`: templates `data` and `logs`, 2 replicas.
+fn statefulset(data: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "serviceName": "web", "replicas": 2, "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "app", "image": "busybox"}]}},
+            "volumeClaimTemplates": [
+                {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                  "storageClassName": "expandable", "resources": {"requests": {"storage": data}}}},
+            ],
+        }
+    })
+}
+
+/// A cluster with `web` at 1Gi (claims Bound), the `apps` Kustomization and its GitRepository,
+/// and a local artifact server.
+/// RBAC a tenant's service account needs for a converge; `claim_verbs` for the claims.
+fn tenant_rules(claim_verbs: &[&str]) -> Value {
+    json!([
+        {"apiGroups": ["apps"], "resources": ["statefulsets"],
+         "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": claim_verbs},
+    ])
+}
+
+const ALL_CLAIM_VERBS: &[&str] = &["get", "list", "watch", "patch", "update"];
+const DEPLOYER: &str = "system:serviceaccount:flux-system:deployer";
+
+struct World {
+    fake: FakeApiServer,
+    server: ArtifactServer,
+}
+
+impl World {
+    async fn new(gate: &str, suspended: bool, service_account: Option<&str>) -> World {
+        flux_converger::tls::install_crypto_provider();
+        let fake = FakeApiServer::new();
+        fake.seed_fixture("v1.28/storageclasses.yaml");
+        fake.enable_statefulset_controller();
+        let live: StatefulSet = serde_json::from_value(statefulset("1Gi")).unwrap();
+        KubeCluster::new(fake.client(), T)
+            .apply(&live)
+            .await
+            .unwrap();
+        for _ in 0..500 {
+            if (0..2).all(|i| {
+                fake.get(
+                    "v1",
+                    "PersistentVolumeClaim",
+                    Some(NS),
+                    &format!("data-web-{i}"),
+                )
+                .is_some()
+            }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for i in 0..2 {
+            fake.set_pvc_phase(NS, &format!("data-web-{i}"), "Bound");
+        }
+        let mut ks = json!({
+            "apiVersion": KS_API, "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": FLUX_NS,
+                         "annotations": {"flux-converger.io/gate": gate}},
+            "spec": {"interval": "10m", "path": "./apps", "prune": true, "suspend": suspended,
+                     "sourceRef": {"kind": "GitRepository", "name": "repo"}},
+            "status": {"lastAppliedRevision": "main@sha1:1", "lastAttemptedRevision": "main@sha1:1",
+                       "observedGeneration": 1,
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded",
+                                       "message": "Applied revision: main@sha1:1"}]}
+        });
+        if let Some(sa) = service_account {
+            ks["spec"]["serviceAccountName"] = json!(sa);
+        }
+        fake.seed(ks);
+        let world = World {
+            fake,
+            server: ArtifactServer::start().await,
+        };
+        world.publish("main@sha1:1", "1Gi");
+        world.fake.clear_requests();
+        world
+    }
+
+    /// source-controller publishing `revision`, whose render declares `data` at `size`.
+    fn publish(&self, revision: &str, size: &str) {
+        let yaml = serde_saphyr::to_string(&statefulset(size)).unwrap();
+        let archive = flux_artifact(&[("apps/web.yaml", yaml.as_str())]);
+        let path = format!(
+            "gitrepository/{FLUX_NS}/repo/{}.tar.gz",
+            revision.replace(':', "-")
+        );
+        let url = self.server.put(&path, archive.clone());
+        self.fake.seed(json!({
+            "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+            "metadata": {"name": "repo", "namespace": FLUX_NS},
+            "spec": {"interval": "1m", "url": "https://example.com/repo.git"},
+            "status": {"artifact": {"url": url, "digest": sha256(&archive), "revision": revision,
+                                    "path": path, "size": archive.len(),
+                                    "lastUpdateTime": "2026-11-30T00:00:00Z"},
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded"}]}
+        }));
+    }
+
+    fn resolver(&self, allow_cross_namespace: bool) -> Resolver {
+        Resolver {
+            client: self.fake.client(),
+            fetcher: Fetcher::new(FetchOptions {
+                retries: 1,
+                backoff: Duration::from_millis(10),
+                ..FetchOptions::default()
+            })
+            .unwrap(),
+            kustomize: KustomizeCommand::default(),
+            strict: true,
+            allow_cross_namespace,
+            call_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn config(&self, events: EventSink) -> GateConfig {
+        GateConfig {
+            client: self.fake.client(),
+            namespace: FLUX_NS.into(),
+            resolver: self.resolver(true),
+            results: Results::new(self.fake.client(), FLUX_NS.into(), T),
+            metrics: Metrics::default(),
+            handoff_timeout: Duration::from_secs(30),
+            call_timeout: T,
+            default_service_account: None,
+            events,
+            default_gate: GateMode::Suspend,
+        }
+    }
+
+    fn ks(&self) -> Value {
+        self.fake
+            .get(KS_API, "Kustomization", Some(FLUX_NS), "apps")
+            .unwrap()
+    }
+
+    fn sts(&self) -> Value {
+        self.fake
+            .get("apps/v1", "StatefulSet", Some(NS), "web")
+            .unwrap()
+    }
+
+    fn claim_size(&self, claim: &str) -> String {
+        self.fake
+            .get("v1", "PersistentVolumeClaim", Some(NS), claim)
+            .unwrap()["spec"]["resources"]["requests"]["storage"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The merge patches written to the Kustomization, as their JSON bodies are not logged:
+    /// told apart by the state they left (checked by each test), counted here.
+    fn ks_writes(&self) -> usize {
+        self.fake
+            .writes()
+            .iter()
+            .filter(|r| r.path.contains("/kustomizations/apps"))
+            .count()
+    }
+
+    /// Plays kustomize-controller: once the Kustomization is unsuspended (a generation newer
+    /// than when it started) or asked to reconcile, it applies the source's current revision,
+    /// or fails it with Flux's dry-run message when `fail` says so.
+    fn flux(&self, fail: bool) -> Flux {
+        let fake = self.fake.clone();
+        let start_generation = self.ks()["metadata"]["generation"].as_i64().unwrap_or(1);
+        let handled = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen = handled.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let Some(ks) = fake.get(KS_API, "Kustomization", Some(FLUX_NS), "apps") else {
+                    continue;
+                };
+                let generation = ks["metadata"]["generation"].as_i64().unwrap_or(0);
+                let token = ks["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
+                    .as_str()
+                    .map(str::to_string);
+                let unsuspended = ks["spec"]["suspend"] != json!(true)
+                    && generation > start_generation
+                    && ks["status"]["observedGeneration"].as_i64() != Some(generation);
+                let requested = token.is_some()
+                    && ks["status"]["lastHandledReconcileAt"].as_str() != token.as_deref();
+                if !unsuspended && !requested {
+                    continue;
+                }
+                let repo = fake
+                    .get(
+                        "source.toolkit.fluxcd.io/v1",
+                        "GitRepository",
+                        Some(FLUX_NS),
+                        "repo",
+                    )
+                    .unwrap();
+                let revision = repo["status"]["artifact"]["revision"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                seen.lock().unwrap().push(revision.clone());
+                fake.modify(KS_API, "Kustomization", Some(FLUX_NS), "apps", |ks| {
+                    let status = &mut ks["status"];
+                    status["observedGeneration"] = json!(generation);
+                    status["lastAttemptedRevision"] = json!(revision);
+                    if let Some(t) = &token {
+                        status["lastHandledReconcileAt"] = json!(t);
+                    }
+                    if fail {
+                        status["conditions"] = json!([{"type": "Ready", "status": "False",
+                            "reason": "ReconciliationFailed", "observedGeneration": generation,
+                            "message": "StatefulSet/default/web dry-run failed (Invalid): StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than ..."}]);
+                    } else {
+                        status["lastAppliedRevision"] = json!(revision);
+                        status["conditions"] = json!([{"type": "Ready", "status": "True",
+                            "reason": "ReconciliationSucceeded", "observedGeneration": generation,
+                            "message": format!("Applied revision: {revision}")}]);
+                    }
+                });
+            }
+        });
+        Flux { task, handled }
+    }
+}
+
+struct Flux {
+    task: tokio::task::JoinHandle<()>,
+    handled: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Flux {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn last(results: &Results) -> RevisionRecord {
+    results.last(FLUX_NS, "apps").expect("a record")
+}
+
+fn events(fake: &FakeApiServer) -> Vec<(String, String, String)> {
+    fake.list("events.k8s.io/v1", "Event", Some(FLUX_NS))
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default().to_string(),
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["reportingController"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn suspend_mode_suspends_converges_hands_off_and_suspends_again() {
+    // Found unsuspended with a pending revision: suspended first.
+    let w = World::new("suspend", false, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let flux = w.flux(false);
+    let config = w.config(EventSink::new(w.fake.client(), None, Some("test".into())).unwrap());
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    assert_eq!(
+        w.sts()["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+    assert_eq!(w.claim_size("data-web-0"), "2Gi");
+    assert_eq!(w.claim_size("data-web-1"), "2Gi");
+    // Suspend, unsuspend for the hand-off, suspend again; Flux applied the converged revision.
+    assert_eq!(w.ks_writes(), 3);
+    assert_eq!(w.ks()["spec"]["suspend"], true);
+    assert_eq!(*flux.handled.lock().unwrap(), ["main@sha1:2"]);
+
+    let record = last(&results);
+    assert_eq!(record.revision, "main@sha1:2");
+    assert_eq!(record.state, RevisionState::Converged);
+    assert_eq!(record.trigger, Trigger::Webhook);
+    assert_eq!(record.gate, Some(GateMode::Suspend));
+    assert!(record.generation.is_some());
+    assert!(record.digest.as_deref().unwrap().starts_with("sha256:"));
+    assert!(record.finished_at.is_some());
+    let handoff = record.handoff.as_ref().unwrap();
+    assert_eq!(handoff.action, "resuspended");
+    assert!(handoff.resuspended_at.is_some());
+    let flux_result = record.flux.as_ref().unwrap();
+    assert_eq!(flux_result.outcome, FluxOutcome::Applied);
+    assert_eq!(flux_result.applied_revision.as_deref(), Some("main@sha1:2"));
+    assert_eq!(record.statefulsets.len(), 1);
+    let sts = &record.statefulsets[0];
+    assert_eq!(sts.outcome, StatefulSetOutcome::Converged);
+    assert_eq!(
+        (sts.templates[0].from.as_str(), sts.templates[0].to.as_str()),
+        ("1Gi", "2Gi")
+    );
+    assert_eq!(sts.claims.len(), 2);
+    assert!(sts.old_uid.is_some() && sts.new_uid.is_some() && sts.old_uid != sts.new_uid);
+    assert!(record.warnings.is_empty(), "{:?}", record.warnings);
+    assert_eq!(
+        events(&w.fake),
+        [("Normal".into(), "Converged".into(), "flux-converger".into())]
+    );
+
+    // A new process reads the same history back.
+    let reloaded = Results::new(w.fake.client(), FLUX_NS.into(), T);
+    assert!(!reloaded.is_loaded());
+    reloaded.load().await.unwrap();
+    assert!(reloaded.is_loaded());
+    assert_eq!(
+        reloaded.history(FLUX_NS, "apps"),
+        results.history(FLUX_NS, "apps")
+    );
+    assert!(reloaded.unfinished().is_empty());
+}
+
+#[tokio::test]
+async fn reconcile_mode_requests_a_reconcile_that_heals_flux_failing_first() {
+    let w = World::new("reconcile", false, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    // Flux raced ahead and failed the new revision before the converge.
+    w.fake
+        .modify(KS_API, "Kustomization", Some(FLUX_NS), "apps", |ks| {
+            ks["status"]["lastAttemptedRevision"] = json!("main@sha1:2");
+            ks["status"]["conditions"] = json!([{"type": "Ready", "status": "False",
+            "reason": "ReconciliationFailed", "message": "dry-run failed"}]);
+        });
+    let flux = w.flux(false);
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Resync)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let record = last(&results);
+    let handoff = record.handoff.as_ref().unwrap();
+    assert_eq!(handoff.mode, GateMode::Reconcile);
+    assert_eq!(handoff.action, "reconcile-requested");
+    let token = handoff.requested_at.clone().unwrap();
+    assert!(
+        token.parse::<jiff::Timestamp>().is_ok(),
+        "RFC 3339: {token}"
+    );
+    let ks = w.ks();
+    assert_eq!(
+        ks["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"],
+        token.as_str()
+    );
+    // Never suspended in this mode; the earlier failure was not taken for Flux's answer.
+    assert_eq!(ks["spec"]["suspend"], false);
+    assert_eq!(w.ks_writes(), 1);
+    assert_eq!(record.flux.as_ref().unwrap().outcome, FluxOutcome::Applied);
+    assert_eq!(*flux.handled.lock().unwrap(), ["main@sha1:2"]);
+}
+
+#[tokio::test]
+async fn flux_failing_after_the_hand_off_is_recorded() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(true);
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let flux = last(&results).flux.unwrap();
+    assert_eq!(flux.outcome, FluxOutcome::Failed);
+    assert!(flux.message.unwrap().contains("dry-run failed"));
+    assert_eq!(w.ks()["spec"]["suspend"], true);
+}
+
+#[tokio::test]
+async fn a_refused_revision_is_not_handed_off_and_writes_nothing() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "512Mi");
+    let _flux = w.flux(false);
+    let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Refused);
+    assert!(record.handoff.is_none() && record.flux.is_none());
+    let refusal = record.statefulsets[0].refusal.as_ref().unwrap();
+    assert_eq!(refusal.code, "shrink");
+    assert_eq!(w.ks_writes(), 0, "not handed off");
+    assert_eq!(w.ks()["spec"]["suspend"], true);
+    let writes: Vec<String> = w
+        .fake
+        .writes()
+        .iter()
+        .filter(|r| !r.path.contains("/configmaps") && !r.path.contains("/events"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    // The only ConfigMap written is the results record: no intent was ever journaled.
+    let records: Vec<Value> = w
+        .fake
+        .list("v1", "ConfigMap", Some(FLUX_NS))
+        .iter()
+        .map(|cm| cm["metadata"]["labels"]["flux-converger.io/record"].clone())
+        .collect();
+    assert_eq!(records, [json!("results")]);
+    assert_eq!(
+        events(&w.fake),
+        [(
+            "Warning".into(),
+            "ConvergeRefused".into(),
+            "flux-converger".into()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_source_that_moves_on_during_the_converge_supersedes_the_result() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    // source-controller publishes revision 3 while the StatefulSet is being recreated.
+    let (fake, server) = (w.fake.clone(), w.server.clone());
+    let mover = tokio::spawn(async move {
+        loop {
+            if fake
+                .requests()
+                .iter()
+                .any(|r| r.method == Method::DELETE && r.path.contains("/statefulsets/web"))
+            {
+                World { fake, server }.publish("main@sha1:3", "2Gi");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    mover.await.unwrap();
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let history = results.history(FLUX_NS, "apps");
+    let states: Vec<(&str, RevisionState)> = history
+        .iter()
+        .map(|r| (r.revision.as_str(), r.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("main@sha1:3", RevisionState::Converged),
+            ("main@sha1:2", RevisionState::Superseded)
+        ]
+    );
+    assert!(
+        history[1].handoff.is_none(),
+        "a stale result is not handed off"
+    );
+    assert_eq!(
+        history[0].statefulsets[0].outcome,
+        StatefulSetOutcome::Unchanged
+    );
+    assert_eq!(
+        history[0]
+            .flux
+            .as_ref()
+            .unwrap()
+            .applied_revision
+            .as_deref(),
+        Some("main@sha1:3")
+    );
+}
+
+#[tokio::test]
+async fn tenant_calls_impersonate_the_service_account_and_the_service_writes_as_itself() {
+    let w = World::new("suspend", true, Some("deployer")).await;
+    w.fake.grant(NS, DEPLOYER, tenant_rules(ALL_CLAIM_VERBS));
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let tenant = Some("system:serviceaccount:flux-system:deployer".to_string());
+    let requests = w.fake.requests();
+    let mut tenant_calls = 0;
+    for r in &requests {
+        let is_tenant =
+            r.path.contains("/statefulsets") || r.path.contains("/persistentvolumeclaims");
+        if is_tenant {
+            tenant_calls += 1;
+            assert_eq!(r.impersonate_user, tenant, "{} {}", r.method, r.path);
+        } else {
+            assert_eq!(r.impersonate_user, None, "{} {}", r.method, r.path);
+        }
+    }
+    // read, claims, dry run, 2 grows, delete, watch, re-apply at least.
+    assert!(tenant_calls >= 8, "{tenant_calls}");
+    assert!(requests.iter().any(|r| r.path.contains("/storageclasses")));
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.path.contains("/configmaps/") && r.is_write())
+    );
+}
+
+#[tokio::test]
+async fn default_service_account_applies_when_the_kustomization_names_none() {
+    let w = World::new("suspend", true, None).await;
+    w.fake.grant(
+        NS,
+        "system:serviceaccount:flux-system:tenant-default",
+        tenant_rules(ALL_CLAIM_VERBS),
+    );
+    w.publish("main@sha1:2", "1Gi");
+    let _flux = w.flux(false);
+    let mut config = w.config(EventSink::disabled());
+    config.default_service_account = Some("tenant-default".into());
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let users: Vec<Option<String>> = w
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/statefulsets"))
+        .map(|r| r.impersonate_user.clone())
+        .collect();
+    assert!(!users.is_empty());
+    assert!(
+        users
+            .iter()
+            .all(|u| u.as_deref() == Some("system:serviceaccount:flux-system:tenant-default"))
+    );
+}
+
+#[tokio::test]
+async fn forbidden_under_the_tenant_is_a_failed_revision_naming_the_permission() {
+    let w = World::new("suspend", true, Some("deployer")).await;
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    // The tenant may read its claims but not grow them: the real server's 403.
+    w.fake
+        .grant(NS, DEPLOYER, tenant_rules(&["get", "list", "watch"]));
+    let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    let GateOutcome::Failed { message } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        message.contains("system:serviceaccount:flux-system:deployer may not patch persistentvolumeclaims in namespace default"),
+        "{message}"
+    );
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Failed);
+    assert!(record.handoff.is_none());
+    let error = record.statefulsets[0].error.as_ref().unwrap();
+    assert_eq!(error.step, "grow");
+    // What to run by hand: the same commands `plan -o commands` prints for what is left.
+    let hint = error.hint.as_deref().unwrap();
+    assert!(
+        hint.contains("kubectl patch pvc data-web-0 -n default --type merge"),
+        "{hint}"
+    );
+    assert!(
+        hint.contains("kubectl delete statefulset web --cascade=orphan -n default"),
+        "{hint}"
+    );
+    assert_eq!(w.ks_writes(), 0, "not handed off");
+    assert_eq!(
+        events(&w.fake),
+        [(
+            "Warning".into(),
+            "ConvergeFailed".into(),
+            "flux-converger".into()
+        )]
+    );
+    // The StatefulSet was never deleted: the failure came before the orphan delete.
+    assert!(w.fake.writes().iter().all(|r| r.method != Method::DELETE));
+}
+
+#[tokio::test]
+async fn blocked_cross_namespace_source_is_refused_with_fluxs_words() {
+    let w = World::new("suspend", true, None).await;
+    w.fake
+        .modify(KS_API, "Kustomization", Some(FLUX_NS), "apps", |ks| {
+            ks["spec"]["sourceRef"]["namespace"] = json!("other");
+        });
+    let mut config = w.config(EventSink::disabled());
+    config.resolver = w.resolver(false);
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Resync)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
+    let error = last(&results).error.unwrap();
+    assert_eq!(error.step, "resolve");
+    assert!(
+        error.message.contains(
+            "can't access 'GitRepository/other/repo', cross-namespace references have been blocked"
+        ),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn gate_off_and_missing_kustomizations_are_not_handled() {
+    let w = World::new("off", false, None).await;
+    let gate = Gate::new(w.config(EventSink::disabled()));
+    assert_eq!(
+        gate.run(FLUX_NS, "apps", Trigger::Resync).await,
+        GateOutcome::NotHandled
+    );
+    assert_eq!(
+        gate.run(FLUX_NS, "missing", Trigger::Resync).await,
+        GateOutcome::NotHandled
+    );
+    assert!(w.fake.writes().is_empty());
+}
+
+#[tokio::test]
+async fn a_hand_off_flux_does_not_answer_is_a_warning_and_the_kustomization_is_suspended_again() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let mut config = w.config(EventSink::disabled());
+    config.handoff_timeout = Duration::from_millis(300);
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let record = last(&results);
+    assert_eq!(record.flux.as_ref().unwrap().outcome, FluxOutcome::Timeout);
+    assert!(
+        record.warnings.iter().any(|w| w.starts_with("hand-off:")),
+        "{:?}",
+        record.warnings
+    );
+    assert_eq!(w.ks()["spec"]["suspend"], true);
+}
+
+#[tokio::test]
+async fn flux_events_are_posted_to_events_addr_in_fluxs_format() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    /// `Gotk-Component` and body of each post.
+    type Posted = Arc<Mutex<Vec<(Option<String>, Value)>>>;
+    let posted: Posted = Arc::default();
+    let sink = posted.clone();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(move |headers: http::HeaderMap, body: axum::body::Bytes| {
+            let sink = sink.clone();
+            async move {
+                let component = headers
+                    .get("gotk-component")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                sink.lock()
+                    .unwrap()
+                    .push((component, serde_json::from_slice(&body).unwrap()));
+                http::StatusCode::ACCEPTED
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let sink = EventSink::new(w.fake.client(), Some(&format!("http://{addr}/")), None).unwrap();
+    let outcome = Gate::new(w.config(sink))
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let posted = posted.lock().unwrap().clone();
+    assert_eq!(posted.len(), 1);
+    let (component, event) = &posted[0];
+    assert_eq!(component.as_deref(), Some("flux-converger"));
+    assert_eq!(event["involvedObject"]["kind"], "Kustomization");
+    assert_eq!(event["involvedObject"]["name"], "apps");
+    assert_eq!(event["reason"], "Converged");
+    assert_eq!(event["severity"], "info");
+    assert_eq!(event["reportingController"], "flux-converger");
+    assert_eq!(
+        event["metadata"]["kustomize.toolkit.fluxcd.io/revision"],
+        "main@sha1:2"
+    );
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap()
+            .contains("StatefulSet default/web: template data 1Gi -> 2Gi")
+    );
+}
+
+fn record(revision: &str, message_len: usize) -> RevisionRecord {
+    RevisionRecord {
+        revision: revision.into(),
+        digest: None,
+        trigger: Trigger::Startup,
+        started_at: format!("2026-11-30T00:00:{:02}Z", revision.len() % 60),
+        finished_at: None,
+        state: RevisionState::Failed,
+        statefulsets: Vec::new(),
+        handoff: None,
+        flux: None,
+        warnings: Vec::new(),
+        error: Some(StepError {
+            step: "resolve".into(),
+            message: "x".repeat(message_len),
+            hint: None,
+        }),
+        generation: Some(1),
+        gate: Some(GateMode::Suspend),
+    }
+}
+
+#[tokio::test]
+async fn results_that_would_not_fit_are_cut_and_persisted() {
+    let fake = FakeApiServer::new();
+    let budget = 20_000;
+    let results = Results::with_budget(fake.client(), FLUX_NS.into(), T, budget);
+    for i in 0..6 {
+        results
+            .put("apps", "web", record(&format!("main@sha1:{i}"), 50_000))
+            .await
+            .unwrap();
+    }
+    let cm = fake
+        .get(
+            "v1",
+            "ConfigMap",
+            Some(FLUX_NS),
+            &results_configmap_name("apps", "web"),
+        )
+        .unwrap();
+    let stored = cm["data"]["records"].as_str().unwrap();
+    assert!(stored.len() <= budget, "{}", stored.len());
+    assert_eq!(
+        cm["metadata"]["labels"]["flux-converger.io/record"],
+        "results"
+    );
+    let history = results.history("apps", "web");
+    assert!(!history.is_empty());
+    assert_eq!(history[0].revision, "main@sha1:5");
+    assert!(
+        history[0]
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("truncated")
+    );
+    let reloaded = Results::new(fake.client(), FLUX_NS.into(), T);
+    reloaded.load().await.unwrap();
+    assert_eq!(reloaded.history("apps", "web"), history);
+}
+
+#[tokio::test]
+async fn concurrent_writers_merge_instead_of_losing_records() {
+    let fake = FakeApiServer::new();
+    let a = Results::new(fake.client(), FLUX_NS.into(), T);
+    let b = Results::new(fake.client(), FLUX_NS.into(), T);
+    a.put("apps", "web", record("main@sha1:a", 10))
+        .await
+        .unwrap();
+    // `b` has never read the ConfigMap: its create conflicts, it reads and merges.
+    b.put("apps", "web", record("main@sha1:bb", 10))
+        .await
+        .unwrap();
+    // `a` now holds a stale resourceVersion: its replace conflicts, it reads and merges.
+    a.put("apps", "web", record("main@sha1:ccc", 10))
+        .await
+        .unwrap();
+    let reloaded = Results::new(fake.client(), FLUX_NS.into(), T);
+    reloaded.load().await.unwrap();
+    let revisions: Vec<String> = reloaded
+        .history("apps", "web")
+        .into_iter()
+        .map(|r| r.revision)
+        .collect();
+    assert_eq!(revisions, ["main@sha1:ccc", "main@sha1:bb", "main@sha1:a"]);
+    let conflicts = fake
+        .requests()
+        .iter()
+        .filter(|r| r.code == Some(409))
+        .count();
+    assert_eq!(conflicts, 2);
+}
+
+#[tokio::test]
+async fn a_claim_not_yet_bound_is_a_warning_and_the_revision_is_rechecked() {
+    let w = World::new("suspend", true, None).await;
+    // Left over from a scale-down, never bound: it cannot grow yet.
+    w.fake.seed(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-web-5", "namespace": NS, "labels": {"app": "web"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
+                 "volumeMode": "Filesystem", "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"}
+    }));
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Resync)
+        .await;
+    assert_eq!(outcome, GateOutcome::Deferred);
+    let record = last(&results);
+    assert_eq!(
+        record.state,
+        RevisionState::Converged,
+        "handed off all the same"
+    );
+    assert_eq!(record.statefulsets[0].outcome, StatefulSetOutcome::Deferred);
+    assert_eq!(record.statefulsets[0].deferred[0].claim, "data-web-5");
+    assert!(
+        record
+            .warnings
+            .iter()
+            .any(|w| w.contains("claim data-web-5 deferred")),
+        "{:?}",
+        record.warnings
+    );
+    assert_eq!(w.claim_size("data-web-5"), "1Gi");
+}
+
+#[tokio::test]
+async fn a_record_left_running_is_unfinished_after_a_restart() {
+    let fake = FakeApiServer::new();
+    let before = Results::new(fake.client(), FLUX_NS.into(), T);
+    let mut running = record("main@sha1:9", 10);
+    running.state = RevisionState::Running;
+    running.error = None;
+    before.put("apps", "web", running).await.unwrap();
+    before
+        .put("apps", "db", record("main@sha1:8", 10))
+        .await
+        .unwrap();
+    let after = Results::new(fake.client(), FLUX_NS.into(), T);
+    after.load().await.unwrap();
+    assert_eq!(
+        after.unfinished(),
+        [("apps".to_string(), "web".to_string())]
+    );
+    assert_eq!(
+        after.last("apps", "db").unwrap().state,
+        RevisionState::Failed
+    );
+}
+
+#[tokio::test]
+async fn a_revision_flux_applied_already_is_not_handed_off_again() {
+    // Flux applied revision 1 before the converger looked (the World's starting state).
+    let w = World::new("suspend", true, None).await;
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Startup)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let record = last(&results);
+    assert_eq!(record.revision, "main@sha1:1");
+    assert!(record.handoff.is_none());
+    assert_eq!(record.flux.unwrap().outcome, FluxOutcome::Applied);
+    assert_eq!(
+        record.statefulsets[0].outcome,
+        StatefulSetOutcome::Unchanged
+    );
+    assert_eq!(w.ks_writes(), 0);
+}
+
+#[tokio::test]
+async fn a_run_interrupted_by_a_restart_is_closed_and_handled_again() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    // The previous process stopped while handling revision 2.
+    let before = Results::new(w.fake.client(), FLUX_NS.into(), T);
+    let mut running = record("main@sha1:2", 0);
+    running.state = RevisionState::Running;
+    running.error = None;
+    before.put(FLUX_NS, "apps", running).await.unwrap();
+
+    let mut config = w.config(EventSink::disabled());
+    config.results.load().await.unwrap();
+    assert_eq!(
+        config.results.unfinished(),
+        [(FLUX_NS.to_string(), "apps".to_string())]
+    );
+    let results = config.results.clone();
+    config.results = results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Startup)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let history = results.history(FLUX_NS, "apps");
+    assert_eq!(history.len(), 2);
+    assert_eq!(history[0].state, RevisionState::Converged);
+    assert_eq!(history[1].state, RevisionState::Failed);
+    assert_eq!(history[1].error.as_ref().unwrap().step, "interrupted");
+    assert!(results.unfinished().is_empty());
+}
+
+#[tokio::test]
+async fn a_dry_run_denied_to_the_tenant_names_the_permission_and_writes_nothing() {
+    let w = World::new("suspend", true, Some("deployer")).await;
+    w.fake.grant(
+        NS,
+        DEPLOYER,
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ALL_CLAIM_VERBS},
+        ]),
+    );
+    w.publish("main@sha1:2", "2Gi");
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    let GateOutcome::Failed { message } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        message.contains(&format!(
+            "{DEPLOYER} may not patch statefulsets.apps in namespace default"
+        )),
+        "{message}"
+    );
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Failed);
+    assert_eq!(record.statefulsets[0].error.as_ref().unwrap().step, "prove");
+    // Not a refusal: the object was never judged. And nothing was written for it.
+    assert!(record.statefulsets[0].refusal.is_none());
+    assert!(
+        w.fake
+            .writes()
+            .iter()
+            .all(|r| r.path.contains("/configmaps")),
+        "{:?}",
+        w.fake.writes()
+    );
+}

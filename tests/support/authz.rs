@@ -1,0 +1,361 @@
+//! Who a request is made as (impersonation headers, or the fake's default identity) and whether
+//! RBAC lets them do it, evaluated over the Roles, ClusterRoles and bindings stored in the fake,
+//! as the real server's impersonation filter and RBAC authorizer do.
+//!
+//! Without impersonation and without `authorize_default_as`, requests are made as a member of
+//! `system:masters` (the kubeconfig admin): allowed, but still logged, so a test can prove a
+//! ClusterRole against everything a component did (`FakeApiServer::rbac_requests`).
+//!
+//! Every refusal is the real 403, naming the user and the RBAC attributes:
+//! `statefulsets.apps "web" is forbidden: User "system:serviceaccount:t1:deployer" cannot patch
+//! resource "statefulsets" in API group "apps" in the namespace "t1"`.
+
+use http::Method;
+use serde_json::{Value, json};
+
+use super::errors::ApiError;
+use super::handlers::{Target, is_dry_run};
+use super::query::Query;
+use super::resources;
+use super::store::State;
+
+/// The user every request is made as when nothing else is said (the kubeconfig admin).
+pub const ADMIN_USER: &str = "kubernetes-admin";
+const MASTERS: &str = "system:masters";
+const AUTHENTICATED: &str = "system:authenticated";
+const SA_PREFIX: &str = "system:serviceaccount:";
+
+/// A user and their groups, as the authenticator (or impersonation) leaves them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Identity {
+    pub fn admin() -> Self {
+        Identity {
+            user: ADMIN_USER.into(),
+            groups: vec![MASTERS.into(), AUTHENTICATED.into()],
+        }
+    }
+
+    /// A user by name; a `system:serviceaccount:<ns>:<name>` gets the service-account groups
+    /// unless groups are given (the impersonation filter's fixed mapping).
+    pub fn named(user: &str, groups: Vec<String>) -> Self {
+        let mut groups = groups;
+        if groups.is_empty()
+            && let Some((ns, _)) = service_account(user)
+        {
+            groups = vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{ns}"),
+            ];
+        }
+        if !groups.iter().any(|g| g == AUTHENTICATED) {
+            groups.push(AUTHENTICATED.into());
+        }
+        Identity {
+            user: user.to_string(),
+            groups,
+        }
+    }
+
+    fn is_master(&self) -> bool {
+        self.groups.iter().any(|g| g == MASTERS)
+    }
+}
+
+/// `system:serviceaccount:<ns>:<name>` → `(ns, name)`.
+pub fn service_account(user: &str) -> Option<(&str, &str)> {
+    let rest = user.strip_prefix(SA_PREFIX)?;
+    let (ns, name) = rest.split_once(':')?;
+    (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then_some((ns, name))
+}
+
+/// One authorization decision: the RBAC attributes of a request and who made it. The log of
+/// these is what a shipped ClusterRole/Role is proven against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbacRequest {
+    /// get, list, watch, create, update, patch, delete, deletecollection, impersonate.
+    pub verb: String,
+    /// `""` for the core group.
+    pub api_group: String,
+    /// The plural (`statefulsets`), or `serviceaccounts`/`users`/`groups` for impersonate.
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// The user the request was made as (after impersonation).
+    pub user: String,
+    pub groups: Vec<String>,
+    pub dry_run: bool,
+    /// What RBAC answered (members of `system:masters` are always allowed).
+    pub allowed: bool,
+}
+
+impl RbacRequest {
+    /// `statefulsets/scale`, as RBAC rules name a subresource.
+    pub fn resource_path(&self) -> String {
+        match &self.subresource {
+            Some(s) => format!("{}/{s}", self.resource),
+            None => self.resource.clone(),
+        }
+    }
+}
+
+/// The verb RBAC sees for an HTTP method on a target.
+pub fn verb(method: &Method, t: &Target, query: &Query) -> &'static str {
+    match (method, t.name.is_some()) {
+        (&Method::GET, true) | (&Method::HEAD, true) => "get",
+        (&Method::GET, false) if query.flag("watch") => "watch",
+        (&Method::GET, false) | (&Method::HEAD, false) => "list",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, true) => "delete",
+        (&Method::DELETE, false) => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+/// The identity the caller asks to act as, if any (`Impersonate-User`, `Impersonate-Group`).
+fn impersonated(parts: &http::request::Parts) -> Option<Identity> {
+    let user = parts
+        .headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())?;
+    let groups: Vec<String> = parts
+        .headers
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    Some(Identity::named(user, groups))
+}
+
+fn forbidden(attrs: &RbacRequest) -> ApiError {
+    let mut message = format!(
+        "User {:?} cannot {} resource {:?} in API group {:?}",
+        attrs.user,
+        attrs.verb,
+        attrs.resource_path(),
+        attrs.api_group
+    );
+    match &attrs.namespace {
+        Some(ns) => message.push_str(&format!(" in the namespace {ns:?}")),
+        None => message.push_str(" at the cluster scope"),
+    }
+    let qualified = if attrs.api_group.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}.{}", attrs.resource, attrs.api_group)
+    };
+    let name = attrs.name.clone().unwrap_or_default();
+    let full = if name.is_empty() {
+        format!("{qualified} is forbidden: {message}")
+    } else {
+        format!("{qualified} {name:?} is forbidden: {message}")
+    };
+    let mut details = serde_json::Map::new();
+    if !name.is_empty() {
+        details.insert("name".into(), json!(name));
+    }
+    if !attrs.api_group.is_empty() {
+        details.insert("group".into(), json!(attrs.api_group));
+    }
+    details.insert("kind".into(), json!(attrs.resource));
+    ApiError {
+        code: 403,
+        body: json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": full,
+            "reason": "Forbidden",
+            "details": Value::Object(details),
+            "code": 403,
+        }),
+    }
+}
+
+fn strings(v: &Value, key: &str) -> Vec<String> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn subject_matches(subject: &Value, who: &Identity, binding_ns: Option<&str>) -> bool {
+    let name = subject["name"].as_str().unwrap_or_default();
+    match subject["kind"].as_str().unwrap_or_default() {
+        "User" => name == who.user,
+        "Group" => who.groups.iter().any(|g| g == name),
+        "ServiceAccount" => {
+            let ns = subject["namespace"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .or(binding_ns)
+                .unwrap_or_default();
+            who.user == format!("{SA_PREFIX}{ns}:{name}")
+        }
+        _ => false,
+    }
+}
+
+fn rule_allows(rule: &Value, a: &RbacRequest) -> bool {
+    let has = |list: &[String], want: &str| list.iter().any(|x| x == "*" || x == want);
+    let verbs = strings(rule, "verbs");
+    let groups = strings(rule, "apiGroups");
+    let resources = strings(rule, "resources");
+    let names = strings(rule, "resourceNames");
+    let resource_ok = resources.iter().any(|r| {
+        r == "*"
+            || *r == a.resource_path()
+            || a.subresource
+                .as_ref()
+                .is_some_and(|s| *r == format!("*/{s}"))
+    });
+    has(&verbs, &a.verb)
+        && has(&groups, &a.api_group)
+        && resource_ok
+        && (names.is_empty() || a.name.as_ref().is_some_and(|n| names.contains(n)))
+}
+
+fn rules_of(state: &State, role_ref: &Value, binding_ns: Option<&str>) -> Vec<Value> {
+    let name = role_ref["name"].as_str().unwrap_or_default();
+    let role = match role_ref["kind"].as_str().unwrap_or_default() {
+        "ClusterRole" => state
+            .list(&resources::CLUSTER_ROLE, None)
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == json!(name)),
+        "Role" => binding_ns.and_then(|ns| {
+            state
+                .list(&resources::ROLE, Some(ns))
+                .into_iter()
+                .find(|r| r["metadata"]["name"] == json!(name))
+        }),
+        _ => None,
+    };
+    role.and_then(|r| r.get("rules").and_then(Value::as_array).cloned())
+        .unwrap_or_default()
+}
+
+/// RBAC's decision: a ClusterRoleBinding grants everywhere, a RoleBinding only in its namespace.
+pub fn allowed(state: &State, who: &Identity, a: &RbacRequest) -> bool {
+    if who.is_master() {
+        return true;
+    }
+    let mut bindings: Vec<(Value, Option<String>)> = state
+        .list(&resources::CLUSTER_ROLE_BINDING, None)
+        .into_iter()
+        .map(|b| (b, None))
+        .collect();
+    if let Some(ns) = &a.namespace {
+        bindings.extend(
+            state
+                .list(&resources::ROLE_BINDING, Some(ns))
+                .into_iter()
+                .map(|b| (b, Some(ns.clone()))),
+        );
+    }
+    bindings.iter().any(|(b, ns)| {
+        let subjects = b.get("subjects").and_then(Value::as_array);
+        subjects.is_some_and(|s| s.iter().any(|s| subject_matches(s, who, ns.as_deref())))
+            && rules_of(state, &b["roleRef"], ns.as_deref())
+                .iter()
+                .any(|r| rule_allows(r, a))
+    })
+}
+
+/// Resolves who the request is made as and authorizes it (impersonation first, as the real
+/// filter chain does), logging every decision. `Err` is the real 403.
+pub fn authorize(
+    state: &mut State,
+    parts: &http::request::Parts,
+    t: &Target,
+    query: &Query,
+    body: &Value,
+) -> Result<(), ApiError> {
+    let caller = match &state.default_user {
+        Some(user) => Identity::named(user, Vec::new()),
+        None => Identity::admin(),
+    };
+    let dry_run = is_dry_run(&parts.method, query, body);
+    let who = match impersonated(parts) {
+        None => caller,
+        Some(target) => {
+            let mut checks = Vec::new();
+            match service_account(&target.user) {
+                Some((ns, name)) => checks.push(("serviceaccounts", Some(ns), name.to_string())),
+                None => checks.push(("users", None, target.user.clone())),
+            }
+            let explicit_groups = parts.headers.get_all("impersonate-group");
+            for g in explicit_groups.iter().filter_map(|v| v.to_str().ok()) {
+                checks.push(("groups", None, g.to_string()));
+            }
+            for (resource, ns, name) in checks {
+                let a = RbacRequest {
+                    verb: "impersonate".into(),
+                    api_group: String::new(),
+                    resource: resource.into(),
+                    subresource: None,
+                    namespace: ns.map(str::to_string),
+                    name: Some(name),
+                    user: caller.user.clone(),
+                    groups: caller.groups.clone(),
+                    dry_run,
+                    allowed: false,
+                };
+                let ok = allowed(state, &caller, &a);
+                state.rbac_log.push(RbacRequest { allowed: ok, ..a });
+                if !ok {
+                    return Err(forbidden(state.rbac_log.last().expect("just pushed")));
+                }
+            }
+            target
+        }
+    };
+    let a = RbacRequest {
+        verb: verb(&parts.method, t, query).into(),
+        api_group: t.rt.group.into(),
+        resource: t.rt.plural.into(),
+        subresource: t.subresource.clone(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+        user: who.user.clone(),
+        groups: who.groups.clone(),
+        dry_run,
+        allowed: false,
+    };
+    let ok = allowed(state, &who, &a);
+    state.rbac_log.push(RbacRequest { allowed: ok, ..a });
+    if ok {
+        Ok(())
+    } else {
+        Err(forbidden(state.rbac_log.last().expect("just pushed")))
+    }
+}
+
+/// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`: who the request is made as.
+pub fn self_subject_review(state: &State, parts: &http::request::Parts) -> (u16, Value) {
+    let who = impersonated(parts).unwrap_or_else(|| match &state.default_user {
+        Some(user) => Identity::named(user, Vec::new()),
+        None => Identity::admin(),
+    });
+    (
+        201,
+        json!({
+            "kind": "SelfSubjectReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": super::store::now()},
+            "status": {"userInfo": {"username": who.user, "groups": who.groups}},
+        }),
+    )
+}
