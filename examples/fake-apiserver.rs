@@ -35,6 +35,10 @@ struct Args {
     /// YAML files to seed (multi-document; e.g. the fixtures).
     #[arg(long)]
     seed: Vec<PathBuf>,
+    /// Authorize requests without impersonation as this user against the seeded RBAC objects
+    /// (e.g. `system:serviceaccount:flux-system:flux-converger`) instead of as the admin.
+    #[arg(long)]
+    authorize_default_as: Option<String>,
 }
 
 #[tokio::main]
@@ -53,6 +57,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.controllers {
         fake.enable_statefulset_controller();
+    }
+    if let Some(user) = &args.authorize_default_as {
+        fake.authorize_default_as(user);
     }
     let served = fake
         .serve_on(&args.listen)

@@ -774,7 +774,8 @@ pub async fn resume_all<C: Cluster, J: Journal>(
 
 /// The desired object as it is sent: server-owned fields (`status`, uid, resourceVersion,
 /// managedFields, timestamps) removed, so a desired file exported from a cluster still applies.
-fn clean_desired(desired: &StatefulSet) -> StatefulSet {
+/// `plan -o commands` re-applies with it too, so the manual procedure sends the same object.
+pub fn clean_desired(desired: &StatefulSet) -> StatefulSet {
     let mut d = desired.clone();
     d.status = None;
     let m = &mut d.metadata;

@@ -18,16 +18,19 @@ use clap::{Parser, Subcommand, ValueEnum};
 )]
 struct Cli {
     /// Log format: `json` for log pipelines, like Flux's controllers (`--log-encoding` works too).
-    #[arg(long, alias = "log-encoding", global = true, value_enum, default_value_t = LogFormat::Text, env = "FLUX_CONVERGER_LOG_FORMAT")]
+    #[arg(long, alias = "log-encoding", global = true, help_heading = "Logging (global)", value_enum, default_value_t = LogFormat::Text, env = "FLUX_CONVERGER_LOG_FORMAT")]
     log_format: LogFormat,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `flux_converger=debug`.
+    /// Without it, `RUST_LOG` is honoured, else `info`.
     #[arg(
         long,
         global = true,
-        default_value = "info",
+        help_heading = "Logging (global)",
         env = "FLUX_CONVERGER_LOG_LEVEL"
     )]
-    log_level: String,
+    log_level: Option<String>,
+    #[command(flatten)]
+    kube: cmd::KubeArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -49,9 +52,23 @@ enum Command {
     Render(cmd::render::Args),
 }
 
-fn init_logging(format: LogFormat, level: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .map_err(|e| anyhow::anyhow!("invalid --log-level {level:?}: {e}"))?;
+/// The log filter: `--log-level` (or its env var) wins; else `RUST_LOG`, as every Rust tool
+/// reads it; else `info`. A filter that does not parse is bad input, not silently ignored.
+fn log_filter(level: Option<&str>) -> anyhow::Result<tracing_subscriber::EnvFilter> {
+    use tracing_subscriber::EnvFilter;
+    let (text, from) = match level {
+        Some(level) => (level.to_owned(), "--log-level"),
+        None => match std::env::var(EnvFilter::DEFAULT_ENV) {
+            Ok(text) if !text.trim().is_empty() => (text, "RUST_LOG"),
+            _ => ("info".to_owned(), "the default"),
+        },
+    };
+    EnvFilter::try_new(&text)
+        .map_err(|e| anyhow::anyhow!("invalid log filter {text:?} from {from}: {e}"))
+}
+
+fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
+    let filter = log_filter(level)?;
     // Logs go to stderr: stdout carries the command's output (plans, renders) for pipes.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -84,7 +101,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    if let Err(e) = init_logging(cli.log_format, &cli.log_level) {
+    if let Err(e) = init_logging(cli.log_format, cli.log_level.as_deref()) {
         eprintln!("error: {e:#}");
         return ExitCode::from(cmd::Exit::BadInput as u8);
     }
@@ -102,9 +119,9 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Plan(args) => cmd::plan::run(args).await,
-            Command::Converge(args) => cmd::converge::run(args).await,
-            Command::Render(args) => cmd::render::run(args).await,
+            Command::Plan(args) => cmd::plan::run(args, cli.kube).await,
+            Command::Converge(args) => cmd::converge::run(args, cli.kube).await,
+            Command::Render(args) => cmd::render::run(args, cli.kube).await,
         }
     });
     match result {

@@ -73,6 +73,45 @@ pub fn yaml_options() -> serde_saphyr::Options {
     }
 }
 
+/// Stack for a YAML parse. serde's deserializers recurse once per nesting level (some 30 KiB a
+/// level in a debug build, measured), so the depth [`yaml_options`] allows would overflow a
+/// 2 MiB worker-thread stack and abort the whole process: parsing runs on a thread of its own
+/// with room for it. Only the stack pages a parse touches become resident.
+const PARSE_STACK_BYTES: usize = 64 << 20;
+
+/// Runs `parse` on a thread with [`PARSE_STACK_BYTES`] of stack (on this thread if none can be
+/// started), so no accepted nesting depth can overflow the caller's stack.
+pub fn with_parse_stack<T: Send, F: FnOnce() -> T + Send>(parse: F) -> T {
+    let slot = std::sync::Mutex::new(Some(parse));
+    let take = || {
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    };
+    let done = std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("yaml-parse".into())
+            .stack_size(PARSE_STACK_BYTES)
+            .spawn_scoped(scope, || take().map(|f| f()));
+        match spawned {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(error) => {
+                tracing::warn!(%error, "cannot start a YAML parse thread; parsing on this one");
+                None
+            }
+        }
+    });
+    match done {
+        Some(value) => value,
+        None => match take() {
+            Some(f) => f(),
+            None => unreachable!("the parse ran and returned a value"),
+        },
+    }
+}
+
 /// Reads every object of a YAML file (`-` is stdin): multi-document streams and `List`s are flattened.
 pub fn read_documents(path: &str) -> Result<Vec<Document>, ManifestError> {
     let read_err = |e: std::io::Error| ManifestError::Read {
@@ -91,6 +130,10 @@ pub fn read_documents(path: &str) -> Result<Vec<Document>, ManifestError> {
 
 /// Parses every object of YAML `text` read from `source` (named in errors).
 pub fn parse_documents(source: &str, text: &str) -> Result<Vec<Document>, ManifestError> {
+    with_parse_stack(|| parse_documents_here(source, text))
+}
+
+fn parse_documents_here(source: &str, text: &str) -> Result<Vec<Document>, ManifestError> {
     let mut out = Vec::new();
     for (index, chunk) in split_documents(text).into_iter().enumerate() {
         if chunk.is_blank {
@@ -654,5 +697,25 @@ mod tests {
         let err = Objects::from_documents(&parse(&text), "default").unwrap_err();
         assert!(err.to_string().contains("document 1"), "{err}");
         assert!(err.to_string().contains("appears twice"), "{err}");
+    }
+
+    /// A document as deep as the options allow, parsed from a thread with the 2 MiB stack of a
+    /// tokio worker: without the parse's own stack this aborts the process.
+    #[test]
+    fn the_deepest_accepted_document_parses_on_a_small_stack() {
+        let deepest = 505;
+        let mut text =
+            String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\nspec:\n");
+        for d in 0..deepest {
+            text.push_str(&format!("{}n{d}:\n", "  ".repeat(d + 1)));
+        }
+        text.push_str(&format!("{}leaf: true\n", "  ".repeat(deepest + 1)));
+        let parsed = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || parse_documents("deep.yaml", &text).map(|d| d.len()))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(parsed.unwrap(), 1);
     }
 }

@@ -6,7 +6,7 @@ mod flux_archive;
 
 use std::time::Duration;
 
-use flux_archive::{ArtifactServer, Entry, flux_artifact, sha256, tar_gz};
+use flux_archive::{ArtifactServer, Entry, declared_only_tar_gz, flux_artifact, sha256, tar_gz};
 use flux_converger::flux::artifact::{
     Algorithm, ArtifactError, FetchOptions, Fetcher, UnpackLimits, digest_of, unpack_file,
 };
@@ -332,6 +332,7 @@ async fn decompression_bombs_are_capped() {
     let limits = UnpackLimits {
         max_bytes: 1 << 20,
         max_entries: 100,
+        max_file_bytes: 1 << 20,
     };
     let e = unpack_bytes(bomb, limits.clone()).await.unwrap_err();
     assert!(matches!(e, ArtifactError::UnpackedTooLarge { .. }), "{e}");
@@ -356,4 +357,68 @@ async fn corrupt_archives_are_reported() {
     .await
     .unwrap_err();
     assert!(matches!(e, ArtifactError::Corrupt { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn an_oversize_file_is_refused_from_its_header_before_it_is_read() {
+    let limits = UnpackLimits {
+        max_bytes: 1 << 20,
+        max_entries: 100,
+        max_file_bytes: 16 << 10,
+    };
+    // At the cap: unpacked. One byte over: refused, naming the file and the cap.
+    let at_cap = tar_gz(&[
+        Entry::Dir(".".into()),
+        Entry::File("ok.yaml".into(), vec![b'#'; 16 << 10]),
+    ]);
+    let unpacked = unpack_bytes(at_cap, limits.clone()).await.unwrap();
+    assert_eq!(unpacked.stats.bytes, 16 << 10);
+    let over = tar_gz(&[
+        Entry::Dir(".".into()),
+        Entry::File("ok.yaml".into(), CM.as_bytes().to_vec()),
+        Entry::File("apps/big.yaml".into(), vec![b'0'; (16 << 10) + 1]),
+    ]);
+    let e = unpack_bytes(over, limits.clone()).await.unwrap_err();
+    assert!(
+        matches!(&e, ArtifactError::FileTooLarge { entry, size, limit: 16384, .. }
+            if entry == "apps/big.yaml" && *size == (16 << 10) + 1),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("maximum file size of 16384 bytes"),
+        "{e}"
+    );
+    assert!(e.is_bad_input());
+
+    // The 2 GiB file of the attack, declared and never sent: the header alone decides, so the
+    // answer is the cap, not a corrupt stream found after reading.
+    let bomb = declared_only_tar_gz("zeros.yaml", 2 << 30);
+    let e = unpack_bytes(bomb.clone(), limits).await.unwrap_err();
+    assert!(matches!(e, ArtifactError::UnpackedTooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("zeros.yaml"), "{e}");
+    let e = unpack_bytes(
+        bomb,
+        UnpackLimits {
+            max_bytes: 4 << 30,
+            ..UnpackLimits::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&e, ArtifactError::FileTooLarge { size, .. } if *size == 2 << 30),
+        "{e}"
+    );
+    // And under the defaults, which are Flux's untar's (100 MiB in all).
+    let e = unpack_bytes(
+        declared_only_tar_gz("zeros.yaml", 2 << 30),
+        UnpackLimits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("more than {} bytes", 100u64 << 20)),
+        "{e}"
+    );
 }

@@ -154,7 +154,6 @@ impl World {
             kustomize: KustomizeCommand::default(),
             strict: true,
             allow_cross_namespace,
-            call_timeout: Duration::from_secs(5),
         }
     }
 
@@ -613,11 +612,15 @@ async fn forbidden_under_the_tenant_is_a_failed_revision_naming_the_permission()
     // What to run by hand: the same commands `plan -o commands` prints for what is left.
     let hint = error.hint.as_deref().unwrap();
     assert!(
-        hint.contains("kubectl patch pvc data-web-0 -n default --type merge"),
+        hint.contains("kubectl patch pvc data-web-0 -n default --type json"),
         "{hint}"
     );
     assert!(
-        hint.contains("kubectl delete statefulset web --cascade=orphan -n default"),
+        hint.contains(r#""propagationPolicy":"Orphan","preconditions":{"uid":"#),
+        "the delete is bound to the uid planned on: {hint}"
+    );
+    assert!(
+        hint.contains("kubectl wait --for=delete statefulset/web -n default --timeout=60s"),
         "{hint}"
     );
     assert_eq!(w.ks_writes(), 0, "not handed off");

@@ -1,6 +1,8 @@
 //! `flux-converger plan` end to end: the built binary on files, its JSON contract, exit codes
 //! (0 planned, 3 refused, 2 bad input) and the error messages for bad input.
 
+mod support;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,9 +26,25 @@ struct Run {
 }
 
 fn plan(args: &[&str], stdin: Option<&str>) -> Run {
-    let mut child = Command::new(BIN)
-        .arg("plan")
+    run_bin(&[&["plan"], args].concat(), stdin, &[])
+}
+
+/// Runs the binary with a hermetic environment: no kubeconfig (unless `env` gives one), no
+/// inherited log filter or `FLUX_CONVERGER_*` flags.
+fn run_bin(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
+    let mut command = Command::new(BIN);
+    command
         .args(args)
+        .env("KUBECONFIG", "/nonexistent/flux-converger-test-kubeconfig")
+        .env_remove("RUST_LOG")
+        .env_remove("KUBERNETES_SERVICE_HOST");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FLUX_CONVERGER_") {
+            command.env_remove(k);
+        }
+    }
+    command.envs(env.iter().copied());
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -164,18 +182,36 @@ fn example_commands_follow_the_plan() {
         .lines()
         .filter(|l| l.starts_with("kubectl "))
         .collect();
+    let grow = |claim: &str, from: &str, to: &str| {
+        format!(
+            r#"kubectl patch pvc {claim} -n default --type json -p '[{{"op":"test","path":"/spec/resources/requests/storage","value":"{from}"}},{{"op":"replace","path":"/spec/resources/requests/storage","value":"{to}"}}]'"#
+        )
+    };
     assert_eq!(
         commands,
         vec![
-            r#"kubectl patch pvc data-web-0 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}'"#,
-            r#"kubectl patch pvc data-web-2 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}'"#,
-            r#"kubectl patch pvc data-web-3 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"2Gi"}}}}'"#,
-            "kubectl delete statefulset web --cascade=orphan -n default",
+            grow("data-web-0", "1Gi", "2Gi").as_str(),
+            &grow("data-web-2", "1Gi", "2Gi"),
+            &grow("data-web-3", "1Gi", "2Gi"),
             "kubectl wait --for=delete statefulset/web -n default --timeout=60s",
             "kubectl apply --server-side --field-manager=kustomize-controller --force-conflicts -f - <<'FLUX_CONVERGER_EOF'",
             // `cache` only lags: its claim is patched, the StatefulSet is left alone.
-            r#"kubectl patch pvc data-cache-1 -n default --type merge -p '{"spec":{"resources":{"requests":{"storage":"0.5Gi"}}}}'"#,
+            &grow("data-cache-1", "256Mi", "0.5Gi"),
         ]
+    );
+    // Before any write, the uid planned on is checked; the delete carries it as a precondition.
+    let first_write = run.stdout.find("kubectl patch").expect("a patch");
+    let check = run
+        .stdout
+        .find(r#"if [ "$uid_0" != 529384b8-cf92-4028-81ea-97763f7e3d7b ]; then"#)
+        .expect("the uid check");
+    assert!(check < first_write, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(
+            r#"printf '{"apiVersion":"v1","kind":"DeleteOptions","propagationPolicy":"Orphan","preconditions":{"uid":"%s"}}' "$uid_0" | kubectl delete --raw /apis/apps/v1/namespaces/default/statefulsets/web -f - >/dev/null"#
+        ),
+        "{}",
+        run.stdout
     );
     // The heredoc carries the desired StatefulSet, grown, with its namespace filled in.
     let start = run
@@ -537,11 +573,595 @@ fn bad_input_exits_2_naming_file_document_and_field() {
             "--cluster-state",
             &cluster,
             "-o",
-            "yaml",
+            "xml",
         ],
         None,
     );
     assert_eq!(run.code, 2, "{}", run.stderr);
     let run = plan(&["--desired", &desired], None);
     assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+/// A kubeconfig whose current context has namespace `team` (and another context with none);
+/// the server is never contacted by `plan`.
+const KUBECONFIG: &str = r#"apiVersion: v1
+kind: Config
+current-context: team
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:1
+contexts:
+- name: team
+  context:
+    cluster: c
+    user: u
+    namespace: team
+- name: bare
+  context:
+    cluster: c
+    user: u
+users:
+- name: u
+  user:
+    token: t
+"#;
+
+#[test]
+fn kubectl_conventions_filename_yaml_and_the_context_namespace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(
+        &dir,
+        "cluster.yaml",
+        &captured_cluster().replace("namespace: default", "namespace: team"),
+    );
+    let desired_text =
+        fixture("v1.28/desired-statefulset-2Gi.yaml").replace("  namespace: default\n", "");
+    let desired = file(&dir, "desired.yaml", &desired_text);
+    let kubeconfig = file(&dir, "kubeconfig", KUBECONFIG);
+    let namespace_of = |extra: &[&str], env: &[(&str, &str)]| {
+        let args = [
+            &[
+                "plan",
+                "-f",
+                &desired,
+                "--cluster-state",
+                &cluster,
+                "-o",
+                "json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let run = run_bin(&args, None, env);
+        assert_eq!(run.code, 0, "{extra:?}: {}", run.stderr);
+        json_of(&run)["plans"][0]["namespace"]
+            .as_str()
+            .expect("namespace")
+            .to_owned()
+    };
+    // The context's namespace, from --kubeconfig or $KUBECONFIG; -n wins; --context picks.
+    assert_eq!(namespace_of(&["--kubeconfig", &kubeconfig], &[]), "team");
+    assert_eq!(namespace_of(&[], &[("KUBECONFIG", &kubeconfig)]), "team");
+    assert_eq!(
+        namespace_of(&["--kubeconfig", &kubeconfig, "-n", "other"], &[]),
+        "other"
+    );
+    assert_eq!(
+        namespace_of(&["--kubeconfig", &kubeconfig, "--context", "bare"], &[]),
+        "default"
+    );
+    // Global flags go before the command too, as kubectl allows.
+    let run = run_bin(
+        &[
+            "-n",
+            "team",
+            "plan",
+            "-f",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "json",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(json_of(&run)["plans"][0]["namespace"], "team");
+    // Offline never fails for a missing or unreadable kubeconfig.
+    let missing = dir.path().join("missing").display().to_string();
+    assert_eq!(namespace_of(&["--kubeconfig", &missing], &[]), "default");
+    assert_eq!(namespace_of(&[], &[]), "default");
+
+    // `-o yaml` is the JSON contract as YAML: the same value.
+    let yaml = run_bin(
+        &[
+            "plan",
+            "-f",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-n",
+            "team",
+            "-o",
+            "yaml",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(yaml.code, 0, "{}", yaml.stderr);
+    let json = run_bin(
+        &[
+            "plan",
+            "--desired",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-n",
+            "team",
+            "-o",
+            "json",
+        ],
+        None,
+        &[],
+    );
+    let from_yaml: Value = serde_saphyr::from_str(&yaml.stdout).expect("yaml output parses");
+    assert_eq!(from_yaml, json_of(&json));
+    assert_eq!(from_yaml["plans"][0]["resize"][0]["claim"], "data-web-0");
+}
+
+#[test]
+fn rust_log_is_honoured_unless_log_level_is_given() {
+    let args = [
+        "plan",
+        "-f",
+        &example("desired.yaml"),
+        "--cluster-state",
+        &example("cluster-state.yaml"),
+    ];
+    let debug = run_bin(&args, None, &[("RUST_LOG", "flux_converger=debug")]);
+    assert_eq!(debug.code, 0, "{}", debug.stderr);
+    assert!(debug.stderr.contains("planned"), "{}", debug.stderr);
+    let quiet = run_bin(
+        &[&["--log-level", "info"], &args[..]].concat(),
+        None,
+        &[("RUST_LOG", "flux_converger=debug")],
+    );
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    assert!(!quiet.stderr.contains("planned"), "{}", quiet.stderr);
+    let default = run_bin(&args, None, &[]);
+    assert!(!default.stderr.contains("planned"), "{}", default.stderr);
+    let bad = run_bin(&args, None, &[("RUST_LOG", "flux_converger=loud")]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("RUST_LOG"), "{}", bad.stderr);
+}
+
+#[test]
+fn bad_input_is_exit_2_before_any_client_is_built() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = file(
+        &dir,
+        "bad.yaml",
+        "kind: StatefulSet\napiVersion: apps/v1\nspec: [\n",
+    );
+    let good = example("desired.yaml");
+    // No kubeconfig and no in-cluster environment: a bad file is still 2, not 1.
+    for args in [
+        vec!["converge", "-f", bad.as_str()],
+        vec!["converge", "--desired", bad.as_str(), "--dry-run"],
+        vec!["converge", "-f", good.as_str(), "--dry-run=client"],
+        vec!["converge", "-f", good.as_str(), "-o", "xml"],
+        vec!["render", "--kustomization", "a/b/c"],
+    ] {
+        let run = run_bin(&args, None, &[]);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+    }
+    // A good file then fails to find a cluster: 1.
+    for args in [
+        vec!["converge", "-f", good.as_str()],
+        vec![
+            "converge",
+            "-f",
+            good.as_str(),
+            "--dry-run=server",
+            "-o",
+            "yaml",
+        ],
+        vec!["render", "--kustomization", "apps"],
+    ] {
+        let run = run_bin(&args, None, &[]);
+        assert_eq!(run.code, 1, "{args:?}: {}", run.stderr);
+    }
+}
+
+/// Runs `program args` with `KUBECONFIG` set, asynchronously: the fake API server answers on
+/// this test's runtime.
+async fn run_with_kubeconfig(
+    kubeconfig: &Path,
+    program: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Run {
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut input = child.stdin.take().expect("stdin");
+    tokio::io::AsyncWriteExt::write_all(&mut input, stdin.unwrap_or("").as_bytes())
+        .await
+        .expect("stdin");
+    drop(input);
+    let out = child.wait_with_output().await.expect("wait");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A fake cluster where Flux applied `web` at 1Gi: three pods, three Bound claims.
+async fn cluster_with_web() -> (support::FakeApiServer, support::Served) {
+    flux_converger::tls::install_crypto_provider();
+    let fake = support::FakeApiServer::new();
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    let served = fake.serve().await;
+    let apply = run_with_kubeconfig(
+        &served.kubeconfig,
+        "kubectl",
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=kustomize-controller",
+            "-f",
+            "-",
+        ],
+        Some(&fixture("v1.28/desired-statefulset-1Gi.yaml")),
+    )
+    .await;
+    assert_eq!(apply.code, 0, "{}", apply.stderr);
+    for _ in 0..500 {
+        if (0..3).all(|i| {
+            fake.get(
+                "v1",
+                "PersistentVolumeClaim",
+                Some("default"),
+                &format!("data-web-{i}"),
+            )
+            .is_some()
+        }) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for i in 0..3 {
+        fake.set_pvc_phase("default", &format!("data-web-{i}"), "Bound");
+    }
+    (fake, served)
+}
+
+/// What an operator would snapshot, then the script `plan -o commands` makes of it.
+async fn planned_script(served: &support::Served, dir: &tempfile::TempDir) -> String {
+    let state = run_with_kubeconfig(
+        &served.kubeconfig,
+        "kubectl",
+        &[
+            "get",
+            "statefulsets,persistentvolumeclaims,storageclasses",
+            "-A",
+            "-o",
+            "yaml",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(state.code, 0, "{}", state.stderr);
+    let state = file(dir, "state.yaml", &state.stdout);
+    let desired = repo("tests/fixtures/v1.28/desired-statefulset-2Gi.yaml");
+    let plan = run_with_kubeconfig(
+        &served.kubeconfig,
+        BIN,
+        &[
+            "plan",
+            "-f",
+            desired.to_str().expect("path"),
+            "--cluster-state",
+            &state,
+            "-o",
+            "commands",
+            "--wait-timeout",
+            "20s",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    plan.stdout
+}
+
+fn request_of(fake: &support::FakeApiServer, claim: &str) -> Value {
+    fake.get("v1", "PersistentVolumeClaim", Some("default"), claim)
+        .expect("claim")
+        .pointer("/spec/resources/requests/storage")
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn uid_of_web(fake: &support::FakeApiServer) -> Option<Value> {
+    fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+        .map(|s| s["metadata"]["uid"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commands_script_converges_a_cluster_with_kubectl() {
+    let (fake, served) = cluster_with_web().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = planned_script(&served, &dir).await;
+    assert!(script.contains("--timeout=20s"), "{script}");
+    let planned_uid = uid_of_web(&fake).expect("web");
+    let pods_before: Vec<Value> = fake
+        .list("v1", "Pod", Some("default"))
+        .iter()
+        .map(|p| p["metadata"]["uid"].clone())
+        .collect();
+    assert_eq!(pods_before.len(), 3);
+
+    let run = run_with_kubeconfig(&served.kubeconfig, "bash", &["-"], Some(&script)).await;
+    assert_eq!(run.code, 0, "{}\n{}\n{script}", run.stdout, run.stderr);
+    for i in 0..3 {
+        assert_eq!(request_of(&fake, &format!("data-web-{i}")), "2Gi");
+    }
+    let web = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .expect("re-applied");
+    assert_ne!(web["metadata"]["uid"], planned_uid);
+    assert_eq!(
+        web.pointer("/spec/volumeClaimTemplates/0/spec/resources/requests/storage"),
+        Some(&Value::from("2Gi"))
+    );
+    // Orphaned, then adopted: the same pods, never deleted.
+    let pods_after: Vec<Value> = fake
+        .list("v1", "Pod", Some("default"))
+        .iter()
+        .map(|p| p["metadata"]["uid"].clone())
+        .collect();
+    assert_eq!(pods_after, pods_before);
+    // The delete carried the planned uid as a precondition and orphaned.
+    let deletes: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == http::Method::DELETE)
+        .collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commands_script_stops_before_writing_when_the_statefulset_was_replaced() {
+    let (fake, served) = cluster_with_web().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = planned_script(&served, &dir).await;
+    // Someone replaces `web` between the plan and the run.
+    let delete = run_with_kubeconfig(
+        &served.kubeconfig,
+        "kubectl",
+        &["delete", "statefulset", "web", "--cascade=orphan", "--wait"],
+        None,
+    )
+    .await;
+    assert_eq!(delete.code, 0, "{}", delete.stderr);
+    fake.gc_settled().await;
+    let apply = run_with_kubeconfig(
+        &served.kubeconfig,
+        "kubectl",
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=kustomize-controller",
+            "-f",
+            "-",
+        ],
+        Some(&fixture("v1.28/desired-statefulset-1Gi.yaml")),
+    )
+    .await;
+    assert_eq!(apply.code, 0, "{}", apply.stderr);
+    let replacement = uid_of_web(&fake).expect("web");
+    fake.clear_requests();
+
+    let run = run_with_kubeconfig(&served.kubeconfig, "bash", &["-"], Some(&script)).await;
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("was replaced since the plan"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("nothing was written"), "{}", run.stderr);
+    assert!(fake.writes().is_empty(), "{:?}", fake.writes());
+    assert_eq!(uid_of_web(&fake), Some(replacement));
+    assert_eq!(request_of(&fake, "data-web-0"), "1Gi");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commands_script_never_shrinks_a_claim_grown_since_the_plan() {
+    let (fake, served) = cluster_with_web().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = planned_script(&served, &dir).await;
+    let planned_uid = uid_of_web(&fake).expect("web");
+    // Someone grows data-web-1 past the planned size after the plan.
+    let patch = run_with_kubeconfig(
+        &served.kubeconfig,
+        "kubectl",
+        &[
+            "patch",
+            "pvc",
+            "data-web-1",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"resources":{"requests":{"storage":"3Gi"}}}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(patch.code, 0, "{}", patch.stderr);
+
+    let run = run_with_kubeconfig(&served.kubeconfig, "bash", &["-"], Some(&script)).await;
+    assert_ne!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(request_of(&fake, "data-web-1"), "3Gi");
+    // It stopped there: the StatefulSet was not deleted.
+    assert_eq!(uid_of_web(&fake), Some(planned_uid));
+}
+
+/// A desired file exported from a cluster re-applies as `converge` would send it: without the
+/// server-owned fields (uid, resourceVersion, managedFields, status).
+#[test]
+fn the_commands_script_reapplies_the_object_converge_would() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(&dir, "cluster.yaml", &captured_cluster());
+    let exported = fixture("v1.28/live-statefulset.yaml").replace("storage: 1Gi", "storage: 2Gi");
+    let desired = file(&dir, "desired.yaml", &exported);
+    let run = plan(
+        &[
+            "-f",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "commands",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let start = run
+        .stdout
+        .find("<<'FLUX_CONVERGER_EOF'\n")
+        .expect("heredoc")
+        + 22;
+    let len = run.stdout[start..]
+        .find("\nFLUX_CONVERGER_EOF\n")
+        .expect("heredoc end");
+    let docs =
+        flux_converger::manifest::parse_documents("heredoc", &run.stdout[start..start + len + 1])
+            .expect("the applied YAML parses");
+    let applied = &docs[0].object;
+    for field in [
+        "uid",
+        "resourceVersion",
+        "managedFields",
+        "creationTimestamp",
+        "generation",
+    ] {
+        assert!(
+            applied["metadata"].get(field).is_none(),
+            "{field}: {applied}"
+        );
+    }
+    assert!(applied.get("status").is_none(), "{applied}");
+    let expected = serde_json::to_value(flux_converger::converge::clean_desired(
+        &serde_json::from_value(
+            flux_converger::manifest::parse_documents("x", &exported).expect("parse")[0]
+                .object
+                .clone(),
+        )
+        .expect("StatefulSet"),
+    ))
+    .expect("json");
+    assert_eq!(applied, &expected);
+}
+
+/// `converge` speaks kubectl too: `-f`, bare `--dry-run` (= server), `-o yaml` with the same
+/// document as `-o json`, the namespace from the kubeconfig's context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converge_takes_kubectl_flags_and_prints_yaml() {
+    let (fake, served) = cluster_with_web().await;
+    let desired = repo("tests/fixtures/v1.28/desired-statefulset-2Gi.yaml");
+    let desired = desired.to_str().expect("path");
+    let planned_uid = uid_of_web(&fake).expect("web");
+    let mut documents = Vec::new();
+    for (dry_run, output) in [("--dry-run", "yaml"), ("--dry-run=server", "json")] {
+        let run = run_with_kubeconfig(
+            &served.kubeconfig,
+            BIN,
+            &["converge", "-f", desired, dry_run, "-o", output],
+            None,
+        )
+        .await;
+        assert_eq!(run.code, 0, "{dry_run} -o {output}: {}", run.stderr);
+        let v: Value = if output == "yaml" {
+            serde_saphyr::from_str(&run.stdout).expect("yaml")
+        } else {
+            serde_json::from_str(&run.stdout).expect("json")
+        };
+        documents.push(v);
+    }
+    for v in &documents {
+        assert_eq!(v["dryRun"], true, "{v}");
+        assert_eq!(v["statefulsets"][0]["name"], "web", "{v}");
+        assert_eq!(
+            v["statefulsets"][0]["outcome"], documents[1]["statefulsets"][0]["outcome"],
+            "{v}"
+        );
+    }
+    // A dry run writes nothing.
+    assert_eq!(uid_of_web(&fake), Some(planned_uid));
+    assert_eq!(request_of(&fake, "data-web-0"), "1Gi");
+    let none = run_with_kubeconfig(
+        &served.kubeconfig,
+        BIN,
+        &["converge", "-f", desired, "--dry-run=none", "-o", "json"],
+        None,
+    )
+    .await;
+    assert_eq!(none.code, 0, "{}", none.stderr);
+    assert_eq!(request_of(&fake, "data-web-0"), "2Gi");
+}
+
+/// A hand-written cluster state without uids: the script cannot check the uid planned on, so it
+/// says so and binds the delete to the uid it reads when it starts.
+#[test]
+fn the_commands_script_without_a_planned_uid_binds_the_delete_to_the_one_it_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let without_uid: String = captured_cluster()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("uid:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let cluster = file(&dir, "cluster.yaml", &without_uid);
+    let desired = file(
+        &dir,
+        "desired.yaml",
+        &fixture("v1.28/desired-statefulset-2Gi.yaml"),
+    );
+    let run = plan(
+        &[
+            "-f",
+            &desired,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "commands",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stdout.contains("if [ "), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("# the cluster state has no uid for default/web: the delete is bound to the uid read above"),
+        "{}",
+        run.stdout
+    );
+    let read = run
+        .stdout
+        .find("uid_0=$(kubectl get statefulset web")
+        .expect("uid read");
+    assert!(read < run.stdout.find("kubectl patch").expect("patch"));
+    assert!(
+        run.stdout
+            .contains(r#""preconditions":{"uid":"%s"}}' "$uid_0""#)
+    );
 }

@@ -381,8 +381,12 @@ fn cli_bad_input_exits_2_naming_the_problem() {
             "no kustomize.toolkit.fluxcd.io Kustomization in the file",
         ),
         (
-            vec!["--kustomization", "no-slash"],
-            "expected NAMESPACE/NAME",
+            vec!["--kustomization", "ns/name/extra"],
+            "expected NAMESPACE/NAME or NAME",
+        ),
+        (
+            vec!["--kustomization", "a/b", "-n", "c"],
+            "names namespace \"a\", but --namespace is \"c\"",
         ),
         (vec!["--path", path_str(&plain)], "--kustomization-file"),
         (vec![], "required"),
@@ -587,7 +591,6 @@ fn resolver(fake: &FakeApiServer) -> Resolver {
         kustomize: KustomizeCommand::default(),
         strict: true,
         allow_cross_namespace: true,
-        call_timeout: std::time::Duration::from_secs(5),
     }
 }
 
@@ -647,11 +650,10 @@ async fn a_cluster_read_without_an_answer_ends_at_the_call_deadline() {
         nth: 0,
         action: support::Fault::Delay(std::time::Duration::from_secs(30)),
     });
-    let quick = Resolver {
-        call_timeout: std::time::Duration::from_millis(200),
-        ..resolver(&fake)
-    };
-    let e = quick.resolve("flux-system", "db").await.unwrap_err();
+    let e = resolver(&fake)
+        .resolve_within("flux-system", "db", std::time::Duration::from_millis(200))
+        .await
+        .unwrap_err();
     assert!(!e.is_bad_input(), "{e}");
     let text = e.to_string();
     assert!(
@@ -852,6 +854,20 @@ async fn cli_renders_from_the_cluster_through_source_controller_localhost() {
         Some(&Value::from("5Gi"))
     );
     assert_eq!(server.requests(), [ARTIFACT_PATH]);
+    // kubectl's spelling: NAME with -n, the kubeconfig named by flag (here also in $KUBECONFIG).
+    let kubeconfig = served.kubeconfig.display().to_string();
+    let (code, by_name, err) = run(&[
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        "flux-system",
+        "--kustomization",
+        "db",
+        "--statefulsets",
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(by_name, out);
 
     let (code, out, err) = run(&["--kustomization", "flux-system/absent"]).await;
     assert_eq!(code, 2, "{err}");
@@ -885,4 +901,93 @@ async fn cross_namespace_source_refs_can_be_blocked() {
         .await
         .unwrap_err();
     assert_eq!(e.to_string(), "GitRepository shared/repo not found");
+}
+
+/// A tree `apps/` of one small ConfigMap and `big.yaml`, a ConfigMap padded to `big` bytes.
+fn tree_with_a_big_file(big: usize) -> (tempfile::TempDir, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let small = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: small\n";
+    let mut padded = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\n");
+    while padded.len() < big {
+        padded.push_str("# padding\n");
+    }
+    padded.truncate(big);
+    std::fs::create_dir_all(dir.path().join("apps")).unwrap();
+    std::fs::write(dir.path().join("apps/a.yaml"), small).unwrap();
+    std::fs::write(dir.path().join("apps/big.yaml"), &padded).unwrap();
+    let archive = flux_artifact(&[("apps/a.yaml", small), ("apps/big.yaml", &padded)]);
+    (dir, archive)
+}
+
+#[test]
+fn cli_caps_files_and_trees_before_reading_them() {
+    let ks = data("plain.ks.yaml");
+    let (dir, archive) = tree_with_a_big_file(2048);
+    let archive_file = tempfile::Builder::new()
+        .suffix(".tar.gz")
+        .tempfile()
+        .unwrap();
+    std::fs::write(archive_file.path(), archive).unwrap();
+    let sources = [
+        ("--path", path_str(dir.path())),
+        ("--artifact", path_str(archive_file.path())),
+    ];
+    for (flag, source) in sources {
+        let base = [flag, source, "--kustomization-file", path_str(&ks)];
+        // Under the default caps both objects render.
+        let (code, out, err) = cli(&base);
+        assert_eq!(code, 0, "{flag}: {err}");
+        assert_eq!(render::parse_stream(&out).unwrap().len(), 2, "{flag}");
+        for (cap, needle) in [
+            (
+                ["--max-file-size", "1Ki"],
+                "maximum file size of 1024 bytes",
+            ),
+            (["--max-unpacked-size", "2Ki"], "2048 bytes"),
+        ] {
+            let (code, out, err) = cli(&[&base[..], &cap[..]].concat());
+            assert_eq!(code, 2, "{flag} {cap:?}: {err}");
+            assert!(out.is_empty(), "{flag} {cap:?}: {out}");
+            assert!(err.contains("big.yaml"), "{flag} {cap:?}: {err}");
+            assert!(err.contains(needle), "{flag} {cap:?}: {err}");
+        }
+        let (code, _, err) = cli(&[&base[..], &["--max-file-size", "lots"][..]].concat());
+        assert_eq!(code, 2, "{flag}: {err}");
+    }
+}
+
+/// A bundle past the YAML crate's default budget for documents (1,024) and depth (64), as
+/// large CRD bundles are: Flux renders it, so the converger must. (The node budget, costly to
+/// exceed in a debug build, is covered by the generator's unit test.)
+#[test]
+fn cli_renders_a_large_crd_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for i in 0..1_100 {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  k: v\n"
+        ));
+    }
+    text.push_str("---\napiVersion: example.com/v1\nkind: Deep\nmetadata:\n  name: deep\nspec:\n");
+    for depth in 0..100 {
+        text.push_str(&format!("{}n{depth}:\n", "  ".repeat(depth + 1)));
+    }
+    text.push_str(&format!("{}leaf: true\n", "  ".repeat(101)));
+    assert!(serde_saphyr::from_multiple::<Value>(&text).is_err());
+    std::fs::create_dir_all(dir.path().join("apps")).unwrap();
+    std::fs::write(dir.path().join("apps/bundle.yaml"), &text).unwrap();
+    let (code, out, err) = cli(&[
+        "--path",
+        path_str(dir.path()),
+        "--kustomization-file",
+        path_str(&data("plain.ks.yaml")),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let objects = render::parse_stream(&out).unwrap();
+    assert_eq!(objects.len(), 1_101);
+    assert!(
+        objects
+            .iter()
+            .any(|o| o["kind"] == "Deep" && o["metadata"]["namespace"] == "prod")
+    );
 }

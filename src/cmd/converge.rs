@@ -14,27 +14,49 @@ use serde::Serialize;
 use flux_converger::cluster::KubeCluster;
 use flux_converger::converge::{self, ConvergeError, Options, Outcome, Report, ResumeReport};
 use flux_converger::journal::ConfigMapJournal;
-use flux_converger::manifest::{Objects, describe, read_documents};
+use flux_converger::manifest::{Document, Objects, describe, read_documents};
 
-use super::{Exit, bad_input};
+use super::{Exit, KubeArgs, bad_input};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
     Text,
     Json,
+    /// The JSON summary as YAML.
+    Yaml,
+}
+
+/// kubectl's `--dry-run` values that mean something here (`client` would prove nothing).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DryRun {
+    /// Converge: write.
+    None,
+    /// Decide and prove with a server-side dry run; write nothing.
+    Server,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// YAML file with the desired StatefulSet(s) (other kinds are ignored); `-` for stdin.
-    #[arg(long)]
-    pub desired: String,
-    /// Namespace for objects that name none (default: the kube context's).
-    #[arg(long, short = 'n')]
-    pub namespace: Option<String>,
-    /// Decide and prove with a server-side dry run; write nothing.
-    #[arg(long)]
-    pub dry_run: bool,
+    #[arg(
+        short = 'f',
+        long = "filename",
+        visible_alias = "desired",
+        value_name = "FILE"
+    )]
+    pub filename: String,
+    /// `server`: decide and prove with a server-side dry run, write nothing. `--dry-run` alone
+    /// means `server`, as in kubectl.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "none|server",
+        default_value_t = DryRun::None,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "server"
+    )]
+    pub dry_run: DryRun,
     /// Deadline of each API call, and of the wait for the orphan delete unless `--wait-timeout`
     /// is given: nothing this command does waits longer without saying so.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -54,13 +76,13 @@ pub struct Args {
 /// the same reader as `plan`, so both commands refuse the same bad input with the same words.
 fn desired_statefulsets(
     path: &str,
+    docs: &[Document],
     namespace: Option<&str>,
     default_namespace: &str,
 ) -> anyhow::Result<Vec<StatefulSet>> {
-    let docs = read_documents(path).map_err(bad_input)?;
     // As `kubectl apply -n`: an object that names another namespace than the flag is a mistake.
     if let Some(flag) = namespace {
-        for doc in &docs {
+        for doc in docs {
             let own = doc
                 .object
                 .pointer("/metadata/namespace")
@@ -76,8 +98,8 @@ fn desired_statefulsets(
             }
         }
     }
-    let objects = Objects::from_documents(&docs, namespace.unwrap_or(default_namespace))
-        .map_err(bad_input)?;
+    let objects =
+        Objects::from_documents(docs, namespace.unwrap_or(default_namespace)).map_err(bad_input)?;
     if objects.statefulsets.is_empty() {
         return Err(bad_input(anyhow::anyhow!(
             "{path}: no apps/v1 StatefulSet in the file"
@@ -131,13 +153,17 @@ fn failure(namespace: &str, name: &str, e: &ConvergeError) -> Failure {
     }
 }
 
-pub async fn run(args: Args) -> anyhow::Result<Exit> {
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
+pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
+    let dry_run = args.dry_run == DryRun::Server;
+    // Bad input is decided before any client is built: a bad file is exit 2 even where no
+    // kubeconfig exists. The namespace of objects without one needs the context, read after.
+    let docs = read_documents(&args.filename).map_err(bad_input)?;
+    desired_statefulsets(&args.filename, &docs, kube.namespace.as_deref(), "default")?;
+    let client = kube.client().await?;
     let desired = desired_statefulsets(
-        &args.desired,
-        args.namespace.as_deref(),
+        &args.filename,
+        &docs,
+        kube.namespace.as_deref(),
         client.default_namespace(),
     )?;
     let cluster = KubeCluster::new(client.clone(), args.timeout);
@@ -154,7 +180,7 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
             .collect(),
     };
     let options = Options {
-        dry_run: args.dry_run,
+        dry_run,
         wait_timeout: args.wait_timeout.unwrap_or(args.timeout),
         revision: None,
     };
@@ -162,7 +188,7 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
     let mut failed = false;
     let mut refused = false;
     let mut summary = Summary {
-        dry_run: args.dry_run,
+        dry_run,
         resumed: Vec::new(),
         statefulsets: Vec::new(),
     };
@@ -179,7 +205,7 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
     };
 
     // On start, finish what earlier runs left unfinished, whichever StatefulSet it was for.
-    for journal_namespace in journal_namespaces.iter().filter(|_| !args.dry_run) {
+    for journal_namespace in journal_namespaces.iter().filter(|_| !dry_run) {
         let journal = journal_in(journal_namespace);
         let wrote = !summary.resumed.is_empty();
         let resumed = converge::resume_all(&cluster, &journal, &options)
@@ -249,8 +275,10 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
         }
     }
 
-    if args.output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+    match args.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
+        Output::Yaml => print!("{}", serde_saphyr::to_string(&summary)?),
+        Output::Text => {}
     }
     Ok(if failed {
         Exit::Failure

@@ -1,6 +1,7 @@
 //! The CLI commands. Each reads its input, calls the library and prints; exit codes are
 //! the contract of DESIGN.md §5: 0 done/planned, 3 refused, 2 bad input or usage, 1 other failure.
 
+pub mod artifact_limits;
 pub mod converge;
 pub mod plan;
 pub mod render;
@@ -38,6 +39,7 @@ pub fn exit_code_of(e: &anyhow::Error) -> Exit {
 /// an operator's habits work. `main` flattens this into the top-level parser and hands it to
 /// each command.
 #[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Cluster options (global)")]
 pub struct KubeArgs {
     /// Path to the kubeconfig file (default: `$KUBECONFIG`, `~/.kube/config`, or in-cluster).
     #[arg(long, global = true, env = "FLUX_CONVERGER_KUBECONFIG")]
@@ -50,7 +52,6 @@ pub struct KubeArgs {
     pub namespace: Option<String>,
 }
 
-#[allow(dead_code)] // wired into every command by the CLI-conventions change
 impl KubeArgs {
     /// The client configuration these flags select: the kubeconfig (with `--context`) when one
     /// is given or found, else the in-cluster service account.
@@ -77,10 +78,82 @@ impl KubeArgs {
         }
     }
 
+    /// The namespace for objects without one in a command that never talks to a cluster
+    /// (`plan`, offline `render`): `-n`, else the kubeconfig context's namespace when a
+    /// kubeconfig is readable, else `default`. An offline command never fails for want of a
+    /// kubeconfig, so an unreadable one is only logged.
+    pub fn offline_namespace(&self) -> String {
+        if let Some(ns) = &self.namespace {
+            return ns.clone();
+        }
+        let read = match &self.kubeconfig {
+            Some(path) => kube::config::Kubeconfig::read_from(path),
+            None => kube::config::Kubeconfig::read(),
+        };
+        match read {
+            Ok(kubeconfig) => context_namespace(&kubeconfig, self.context.as_deref())
+                .unwrap_or_else(|| "default".to_owned()),
+            Err(e) => {
+                tracing::debug!(error = %e, "no readable kubeconfig: objects without a namespace go to `default`");
+                "default".to_owned()
+            }
+        }
+    }
+
     /// A client for [`KubeArgs::config`].
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         use anyhow::Context as _;
         let config = self.config().await?;
         kube::Client::try_from(config).context("cannot build a Kubernetes client")
+    }
+}
+
+/// The namespace of `context` (or of the current context) in `kubeconfig`, as kubectl picks it.
+pub fn context_namespace(
+    kubeconfig: &kube::config::Kubeconfig,
+    context: Option<&str>,
+) -> Option<String> {
+    let name = context.or(kubeconfig.current_context.as_deref())?;
+    kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.namespace.clone())
+        .filter(|ns| !ns.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_namespace_by_table() {
+        let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "a",
+            "contexts": [
+                {"name": "a", "context": {"cluster": "c", "namespace": "team-a"}},
+                {"name": "b", "context": {"cluster": "c"}},
+                {"name": "e", "context": {"cluster": "c", "namespace": ""}},
+            ],
+        }))
+        .expect("kubeconfig");
+        for (context, expected) in [
+            (None, Some("team-a")),
+            (Some("a"), Some("team-a")),
+            (Some("b"), None),
+            (Some("e"), None),
+            (Some("missing"), None),
+        ] {
+            assert_eq!(
+                context_namespace(&kubeconfig, context).as_deref(),
+                expected,
+                "{context:?}"
+            );
+        }
+        let no_current = kube::config::Kubeconfig::default();
+        assert_eq!(context_namespace(&no_current, None), None);
     }
 }

@@ -7,39 +7,47 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use flux_converger::commands;
+use flux_converger::commands::{self, Planned};
 use flux_converger::decide::{Plan, Refusal, decide};
 use flux_converger::manifest::{Objects, read_documents};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde::Serialize;
 
-use super::{Exit, bad_input};
+use super::{Exit, KubeArgs, bad_input};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The desired objects (YAML, multi-document or a List; `-` reads stdin). Its StatefulSets
     /// are planned; other kinds are ignored.
-    #[arg(long, value_name = "FILE")]
-    desired: String,
+    #[arg(
+        short = 'f',
+        long = "filename",
+        visible_alias = "desired",
+        value_name = "FILE"
+    )]
+    filename: String,
     /// The cluster state: what `kubectl get statefulsets,persistentvolumeclaims,storageclasses
     /// -A -o yaml` prints, or multi-document YAML (`-` reads stdin).
     #[arg(long, value_name = "FILE")]
     cluster_state: String,
-    /// Namespace of objects that have none.
-    #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
-    namespace: String,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     output: Output,
+    /// `-o commands`: how long the script waits for each orphan delete to complete.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    wait_timeout: Duration,
 }
 
 #[derive(Copy, Clone, Debug, clap::ValueEnum)]
 enum Output {
     Text,
     Json,
+    /// The JSON contract as YAML.
+    Yaml,
     Commands,
 }
 
@@ -47,6 +55,8 @@ enum Output {
 struct Outcome {
     desired: StatefulSet,
     live_found: bool,
+    /// The uid of the live StatefulSet planned on, when the cluster state has one.
+    live_uid: Option<String>,
     result: Result<Plan, Refusal>,
 }
 
@@ -65,25 +75,29 @@ struct RefusalEntry<'a> {
     message: &'a str,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<Exit> {
-    if args.desired == "-" && args.cluster_state == "-" {
+/// Offline: objects without a namespace take `-n`, else the kubeconfig context's namespace
+/// (when one is readable), else `default`; no client is ever built.
+pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
+    if args.filename == "-" && args.cluster_state == "-" {
         return Err(bad_input(anyhow::anyhow!(
-            "--desired and --cluster-state cannot both read stdin (`-`)"
+            "--filename and --cluster-state cannot both read stdin (`-`)"
         )));
     }
-    let desired = read_documents(&args.desired)
-        .and_then(|docs| Objects::from_documents(&docs, &args.namespace))
+    let namespace = kube.offline_namespace();
+    let desired = read_documents(&args.filename)
+        .and_then(|docs| Objects::from_documents(&docs, &namespace))
         .map_err(bad_input)?;
     let cluster = read_documents(&args.cluster_state)
-        .and_then(|docs| Objects::from_documents(&docs, &args.namespace))
+        .and_then(|docs| Objects::from_documents(&docs, &namespace))
         .map_err(bad_input)?;
 
     let outcomes = plan_all(desired, &cluster);
     let refused = outcomes.iter().any(|o| o.result.is_err());
     let out = match args.output {
         Output::Json => render_json(&outcomes)?,
+        Output::Yaml => render_yaml(&outcomes)?,
         Output::Text => render_text(&outcomes),
-        Output::Commands => render_commands(&outcomes)?,
+        Output::Commands => render_commands(&outcomes, args.wait_timeout)?,
     };
     print!("{out}");
     Ok(if refused { Exit::Refused } else { Exit::Done })
@@ -134,14 +148,15 @@ fn plan_all(desired: Objects, cluster: &Objects) -> Vec<Outcome> {
             Outcome {
                 desired: d.object,
                 live_found: live.is_some(),
+                live_uid: live.and_then(|l| l.metadata.uid.clone()),
                 result,
             }
         })
         .collect()
 }
 
-fn render_json(outcomes: &[Outcome]) -> anyhow::Result<String> {
-    let report = Report {
+fn report(outcomes: &[Outcome]) -> Report<'_> {
+    Report {
         plans: outcomes
             .iter()
             .filter_map(|o| o.result.as_ref().ok())
@@ -156,10 +171,18 @@ fn render_json(outcomes: &[Outcome]) -> anyhow::Result<String> {
                 message: &r.message,
             })
             .collect(),
-    };
-    let mut s = serde_json::to_string_pretty(&report).context("serialising the plan")?;
+    }
+}
+
+fn render_json(outcomes: &[Outcome]) -> anyhow::Result<String> {
+    let mut s = serde_json::to_string_pretty(&report(outcomes)).context("serialising the plan")?;
     s.push('\n');
     Ok(s)
+}
+
+/// The same document as `-o json`, so either parses into the same value.
+fn render_yaml(outcomes: &[Outcome]) -> anyhow::Result<String> {
+    serde_saphyr::to_string(&report(outcomes)).context("serialising the plan")
 }
 
 fn render_text(outcomes: &[Outcome]) -> String {
@@ -221,14 +244,16 @@ fn render_text(outcomes: &[Outcome]) -> String {
     s
 }
 
-fn render_commands(outcomes: &[Outcome]) -> anyhow::Result<String> {
-    let mut s = String::from(commands::SCRIPT_HEADER);
-    for o in outcomes {
-        s.push('\n');
-        match &o.result {
-            Err(r) => s.push_str(&commands::refusal_comment(r)),
-            Ok(plan) => s.push_str(&commands::plan_commands(plan, &o.desired)?),
-        }
-    }
-    Ok(s)
+/// The plan as the shell script that carries it out by hand (`commands::script`, shared with
+/// the service's failure hints).
+fn render_commands(outcomes: &[Outcome], wait_timeout: Duration) -> anyhow::Result<String> {
+    let planned: Vec<Planned<'_>> = outcomes
+        .iter()
+        .map(|o| Planned {
+            desired: &o.desired,
+            live_uid: o.live_uid.as_deref(),
+            result: &o.result,
+        })
+        .collect();
+    Ok(commands::script(&planned, wait_timeout)?)
 }

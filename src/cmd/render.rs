@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use flux_converger::flux::artifact::{self, FetchOptions, Fetcher, UnpackLimits};
+use flux_converger::flux::artifact::{self, FetchOptions, Fetcher};
 use flux_converger::flux::objects::Kustomization;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::flux::render::{self, KustomizeCommand, Owner, RenderRequest, Rendered};
@@ -18,13 +18,15 @@ use flux_converger::flux::substitute::{VarSource, VarSourceKind, collect_variabl
 use flux_converger::manifest::read_documents;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
-use super::{Exit, bad_input};
+use super::artifact_limits::ArtifactLimitArgs;
+use super::{Exit, KubeArgs, bad_input};
 
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["kustomization", "path", "artifact"])))]
 pub struct Args {
-    /// The Kustomization to render from the cluster, as NAMESPACE/NAME.
-    #[arg(long, value_name = "NS/NAME")]
+    /// The Kustomization to render from the cluster, as NAMESPACE/NAME, or NAME in `-n`
+    /// (default: the context's namespace).
+    #[arg(long, value_name = "[NS/]NAME")]
     kustomization: Option<String>,
     /// Offline: the artifact root as a local directory.
     #[arg(long, value_name = "DIR", requires = "kustomization_file")]
@@ -52,35 +54,27 @@ pub struct Args {
     /// Strict post-build substitution (Flux's default): an unset variable without default fails.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     strict_substitution: bool,
-    /// Maximum artifact download size, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = artifact::DEFAULT_MAX_DOWNLOAD_BYTES)]
-    max_artifact_size: u64,
-    /// Maximum total size of the unpacked artifact, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = artifact::DEFAULT_MAX_UNPACKED_BYTES)]
-    max_unpacked_size: u64,
     /// Refuse a sourceRef in another namespace, like kustomize-controller's flag of that name.
     #[arg(long)]
     no_cross_namespace_refs: bool,
     /// Retries of an artifact download on connection errors and 5xx.
     #[arg(long, value_name = "N", default_value_t = 4)]
     fetch_retries: u32,
+    // Last: its help heading covers only its own flags.
+    #[command(flatten)]
+    limits: ArtifactLimitArgs,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<Exit> {
+pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     let kustomize = KustomizeCommand::parse(&args.kustomize).map_err(bad_input)?;
     let options = FetchOptions {
-        max_download_bytes: args.max_artifact_size,
-        unpack: UnpackLimits {
-            max_bytes: args.max_unpacked_size,
-            ..UnpackLimits::default()
-        },
         retries: args.fetch_retries,
-        ..FetchOptions::default()
+        ..args.limits.fetch_options()
     }
     .with_env_host_override();
     let rendered = match &args.kustomization {
-        Some(reference) => render_cluster(reference, &args, kustomize, options).await?,
-        None => render_offline(&args, &kustomize, options).await?,
+        Some(reference) => render_cluster(reference, &args, &kube, kustomize, options).await?,
+        None => render_offline(&args, &kube, &kustomize, options).await?,
     };
     let text = if args.statefulsets {
         render::to_yaml_stream(rendered.statefulsets.iter().map(|s| &s.object))
@@ -95,33 +89,47 @@ pub async fn run(args: Args) -> anyhow::Result<Exit> {
     Ok(Exit::Done)
 }
 
+/// `NS/NAME` or `NAME`: the namespace part, if any, and the name; `None` when malformed.
+fn split_reference(reference: &str) -> Option<(Option<&str>, &str)> {
+    match reference.split_once('/') {
+        None if !reference.is_empty() => Some((None, reference)),
+        Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/') => Some((Some(ns), n)),
+        _ => None,
+    }
+}
+
 async fn render_cluster(
     reference: &str,
     args: &Args,
+    kube: &KubeArgs,
     kustomize: KustomizeCommand,
     options: FetchOptions,
 ) -> anyhow::Result<Rendered> {
-    let (namespace, name) = reference
-        .split_once('/')
-        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
-        .ok_or_else(|| {
-            bad_input(anyhow::anyhow!(
-                "--kustomization {reference:?}: expected NAMESPACE/NAME"
-            ))
-        })?;
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the cluster (current kube context)")?;
-    let call_timeout = options.timeout;
+    let (namespace, name) = split_reference(reference).ok_or_else(|| {
+        bad_input(anyhow::anyhow!(
+            "--kustomization {reference:?}: expected NAMESPACE/NAME or NAME"
+        ))
+    })?;
+    if let (Some(ns), Some(flag)) = (namespace, kube.namespace.as_deref())
+        && ns != flag
+    {
+        return Err(bad_input(anyhow::anyhow!(
+            "--kustomization {reference:?} names namespace {ns:?}, but --namespace is {flag:?}"
+        )));
+    }
+    let client = kube.client().await?;
+    let namespace = namespace
+        .or(kube.namespace.as_deref())
+        .unwrap_or(client.default_namespace())
+        .to_owned();
     let resolver = Resolver {
         client,
         fetcher: Fetcher::new(options)?,
         kustomize,
         strict: args.strict_substitution,
         allow_cross_namespace: !args.no_cross_namespace_refs,
-        call_timeout,
     };
-    match resolver.resolve(namespace, name).await {
+    match resolver.resolve(&namespace, name).await {
         Ok(resolved) => Ok(resolved.rendered),
         Err(e) if e.is_bad_input() => Err(bad_input(e)),
         Err(e) => Err(e.into()),
@@ -130,6 +138,7 @@ async fn render_cluster(
 
 async fn render_offline(
     args: &Args,
+    kube: &KubeArgs,
     kustomize: &KustomizeCommand,
     options: FetchOptions,
 ) -> anyhow::Result<Rendered> {
@@ -143,7 +152,7 @@ async fn render_offline(
         .metadata
         .namespace
         .clone()
-        .unwrap_or_else(|| "default".to_string());
+        .unwrap_or_else(|| kube.offline_namespace());
     let name = kustomization.metadata.name.clone().unwrap_or_default();
     let fetched = match &args.vars {
         Some(path) => read_vars(path).map_err(bad_input)?,
@@ -185,7 +194,13 @@ async fn render_offline(
             .prefix("flux-converger-render-")
             .tempdir()
             .context("creating a temporary directory")?;
-        render::copy_tree(source, dir.path())?;
+        render::copy_tree_within(source, dir.path(), &options.unpack).map_err(|e| {
+            if e.is_bad_input() {
+                bad_input(e)
+            } else {
+                e.into()
+            }
+        })?;
         Scratch::Dir(dir)
     };
     let owner = Owner {
@@ -301,4 +316,23 @@ fn scalars(value: &serde_json::Value, at: &str) -> anyhow::Result<BTreeMap<Strin
         out.insert(k.clone(), text);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_reference;
+
+    #[test]
+    fn kustomization_references_by_table() {
+        for (text, expected) in [
+            ("flux-system/apps", Some((Some("flux-system"), "apps"))),
+            ("apps", Some((None, "apps"))),
+            ("", None),
+            ("/apps", None),
+            ("ns/", None),
+            ("a/b/c", None),
+        ] {
+            assert_eq!(split_reference(text), expected, "{text:?}");
+        }
+    }
 }

@@ -15,10 +15,17 @@ use futures::StreamExt;
 use sha2::Digest as _;
 use tokio::io::AsyncWriteExt;
 
-/// Default cap on the downloaded (compressed) artifact.
-pub const DEFAULT_MAX_DOWNLOAD_BYTES: u64 = 1 << 30;
-/// Default cap on the bytes of all unpacked files.
-pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 4 << 30;
+/// Default cap on the bytes of all unpacked files: fluxcd/pkg's `tar.DefaultMaxUntarSize`
+/// (100 MiB), so a revision Flux's own untar accepts by default is accepted here too, and one it
+/// refuses cannot grow the converger's disk and memory instead.
+pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 100 << 20;
+/// Default cap on the downloaded (compressed) artifact: a gzip'd tree is smaller than the tree,
+/// so nothing larger than the unpacked cap can be a valid artifact.
+pub const DEFAULT_MAX_DOWNLOAD_BYTES: u64 = DEFAULT_MAX_UNPACKED_BYTES;
+/// Default cap on one unpacked file. Every YAML file of the tree is read whole (the generator's
+/// parse check, kustomize), so this bounds the memory one file can take; Kubernetes caps an
+/// object near 1.5 MiB, so even the largest CRD bundles stay far below it.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 32 << 20;
 /// Default cap on the number of archive entries.
 pub const DEFAULT_MAX_ENTRIES: u64 = 100_000;
 
@@ -134,11 +141,16 @@ pub fn digest_of(algorithm: Algorithm, data: &[u8]) -> Digest {
     }
 }
 
-/// Caps on what an archive may unpack to.
-#[derive(Clone, Debug)]
+/// Caps on what an archive may unpack to: an artifact comes from any tenant's repository, so
+/// none of it may exhaust the disk or memory every tenant shares. `render` and `serve` fill it
+/// from the same flags.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnpackLimits {
+    /// Bytes of all files together.
     pub max_bytes: u64,
     pub max_entries: u64,
+    /// Bytes of any one file, refused from its tar header before a byte of it is written.
+    pub max_file_bytes: u64,
 }
 
 impl Default for UnpackLimits {
@@ -146,6 +158,7 @@ impl Default for UnpackLimits {
         Self {
             max_bytes: DEFAULT_MAX_UNPACKED_BYTES,
             max_entries: DEFAULT_MAX_ENTRIES,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
         }
     }
 }
@@ -259,6 +272,15 @@ pub enum ArtifactError {
         archive: String,
         limit: u64,
         entry: String,
+    },
+    #[error(
+        "archive {archive}: file {entry:?} is {size} bytes, more than the maximum file size of {limit} bytes"
+    )]
+    FileTooLarge {
+        archive: String,
+        entry: String,
+        size: u64,
+        limit: u64,
     },
     #[error("archive {archive}: not a valid tar.gz: {message}")]
     Corrupt { archive: String, message: String },
@@ -553,7 +575,8 @@ pub fn unpack(
             });
         }
         // Count declared sizes of every entry, also skipped ones: their data is still inflated.
-        declared_total = declared_total.saturating_add(entry.header().size().unwrap_or(0));
+        let declared = entry.header().size().unwrap_or(0);
+        declared_total = declared_total.saturating_add(declared);
         if declared_total > limits.max_bytes {
             return Err(ArtifactError::UnpackedTooLarge {
                 archive: archive_name.to_string(),
@@ -589,13 +612,25 @@ pub fn unpack(
             stats.dirs += 1;
             continue;
         }
+        if declared > limits.max_file_bytes {
+            return Err(ArtifactError::FileTooLarge {
+                archive: archive_name.to_string(),
+                entry: entry_name,
+                size: declared,
+                limit: limits.max_file_bytes,
+            });
+        }
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(ArtifactError::io(format!("creating {}", parent.display())))?;
         }
         let mut out = std::fs::File::create(&target)
             .map_err(ArtifactError::io(format!("creating {}", target.display())))?;
-        let remaining = limits.max_bytes.saturating_sub(stats.bytes);
+        // The tar reader yields exactly the declared size; the cap holds even if it did not.
+        let remaining = limits
+            .max_bytes
+            .saturating_sub(stats.bytes)
+            .min(limits.max_file_bytes);
         let written = std::io::copy(
             &mut (&mut entry).take(remaining.saturating_add(1)),
             &mut out,

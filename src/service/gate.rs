@@ -43,6 +43,9 @@ use tenant::TenantCluster;
 /// How many times a run starts over because the source moved on during the converge.
 const MAX_RESTARTS: usize = 3;
 
+/// The bound on the orphan wait in a failure's hint (what `plan -o commands` uses by default).
+const HINT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// What the gate needs; built by the service runtime.
 pub struct GateConfig {
     /// The service's own identity.
@@ -480,8 +483,14 @@ impl Gate {
         };
         let claims = cluster.list_claims(&ns).await.ok()?;
         let classes = cluster.list_storage_classes().await.ok()?;
-        let plan = decide(desired, Some(&live), &claims, &classes).ok()?;
-        commands::plan_commands(&plan, desired).ok()
+        let decided = decide(desired, Some(&live), &claims, &classes);
+        decided.as_ref().ok()?;
+        let planned = commands::Planned {
+            desired,
+            live_uid: live.metadata.uid.as_deref(),
+            result: &decided,
+        };
+        commands::script(&[planned], HINT_WAIT_TIMEOUT).ok()
     }
 
     /// Hands the revision to Flux and, in suspend mode, suspends again once Flux answered.

@@ -213,8 +213,18 @@ pub fn read_managed(obj: &Value) -> Vec<ManagedEntry> {
         .collect()
 }
 
-/// Writes the entries back, dropping the ones that own nothing any more.
+/// Writes the entries back, dropping the fields the object no longer has (a field removed by
+/// anyone is owned by no one, so a later apply of it by another manager does not conflict)
+/// and the entries that own nothing any more.
 pub fn write_managed(obj: &mut Value, entries: &[ManagedEntry]) {
+    let entries: Vec<ManagedEntry> = entries
+        .iter()
+        .cloned()
+        .map(|mut e| {
+            e.paths.retain(|p| get_path(obj, p).is_some());
+            e
+        })
+        .collect();
     let rendered: Vec<Value> = entries
         .iter()
         .filter(|e| !e.paths.is_empty())

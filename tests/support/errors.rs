@@ -231,14 +231,18 @@ impl ApiError {
         } else {
             "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml"
         };
-        status(
+        let mut e = status(
             415,
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: {accepted}"
             ),
             json!({}),
-        )
+        );
+        if let Some(m) = e.body.as_object_mut() {
+            m.remove("details");
+        }
+        e
     }
 
     /// Server-side apply without `fieldManager`.

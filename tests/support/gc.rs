@@ -28,7 +28,8 @@ const ORPHAN: &str = "orphan";
 const FOREGROUND: &str = "foregroundDeletion";
 /// Finalizers the simulated controllers remove.
 const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
-const HANDLED: &[&str] = &[ORPHAN, FOREGROUND, PVC_PROTECTION];
+const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+const HANDLED: &[&str] = &[ORPHAN, FOREGROUND, PVC_PROTECTION, PV_PROTECTION];
 
 /// A scheduled pod that is not being deleted mounts the claim (the real controller ignores
 /// unscheduled pods: no kubelet will start them on a terminating claim).

@@ -189,6 +189,31 @@ pub async fn handle(
     answered(dispatch(&fake, &parts, &path, &query, &body, body_json))
 }
 
+/// A path nothing is served at. Built-in group/versions answer a JSON `Status` 404; paths
+/// under a custom resource group, or under no group at all, fall through to the real server's
+/// mux, which answers the plain text `404 page not found`.
+fn unrouted(path: &str) -> Response<Body> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let group_version = match segs.as_slice() {
+        ["api", v, ..] => Some(("", *v)),
+        ["apis", g, v, ..] => Some((*g, *v)),
+        _ => None,
+    };
+    let built_in = group_version.is_some_and(|(g, v)| {
+        resources::ALL
+            .iter()
+            .any(|r| r.group == g && r.version == v && !r.custom)
+    });
+    if built_in {
+        return error_response(&ApiError::no_route());
+    }
+    Response::builder()
+        .status(StatusCode::NOT_FOUND)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Body::from("404 page not found\n"))
+        .expect("static response parts are valid")
+}
+
 fn dispatch(
     fake: &FakeApiServer,
     parts: &http::request::Parts,
@@ -205,7 +230,7 @@ fn dispatch(
         return json_response(code, &v);
     }
     let Some(target) = route(path) else {
-        return error_response(&ApiError::no_route());
+        return unrouted(path);
     };
     if let Err(e) = authz::authorize(&mut fake.lock(), parts, &target, query, &body) {
         return error_response(&e);

@@ -31,7 +31,7 @@ pub fn json_patch(doc: &mut Value, patch_body: &[u8]) -> Result<(), ApiError> {
 }
 
 /// The merge key of a list field in the Kubernetes types, by field name.
-fn merge_key(field: &str) -> Option<&'static str> {
+pub fn merge_key(field: &str) -> Option<&'static str> {
     Some(match field {
         "containers"
         | "initContainers"

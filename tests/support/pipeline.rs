@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::FakeApiServer;
 use super::apply;
 use super::controller;
+use super::crd_schema;
 use super::errors::{ApiError, Cause};
 use super::handlers::Target;
 use super::namespaces;
@@ -138,6 +139,7 @@ pub fn create_object(
     namespaces::admit_create(state, rt, namespace, &name)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj);
+    crd_schema::admit(rt, &mut obj)?;
     semantics::validate_create(rt, &obj)?;
     let key = Key::new(rt, namespace, &name);
     if state.get(&key).is_some() {
@@ -211,7 +213,14 @@ pub fn update_object(
         Some(rv) if rv != old_rv => return Err(ApiError::conflict_modified(rt, &name)),
         Some(_) => {}
         None if opts.require_rv && rt.custom => {
-            return Err(ApiError::invalid(rt, &name, &[errors_invalid_rv()]));
+            // This one check names the resource by its plural (`kustomizations.<group>`).
+            return Err(ApiError::invalid_kind(
+                &rt.qualified_plural(),
+                rt.group,
+                rt.plural,
+                &name,
+                &[errors_invalid_rv()],
+            ));
         }
         None => {}
     }
@@ -257,7 +266,7 @@ pub fn update_object(
             .collect();
         if !added.is_empty() {
             let listed: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
-            return Err(ApiError::invalid(
+            let mut e = ApiError::invalid(
                 rt,
                 &name,
                 &[Cause::forbidden(
@@ -267,7 +276,16 @@ pub fn update_object(
                         listed.join(", ")
                     ),
                 )],
-            ));
+            );
+            // Built-in types run ValidateObjectMetaUpdate twice: the cause is listed twice
+            // (the message, deduplicated, once).
+            if !rt.custom
+                && let Some(causes) = e.body["details"]["causes"].as_array_mut()
+                && let Some(first) = causes.first().cloned()
+            {
+                causes.push(first);
+            }
+            return Err(e);
         }
     }
     let on_status = opts.subresource.as_deref() == Some("status");
@@ -298,6 +316,7 @@ pub fn update_object(
             }
         }
     }
+    crd_schema::admit(rt, &mut new)?;
     if !on_status {
         semantics::default(rt, &mut new);
         semantics::validate_update(rt, &new, old, state.version)?;

@@ -179,6 +179,7 @@ pub fn patch_object(
         }
         semantics::check_shape(&t.rt, &applied)?;
         check_identity(t, Some(name), &applied)?;
+        super::typed::check_apply(&t.rt, &applied, name)?;
         if applied
             .pointer("/metadata/managedFields")
             .is_some_and(|m| !m.is_null())

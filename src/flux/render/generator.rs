@@ -32,21 +32,102 @@ pub fn display_relative(root: &Path, path: &Path) -> String {
 }
 
 /// Whether YAML text parses as Kubernetes objects: every document a mapping (empty ones allowed).
+///
+/// Parsed with the shared reader's budget (a large CRD bundle parses here where Flux parses it),
+/// and only the shape of each document is kept: the contents are checked and dropped as they
+/// stream by, so the check needs no more memory than the text, whatever the file holds.
 pub fn check_kubernetes_yaml(text: &str) -> Result<(), String> {
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| e.to_string())?;
+    let docs: Vec<Shape> = crate::manifest::with_parse_stack(|| {
+        serde_saphyr::from_multiple_with_options(text, crate::manifest::yaml_options())
+    })
+    .map_err(|e| e.to_string())?;
     for (i, doc) in docs.iter().enumerate() {
         match doc {
-            serde_json::Value::Object(_) | serde_json::Value::Null => {}
-            other => {
-                return Err(format!(
-                    "document {i} is not a mapping (found {})",
-                    json_type(other)
-                ));
+            Shape::Mapping | Shape::Null => {}
+            Shape::Other(found) => {
+                return Err(format!("document {i} is not a mapping (found {found})"));
             }
         }
     }
     Ok(())
+}
+
+/// The top of a YAML document, without its contents.
+enum Shape {
+    Mapping,
+    Null,
+    Other(&'static str),
+}
+
+impl<'de> serde::Deserialize<'de> for Shape {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ShapeVisitor)
+    }
+}
+
+struct ShapeVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ShapeVisitor {
+    type Value = Shape;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a YAML document")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+        use serde::de::IgnoredAny;
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Shape::Mapping)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Shape, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Shape::Other("a sequence"))
+    }
+
+    fn visit_unit<E>(self) -> Result<Shape, E> {
+        Ok(Shape::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Shape, E> {
+        Ok(Shape::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Shape, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Shape, E> {
+        Ok(Shape::Other("a boolean"))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_i128<E>(self, _: i128) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_u128<E>(self, _: u128) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Shape, E> {
+        Ok(Shape::Other("a number"))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Shape, E> {
+        Ok(Shape::Other("a string"))
+    }
+
+    fn visit_bytes<E>(self, _: &[u8]) -> Result<Shape, E> {
+        Ok(Shape::Other("a string"))
+    }
 }
 
 pub(crate) fn json_type(v: &serde_json::Value) -> &'static str {
@@ -181,9 +262,49 @@ mod tests {
             ("- 1\n", false),
             ("just a string\n", false),
             ("a: [\n", false),
+            ("a: {b: [1, {c: d}]}\n---\n\n---\nx: ~\n", true),
+            ("a: 1\n---\n- 1\n", false),
+            ("~\n", true),
+            ("true\n", false),
+            ("1.5\n", false),
+            ("[a, b]\n", false),
         ] {
             assert_eq!(check_kubernetes_yaml(text).is_ok(), ok, "{text:?}");
         }
+    }
+
+    /// A CRD bundle past every default of the YAML crate's budget (1,024 documents, 250,000
+    /// nodes, depth 64), as real bundles are and Flux parses them.
+    pub(crate) fn large_bundle() -> String {
+        let mut text = String::new();
+        for i in 0..1_100 {
+            text.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n"
+            ));
+            for k in 0..120 {
+                text.push_str(&format!("  k{k}: v{k}\n"));
+            }
+        }
+        // One deeply nested schema, as a CRD's openAPIV3Schema can be.
+        text.push_str(
+            "---\napiVersion: example.com/v1\nkind: Deep\nmetadata:\n  name: deep\nspec:\n",
+        );
+        for depth in 0..100 {
+            text.push_str(&format!("{}n{depth}:\n", "  ".repeat(depth + 1)));
+        }
+        text.push_str(&format!("{}leaf: true\n", "  ".repeat(101)));
+        text
+    }
+
+    #[test]
+    fn a_large_bundle_passes_the_parse_check() {
+        let text = large_bundle();
+        let defaults = serde_saphyr::from_multiple::<serde_json::Value>(&text);
+        assert!(
+            defaults.is_err(),
+            "the bundle must exceed the crate's default budget"
+        );
+        check_kubernetes_yaml(&text).unwrap();
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde_json::Value;
 pub use build::{DEFAULT_KUSTOMIZE, KustomizeCommand};
 pub use postbuild::Owner;
 
+use crate::flux::artifact::UnpackLimits;
 use crate::flux::substitute::{SubstituteError, Variables};
 
 /// A StatefulSet of the render, with the namespace it will be applied in.
@@ -87,6 +88,9 @@ pub enum RenderError {
         "{object} namespace not specified: kustomize-controller would refuse this revision (set spec.targetNamespace or metadata.namespace)"
     )]
     NoNamespace { object: String },
+    /// A local tree larger than an artifact may unpack to.
+    #[error("{file}: {what}")]
+    TooLarge { file: String, what: String },
     #[error("{context}: {error}")]
     Io {
         context: String,
@@ -191,11 +195,13 @@ fn read_kustomization(root: &Path, file: &Path) -> Result<Value, RenderError> {
         context: format!("reading {shown}"),
         error,
     })?;
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&text).map_err(|e| RenderError::KustomizationFile {
-            file: shown.clone(),
-            message: e.to_string(),
-        })?;
+    let docs: Vec<Value> = crate::manifest::with_parse_stack(|| {
+        serde_saphyr::from_multiple_with_options(&text, crate::manifest::yaml_options())
+    })
+    .map_err(|e| RenderError::KustomizationFile {
+        file: shown.clone(),
+        message: e.to_string(),
+    })?;
     match docs.len() {
         0 => Ok(Value::Object(Default::default())),
         1 => Ok(docs.into_iter().next().unwrap_or_default()),
@@ -234,31 +240,80 @@ fn check_confined(root: &Path, dir: &Path) -> Result<(), RenderError> {
 /// render of thousands of objects is one stream). `*List` kinds are not flattened: kustomize
 /// already did, and a custom kind named `...List` is an object of its own.
 pub fn parse_stream(text: &str) -> Result<Vec<Value>, RenderError> {
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(text, crate::manifest::yaml_options()).map_err(
-            |e| RenderError::Output {
-                message: e.to_string(),
-            },
-        )?;
+    let docs: Vec<Value> = crate::manifest::with_parse_stack(|| {
+        serde_saphyr::from_multiple_with_options(text, crate::manifest::yaml_options())
+    })
+    .map_err(|e| RenderError::Output {
+        message: e.to_string(),
+    })?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
 /// Copies a local tree (offline `--path`) into `dest` the way Flux packs an artifact:
 /// regular files and directories only, symlinks dropped.
 pub fn copy_tree(src: &Path, dest: &Path) -> Result<(), RenderError> {
+    copy_tree_within(src, dest, &UnpackLimits::default())
+}
+
+/// [`copy_tree`] under the caps an artifact is unpacked with, so a local tree reaches the render
+/// no larger than an artifact could: each file is measured before it is read.
+pub fn copy_tree_within(src: &Path, dest: &Path, limits: &UnpackLimits) -> Result<(), RenderError> {
+    let mut copied = CopyTotals::default();
+    copy_dir(src, src, dest, limits, &mut copied)
+}
+
+#[derive(Default)]
+struct CopyTotals {
+    bytes: u64,
+    entries: u64,
+}
+
+fn copy_dir(
+    root: &Path,
+    src: &Path,
+    dest: &Path,
+    limits: &UnpackLimits,
+    copied: &mut CopyTotals,
+) -> Result<(), RenderError> {
     let io = |p: &Path| {
         let context = format!("copying {}", p.display());
         move |error| RenderError::Io { context, error }
     };
     for entry in std::fs::read_dir(src).map_err(io(src))? {
         let entry = entry.map_err(io(src))?;
-        let file_type = entry.file_type().map_err(io(&entry.path()))?;
+        let path = entry.path();
+        let file_type = entry.file_type().map_err(io(&path))?;
         let target = dest.join(entry.file_name());
+        copied.entries += 1;
+        let too_large = |what: String| RenderError::TooLarge {
+            file: generator::display_relative(root, &path),
+            what,
+        };
+        if copied.entries > limits.max_entries {
+            return Err(too_large(format!(
+                "more than {} files and directories in the tree",
+                limits.max_entries
+            )));
+        }
         if file_type.is_dir() {
             std::fs::create_dir_all(&target).map_err(io(&target))?;
-            copy_tree(&entry.path(), &target)?;
+            copy_dir(root, &path, &target, limits, copied)?;
         } else if file_type.is_file() {
-            std::fs::copy(entry.path(), &target).map_err(io(&entry.path()))?;
+            let size = entry.metadata().map_err(io(&path))?.len();
+            if size > limits.max_file_bytes {
+                return Err(too_large(format!(
+                    "{size} bytes, more than the maximum file size of {} bytes",
+                    limits.max_file_bytes
+                )));
+            }
+            copied.bytes = copied.bytes.saturating_add(size);
+            if copied.bytes > limits.max_bytes {
+                return Err(too_large(format!(
+                    "the tree holds more than the maximum of {} bytes",
+                    limits.max_bytes
+                )));
+            }
+            std::fs::copy(&path, &target).map_err(io(&path))?;
         }
     }
     Ok(())
@@ -336,6 +391,59 @@ mod tests {
             e.contains("spec.components entry \"../../c\" escapes"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_deep_kustomization_file_reads_with_the_shared_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut text = String::from("resources: [a.yaml]\npatches:\n- patch: x\n  target:\n");
+        for depth in 0..80 {
+            text.push_str(&format!("{}n{depth}:\n", "  ".repeat(depth + 2)));
+        }
+        text.push_str(&format!("{}leaf: true\n", "  ".repeat(82)));
+        assert!(serde_saphyr::from_multiple::<Value>(&text).is_err());
+        write(dir.path(), "kustomization.yaml", &text);
+        let read = read_kustomization(dir.path(), &dir.path().join("kustomization.yaml")).unwrap();
+        assert_eq!(read["resources"][0], "a.yaml");
+    }
+
+    #[test]
+    fn copy_tree_within_measures_each_file_before_reading_it() {
+        let src = tempfile::tempdir().unwrap();
+        write(src.path(), "a/small.yaml", "x: 1\n");
+        write(src.path(), "a/b/big.yaml", &"#".repeat(300));
+        let limits = |max_bytes, max_file_bytes, max_entries| UnpackLimits {
+            max_bytes,
+            max_file_bytes,
+            max_entries,
+        };
+        for (l, refused) in [
+            (limits(1000, 300, 10), None),
+            (
+                limits(1000, 299, 10),
+                Some("./a/b/big.yaml: 300 bytes, more than the maximum file size of 299 bytes"),
+            ),
+            (
+                limits(304, 300, 10),
+                Some("more than the maximum of 304 bytes"),
+            ),
+            (
+                limits(1000, 300, 3),
+                Some("more than 3 files and directories"),
+            ),
+        ] {
+            let dest = tempfile::tempdir().unwrap();
+            match (copy_tree_within(src.path(), dest.path(), &l), refused) {
+                (Ok(()), None) => {
+                    assert!(dest.path().join("a/b/big.yaml").is_file());
+                }
+                (Err(e), Some(needle)) => {
+                    assert!(e.to_string().contains(needle), "{l:?}: {e}");
+                    assert!(e.is_bad_input());
+                }
+                (got, _) => panic!("{l:?}: {got:?}"),
+            }
+        }
     }
 
     #[test]

@@ -68,18 +68,29 @@ pub struct Resolver {
     pub strict: bool,
     /// kustomize-controller's `--no-cross-namespace-refs` inverted (Flux's default: allowed).
     pub allow_cross_namespace: bool,
-    /// Deadline of each cluster read (the Kustomization, its source, `substituteFrom`), the
-    /// same per-call bound as the converge's (`cluster::with_deadline`).
-    pub call_timeout: Duration,
 }
 
 impl Resolver {
-    /// Reads `namespace/name` and renders the revision its source currently publishes.
+    /// Reads `namespace/name` and renders the revision its source currently publishes; each
+    /// cluster read is bounded by [`objects::DEFAULT_CALL_TIMEOUT`].
     pub async fn resolve(&self, namespace: &str, name: &str) -> Result<Resolved, ResolveError> {
+        self.resolve_within(namespace, name, objects::DEFAULT_CALL_TIMEOUT)
+            .await
+    }
+
+    /// As [`Resolver::resolve`], each cluster read (the Kustomization, its source,
+    /// `substituteFrom`) bounded by `call_timeout`: the same per-call deadline as the
+    /// converge's (`cluster::with_deadline`), so a server that stops answering fails the
+    /// resolve naming the object instead of hanging it.
+    pub async fn resolve_within(
+        &self,
+        namespace: &str,
+        name: &str,
+        call_timeout: Duration,
+    ) -> Result<Resolved, ResolveError> {
         let kustomization =
-            objects::get_kustomization_within(&self.client, namespace, name, self.call_timeout)
-                .await?;
-        let (source, artifact) = self.fetch(&kustomization).await?;
+            objects::get_kustomization_within(&self.client, namespace, name, call_timeout).await?;
+        let (source, artifact) = self.fetch(&kustomization, call_timeout).await?;
         let revision = source
             .status
             .artifact
@@ -87,7 +98,9 @@ impl Resolver {
             .map(|a| a.revision.clone())
             .unwrap_or_default();
         let shown = format!("{namespace}/{name}");
-        let variables = self.variables(&kustomization, namespace).await?;
+        let variables = self
+            .variables(&kustomization, namespace, call_timeout)
+            .await?;
         let owner = Owner {
             name,
             namespace,
@@ -120,12 +133,13 @@ impl Resolver {
     async fn fetch(
         &self,
         kustomization: &Kustomization,
+        call_timeout: Duration,
     ) -> Result<(Source, UnpackedArtifact), ResolveError> {
         let mut source = objects::get_source_within(
             &self.client,
             kustomization,
             self.allow_cross_namespace,
-            self.call_timeout,
+            call_timeout,
         )
         .await?;
         let mut retried = false;
@@ -143,7 +157,7 @@ impl Resolver {
                         source.kind,
                         &source.namespace,
                         &source.name,
-                        self.call_timeout,
+                        call_timeout,
                     )
                     .await?;
                 }
@@ -163,6 +177,7 @@ impl Resolver {
         &self,
         kustomization: &Kustomization,
         namespace: &str,
+        call_timeout: Duration,
     ) -> Result<Variables, ResolveError> {
         let shown = format!(
             "{namespace}/{}",
@@ -173,7 +188,7 @@ impl Resolver {
         };
         let mut sources = Vec::new();
         for reference in &post_build.substitute_from {
-            let source = fetch_reference(&self.client, namespace, reference, self.call_timeout)
+            let source = fetch_reference(&self.client, namespace, reference, call_timeout)
                 .await
                 .map_err(|(message, bad_input)| ResolveError::Variables {
                     kustomization: shown.clone(),

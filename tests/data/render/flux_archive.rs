@@ -47,6 +47,17 @@ fn header(name: &[u8], kind: tar::EntryType, mode: u32, size: u64) -> tar::Heade
 }
 
 /// Builds a gzip'd tar of `entries`, in order, exactly as given (add the root `.` yourself).
+/// A `.tar.gz` holding only the header of one regular file that declares `declared` bytes
+/// and carries none: an unpacker that reads the data first fails as corrupt, one that checks
+/// the header first refuses the size. Lets tests stand in for a 2 GiB file without writing it.
+pub fn declared_only_tar_gz(name: &str, declared: u64) -> Vec<u8> {
+    use std::io::Write as _;
+    let h = header(name.as_bytes(), tar::EntryType::Regular, 0o600, declared);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(h.as_bytes()).unwrap();
+    gz.finish().unwrap()
+}
+
 pub fn tar_gz(entries: &[Entry]) -> Vec<u8> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut b = tar::Builder::new(gz);

@@ -40,6 +40,12 @@ pub fn after_write(
     rt: &ResourceType,
     namespace: Option<&str>,
 ) {
+    if (*rt == resources::PVC || *rt == resources::PERSISTENT_VOLUME) && super::binder::bind(state)
+    {
+        // A claim just bound may let the StatefulSet controller go on.
+        after_write(fake, state, &resources::PVC, namespace);
+        return;
+    }
     let relevant = [
         resources::STATEFULSET,
         resources::POD,

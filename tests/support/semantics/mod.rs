@@ -2,6 +2,7 @@
 //! these in the real order: defaults, validation (422), then admission (403).
 
 pub mod event;
+pub mod microtime;
 pub mod pod;
 pub mod pvc;
 pub mod pvc_diff;
@@ -178,6 +179,9 @@ pub fn check_shape(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
             bad = Some((list.trim_start_matches('/').replace('/', "."), json_type(v)));
         }
     }
+    if bad.is_none() {
+        microtime::check(rt, obj)?;
+    }
     match bad {
         None => Ok(()),
         Some((field, found)) => Err(ApiError::bad_request(&format!(
@@ -234,6 +238,25 @@ pub fn default(rt: &ResourceType, obj: &mut Value) {
         pod::default_pod(obj);
     } else if *rt == resources::SECRET {
         secret_default(obj);
+    } else if *rt == resources::EVENT {
+        // What a core/v1 Event reads back with when the writer left the newer fields out.
+        set_default(obj, "reportingComponent", json!(""));
+        set_default(obj, "reportingInstance", json!(""));
+        set_default(obj, "eventTime", Value::Null);
+    } else if *rt == resources::STORAGE_CLASS {
+        set_default(obj, "reclaimPolicy", json!("Delete"));
+        set_default(obj, "volumeBindingMode", json!("Immediate"));
+    } else if *rt == resources::PERSISTENT_VOLUME {
+        set_default(obj, "spec", json!({}));
+        set_default(&mut obj["spec"], "volumeMode", json!("Filesystem"));
+        set_default(
+            &mut obj["spec"],
+            "persistentVolumeReclaimPolicy",
+            json!("Retain"),
+        );
+        if let Some(host_path) = obj.pointer_mut("/spec/hostPath") {
+            set_default(host_path, "type", json!(""));
+        }
     } else if *rt == resources::NAMESPACE {
         // `NamespaceDefaultLabelName` and the lifecycle finalizer of every namespace.
         let name = obj_name(obj).to_string();
@@ -249,6 +272,15 @@ pub fn default(rt: &ResourceType, obj: &mut Value) {
 fn invalid(rt: &ResourceType, obj: &Value, causes: Vec<Cause>) -> Result<(), ApiError> {
     if causes.is_empty() {
         Ok(())
+    } else if *rt == resources::EVENT_V1 {
+        // events.k8s.io events are validated as the internal core Event: no group in the name.
+        Err(ApiError::invalid_kind(
+            "Event",
+            "",
+            "Event",
+            obj_name(obj),
+            &causes,
+        ))
     } else {
         Err(ApiError::invalid(rt, obj_name(obj), &causes))
     }
@@ -508,6 +540,14 @@ pub fn admit_create(state: &State, rt: &ResourceType, obj: &mut Value) {
             })
             .map(|c| obj_name(&c).to_string());
         pvc::admit_create(obj, default_class);
+    } else if *rt == resources::PERSISTENT_VOLUME {
+        // The PV-protection admission plugin (the controller removes it on deletion).
+        set_default(&mut obj["metadata"], "finalizers", json!([]));
+        if let Some(f) = obj["metadata"]["finalizers"].as_array_mut()
+            && !f.iter().any(|x| x == "kubernetes.io/pv-protection")
+        {
+            f.push(json!("kubernetes.io/pv-protection"));
+        }
     }
 }
 
@@ -540,6 +580,8 @@ pub fn initial_status(rt: &ResourceType) -> Option<Value> {
         Some(json!({"phase": "Pending", "qosClass": "BestEffort"}))
     } else if *rt == resources::NAMESPACE {
         Some(json!({"phase": "Active"}))
+    } else if *rt == resources::PERSISTENT_VOLUME {
+        Some(json!({"phase": "Pending", "lastPhaseTransitionTime": super::store::now()}))
     } else {
         None
     }

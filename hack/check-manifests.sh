@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What ships to clusters, rendered and checked (what .ci/run calls):
+#   1. `kubectl kustomize` of the install (manifests/), the Flux wiring examples
+#      (manifests/examples/) and the sidecar component over a minimal bootstrap flux-system
+#      (tests/data/flux-system/); each must render, and the results are left in
+#      target/manifests/ to read or to attach to a release;
+#   2. the checks on them, in Rust, where they are tested themselves: tests/manifests.rs
+#      (hardening, wiring, Flux CRD schemas, the Dockerfile) and tests/rbac.rs (the RBAC against
+#      every request the code sends to the fake API server).
+# Needs kubectl (its built-in kustomize) and cargo; no cluster, no network.
+set -euo pipefail
+shopt -s inherit_errexit
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="$ROOT/target/manifests"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$OUT"
+
+render() { # NAME DIR
+  kubectl kustomize "$2" > "$OUT/$1.yaml"
+  local n
+  n="$(grep -c '^kind: ' "$OUT/$1.yaml" || true)"
+  if [ "$n" -eq 0 ]; then
+    echo "check-manifests: $2 renders no objects" >&2
+    exit 1
+  fi
+  echo "check-manifests: $2 -> target/manifests/$1.yaml ($n objects)"
+}
+
+render install "$ROOT/manifests"
+render examples "$ROOT/manifests/examples"
+
+mkdir -p "$WORK/flux-system"
+cp "$ROOT/tests/data/flux-system/gotk-components.yaml" "$WORK/flux-system/"
+cp -r "$ROOT/manifests/sidecar" "$WORK/flux-system/flux-converger"
+cat > "$WORK/flux-system/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - gotk-components.yaml
+components:
+  - flux-converger
+YAML
+render sidecar-over-flux-system "$WORK/flux-system"
+
+cd "$ROOT"
+cargo test --locked --test manifests --test rbac
