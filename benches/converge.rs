@@ -71,9 +71,31 @@ async fn world() -> FakeApiServer {
     fake
 }
 
-async fn one(fake: &FakeApiServer) -> Duration {
+/// StorageClasses from a reflector, as the service keeps them; `None` lists them per converge.
+type ClassCache =
+    Option<kube::runtime::reflector::Store<k8s_openapi::api::storage::v1::StorageClass>>;
+
+/// A reflector over StorageClasses, ready, and the task feeding it.
+async fn class_cache(fake: &FakeApiServer) -> (ClassCache, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+    let (store, writer) = reflector::store();
+    let api = kube::Api::all(fake.client());
+    let task = tokio::spawn(
+        reflector(writer, watcher(api, watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    store.wait_until_ready().await.expect("reflector ready");
+    (Some(store), task)
+}
+
+async fn one(fake: &FakeApiServer, classes: ClassCache) -> Duration {
     let client = fake.client();
-    let cluster = KubeCluster::new(client.clone(), Duration::from_secs(10));
+    let mut cluster = KubeCluster::new(client.clone(), Duration::from_secs(10));
+    if let Some(store) = classes {
+        cluster = cluster.with_storage_classes(store);
+    }
     let journal = ConfigMapJournal::new(client, "flux-system", Duration::from_secs(10));
     let desired: StatefulSet = serde_json::from_value(statefulset("2Gi")).expect("desired");
     let options = Options {
@@ -98,21 +120,31 @@ fn bench(c: &mut Criterion) {
         .expect("runtime");
 
     rt.block_on(async {
+      for cached in [false, true] {
         let fake = world().await;
-        let took = one(&fake).await;
-        let log = fake.requests();
+        let (classes, task) = if cached {
+            class_cache(&fake).await
+        } else {
+            (None, tokio::spawn(async {}))
+        };
+        fake.clear_requests();
+        let took = one(&fake, classes).await;
+        task.abort();
+        let log: Vec<_> = fake.requests().into_iter().filter(|r| !(r.watch && r.path.contains("storageclasses"))).collect();
         let reads = log.iter().filter(|r| r.method == Method::GET && !r.watch).count();
         let watches = log.iter().filter(|r| r.watch).count();
         let writes = log.iter().filter(|r| r.is_write()).count();
         let dry = log.iter().filter(|r| r.dry_run).count();
         eprintln!(
-            "converge of a 3-replica StatefulSet (3 claims to grow): {} requests = {reads} reads + {dry} dry run + {writes} writes + {watches} watch; claims to grow + {} beyond the reads; one run took {took:?}",
+            "StorageClasses {}: converge of a 3-replica StatefulSet (3 claims to grow): {} requests = {reads} reads + {dry} dry run + {writes} writes + {watches} watch; claims to grow + {} beyond the reads; one run took {took:?}",
+            if cached { "from the service's cache" } else { "listed" },
             log.len(),
             log.len() - reads - 3
         );
         for r in &log {
             eprintln!("  {} {}{}{}", r.method, r.path, if r.query.is_empty() { "" } else { "?" }, r.query);
         }
+      }
     });
 
     c.bench_function("converge 3 replicas (fake apiserver)", |b| {
@@ -121,7 +153,7 @@ fn bench(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let fake = world().await;
-                    total += one(&fake).await;
+                    total += one(&fake, None).await;
                 }
                 total
             })

@@ -1,12 +1,13 @@
-//! Converging one StatefulSet against a cluster (DESIGN.md §2): decide → prove → grow →
-//! orphan-delete → wait → re-apply, with an intent in the journal so that a run interrupted
-//! anywhere is finished by the next one.
+//! Converging one StatefulSet against a cluster (docs/converge.md): decide → prove → grow →
+//! record → orphan-delete → wait → re-apply → clear, so that a run interrupted anywhere is
+//! finished by the next one.
 //!
-//! The order of the writes is what keeps data safe: claims grow while the old StatefulSet
-//! still owns its pods; the delete orphans (pods and claims stay) and carries the uid it
-//! decided on (a StatefulSet re-created by someone else is never deleted); the intent holding
-//! the desired object is written before the first write and cleared after the last, so a
-//! crash between delete and re-apply is healed by re-applying from the journal.
+//! The order of the writes is what keeps data safe: claims grow (only from the version they
+//! were decided on, so nobody's raise is undone) while the old StatefulSet still owns its
+//! pods; the intent holding the desired object is recorded right before the delete, so from
+//! then on an absent StatefulSet is ours to re-apply, and before then one is someone else's
+//! to keep deleted; the delete orphans (pods and claims stay) and carries the uid it decided
+//! on (a StatefulSet re-created by someone else is never deleted).
 
 pub mod prove;
 pub mod report;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome, is_conflict};
 use crate::decide::{Plan, Refusal, decide, declares_desired_sizes};
@@ -61,8 +62,9 @@ impl Default for Options {
 pub enum Written {
     /// No write of this converge reached the server: run again to retry.
     Nothing,
-    /// Some claims may be grown (they only grow, and the next run skips them); no intent.
-    ClaimsOnly,
+    /// Something was written (claims grown, an earlier intent finished) but no intent is
+    /// pending: what was written stands, and the next run decides again from there.
+    Partial,
     /// An intent is in the journal: the next run finishes it.
     IntentKept,
 }
@@ -71,9 +73,9 @@ impl std::fmt::Display for Written {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Written::Nothing => "nothing was written: run converge again to retry",
-            Written::ClaimsOnly => {
-                "claims grown so far stay grown and nothing else was written: run converge \
-                 again to finish the work"
+            Written::Partial => {
+                "what was written so far stands (claims only grow; no delete is pending): run \
+                 converge again to finish the work"
             }
             Written::IntentKept => {
                 "the intent is kept in the journal: run converge again to finish the work"
@@ -216,7 +218,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         if self.intent_kept.load(Ordering::SeqCst) {
             Written::IntentKept
         } else if self.wrote.load(Ordering::SeqCst) {
-            Written::ClaimsOnly
+            Written::Partial
         } else {
             Written::Nothing
         }
@@ -575,19 +577,15 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let loaded = match self.journal.load(ns, name).await {
             Ok(loaded) => loaded,
-            Err(JournalError::Corrupt {
-                object,
-                field,
-                message,
-            }) => {
-                warn!(statefulset = %name, namespace = %ns, record = %object, %field, %message,
-                      "unreadable journal record: ignored");
-                return Ok(Err(Unreadable {
-                    message: format!("unreadable ({field}): {message}"),
-                    object,
-                }));
-            }
-            Err(e) => return Err(self.journal_err(Step::Resume)(e)),
+            Err(e) => match Unreadable::of(&e) {
+                Some(unreadable) => {
+                    // The caller reports it (the report's `unreadable_intent`): debug only here.
+                    debug!(statefulset = %name, namespace = %ns, record = %unreadable.object,
+                           error = %e, "unreadable journal record: ignored");
+                    return Ok(Err(unreadable));
+                }
+                None => return Err(self.journal_err(Step::Resume)(e)),
+            },
         };
         let Some(intent) = loaded else {
             return Ok(Ok(None));
@@ -706,17 +704,10 @@ pub async fn converge<C: Cluster, J: Journal>(
                     report: None,
                 });
             }
-            Err(JournalError::Corrupt {
-                object,
-                field,
-                message,
-            }) => {
-                report.unreadable_intent = Some(Unreadable {
-                    object,
-                    message: format!("unreadable ({field}): {message}"),
-                });
-            }
-            Err(e) => return Err(run.journal_err(Step::Resume)(e)),
+            Err(e) => match Unreadable::of(&e) {
+                Some(unreadable) => report.unreadable_intent = Some(unreadable),
+                None => return Err(run.journal_err(Step::Resume)(e)),
+            },
         }
     } else {
         match run.resume().await? {
@@ -763,8 +754,9 @@ pub async fn resume_all<C: Cluster, J: Journal>(
     options: &Options,
 ) -> Result<Resumed, JournalError> {
     let listing = journal.list().await?;
+    // The caller reports them (`Resumed::unreadable`), once each: debug only here.
     for u in &listing.unreadable {
-        warn!(record = %u.object, message = %u.message, "unreadable journal record: skipped");
+        debug!(record = %u.object, message = %u.message, "unreadable journal record: skipped");
     }
     let mut resumed = Resumed {
         results: Vec::with_capacity(listing.intents.len()),

@@ -63,6 +63,24 @@ pub struct Unreadable {
     pub message: String,
 }
 
+impl Unreadable {
+    /// The record a [`JournalError::Corrupt`] is about, and why (its words without the name);
+    /// `None` for any other error (a failed call is no verdict on the record).
+    pub fn of(error: &JournalError) -> Option<Self> {
+        match error {
+            JournalError::Corrupt {
+                object,
+                field,
+                message,
+            } => Some(Unreadable {
+                object: object.clone(),
+                message: format!("unreadable ({field}): {message}"),
+            }),
+            JournalError::Call(_) => None,
+        }
+    }
+}
+
 /// Every intent of a journal, and the records that could not be read.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Listing {
@@ -332,10 +350,10 @@ impl Journal for ConfigMapJournal {
         for cm in &list.items {
             match intent_from_configmap(cm) {
                 Ok(intent) => listing.intents.push(intent),
-                Err(e) => listing.unreadable.push(Unreadable {
-                    object: self.object(cm.metadata.name.as_deref().unwrap_or_default()),
-                    message: e.to_string(),
-                }),
+                Err(e) => match Unreadable::of(&e) {
+                    Some(unreadable) => listing.unreadable.push(unreadable),
+                    None => return Err(e),
+                },
             }
         }
         Ok(listing)

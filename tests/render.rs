@@ -642,6 +642,27 @@ async fn superseded_artifact_is_fetched_again_after_rereading_the_source() {
 }
 
 #[tokio::test]
+async fn a_cluster_read_without_an_answer_ends_at_the_call_deadline() {
+    let (fake, _server, _) = cluster().await;
+    fake.add_fault(support::FaultRule {
+        method: Some(http::Method::GET),
+        path_contains: "/kustomizations/db".into(),
+        nth: 0,
+        action: support::Fault::Delay(std::time::Duration::from_secs(30)),
+    });
+    let e = resolver(&fake)
+        .resolve_within("flux-system", "db", std::time::Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(!e.is_bad_input(), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("Kustomization flux-system/db") && text.contains("200 ms"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn artifact_gone_twice_is_reported() {
     let (fake, server, _) = cluster().await;
     let gone = server.url("gitrepository/flux-system/repo/old.tar.gz");

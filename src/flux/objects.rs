@@ -7,8 +7,11 @@
 //! because the fix differs (create the object vs install the CRD).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::{Api, Client, CustomResource, Resource};
+
+use crate::cluster::{CallError, with_deadline};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -402,12 +405,14 @@ pub enum ObjectsError {
     },
     #[error("source {source_name} is not ready: it has no artifact{ready}")]
     NoArtifact { source_name: String, ready: String },
+    /// The read failed or found no answer within its deadline (the error names the call).
     #[error("reading {kind} {namespace}/{name}: {error}")]
     Kube {
         kind: String,
         namespace: String,
         name: String,
-        error: Box<kube::Error>,
+        /// Boxed: every `Result` of a resolve carries this enum.
+        error: Box<CallError>,
     },
 }
 
@@ -418,11 +423,14 @@ impl ObjectsError {
     }
 }
 
-/// Reads one namespaced object, telling a missing CRD apart from a missing object.
+/// Reads one namespaced object under `deadline` (as every call of a converge: a server that
+/// stops answering is an error naming the object, not a render that hangs), telling a
+/// missing CRD apart from a missing object.
 pub async fn get_namespaced<K>(
     client: &Client,
     namespace: &str,
     name: &str,
+    deadline: Duration,
 ) -> Result<K, ObjectsError>
 where
     K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
@@ -432,14 +440,17 @@ where
 {
     let kind = K::kind(&()).to_string();
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    match api.get(name).await {
+    let object = format!("{kind} {namespace}/{name}");
+    match with_deadline(deadline, "get", &object, api.get(name)).await {
         Ok(obj) => Ok(obj),
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            // A missing object answers with details naming it; a missing resource type
-            // ("the server could not find the requested resource") does not.
-            let names_object = status.details.as_ref().is_some_and(|d| d.name == name);
+        Err(e) if e.code() == Some(404) => {
+            // A missing object answers naming it (`<plural>.<group> "<name>" not found`); a
+            // missing resource type ("the server could not find the requested resource")
+            // does not.
+            let names_object = e.server_text().contains(&format!("\"{name}\" not found"));
             if !names_object
-                && !resource_is_served(client, &K::api_version(&()), &K::plural(&())).await
+                && !resource_is_served(client, &K::api_version(&()), &K::plural(&()), deadline)
+                    .await
             {
                 return Err(ObjectsError::CrdMissing {
                     kind,
@@ -466,21 +477,46 @@ where
 
 /// Whether discovery lists `plural` under `api_version`. Unsure answers (discovery itself
 /// failing for another reason than 404) count as served, so we never blame a CRD wrongly.
-async fn resource_is_served(client: &Client, api_version: &str, plural: &str) -> bool {
-    match client.list_api_group_resources(api_version).await {
+async fn resource_is_served(
+    client: &Client,
+    api_version: &str,
+    plural: &str,
+    deadline: Duration,
+) -> bool {
+    let discovery = with_deadline(
+        deadline,
+        "discovery of",
+        api_version,
+        client.list_api_group_resources(api_version),
+    );
+    match discovery.await {
         Ok(list) => list.resources.iter().any(|r| r.name == plural),
-        Err(kube::Error::Api(status)) if status.code == 404 => false,
+        Err(e) if e.code() == Some(404) => false,
         Err(_) => true,
     }
 }
 
-/// Reads a Kustomization.
+/// The per-call deadline of the reads that are not given one (the `--timeout` default of the
+/// commands): no read of a Flux object waits for ever.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads a Kustomization under [`DEFAULT_CALL_TIMEOUT`].
 pub async fn get_kustomization(
     client: &Client,
     namespace: &str,
     name: &str,
 ) -> Result<Kustomization, ObjectsError> {
-    get_namespaced::<Kustomization>(client, namespace, name).await
+    get_kustomization_within(client, namespace, name, DEFAULT_CALL_TIMEOUT).await
+}
+
+/// Reads a Kustomization under `deadline`.
+pub async fn get_kustomization_within(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    deadline: Duration,
+) -> Result<Kustomization, ObjectsError> {
+    get_namespaced::<Kustomization>(client, namespace, name, deadline).await
 }
 
 /// The source a Kustomization references: kind, namespace (defaults to the Kustomization's)
@@ -514,33 +550,63 @@ pub fn source_reference(
     Ok((kind, namespace, reference.name.clone()))
 }
 
-/// Reads the source a Kustomization references (see [`source_reference`]).
+/// Reads the source a Kustomization references (see [`source_reference`]) under
+/// [`DEFAULT_CALL_TIMEOUT`].
 pub async fn get_source(
     client: &Client,
     kustomization: &Kustomization,
     allow_cross_namespace: bool,
 ) -> Result<Source, ObjectsError> {
-    let (kind, namespace, name) = source_reference(kustomization, allow_cross_namespace)?;
-    read_source(client, kind, &namespace, &name).await
+    get_source_within(
+        client,
+        kustomization,
+        allow_cross_namespace,
+        DEFAULT_CALL_TIMEOUT,
+    )
+    .await
 }
 
-/// Reads a source of a known kind.
+/// Reads the source a Kustomization references under `deadline`.
+pub async fn get_source_within(
+    client: &Client,
+    kustomization: &Kustomization,
+    allow_cross_namespace: bool,
+    deadline: Duration,
+) -> Result<Source, ObjectsError> {
+    let (kind, namespace, name) = source_reference(kustomization, allow_cross_namespace)?;
+    read_source_within(client, kind, &namespace, &name, deadline).await
+}
+
+/// Reads a source of a known kind under [`DEFAULT_CALL_TIMEOUT`].
 pub async fn read_source(
     client: &Client,
     kind: SourceKind,
     namespace: &str,
     name: &str,
 ) -> Result<Source, ObjectsError> {
+    read_source_within(client, kind, namespace, name, DEFAULT_CALL_TIMEOUT).await
+}
+
+/// Reads a source of a known kind under `deadline`.
+pub async fn read_source_within(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+    deadline: Duration,
+) -> Result<Source, ObjectsError> {
     let (generation, status) = match kind {
         SourceKind::GitRepository => {
-            parts(get_namespaced::<GitRepository>(client, namespace, name).await?)
+            parts(get_namespaced::<GitRepository>(client, namespace, name, deadline).await?)
         }
         SourceKind::OCIRepository => {
-            parts(get_namespaced::<OCIRepository>(client, namespace, name).await?)
+            parts(get_namespaced::<OCIRepository>(client, namespace, name, deadline).await?)
         }
-        SourceKind::Bucket => parts(get_namespaced::<Bucket>(client, namespace, name).await?),
+        SourceKind::Bucket => {
+            parts(get_namespaced::<Bucket>(client, namespace, name, deadline).await?)
+        }
         SourceKind::ExternalArtifact => {
-            parts(get_namespaced::<ExternalArtifact>(client, namespace, name).await?)
+            parts(get_namespaced::<ExternalArtifact>(client, namespace, name, deadline).await?)
         }
     };
     Ok(Source {

@@ -2,10 +2,13 @@
 //! source, fetch the source's artifact (re-reading the source once if the artifact was
 //! garbage-collected meanwhile), collect the post-build variables, render.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 
 use super::{KustomizeCommand, Owner, RenderError, RenderRequest, Rendered};
+use crate::cluster::with_deadline;
 use crate::flux::artifact::{ArtifactError, Fetcher, UnpackedArtifact};
 use crate::flux::objects::{self, Kustomization, ObjectsError, Source, SubstituteReference};
 use crate::flux::substitute::{
@@ -68,10 +71,26 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// Reads `namespace/name` and renders the revision its source currently publishes.
+    /// Reads `namespace/name` and renders the revision its source currently publishes; each
+    /// cluster read is bounded by [`objects::DEFAULT_CALL_TIMEOUT`].
     pub async fn resolve(&self, namespace: &str, name: &str) -> Result<Resolved, ResolveError> {
-        let kustomization = objects::get_kustomization(&self.client, namespace, name).await?;
-        let (source, artifact) = self.fetch(&kustomization).await?;
+        self.resolve_within(namespace, name, objects::DEFAULT_CALL_TIMEOUT)
+            .await
+    }
+
+    /// As [`Resolver::resolve`], each cluster read (the Kustomization, its source,
+    /// `substituteFrom`) bounded by `call_timeout`: the same per-call deadline as the
+    /// converge's (`cluster::with_deadline`), so a server that stops answering fails the
+    /// resolve naming the object instead of hanging it.
+    pub async fn resolve_within(
+        &self,
+        namespace: &str,
+        name: &str,
+        call_timeout: Duration,
+    ) -> Result<Resolved, ResolveError> {
+        let kustomization =
+            objects::get_kustomization_within(&self.client, namespace, name, call_timeout).await?;
+        let (source, artifact) = self.fetch(&kustomization, call_timeout).await?;
         let revision = source
             .status
             .artifact
@@ -79,7 +98,9 @@ impl Resolver {
             .map(|a| a.revision.clone())
             .unwrap_or_default();
         let shown = format!("{namespace}/{name}");
-        let variables = self.variables(&kustomization, namespace).await?;
+        let variables = self
+            .variables(&kustomization, namespace, call_timeout)
+            .await?;
         let owner = Owner {
             name,
             namespace,
@@ -112,9 +133,15 @@ impl Resolver {
     async fn fetch(
         &self,
         kustomization: &Kustomization,
+        call_timeout: Duration,
     ) -> Result<(Source, UnpackedArtifact), ResolveError> {
-        let mut source =
-            objects::get_source(&self.client, kustomization, self.allow_cross_namespace).await?;
+        let mut source = objects::get_source_within(
+            &self.client,
+            kustomization,
+            self.allow_cross_namespace,
+            call_timeout,
+        )
+        .await?;
         let mut retried = false;
         loop {
             let artifact = source.artifact()?.clone();
@@ -125,11 +152,12 @@ impl Resolver {
                     tracing::info!(url = %url, source = %source.display_name(), revision = %artifact.revision,
                         "artifact gone, re-reading the source");
                     retried = true;
-                    source = objects::read_source(
+                    source = objects::read_source_within(
                         &self.client,
                         source.kind,
                         &source.namespace,
                         &source.name,
+                        call_timeout,
                     )
                     .await?;
                 }
@@ -149,6 +177,7 @@ impl Resolver {
         &self,
         kustomization: &Kustomization,
         namespace: &str,
+        call_timeout: Duration,
     ) -> Result<Variables, ResolveError> {
         let shown = format!(
             "{namespace}/{}",
@@ -159,7 +188,7 @@ impl Resolver {
         };
         let mut sources = Vec::new();
         for reference in &post_build.substitute_from {
-            let source = fetch_reference(&self.client, namespace, reference)
+            let source = fetch_reference(&self.client, namespace, reference, call_timeout)
                 .await
                 .map_err(|(message, bad_input)| ResolveError::Variables {
                     kustomization: shown.clone(),
@@ -184,6 +213,7 @@ pub async fn fetch_reference(
     client: &Client,
     namespace: &str,
     reference: &SubstituteReference,
+    deadline: Duration,
 ) -> Result<VarSource, (String, bool)> {
     let what = format!(
         "substituteFrom {}/{namespace}/{}",
@@ -193,16 +223,20 @@ pub async fn fetch_reference(
         .kind
         .parse()
         .map_err(|e: SubstituteError| (e.to_string(), true))?;
-    let failed = |e: kube::Error| (format!("reading {what}: {e}"), false);
+    let failed = |e: crate::cluster::CallError| (e.to_string(), false);
     Ok(match kind {
         VarSourceKind::ConfigMap => {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            let found = with_deadline(deadline, "reading", &what, api.get_opt(&reference.name))
+                .await
+                .map_err(failed)?;
             VarSource::from_config_map(&reference.name, reference.optional, found.as_ref())
         }
         VarSourceKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            let found = api.get_opt(&reference.name).await.map_err(failed)?;
+            let found = with_deadline(deadline, "reading", &what, api.get_opt(&reference.name))
+                .await
+                .map_err(failed)?;
             VarSource::from_secret(&reference.name, reference.optional, found.as_ref())
         }
     })
