@@ -453,7 +453,7 @@ fn play_flux(fake: &FakeApiServer, name: &'static str) -> tokio::task::JoinHandl
                 if let Some(t) = &token {
                     status["lastHandledReconcileAt"] = json!(t);
                 }
-                status["conditions"] = json!([{"type": "Ready", "status": "True",
+                status["conditions"] = json!([{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-30T00:00:00Z",
                     "reason": "ReconciliationSucceeded", "observedGeneration": generation,
                     "message": format!("Applied revision: {revision}")}]);
             });

@@ -631,14 +631,17 @@ impl Resume for JournalResume {
                 ..Default::default()
             };
             match crate::converge::resume_all(&cluster, &journal, &options).await {
-                Ok(results) => {
-                    for (namespace, name, result) in results {
+                Ok(resumed) => {
+                    for unreadable in resumed.unreadable {
+                        tracing::warn!(record = %unreadable.object, message = %unreadable.message,
+                            "skipping an unreadable intent record (fix or delete it by hand)");
+                    }
+                    for (namespace, name, result) in resumed.results {
                         let statefulset = format!("{namespace}/{name}");
                         match result {
-                            Ok(Some(report)) => {
+                            Ok(report) => {
                                 tracing::info!(%statefulset, action = ?report.action, "resumed an unfinished converge")
                             }
-                            Ok(None) => {}
                             Err(error) => {
                                 tracing::warn!(%statefulset, %error, "resuming an unfinished converge failed; retried at the next start")
                             }
