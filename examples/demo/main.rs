@@ -180,7 +180,12 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 
     p.section("see it yourself");
-    p.did(&format!("dashboard:  {}", api.url("/")));
+    let dashboard = api.head("/").await;
+    p.check(
+        matches!(&dashboard, Ok((200, t)) if t.starts_with("text/html")),
+        &format!("dashboard:  {}", api.url("/")),
+        || format!("{dashboard:?}"),
+    );
     p.did(&format!(
         "status:     curl {}",
         api.url(&format!("/status/{FLUX_NS}/{KUSTOMIZATION}"))

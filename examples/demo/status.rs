@@ -40,6 +40,23 @@ impl ServiceApi {
         Err(last)
     }
 
+    /// `GET path`: the status code and the `Content-Type`.
+    pub async fn head(&self, path: &str) -> Result<(u16, String), String> {
+        let r = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let content_type = r
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        Ok((r.status().as_u16(), content_type))
+    }
+
     /// The history `/status/{namespace}/{name}` reports, newest first (empty when the
     /// Kustomization is not known yet).
     pub async fn history(
