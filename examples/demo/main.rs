@@ -1,0 +1,260 @@
+//! `cargo run --release --example demo`: the whole product on loopback, with no cluster.
+//!
+//! Starts the in-repo fake kube-apiserver with its controllers (StatefulSets, pods, the
+//! garbage collector; Flux's kinds served), stand-ins for source-controller (a local artifact
+//! server with a git-like history), kustomize-controller and notification-controller, a volume
+//! provisioner/resizer, and `serve` itself through `service::start`, as `flux-converger serve`
+//! runs it. Then it walks three revisions (applied, grown, refused), checks each step against
+//! the cluster and `/status`, prints the dashboard's URL and serves until Ctrl-C.
+//!
+//! An example and not a `demo` subcommand: the fake API server is test code (`tests/support`,
+//! built on dev-dependencies such as hyper), and it must never ship in the release binary.
+
+#[path = "../../tests/data/flux_standin.rs"]
+mod flux_standin;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod cluster;
+mod progress;
+mod scenario;
+mod status;
+mod volumes;
+mod walk;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::render::KustomizeCommand;
+use flux_converger::flux::render::resolve::Resolver;
+use flux_converger::service::record::GateMode;
+use flux_converger::service::{self, Config};
+use serde_json::json;
+
+use flux_standin::{
+    ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
+    kustomization,
+};
+use progress::Progress;
+use scenario::{FLUX_NS, HMAC_KEY, KUSTOMIZATION, SOURCE};
+use support::FakeApiServer;
+
+#[derive(Parser)]
+#[command(
+    about = "flux-converger's whole loop on loopback: a fake API server, Flux stand-ins and `serve`"
+)]
+struct Args {
+    /// Exit after the walk (0 only when every step was observed); for CI.
+    #[arg(long)]
+    no_wait: bool,
+    /// Where `serve` listens (dashboard, /status, /hook); loopback only.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// The hand-off the Kustomization asks for (`flux-converger.io/gate`).
+    #[arg(long, default_value = "suspend", value_parser = parse_gate)]
+    gate: GateMode,
+    /// How long each step may take before it counts as not happened.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    step_timeout: Duration,
+}
+
+fn parse_gate(text: &str) -> Result<GateMode, String> {
+    match GateMode::parse(text) {
+        Some(GateMode::Off) | None => Err(format!("{text}: expected suspend or reconcile")),
+        Some(gate) => Ok(gate),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("demo: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.listen.ip().is_loopback(),
+        "--listen {}: the demo serves on loopback only",
+        args.listen
+    );
+    flux_converger::tls::install_crypto_provider();
+    let mut p = Progress::new();
+    p.section("flux-converger demo: the whole loop on loopback, no cluster");
+
+    // The cluster: API server, its controllers, storage.
+    let fake = FakeApiServer::new();
+    fake.seed_yaml(include_str!(
+        "../../tests/fixtures/v1.28/storageclasses.yaml"
+    ));
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": FLUX_NS, "labels": {"kubernetes.io/metadata.name": FLUX_NS}}}));
+    fake.enable_statefulset_controller();
+    fake.set_pods_ready(true);
+    let served = fake.serve().await;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&served.kubeconfig)
+        .context("reading the fake API server's kubeconfig")?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .context("kube config for the fake API server")?;
+    let client = kube::Client::try_from(config).context("kube client")?;
+    let _volumes = AbortOnDrop(volumes::start(fake.clone()));
+    p.did(&format!(
+        "kube-apiserver (in-repo fake, {}) on {}, with the StatefulSet controller, garbage collector, a provisioner and a resizer; Flux's kinds served",
+        fake.version().git_version(),
+        served.url
+    ));
+
+    // Flux.
+    let artifacts = ArtifactServer::start().await;
+    let source = GitSource::create(client.clone(), artifacts.clone(), FLUX_NS, SOURCE).await?;
+    let suspended = args.gate == GateMode::Suspend;
+    create_kustomization(
+        &client,
+        &kustomization(
+            FLUX_NS,
+            KUSTOMIZATION,
+            SOURCE,
+            "./apps",
+            Some(args.gate.as_str()),
+            suspended,
+        ),
+    )
+    .await?;
+    let _kustomize_controller = KustomizeController::start(
+        client.clone(),
+        KustomizeOptions {
+            resolver: resolver(client.clone())?,
+            namespace: Some(FLUX_NS.to_string()),
+            retry_interval: Duration::from_secs(2),
+        },
+    );
+    p.did(&format!(
+        "source-controller stand-in serving artifacts on http://{}; GitRepository {FLUX_NS}/{SOURCE}",
+        artifacts.addr
+    ));
+    p.did(&format!(
+        "kustomize-controller stand-in; Kustomization {FLUX_NS}/{KUSTOMIZATION} (path ./apps, flux-converger.io/gate: {}{})",
+        args.gate,
+        if suspended { ", suspended" } else { "" }
+    ));
+
+    // The converger, as `flux-converger serve` starts it.
+    let running = service::start(service_config(&args), client.clone())
+        .await
+        .context("starting the service")?;
+    let api = status::ServiceApi::new(running.addr);
+    let ready = api.ready(args.step_timeout).await;
+    p.check(
+        ready.is_ok(),
+        &format!("flux-converger serve on http://{} is ready", running.addr),
+        || ready.clone().err().unwrap_or_default(),
+    );
+    p.detail("notification-controller stand-in posts generic-hmac signed events to /hook");
+
+    let world = walk::World {
+        fake: fake.clone(),
+        source,
+        service: api.clone(),
+        gate: args.gate,
+        timeout: args.step_timeout,
+    };
+    if ready.is_ok() {
+        walk::walk(&world, &mut p).await;
+    }
+
+    p.section("see it yourself");
+    let dashboard = api.head("/").await;
+    p.check(
+        matches!(&dashboard, Ok((200, t)) if t.starts_with("text/html")),
+        &format!("dashboard:  {}", api.url("/")),
+        || format!("{dashboard:?}"),
+    );
+    p.did(&format!(
+        "status:     curl {}",
+        api.url(&format!("/status/{FLUX_NS}/{KUSTOMIZATION}"))
+    ));
+    p.did(&format!("metrics:    curl {}", api.url("/metrics")));
+    p.did(&format!(
+        "cluster:    kubectl --kubeconfig {} get statefulsets,pods,pvc,kustomizations -A",
+        served.kubeconfig.display()
+    ));
+    let failures = p.failures().to_vec();
+    if failures.is_empty() {
+        println!("\nevery step happened as described.");
+    } else {
+        println!("\n{} step(s) did not happen:", failures.len());
+        for f in &failures {
+            println!("  - {f}");
+        }
+    }
+    if !args.no_wait {
+        println!("serving until Ctrl-C …");
+        tokio::signal::ctrl_c()
+            .await
+            .context("waiting for Ctrl-C")?;
+    }
+    running.shutdown().await;
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn resolver(client: kube::Client) -> anyhow::Result<Resolver> {
+    Ok(Resolver {
+        client,
+        fetcher: Fetcher::new(FetchOptions::default())?,
+        kustomize: KustomizeCommand::default(),
+        strict: true,
+        allow_cross_namespace: true,
+    })
+}
+
+/// What `flux-converger serve` would build from its flags for this cluster: the defaults,
+/// but the webhook key, loopback, one replica (no leader election) and short waits.
+fn service_config(args: &Args) -> Config {
+    Config {
+        listen: args.listen,
+        namespace: FLUX_NS.to_string(),
+        hmac_key: Some(HMAC_KEY.to_vec()),
+        hook_token: None,
+        default_gate: GateMode::Off,
+        watch_label_selector: None,
+        workers: 2,
+        resync: Duration::from_secs(30),
+        handoff_timeout: args.step_timeout,
+        leader_elect: false,
+        no_cross_namespace_refs: false,
+        default_service_account: None,
+        events_addr: None,
+        kustomize: KustomizeCommand::default(),
+        call_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Stops a background task with the demo.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,111 @@
+//! Reads what the service reports about itself, over its own HTTP API (`/readyz`,
+//! `/status/{namespace}/{name}`), as a user's script or the dashboard would.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use flux_converger::service::record::{RevisionRecord, RevisionState};
+use serde_json::Value;
+
+#[derive(Clone)]
+pub struct ServiceApi {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl ServiceApi {
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            base: format!("http://{addr}"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Waits until `/readyz` answers 200; `Err` with its last answer otherwise.
+    pub async fn ready(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        let mut last = String::from("no answer");
+        while Instant::now() < deadline {
+            match self.http.get(self.url("/readyz")).send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                Ok(r) => last = format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(last)
+    }
+
+    /// `GET path`: the status code and the `Content-Type`.
+    pub async fn head(&self, path: &str) -> Result<(u16, String), String> {
+        let r = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let content_type = r
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        Ok((r.status().as_u16(), content_type))
+    }
+
+    /// The history `/status/{namespace}/{name}` reports, newest first (empty when the
+    /// Kustomization is not known yet).
+    pub async fn history(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<RevisionRecord>, String> {
+        let r = self
+            .http
+            .get(self.url(&format!("/status/{namespace}/{name}")))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(Vec::new());
+        }
+        if !r.status().is_success() {
+            return Err(format!("GET /status/{namespace}/{name}: {}", r.status()));
+        }
+        let body = r.bytes().await.map_err(|e| e.to_string())?;
+        let detail: Value = serde_json::from_slice(&body)
+            .map_err(|e| format!("/status/{namespace}/{name}: {e}"))?;
+        serde_json::from_value(detail["revisions"].clone())
+            .map_err(|e| format!("/status/{namespace}/{name} revisions: {e}"))
+    }
+
+    /// Waits for the service's finished record of `revision` (any state but `running`).
+    pub async fn finished(
+        &self,
+        namespace: &str,
+        name: &str,
+        revision: &str,
+        timeout: Duration,
+    ) -> Result<RevisionRecord, String> {
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        while Instant::now() < deadline {
+            let history = self.history(namespace, name).await?;
+            if let Some(r) = history.into_iter().find(|r| r.revision == revision) {
+                if r.state != RevisionState::Running {
+                    return Ok(r);
+                }
+                last = Some(r.state);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(match last {
+            Some(state) => format!("still {} after {timeout:?}", state.as_str()),
+            None => format!("no record of {revision} after {timeout:?}"),
+        })
+    }
+}
