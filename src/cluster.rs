@@ -20,7 +20,7 @@ use kube::api::{
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 
-/// Field manager of the StatefulSet dry run and re-apply: parity with Flux (DESIGN.md §5).
+/// Field manager of the StatefulSet dry run and re-apply: parity with Flux (docs/README.md, Contracts).
 pub const FLUX_FIELD_MANAGER: &str = "kustomize-controller";
 /// Field manager of everything else the converger writes (claims, journal).
 pub const FIELD_MANAGER: &str = "flux-converger";

@@ -1,6 +1,6 @@
-//! The pure decision for one StatefulSet: `Plan` or `Refusal` (DESIGN.md §2).
+//! The pure decision for one StatefulSet: `Plan` or `Refusal` (docs/converge.md).
 //!
-//! Interface shared by `converge` and the `plan` command; the body is issue #2's.
+//! Interface shared by `converge` and the `plan` command.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -47,7 +47,7 @@ pub struct DeferredClaim {
     pub reason: String,
 }
 
-/// Stable refusal codes (DESIGN.md §2, §5).
+/// Stable refusal codes (docs/converge.md, docs/cli.md).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RefusalCode {

@@ -26,7 +26,7 @@ pub const RECORD_LABEL: &str = "flux-converger.io/record";
 /// Value of [`RECORD_LABEL`] on intents.
 pub const INTENT_RECORD: &str = "intent";
 
-/// What a converge of one StatefulSet set out to do (DESIGN.md §2, crash safety).
+/// What a converge of one StatefulSet set out to do (docs/converge.md, the journal).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Intent {

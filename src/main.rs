@@ -1,7 +1,7 @@
 //! The `flux-converger` binary: parse the command line, set up logging, run one command.
 //!
 //! Every command lives in `cmd::<name>` and returns an [`cmd::Exit`]; errors carry their
-//! exit code (2 bad input, 1 failure) so the contract of DESIGN.md §5 is kept in one place.
+//! exit code (2 bad input, 1 failure) so the contract of docs/cli.md is kept in one place.
 
 mod cmd;
 

@@ -1,7 +1,7 @@
 //! Reading Kubernetes objects from YAML files: multi-document streams and `List`s.
 //!
 //! Shared by every command that takes objects from a file (`plan`, `converge`, `render`).
-//! Errors name the file and the document index so bad input can be found (issue #2).
+//! Errors name the file and the document index so bad input can be found.
 //!
 //! The stream is split into documents here rather than by the YAML crate, because the crate
 //! drops empty documents and the index a user sees in an error must be the one they count in

@@ -62,7 +62,7 @@ fn mebibytes(q: &Value) -> u64 {
 
 // ---- hardening, shared by the Deployment and the sidecar ----
 
-/// The serve flags of the service's contract (issue #8); an argument outside it is a typo that
+/// The serve flags of the service's contract (docs/service.md); an argument outside it is a typo that
 /// would stop the pod at start.
 const SERVE_FLAGS: &[&str] = &[
     "--listen",

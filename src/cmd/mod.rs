@@ -1,5 +1,5 @@
 //! The CLI commands. Each reads its input, calls the library and prints; exit codes are
-//! the contract of DESIGN.md §5: 0 done/planned, 3 refused, 2 bad input or usage, 1 other failure.
+//! the contract of docs/cli.md: 0 done/planned, 3 refused, 2 bad input or usage, 1 other failure.
 
 pub mod artifact_limits;
 pub mod converge;
@@ -7,7 +7,7 @@ pub mod plan;
 pub mod render;
 pub mod serve;
 
-/// Process exit codes (DESIGN.md §5).
+/// Process exit codes (docs/cli.md).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Exit {

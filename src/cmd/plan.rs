@@ -60,7 +60,7 @@ struct Outcome {
     result: Result<Plan, Refusal>,
 }
 
-/// The `-o json` contract (DESIGN.md §5, issue #2): keep it stable.
+/// The `-o json` contract (docs/cli.md): keep it stable.
 #[derive(Serialize)]
 struct Report<'a> {
     plans: Vec<&'a Plan>,

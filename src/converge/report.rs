@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::decide::{Plan, Refusal, RefusalCode};
 
-/// The steps of DESIGN.md §2, plus the bookkeeping around them.
+/// The steps of docs/converge.md, plus the bookkeeping around them.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Step {

@@ -1,4 +1,4 @@
-//! Flux's post-build variable substitution, as a pure function (issue #4).
+//! Flux's post-build variable substitution, as a pure function.
 //!
 //! kustomize-controller (fluxcd/pkg `kustomize/kustomize_varsub.go`) substitutes each rendered
 //! object separately: it skips objects labelled or annotated

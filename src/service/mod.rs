@@ -33,7 +33,7 @@ use crate::service::queue::{BackoffPolicy, Completion, Queue};
 use crate::service::record::{GateMode, RevisionState, Trigger};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
 
-/// Everything `flux-converger serve` is configured with (its flags, DESIGN.md §5).
+/// Everything `flux-converger serve` is configured with (its flags, docs/service.md).
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
