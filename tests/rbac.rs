@@ -510,6 +510,23 @@ async fn status(addr: std::net::SocketAddr, path: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
+/// A wait step of the service's flow: a request the install refused stops the test at once,
+/// naming it, where the service would otherwise retry (and the flow wait) forever.
+async fn poll(fake: &FakeApiServer) {
+    let refused: Vec<String> = fake
+        .rbac_requests()
+        .iter()
+        .filter(|r| !r.allowed)
+        .map(|r| format!("{} {}", r.user, Access::from(r)))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused while the service ran:{}",
+        lines(&refused)
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
 /// The whole service (`service::start`, as `serve` runs it, leader election on) under the
 /// shipped roles alone, next to Flux's stand-ins (their own identity): a Kustomization with the
 /// suspend gate converged at startup, then a grown revision announced by a signed webhook,
@@ -623,7 +640,7 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
         &newest(&status(running.addr, "/status/flux-system/apps").await),
         &r1.revision,
     ) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        poll(&fake).await;
     }
 
     let r2 = source
@@ -643,7 +660,7 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
         {
             break r;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        poll(&fake).await;
     };
     assert!(converged_and_applied(&last, &r2.revision), "{last:#}");
     assert_eq!(applied(&fake).as_deref(), Some(r2.revision.as_str()));
