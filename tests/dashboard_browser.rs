@@ -397,6 +397,7 @@ async fn dashboard_in_chromium_from_the_service() {
     // Ready (watches synced, results read) and every Kustomization indexed at its revision.
     let expected = seeded.kustomizations(None);
     while running.backend.ready().is_err() || running.backend.kustomizations(None) != expected {
+        rbac_check::assert_none_refused(&fake.rbac_requests());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(

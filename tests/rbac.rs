@@ -510,20 +510,9 @@ async fn status(addr: std::net::SocketAddr, path: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
-/// A wait step of the service's flow: a request the install refused stops the test at once,
-/// naming it, where the service would otherwise retry (and the flow wait) forever.
+/// A wait step of the service's flow: a refused request fails the test at once, naming it.
 async fn poll(fake: &FakeApiServer) {
-    let refused: Vec<String> = fake
-        .rbac_requests()
-        .iter()
-        .filter(|r| !r.allowed)
-        .map(|r| format!("{} {}", r.user, Access::from(r)))
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "refused while the service ran:{}",
-        lines(&refused)
-    );
+    check::assert_none_refused(&fake.rbac_requests());
     tokio::time::sleep(Duration::from_millis(20)).await;
 }
 

@@ -310,6 +310,21 @@ pub fn unused(grants: &[Grant], accesses: &[Access]) -> Vec<Grant> {
         .collect()
 }
 
+/// Fails at once, listing them, when the fake refused any request so far: a service retries a
+/// refused watch or write forever, so a test waiting on it would hang instead of failing.
+pub fn assert_none_refused(log: &[RbacRequest]) {
+    let refused: Vec<String> = log
+        .iter()
+        .filter(|r| !r.allowed)
+        .map(|r| format!("{} {}", r.user, Access::from(r)))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused by the fake's RBAC:\n  {}",
+        refused.join("\n  ")
+    );
+}
+
 /// Fails, listing them, when the install would refuse any of the converger's requests in `log`.
 pub fn assert_allowed(log: &[RbacRequest]) {
     let denied = denied(&installed_grants(), &converger_accesses(log));
