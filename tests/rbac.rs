@@ -1,9 +1,9 @@
 //! The shipped RBAC (manifests/), proven against what the code sends: every flow that exists runs
-//! against the fake API server, and the request log is evaluated with RBAC's rules
-//! (`rbac/check.rs`). The test fails on a request the install would refuse, and on a grant that
-//! nothing sends, unless the grant is on the short list of what the service (`serve`) sends and
-//! this branch cannot run yet; a listed grant that a flow does send fails too, so the list only
-//! shrinks.
+//! against the fake API server, the whole service (`service::start`) among them, and the request
+//! log is evaluated with RBAC's rules (`rbac/check.rs`). The test fails on a request the install
+//! would refuse, and on a grant that nothing sends, unless the grant is on the pending list of
+//! code no flow can run yet (empty now); a listed grant that a flow does send fails too, so the
+//! list only shrinks.
 
 #[path = "rbac/check.rs"]
 mod check;
