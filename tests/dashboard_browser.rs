@@ -1,19 +1,23 @@
-//! The dashboard in a real browser: headless Chromium loads the page from the service's router
-//! (a stand-in backend with seeded records), runs the page's own script under the strict CSP,
-//! and the rendered DOM is checked: rows, a refusal's code and message, a drill-down, the
-//! hostile branch name shown as text. Screenshots land in `target/tmp/dashboard-browser/`.
+//! The dashboard in a real browser: headless Chromium loads the page from the service itself
+//! (`service::start` against the fake API server, its results seeded as the results ConfigMaps
+//! a leader writes, the Kustomizations and sources they belong to next to them), runs the
+//! page's own script under the strict CSP, and the rendered DOM is checked: rows, a refusal's
+//! code and message, a drill-down, the hostile branch name shown as text. Screenshots land in
+//! `target/tmp/dashboard-browser/`.
 //!
 //! Needs `chromium` (`hack/ci-chromium.sh` installs it). Without it the test fails when
 //! `CI=true` and skips with a message otherwise. `CHROMIUM=/path` picks another binary.
 //!
-//! `check_dashboard` is a function of the base URL only, so the same checks run against the full
-//! service (`service::start` against the fake API server) once its seeded results exist.
-//!
-//! The scale figures (1,000 Kustomizations × 20 revisions) are an ignored test that measures
-//! and prints, never asserts: `cargo test --test dashboard_browser -- --ignored --nocapture`.
+//! The stand-in backend (`data/http_standin.rs`) stays for what the service cannot give: a
+//! count of the page's own refreshes, and the scale figures (1,000 Kustomizations × 20
+//! revisions), an ignored test that measures and prints, never asserts:
+//! `cargo test --test dashboard_browser -- --ignored --nocapture`.
 
+#[path = "rbac/check.rs"]
+mod rbac_check;
 #[path = "data/http_standin.rs"]
 mod standin;
+mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,10 +27,17 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use flux_converger::flux::event::Event;
+use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::{AppState, Backend, HookAuth, router};
-use flux_converger::service::metrics;
-use flux_converger::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord};
+use flux_converger::service::index::GATE_ANNOTATION;
+use flux_converger::service::leader::LEASE_NAME;
+use flux_converger::service::record::{
+    GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord,
+};
+use flux_converger::service::{self, Config, metrics, results};
+use serde_json::json;
 use standin::StandIn;
+use support::FakeApiServer;
 
 /// A guard against a wedged browser, not a performance limit: a page load takes well under this.
 const BROWSER_GUARD: Duration = Duration::from_secs(300);
@@ -300,8 +311,124 @@ pub async fn check_dashboard(base: &str, browser: &Browser, out: &Path) {
         .await;
 }
 
+/// Seeds what a leader leaves behind for the records of `standin`: each Kustomization
+/// (annotated with its gate) and the GitRepository it follows at its source revision, and its
+/// history as the results ConfigMap `Results::put` writes.
+fn seed_service_state(fake: &FakeApiServer, standin: &StandIn) {
+    for summary in standin.kustomizations(None) {
+        let (namespace, name) = (summary.namespace.as_str(), summary.name.as_str());
+        fake.seed(json!({
+            "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"interval": "1m", "url": format!("https://git.example.com/{namespace}/{name}.git")},
+            "status": {"artifact": {
+                "url": format!("http://source-controller.flux-system.svc/gitrepository/{namespace}/{name}/latest.tar.gz"),
+                "revision": summary.source_revision, "digest": format!("sha256:{}", "0".repeat(64)),
+                "path": format!("gitrepository/{namespace}/{name}/latest.tar.gz"),
+                "lastUpdateTime": "2026-11-30T08:00:00Z"}}
+        }));
+        fake.seed(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {GATE_ANNOTATION: summary.gate.as_str()}},
+            "spec": {"interval": "10m", "path": "./", "prune": true,
+                     "suspend": summary.gate == GateMode::Suspend,
+                     "sourceRef": {"kind": "GitRepository", "name": name}}
+        }));
+        let history = standin
+            .kustomization(namespace, name)
+            .map(|d| d.revisions)
+            .unwrap_or_default();
+        if history.is_empty() {
+            continue;
+        }
+        let cm = results::to_configmap(rbac_check::NAMESPACE, namespace, name, &history, None)
+            .expect("the seeded history fits a ConfigMap");
+        fake.seed(serde_json::to_value(cm).expect("a ConfigMap serialises"));
+    }
+}
+
+/// Another replica holds the Lease, so this one serves `/status` and the dashboard from the
+/// results alone and runs nothing (a leader would re-run the `running` and never-run rows).
+fn seed_other_leader(fake: &FakeApiServer) {
+    let now = jiff::Timestamp::now().to_string();
+    fake.seed(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": LEASE_NAME, "namespace": rbac_check::NAMESPACE},
+        "spec": {"holderIdentity": "flux-converger-leader", "leaseDurationSeconds": 3600,
+                 "acquireTime": now, "renewTime": now}
+    }));
+}
+
+fn service_config() -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        namespace: rbac_check::NAMESPACE.into(),
+        hmac_key: Some(b"webhook-key".to_vec()),
+        hook_token: None,
+        default_gate: GateMode::Suspend,
+        watch_label_selector: None,
+        workers: 2,
+        resync: Duration::from_secs(3600),
+        handoff_timeout: Duration::from_secs(60),
+        leader_elect: true,
+        no_cross_namespace_refs: false,
+        default_service_account: None,
+        events_addr: None,
+        kustomize: KustomizeCommand::default(),
+        call_timeout: Duration::from_secs(5),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_in_chromium() {
+async fn dashboard_in_chromium_from_the_service() {
+    let Some(path) = browser_or_skip() else {
+        return;
+    };
+    flux_converger::tls::install_crypto_provider();
+    let seeded = standin::seeded();
+    let fake = FakeApiServer::new();
+    seed_service_state(&fake, &seeded);
+    seed_other_leader(&fake);
+    rbac_check::install(&fake);
+    let running = service::start(service_config(), fake.client())
+        .await
+        .expect("the service starts");
+    // Ready (watches synced, results read) and every Kustomization indexed at its revision.
+    let expected = seeded.kustomizations(None);
+    while running.backend.ready().is_err() || running.backend.kustomizations(None) != expected {
+        rbac_check::assert_none_refused(&fake.rbac_requests());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !running.is_leading(),
+        "the seeded Lease is another replica's"
+    );
+    for summary in &expected {
+        assert_eq!(
+            running
+                .backend
+                .kustomization(&summary.namespace, &summary.name),
+            seeded.kustomization(&summary.namespace, &summary.name),
+            "the service reads back the seeded history of {}/{}",
+            summary.namespace,
+            summary.name
+        );
+    }
+
+    let browser = Browser { path };
+    let out = out_dir();
+    check_dashboard(&format!("http://{}", running.addr), &browser, &out).await;
+    eprintln!("screenshots in {}", out.display());
+    running.shutdown().await;
+    // Served as the converger's service account, under the shipped roles alone.
+    rbac_check::assert_allowed(&fake.rbac_requests());
+}
+
+/// The page refreshes itself in place: counted on a stand-in backend (the service's answers
+/// come from memory, so it has nothing to count them by).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_refreshes_itself_in_chromium() {
     let Some(path) = browser_or_skip() else {
         return;
     };
@@ -311,10 +438,9 @@ async fn dashboard_in_chromium() {
     });
     let addr = serve(backend.clone()).await;
     let browser = Browser { path };
-    let base = format!("http://{addr}");
 
     // 25 s of the page's (virtual) time: the first load and two refreshes of the 10 s period.
-    let page = browser.dom(&format!("{base}/"), 25_000).await;
+    let page = browser.dom(&format!("http://{addr}/"), 25_000).await;
     assert!(
         page.dom.contains("<html lang=\"en\" class=\"live\">"),
         "{}",
@@ -327,10 +453,6 @@ async fn dashboard_in_chromium() {
         "the page refreshed itself {} times, not twice",
         lists.saturating_sub(1)
     );
-
-    let out = out_dir();
-    check_dashboard(&base, &browser, &out).await;
-    eprintln!("screenshots in {}", out.display());
 }
 
 /// 1,000 Kustomizations × 20 revisions: server render time and Chromium's load, printed.

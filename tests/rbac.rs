@@ -1,14 +1,14 @@
 //! The shipped RBAC (manifests/), proven against what the code sends: every flow that exists runs
-//! against the fake API server, and the request log is evaluated with RBAC's rules
-//! (`rbac/check.rs`). The test fails on a request the install would refuse, and on a grant that
-//! nothing sends, unless the grant is on the short list of what the service (`serve`) sends and
-//! this branch cannot run yet; a listed grant that a flow does send fails too, so the list only
-//! shrinks.
+//! against the fake API server, the whole service (`service::start`) among them, and the request
+//! log is evaluated with RBAC's rules (`rbac/check.rs`). The test fails on a request the install
+//! would refuse, and on a grant that nothing sends, unless the grant is on the pending list of
+//! code no flow can run yet (empty now); a listed grant that a flow does send fails too, so the
+//! list only shrinks.
 
 #[path = "rbac/check.rs"]
 mod check;
-#[path = "data/render/flux_archive.rs"]
-mod flux_archive;
+#[path = "data/flux_standin.rs"]
+mod flux_standin;
 mod support;
 
 use std::collections::BTreeSet;
@@ -21,63 +21,16 @@ use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::journal::ConfigMapJournal;
+use flux_standin::flux_archive;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
 use support::authz::RbacRequest;
 use support::{FakeApiServer, Fault, FaultRule, GcMode, Method};
 
-/// Grants only the service's runtime sends (its watches), with the code that will send them.
-/// The service's end-to-end flow, once added to this test, removes them.
-const PENDING_SERVICE: &[(&str, &str, &str, &str)] = &[
-    (
-        "source.toolkit.fluxcd.io",
-        "gitrepositories",
-        "list",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-    (
-        "source.toolkit.fluxcd.io",
-        "gitrepositories",
-        "watch",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-    (
-        "source.toolkit.fluxcd.io",
-        "ocirepositories",
-        "list",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-    (
-        "source.toolkit.fluxcd.io",
-        "ocirepositories",
-        "watch",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-    (
-        "source.toolkit.fluxcd.io",
-        "buckets",
-        "list",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-    (
-        "source.toolkit.fluxcd.io",
-        "buckets",
-        "watch",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-    (
-        "source.toolkit.fluxcd.io",
-        "externalartifacts",
-        "list",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-    (
-        "source.toolkit.fluxcd.io",
-        "externalartifacts",
-        "watch",
-        "svc-runtime: source watches -> Kustomization keys",
-    ),
-];
+/// Grants no flow here sends yet, each with what will send it. Empty: the service's own
+/// end-to-end flow (`service_end_to_end`) sends all of its grants; a grant added for code this
+/// test cannot run yet goes here, and leaves once a flow sends it.
+const PENDING_SERVICE: &[(&str, &str, &str, &str)] = &[];
 
 const NS: &str = "apps";
 const TENANT: &str = "reconciler";
@@ -544,6 +497,172 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
     fake.rbac_requests()
 }
 
+fn web_yaml(size: &str) -> String {
+    serde_saphyr::to_string(&statefulset(size)).unwrap()
+}
+
+/// `GET` on the running service, as JSON.
+async fn status(addr: std::net::SocketAddr, path: &str) -> Value {
+    let response = reqwest::get(format!("http://{addr}{path}"))
+        .await
+        .expect("the service answers");
+    let text = response.text().await.unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or_default()
+}
+
+/// A wait step of the service's flow: a refused request fails the test at once, naming it.
+async fn poll(fake: &FakeApiServer) {
+    check::assert_none_refused(&fake.rbac_requests());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+/// The whole service (`service::start`, as `serve` runs it, leader election on) under the
+/// shipped roles alone, next to Flux's stand-ins (their own identity): a Kustomization with the
+/// suspend gate converged at startup, then a grown revision announced by a signed webhook,
+/// converged, handed off and applied by Flux; then a graceful shutdown (Lease released).
+async fn service_end_to_end() -> Vec<RbacRequest> {
+    use flux_converger::service::record::GateMode;
+    use flux_converger::service::{Config, start};
+    use flux_standin::{
+        ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
+        kustomization, post_event,
+    };
+    const KEY: &[u8] = b"webhook-key";
+    flux_converger::tls::install_crypto_provider();
+    let fake = FakeApiServer::new();
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.enable_statefulset_controller();
+    check::install(&fake);
+    let flux = check::flux_client(&fake);
+    let source = GitSource::create(
+        flux.clone(),
+        ArtifactServer::start().await,
+        "flux-system",
+        "repo",
+    )
+    .await
+    .unwrap();
+    let r1 = source
+        .publish("web at 1Gi", &[("apps/web.yaml", web_yaml("1Gi").as_str())])
+        .await
+        .unwrap();
+    let ks = kustomization(
+        "flux-system",
+        "apps",
+        "repo",
+        "./apps",
+        Some("suspend"),
+        false,
+    );
+    create_kustomization(&flux, &ks).await.unwrap();
+    let _kustomize_controller = KustomizeController::start(
+        flux.clone(),
+        KustomizeOptions {
+            resolver: Resolver {
+                client: flux.clone(),
+                fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
+                kustomize: KustomizeCommand::default(),
+                strict: true,
+                allow_cross_namespace: true,
+            },
+            namespace: Some("flux-system".into()),
+            retry_interval: Duration::from_millis(300),
+        },
+    );
+    let applied = |fake: &FakeApiServer| {
+        fake.get(
+            "kustomize.toolkit.fluxcd.io/v1",
+            "Kustomization",
+            Some("flux-system"),
+            "apps",
+        )
+        .and_then(|k| {
+            k["status"]["lastAppliedRevision"]
+                .as_str()
+                .map(String::from)
+        })
+    };
+    while applied(&fake).as_deref() != Some(r1.revision.as_str()) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..2 {
+        let claim = format!("data-web-{i}");
+        while fake
+            .get("v1", "PersistentVolumeClaim", Some(NS), &claim)
+            .is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        fake.set_pvc_phase(NS, &claim, "Bound");
+    }
+
+    let running = start(
+        Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            namespace: check::NAMESPACE.into(),
+            hmac_key: Some(KEY.to_vec()),
+            hook_token: None,
+            default_gate: GateMode::Suspend,
+            watch_label_selector: None,
+            workers: 2,
+            resync: Duration::from_secs(3600),
+            handoff_timeout: Duration::from_secs(60),
+            leader_elect: true,
+            no_cross_namespace_refs: false,
+            default_service_account: None,
+            events_addr: None,
+            kustomize: KustomizeCommand::default(),
+            call_timeout: Duration::from_secs(5),
+        },
+        fake.client(),
+    )
+    .await
+    .expect("the service starts under the shipped RBAC");
+    let newest = |detail: &Value| detail["revisions"][0].clone();
+    let converged_and_applied = |r: &Value, revision: &str| {
+        r["revision"] == json!(revision)
+            && r["state"] == json!("converged")
+            && r["flux"]["outcome"] == json!("applied")
+    };
+    while !converged_and_applied(
+        &newest(&status(running.addr, "/status/flux-system/apps").await),
+        &r1.revision,
+    ) {
+        poll(&fake).await;
+    }
+
+    let r2 = source
+        .publish("web at 2Gi", &[("apps/web.yaml", web_yaml("2Gi").as_str())])
+        .await
+        .unwrap();
+    let event = source.new_artifact_event(&r2).await.unwrap();
+    let delivery = post_event(&format!("http://{}/hook", running.addr), KEY, &event)
+        .await
+        .unwrap();
+    assert_eq!(delivery.status, 202, "{}", delivery.body);
+    let last = loop {
+        let r = newest(&status(running.addr, "/status/flux-system/apps").await);
+        if r["revision"] == json!(r2.revision)
+            && r["state"] != json!("running")
+            && (r["state"] != json!("converged") || !r["flux"].is_null())
+        {
+            break r;
+        }
+        poll(&fake).await;
+    };
+    assert!(converged_and_applied(&last, &r2.revision), "{last:#}");
+    assert_eq!(applied(&fake).as_deref(), Some(r2.revision.as_str()));
+    assert_eq!(
+        fake.get("v1", "PersistentVolumeClaim", Some(NS), "data-web-1")
+            .unwrap()["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+    running.shutdown().await;
+    fake.gc_settled().await;
+    fake.rbac_requests()
+}
+
 fn pending_keys() -> BTreeSet<(&'static str, &'static str, &'static str)> {
     PENDING_SERVICE
         .iter()
@@ -558,7 +677,7 @@ fn lines<T: ToString>(items: &[T]) -> String {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     let mut requests = Vec::new();
     requests.extend(converge_own_identity().await);
@@ -567,6 +686,7 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(leader_election().await);
     requests.extend(records_and_events().await);
     requests.extend(gate_both_modes().await);
+    requests.extend(service_end_to_end().await);
     let accesses = check::converger_accesses(&requests);
     let grants = check::installed_grants();
 

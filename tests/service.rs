@@ -783,6 +783,8 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
 
 #[path = "data/flux_standin.rs"]
 mod flux_standin;
+#[path = "rbac/check.rs"]
+mod rbac_check;
 
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::render::resolve::Resolver;
@@ -834,11 +836,31 @@ struct Flux {
 }
 
 async fn flux(gate: &str, service_account: Option<&str>) -> Flux {
-    flux_converger::tls::install_crypto_provider();
+    flux_in(FakeApiServer::new(), gate, service_account, false).await
+}
+
+/// [`flux`] with the shipped RBAC installed first: the service (every plain request) runs under
+/// its ClusterRole/Role alone, Flux's stand-ins as their own identity.
+async fn flux_under_shipped_rbac(gate: &str) -> Flux {
     let fake = FakeApiServer::new();
+    rbac_check::install(&fake);
+    flux_in(fake, gate, None, true).await
+}
+
+async fn flux_in(
+    fake: FakeApiServer,
+    gate: &str,
+    service_account: Option<&str>,
+    shipped_rbac: bool,
+) -> Flux {
+    flux_converger::tls::install_crypto_provider();
     fake.seed_fixture("v1.28/storageclasses.yaml");
     fake.enable_statefulset_controller();
-    let client = fake.client();
+    let client = if shipped_rbac {
+        rbac_check::flux_client(&fake)
+    } else {
+        fake.client()
+    };
     let server = ArtifactServer::start().await;
     let source = GitSource::create(client.clone(), server, NS, "repo")
         .await
@@ -980,7 +1002,7 @@ async fn grow_to_2gi(flux: &Flux, running: &Running) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
-    let flux = flux("suspend", None).await;
+    let flux = flux_under_shipped_rbac("suspend").await;
     let fake = &flux.fake;
     let running = serve(fake).await;
     let r1 = flux.source.history()[0].revision.clone();
@@ -1038,6 +1060,8 @@ async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
     );
     status_contract(&running, &r2).await;
     running.shutdown().await;
+    // All of it ran as the converger's service account under the shipped roles.
+    rbac_check::assert_allowed(&fake.rbac_requests());
 }
 
 fn keys(value: &serde_json::Value) -> Vec<String> {
@@ -1155,6 +1179,16 @@ async fn status_contract(running: &Running, revision: &str) {
 async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
     let flux = flux("reconcile", Some("apps-deployer")).await;
     let fake = &flux.fake;
+    // What docs/operating.md tells a tenant to grant its service account: the fake authorises
+    // impersonated requests, so without it the read is the real 403.
+    fake.grant(
+        "default",
+        "system:serviceaccount:flux-system:apps-deployer",
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "watch", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "patch"]},
+        ]),
+    );
     let running = serve(fake).await;
     let r1 = flux.source.history()[0].revision.clone();
     assert_eq!(

@@ -6,7 +6,9 @@
 //! (`#[path = "rbac/check.rs"] mod rbac_check;`, next to `mod support;`):
 //! `rbac_check::install(&fake)` seeds the shipped RBAC and makes the fake enforce it on every
 //! request the converger makes as itself (a missing verb is the real 403), and
-//! `rbac_check::assert_allowed(&fake.rbac_requests())` names any refused request.
+//! `rbac_check::assert_allowed(&fake.rbac_requests())` names any refused request. Flux's
+//! stand-ins in the same fake run as [`FLUX_USER`] through [`flux_client`], so what they do is
+//! neither refused by nor counted against the converger's roles.
 
 #![allow(dead_code)]
 
@@ -76,9 +78,44 @@ pub fn accesses_of(log: &[RbacRequest], user: &str) -> Vec<Access> {
         .collect()
 }
 
-/// What the converger's own identity was asked to authorise.
+/// What the converger's own identity was asked to authorise (not the impersonation that
+/// [`flux_client`] rides on: that is the test's Flux, not the converger).
 pub fn converger_accesses(log: &[RbacRequest]) -> Vec<Access> {
     accesses_of(log, USER)
+        .into_iter()
+        .filter(|a| !is_flux_impersonation(a))
+        .collect()
+}
+
+/// Flux's controllers as the tests play them (tests/data/flux_standin.rs): a service account
+/// the converger never impersonates, bound to everything, as Flux's cluster-reconciler is.
+pub const FLUX_NAMESPACE: &str = "flux-system";
+pub const FLUX_SERVICE_ACCOUNT: &str = "flux-standin";
+pub const FLUX_USER: &str = "system:serviceaccount:flux-system:flux-standin";
+
+fn is_flux_impersonation(a: &Access) -> bool {
+    a.verb == "impersonate"
+        && a.resource == "serviceaccounts"
+        && a.namespace.as_deref() == Some(FLUX_NAMESPACE)
+        && a.name.as_deref() == Some(FLUX_SERVICE_ACCOUNT)
+}
+
+/// A client for Flux's stand-ins once [`install`] made every plain request the converger's:
+/// the fake knows callers only by impersonation, so this one impersonates [`FLUX_USER`]
+/// (allowed through the converger's own `impersonate` grant, which the check then ignores for
+/// this one account) and [`install`] binds that account to everything.
+pub fn flux_client(fake: &FakeApiServer) -> kube::Client {
+    let inner = fake.client();
+    let user = http::HeaderValue::from_static(FLUX_USER);
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        let user = user.clone();
+        async move {
+            request.headers_mut().insert("Impersonate-User", user);
+            inner.send(request).await
+        }
+    });
+    kube::Client::new(service, "default")
 }
 
 /// One verb on one resource granted by one rule of a role; `namespace` is `None` for a
@@ -241,6 +278,15 @@ pub fn install(fake: &FakeApiServer) {
             fake.seed(o);
         }
     }
+    fake.seed(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "flux-standin"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}));
+    fake.seed(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "flux-standin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "flux-standin"},
+        "subjects": [{"kind": "ServiceAccount", "name": FLUX_SERVICE_ACCOUNT, "namespace": FLUX_NAMESPACE}]}));
     fake.authorize_default_as(USER);
     fake.clear_rbac_requests();
 }
@@ -262,6 +308,21 @@ pub fn unused(grants: &[Grant], accesses: &[Access]) -> Vec<Grant> {
         .filter(|g| !accesses.iter().any(|a| g.allows(a)))
         .cloned()
         .collect()
+}
+
+/// Fails at once, listing them, when the fake refused any request so far: a service retries a
+/// refused watch or write forever, so a test waiting on it would hang instead of failing.
+pub fn assert_none_refused(log: &[RbacRequest]) {
+    let refused: Vec<String> = log
+        .iter()
+        .filter(|r| !r.allowed)
+        .map(|r| format!("{} {}", r.user, Access::from(r)))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused by the fake's RBAC:\n  {}",
+        refused.join("\n  ")
+    );
 }
 
 /// Fails, listing them, when the install would refuse any of the converger's requests in `log`.
