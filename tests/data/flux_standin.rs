@@ -15,8 +15,7 @@
 //! - [`post_event`] plays notification-controller's `generic-hmac` provider.
 //!
 //! What they leave out: health checks, pruning and inventory, impersonation of
-//! `spec.serviceAccountName` (the fake does not authorise), `dependsOn`, intervals other than
-//! the retry of a failed revision.
+//! `spec.serviceAccountName`, `dependsOn`, intervals other than the retry of a failed revision.
 
 #![allow(dead_code)]
 
