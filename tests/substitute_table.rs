@@ -1342,3 +1342,27 @@ fn nesting_depth() {
         Err("substitutions nested deeper than 256 levels".to_owned())
     );
 }
+
+/// An object the render accepts (nested deeper than serde-saphyr's default depth of 64) must
+/// substitute too: the re-parse after substitution uses the same budget and stack as the render.
+#[test]
+fn a_deep_object_substitutes_with_the_renders_budget() {
+    let mut value = json!("${SIZE}");
+    for level in 0..150 {
+        value = json!({ format!("l{level}"): value });
+    }
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "deep", "namespace": "default"},
+        "data": {"tree": "x"},
+        "deep": value,
+    });
+    let out = substitute_object(&object, &vars(&[("SIZE", "2Gi")]), &Options::default())
+        .expect("deep object substitutes");
+    let mut at = &out["deep"];
+    for level in (0..150).rev() {
+        at = &at[format!("l{level}")];
+    }
+    assert_eq!(at, "2Gi");
+}

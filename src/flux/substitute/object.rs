@@ -44,12 +44,15 @@ fn to_yaml(object: &Value) -> Result<String, SubstituteError> {
     })
 }
 
-/// Parses like sigs.k8s.io/yaml (YAML 1.1 scalars: `yes`/`on` are booleans, `0755` is octal).
+/// Parses like sigs.k8s.io/yaml (YAML 1.1 scalars: `yes`/`on` are booleans, `0755` is octal),
+/// with the same budget and stack as every other YAML read, so an object the render accepted
+/// (a large ConfigMap, a deep CRD) cannot fail here or overflow the worker's stack.
 fn from_yaml(text: &str) -> Result<Value, String> {
-    let options = serde_saphyr::options! {
-        legacy_octal_numbers: true,
-    };
-    serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| e.to_string())
+    let mut options = crate::manifest::yaml_options();
+    options.legacy_octal_numbers = true;
+    crate::manifest::with_parse_stack(|| {
+        serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| e.to_string())
+    })
 }
 
 /// Whether substitution runs at all for this Kustomization.
