@@ -48,9 +48,9 @@ fn to_yaml(object: &Value) -> Result<String, SubstituteError> {
 /// with the same budget and stack as every other YAML read, so an object the render accepted
 /// (a large ConfigMap, a deep CRD) cannot fail here or overflow the worker's stack.
 fn from_yaml(text: &str) -> Result<Value, String> {
-    let mut options = crate::manifest::yaml_options();
-    options.legacy_octal_numbers = true;
     crate::manifest::with_parse_stack(|| {
+        let mut options = crate::manifest::yaml_options();
+        options.legacy_octal_numbers = true;
         serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| e.to_string())
     })
 }
