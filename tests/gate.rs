@@ -1004,3 +1004,50 @@ async fn a_dry_run_denied_to_the_tenant_names_the_permission_and_writes_nothing(
         w.fake.writes()
     );
 }
+
+/// A Kustomization or source read that gets no answer fails the revision under the
+/// configured per-call deadline (`call_timeout`), not the 30 s default of the CLI's reads:
+/// the message names the deadline it was cut at.
+#[tokio::test]
+async fn flux_object_reads_that_get_no_answer_fail_under_the_call_timeout() {
+    const CALL: Duration = Duration::from_secs(2);
+    // Longer than the 30 s default: a read under the default would name 30000 ms.
+    const STALL: Duration = Duration::from_secs(35);
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let mut config = w.config(EventSink::disabled());
+    config.call_timeout = CALL;
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+    let cut = format!("no answer within {} ms", CALL.as_millis());
+
+    // The run's first read of the Kustomization.
+    w.fake.add_fault(support::FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/kustomizations/apps".into(),
+        nth: 0,
+        action: support::Fault::Delay(STALL),
+    });
+    match gate.run(FLUX_NS, "apps", Trigger::Webhook).await {
+        GateOutcome::Failed { message } => assert!(message.contains(&cut), "{message}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    w.fake.clear_faults();
+
+    // The resolve's read of the source.
+    w.fake.add_fault(support::FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/gitrepositories/repo".into(),
+        nth: 0,
+        action: support::Fault::Delay(STALL),
+    });
+    match gate.run(FLUX_NS, "apps", Trigger::Webhook).await {
+        GateOutcome::Failed { message } => assert!(message.contains(&cut), "{message}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let error = last(&results).error.expect("the resolve's error");
+    assert_eq!(error.step, "resolve");
+    assert!(error.message.contains(&cut), "{}", error.message);
+    // Nothing was converged: the claims keep their size.
+    assert_eq!(w.claim_size("data-web-0"), "1Gi");
+}

@@ -113,7 +113,14 @@ impl Gate {
     pub async fn run(&self, namespace: &str, name: &str, trigger: Trigger) -> GateOutcome {
         let key = ks_name(namespace, name);
         for _ in 0..=MAX_RESTARTS {
-            let ks = match objects::get_kustomization(&self.config.client, namespace, name).await {
+            let ks = match objects::get_kustomization_within(
+                &self.config.client,
+                namespace,
+                name,
+                self.config.call_timeout,
+            )
+            .await
+            {
                 Ok(ks) => ks,
                 Err(ObjectsError::NotFound { .. } | ObjectsError::CrdMissing { .. }) => {
                     return GateOutcome::NotHandled;
@@ -166,7 +173,10 @@ impl Gate {
         self.close_interrupted(namespace, name).await;
         let started_at = now();
         let t = Instant::now();
-        let resolved = c.resolver.resolve(namespace, name).await;
+        let resolved = c
+            .resolver
+            .resolve_within(namespace, name, c.call_timeout)
+            .await;
         c.metrics.step("resolve", t.elapsed().as_secs_f64());
         let resolved = match resolved {
             Ok(r) => r,
@@ -222,7 +232,14 @@ impl Gate {
         }
 
         // The result is only worth handing off if it is still the revision Flux will apply.
-        match objects::get_source(&c.client, ks, c.resolver.allow_cross_namespace).await {
+        match objects::get_source_within(
+            &c.client,
+            ks,
+            c.resolver.allow_cross_namespace,
+            c.call_timeout,
+        )
+        .await
+        {
             Ok(source) => {
                 let now_published = source.status.artifact.map(|a| a.revision);
                 if now_published.as_deref() != Some(record.revision.as_str()) {
@@ -317,16 +334,23 @@ impl Gate {
             }
             _ => {}
         }
-        let Ok(ks) = objects::get_kustomization(&c.client, namespace, name).await else {
+        let Ok(ks) =
+            objects::get_kustomization_within(&c.client, namespace, name, c.call_timeout).await
+        else {
             return GateOutcome::Failed {
                 message: error.to_string(),
             };
         };
         // The revision, when the source can be read at all (not for a blocked reference).
-        let source = objects::get_source(&c.client, &ks, c.resolver.allow_cross_namespace)
-            .await
-            .ok()
-            .and_then(|s| s.status.artifact);
+        let source = objects::get_source_within(
+            &c.client,
+            &ks,
+            c.resolver.allow_cross_namespace,
+            c.call_timeout,
+        )
+        .await
+        .ok()
+        .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
         let record = RevisionRecord {
             revision: source
