@@ -77,6 +77,12 @@ const PENDING_SERVICE: &[(&str, &str, &str, &str)] = &[
         "watch",
         "svc-runtime: source watches -> Kustomization keys",
     ),
+    (
+        "storage.k8s.io",
+        "storageclasses",
+        "watch",
+        "perf: serve's StorageClass cache (service::watch::storage_class_cache)",
+    ),
 ];
 
 const NS: &str = "apps";

@@ -19,6 +19,8 @@ pub mod tenant;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::Store;
 
 use crate::commands;
 use crate::converge::{self, ConvergeError};
@@ -85,6 +87,8 @@ pub enum GateOutcome {
 #[derive(Clone)]
 pub struct Gate {
     config: std::sync::Arc<GateConfig>,
+    /// The service's StorageClass cache; `None` lists them on every converge.
+    storage_classes: Option<Store<StorageClass>>,
 }
 
 /// How one pass over a revision ended.
@@ -106,7 +110,17 @@ impl Gate {
     pub fn new(config: GateConfig) -> Self {
         Gate {
             config: std::sync::Arc::new(config),
+            storage_classes: None,
         }
+    }
+
+    /// Converges read StorageClasses from `store` (the service's reflector) instead of
+    /// listing them each time: a converge of N claims then sends N+9 requests, not N+10,
+    /// and with many Kustomizations the cluster-wide list is not repeated per revision.
+    /// Kept out of [`GateConfig`] so that existing literal configs stay valid.
+    pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
+        self.storage_classes = Some(store);
+        self
     }
 
     /// Handles the revision the Kustomization's source publishes now.
@@ -417,7 +431,10 @@ impl Gate {
                     .collect();
             }
         };
-        let cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
+        let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
+        if let Some(store) = &self.storage_classes {
+            cluster = cluster.with_storage_classes(store.clone());
+        }
         let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout);
         let options = converge::Options::default();
         let mut entries = Vec::with_capacity(sorted.len());

@@ -566,6 +566,7 @@ pub async fn start_tuned(
         Some(tuning.lease.identity.clone()),
     )
     .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
+    let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -577,7 +578,8 @@ pub async fn start_tuned(
         default_service_account: config.default_service_account.clone(),
         events,
         default_gate: config.default_gate,
-    });
+    })
+    .with_storage_classes(storage_classes);
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -604,7 +606,16 @@ pub async fn start_tuned(
         }),
         metrics,
     };
-    start_with(config, client, tuning, parts).await
+    let mut running = start_with(config, client, tuning, parts).await?;
+    // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
+    let cancel = running.cancel.clone();
+    running.background.push(tokio::spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = storage_class_watch => {}
+        }
+    }));
+    Ok(running)
 }
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
