@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod queue;
 pub mod record;
 pub mod results;
+pub mod status_cache;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -245,6 +246,7 @@ pub async fn start_with(
         queue: queue.clone(),
         records,
         readiness: readiness.clone(),
+        status: Arc::default(),
     };
 
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -353,6 +355,12 @@ impl Records for StoreRecords {
     }
     fn is_loaded(&self) -> bool {
         self.0.is_loaded()
+    }
+    fn generation(&self) -> Option<u64> {
+        self.0.generation()
+    }
+    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        self.0.version(namespace, name)
     }
 }
 
@@ -509,6 +517,12 @@ impl Records for results::Results {
     }
     fn is_loaded(&self) -> bool {
         results::Results::is_loaded(self)
+    }
+    fn generation(&self) -> Option<u64> {
+        Some(results::Results::generation(self))
+    }
+    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        results::Results::version(self, namespace, name)
     }
 }
 
