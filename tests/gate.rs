@@ -1004,3 +1004,110 @@ async fn a_dry_run_denied_to_the_tenant_names_the_permission_and_writes_nothing(
         w.fake.writes()
     );
 }
+
+/// A Kustomization or source read that gets no answer fails the revision under the
+/// configured per-call deadline (`call_timeout`), not the 30 s default of the CLI's reads:
+/// the message names the deadline it was cut at.
+#[tokio::test]
+async fn flux_object_reads_that_get_no_answer_fail_under_the_call_timeout() {
+    const CALL: Duration = Duration::from_secs(2);
+    // Longer than the 30 s default: a read under the default would name 30000 ms.
+    const STALL: Duration = Duration::from_secs(35);
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let mut config = w.config(EventSink::disabled());
+    config.call_timeout = CALL;
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+    let cut = format!("no answer within {} ms", CALL.as_millis());
+
+    // The run's first read of the Kustomization.
+    w.fake.add_fault(support::FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/kustomizations/apps".into(),
+        nth: 0,
+        action: support::Fault::Delay(STALL),
+    });
+    match gate.run(FLUX_NS, "apps", Trigger::Webhook).await {
+        GateOutcome::Failed { message } => assert!(message.contains(&cut), "{message}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    w.fake.clear_faults();
+
+    // The resolve's read of the source.
+    w.fake.add_fault(support::FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/gitrepositories/repo".into(),
+        nth: 0,
+        action: support::Fault::Delay(STALL),
+    });
+    match gate.run(FLUX_NS, "apps", Trigger::Webhook).await {
+        GateOutcome::Failed { message } => assert!(message.contains(&cut), "{message}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    let error = last(&results).error.expect("the resolve's error");
+    assert_eq!(error.step, "resolve");
+    assert!(error.message.contains(&cut), "{}", error.message);
+    // Nothing was converged: the claims keep their size.
+    assert_eq!(w.claim_size("data-web-0"), "1Gi");
+}
+
+/// The converge's own requests in the fake's log: StatefulSets, claims, StorageClasses and
+/// the intent journal (the gate's Flux reads, results, Events and hand-off left out).
+fn converge_requests(fake: &FakeApiServer) -> Vec<String> {
+    fake.requests()
+        .iter()
+        .filter(|r| {
+            [
+                "/statefulsets",
+                "/persistentvolumeclaims",
+                "/storageclasses",
+                "/flux-converger-intent",
+            ]
+            .iter()
+            .any(|p| r.path.contains(p))
+                || (r.path.ends_with("/configmaps") && r.query.contains("flux-converger.io"))
+        })
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect()
+}
+
+/// With the service's StorageClass cache the converge inside the gate lists no StorageClasses:
+/// N+9 requests for N claims (journal load, StatefulSet get, claim list, dry run, N grows,
+/// intent, orphan delete, watch, re-apply, intent cleared), one fewer than without it.
+#[tokio::test]
+async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
+    const CLAIMS: usize = 2;
+    let mut counted = Vec::new();
+    for cached in [false, true] {
+        let w = World::new("suspend", true, None).await;
+        w.publish("main@sha1:2", "2Gi");
+        let flux = w.flux(false);
+        let mut gate = Gate::new(w.config(EventSink::disabled()));
+        let mut watch = None;
+        if cached {
+            let (store, task) =
+                flux_converger::service::watch::storage_class_cache(w.fake.client());
+            watch = Some(tokio::spawn(task));
+            store.wait_until_ready().await.unwrap();
+            assert!(!store.state().is_empty());
+            gate = gate.with_storage_classes(store);
+        }
+        w.fake.clear_requests();
+        let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
+        assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+        assert_eq!(w.claim_size("data-web-1"), "2Gi");
+        drop(flux);
+        if let Some(watch) = watch {
+            watch.abort();
+        }
+        let requests = converge_requests(&w.fake);
+        let storage_class_lists = requests
+            .iter()
+            .filter(|r| r.contains("/storageclasses"))
+            .count();
+        assert_eq!(storage_class_lists, usize::from(!cached), "{requests:#?}");
+        counted.push(requests.len());
+    }
+    assert_eq!(counted, [CLAIMS + 10, CLAIMS + 9]);
+}

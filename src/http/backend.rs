@@ -1,7 +1,10 @@
 //! What the HTTP side needs from the service, and nothing more: the handlers never see a
 //! `kube::Client`, the gate or the queue, so every route is tested with a stand-in backend.
 
+use bytes::Bytes;
+
 use crate::flux::event::Event;
+use crate::http::status::{encode, list_body};
 use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord};
 
 pub trait Backend: Send + Sync + 'static {
@@ -21,5 +24,30 @@ pub trait Backend: Send + Sync + 'static {
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.kustomization(namespace, name)
             .and_then(|detail| detail.revisions.into_iter().next())
+    }
+    /// The `GET /status` body (see [`Backend::kustomizations`]). Added by the perf branch with
+    /// a default that encodes on every call; the service answers it from its cache instead.
+    fn status_json(&self, namespace: Option<&str>) -> Result<Bytes, serde_json::Error> {
+        let mut kustomizations = self.kustomizations(namespace);
+        // The order is part of the API; do not rely on every backend to keep it.
+        kustomizations.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        if let Some(namespace) = namespace {
+            kustomizations.retain(|k| k.namespace == namespace);
+        }
+        let rows = kustomizations
+            .iter()
+            .map(encode)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(list_body(rows.iter().map(|r| &r[..])))
+    }
+    /// The `GET /status/{ns}/{name}` body; `None` when not handled. Default: encodes
+    /// [`Backend::kustomization`] on every call.
+    fn kustomization_json(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Result<Bytes, serde_json::Error>> {
+        self.kustomization(namespace, name)
+            .map(|detail| encode(&detail))
     }
 }

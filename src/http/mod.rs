@@ -6,7 +6,7 @@ pub mod backend;
 mod error;
 pub mod hook;
 mod probes;
-mod status;
+pub(crate) mod status;
 mod ui;
 pub mod view;
 

@@ -1,13 +1,15 @@
-//! `GET /status` and `GET /status/{namespace}/{name}`: the results as JSON, read-only.
+//! `GET /status` and `GET /status/{namespace}/{name}`: the results as JSON, read-only. The
+//! bodies come encoded from the backend (the service keeps them, see
+//! `service::status_cache`), so a poll costs a copy, not an encoding.
 
-use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::service::record::{KustomizationDetail, KustomizationSummary};
 
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct NamespaceQuery {
@@ -22,36 +24,106 @@ impl NamespaceQuery {
     }
 }
 
-#[derive(Serialize)]
-pub(super) struct StatusList {
-    kustomizations: Vec<KustomizationSummary>,
+/// `value` as compact JSON: the bytes `axum::Json` would answer.
+pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, serde_json::Error> {
+    serde_json::to_vec(value).map(Bytes::from)
+}
+
+/// The `GET /status` body, `{"kustomizations":[...]}`, from rows each already encoded
+/// ([`encode`] of a `KustomizationSummary`): byte for byte what encoding the whole list gives.
+pub fn list_body<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
+    const HEAD: &[u8] = b"{\"kustomizations\":[";
+    const TAIL: &[u8] = b"]}";
+    let rows: Vec<&[u8]> = rows.into_iter().collect();
+    let size = HEAD.len() + TAIL.len() + rows.iter().map(|r| r.len() + 1).sum::<usize>();
+    let mut body = Vec::with_capacity(size);
+    body.extend_from_slice(HEAD);
+    for (i, row) in rows.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(row);
+    }
+    body.extend_from_slice(TAIL);
+    Bytes::from(body)
+}
+
+fn json(body: Result<Bytes, serde_json::Error>) -> Response {
+    match body {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the status: {e}"),
+        )
+        .into_response(),
+    }
 }
 
 pub(super) async fn list(
     State(state): State<AppState>,
     Query(query): Query<NamespaceQuery>,
-) -> Json<StatusList> {
-    let mut kustomizations = state.backend.kustomizations(query.namespace());
-    // The order is part of the API; do not rely on every backend to keep it.
-    kustomizations.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    if let Some(namespace) = query.namespace() {
-        kustomizations.retain(|k| k.namespace == namespace);
-    }
-    Json(StatusList { kustomizations })
+) -> Response {
+    json(state.backend.status_json(query.namespace()))
 }
 
 pub(super) async fn one(
     State(state): State<AppState>,
     Path((namespace, name)): Path<(String, String)>,
-) -> Result<Json<KustomizationDetail>, ApiError> {
-    state
-        .backend
-        .kustomization(&namespace, &name)
-        .map(Json)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("Kustomization {namespace}/{name} is not handled by flux-converger"),
-            )
-        })
+) -> Response {
+    match state.backend.kustomization_json(&namespace, &name) {
+        Some(body) => json(body),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("Kustomization {namespace}/{name} is not handled by flux-converger"),
+        )
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::record::{GateMode, KustomizationSummary};
+
+    #[derive(Serialize)]
+    struct StatusList {
+        kustomizations: Vec<KustomizationSummary>,
+    }
+
+    #[test]
+    fn list_body_is_the_encoding_of_the_whole_list_by_table() {
+        let row =
+            |ns: &str, name: &str, revision: Option<&str>, last: Option<serde_json::Value>| {
+                KustomizationSummary {
+                    namespace: ns.into(),
+                    name: name.into(),
+                    gate: GateMode::Suspend,
+                    source_revision: revision.map(String::from),
+                    last,
+                }
+            };
+        for rows in [
+            vec![],
+            vec![row("a", "x", None, None)],
+            vec![
+                row("a", "x", Some("main@sha1:1"), None),
+                row(
+                    "b",
+                    "y \"quoted\"",
+                    None,
+                    Some(serde_json::json!({"state": "converged"})),
+                ),
+            ],
+        ] {
+            let encoded: Vec<Bytes> = rows.iter().map(|r| encode(r).unwrap()).collect();
+            let expected = serde_json::to_vec(&StatusList {
+                kustomizations: rows.clone(),
+            })
+            .unwrap();
+            assert_eq!(
+                list_body(encoded.iter().map(|r| &r[..])),
+                Bytes::from(expected)
+            );
+        }
+    }
 }

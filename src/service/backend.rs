@@ -9,6 +9,7 @@ use crate::http::backend::Backend;
 use crate::service::index::{Index, Key, Records};
 use crate::service::queue::Queue;
 use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
+use crate::service::status_cache::StatusCache;
 use crate::service::watch::Readiness;
 
 /// The [`Backend`] of a running service.
@@ -18,6 +19,8 @@ pub struct ServiceBackend {
     pub queue: Queue<Key>,
     pub records: Arc<dyn Records>,
     pub readiness: Readiness,
+    /// The encoded `/status` bodies.
+    pub status: Arc<StatusCache>,
 }
 
 impl ServiceBackend {
@@ -80,6 +83,20 @@ impl Backend for ServiceBackend {
             source_revision,
             revisions: self.records.history(namespace, name),
         })
+    }
+
+    fn status_json(&self, namespace: Option<&str>) -> Result<bytes::Bytes, serde_json::Error> {
+        self.status
+            .list(&self.index, self.records.as_ref(), namespace)
+    }
+
+    fn kustomization_json(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Result<bytes::Bytes, serde_json::Error>> {
+        self.status
+            .detail(&self.index, self.records.as_ref(), namespace, name)
     }
 
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {

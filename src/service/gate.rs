@@ -19,6 +19,8 @@ pub mod tenant;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::Store;
 
 use crate::commands;
 use crate::converge::{self, ConvergeError};
@@ -85,6 +87,8 @@ pub enum GateOutcome {
 #[derive(Clone)]
 pub struct Gate {
     config: std::sync::Arc<GateConfig>,
+    /// The service's StorageClass cache; `None` lists them on every converge.
+    storage_classes: Option<Store<StorageClass>>,
 }
 
 /// How one pass over a revision ended.
@@ -106,14 +110,31 @@ impl Gate {
     pub fn new(config: GateConfig) -> Self {
         Gate {
             config: std::sync::Arc::new(config),
+            storage_classes: None,
         }
+    }
+
+    /// Converges read StorageClasses from `store` (the service's reflector) instead of
+    /// listing them each time: a converge of N claims then sends N+9 requests, not N+10,
+    /// and with many Kustomizations the cluster-wide list is not repeated per revision.
+    /// Kept out of [`GateConfig`] so that existing literal configs stay valid.
+    pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
+        self.storage_classes = Some(store);
+        self
     }
 
     /// Handles the revision the Kustomization's source publishes now.
     pub async fn run(&self, namespace: &str, name: &str, trigger: Trigger) -> GateOutcome {
         let key = ks_name(namespace, name);
         for _ in 0..=MAX_RESTARTS {
-            let ks = match objects::get_kustomization(&self.config.client, namespace, name).await {
+            let ks = match objects::get_kustomization_within(
+                &self.config.client,
+                namespace,
+                name,
+                self.config.call_timeout,
+            )
+            .await
+            {
                 Ok(ks) => ks,
                 Err(ObjectsError::NotFound { .. } | ObjectsError::CrdMissing { .. }) => {
                     return GateOutcome::NotHandled;
@@ -166,7 +187,10 @@ impl Gate {
         self.close_interrupted(namespace, name).await;
         let started_at = now();
         let t = Instant::now();
-        let resolved = c.resolver.resolve(namespace, name).await;
+        let resolved = c
+            .resolver
+            .resolve_within(namespace, name, c.call_timeout)
+            .await;
         c.metrics.step("resolve", t.elapsed().as_secs_f64());
         let resolved = match resolved {
             Ok(r) => r,
@@ -222,7 +246,14 @@ impl Gate {
         }
 
         // The result is only worth handing off if it is still the revision Flux will apply.
-        match objects::get_source(&c.client, ks, c.resolver.allow_cross_namespace).await {
+        match objects::get_source_within(
+            &c.client,
+            ks,
+            c.resolver.allow_cross_namespace,
+            c.call_timeout,
+        )
+        .await
+        {
             Ok(source) => {
                 let now_published = source.status.artifact.map(|a| a.revision);
                 if now_published.as_deref() != Some(record.revision.as_str()) {
@@ -317,16 +348,23 @@ impl Gate {
             }
             _ => {}
         }
-        let Ok(ks) = objects::get_kustomization(&c.client, namespace, name).await else {
+        let Ok(ks) =
+            objects::get_kustomization_within(&c.client, namespace, name, c.call_timeout).await
+        else {
             return GateOutcome::Failed {
                 message: error.to_string(),
             };
         };
         // The revision, when the source can be read at all (not for a blocked reference).
-        let source = objects::get_source(&c.client, &ks, c.resolver.allow_cross_namespace)
-            .await
-            .ok()
-            .and_then(|s| s.status.artifact);
+        let source = objects::get_source_within(
+            &c.client,
+            &ks,
+            c.resolver.allow_cross_namespace,
+            c.call_timeout,
+        )
+        .await
+        .ok()
+        .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
         let record = RevisionRecord {
             revision: source
@@ -393,7 +431,10 @@ impl Gate {
                     .collect();
             }
         };
-        let cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
+        let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
+        if let Some(store) = &self.storage_classes {
+            cluster = cluster.with_storage_classes(store.clone());
+        }
         let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout);
         let options = converge::Options::default();
         let mut entries = Vec::with_capacity(sorted.len());

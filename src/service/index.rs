@@ -27,6 +27,15 @@ pub trait Records: Send + Sync + 'static {
     fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord>;
     /// Whether the records have been read (once) from where they persist.
     fn is_loaded(&self) -> bool;
+    /// Changes whenever any record changes, so `/status` can keep its encoded bodies until
+    /// then; `None` (the default) when not tracked: nothing is cached.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
+    /// Changes whenever the records of this Kustomization change (`None`: not tracked).
+    fn version(&self, _namespace: &str, _name: &str) -> Option<u64> {
+        None
+    }
 }
 
 /// A Kustomization, by namespace and name.
@@ -137,6 +146,9 @@ pub struct Index {
     kustomizations: BTreeMap<Key, Entry>,
     revisions: HashMap<SourceKey, Option<String>>,
     by_source: HashMap<SourceKey, BTreeSet<Key>>,
+    /// Bumped by every change `/status` shows (a gate, a source, a revision, a Kustomization
+    /// added or gone), never by an update that changes none of them.
+    generation: u64,
 }
 
 impl Index {
@@ -146,7 +158,13 @@ impl Index {
             kustomizations: BTreeMap::new(),
             revisions: HashMap::new(),
             by_source: HashMap::new(),
+            generation: 0,
         }
+    }
+
+    /// See the field: what `/status`'s cache compares.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn default_gate(&self) -> GateMode {
@@ -165,6 +183,9 @@ impl Index {
             }
             None => true,
         };
+        if changed {
+            self.generation += 1;
+        }
         let handled = entry.handled();
         self.unlink(&key);
         if let Some(source) = &entry.source {
@@ -179,7 +200,9 @@ impl Index {
 
     pub fn delete_kustomization(&mut self, key: &Key) {
         self.unlink(key);
-        self.kustomizations.remove(key);
+        if self.kustomizations.remove(key).is_some() {
+            self.generation += 1;
+        }
     }
 
     /// Replaces every Kustomization (a watch's relist: Init … InitDone), keeping what this
@@ -187,6 +210,7 @@ impl Index {
     pub fn reset_kustomizations<'a>(&mut self, all: impl IntoIterator<Item = &'a Kustomization>) {
         let old = std::mem::take(&mut self.kustomizations);
         self.by_source.clear();
+        self.generation += 1;
         for ks in all {
             if let Some((key, _)) = self.apply_kustomization(ks)
                 && let (Some(entry), Some(previous)) =
@@ -213,6 +237,7 @@ impl Index {
     pub fn apply_source(&mut self, source: SourceKey, revision: Option<String>) -> Vec<Key> {
         let changed = self.revisions.get(&source) != Some(&revision);
         let keys = if changed {
+            self.generation += 1;
             self.handled_keys_of(&source)
         } else {
             Vec::new()
@@ -222,7 +247,9 @@ impl Index {
     }
 
     pub fn delete_source(&mut self, source: &SourceKey) {
-        self.revisions.remove(source);
+        if self.revisions.remove(source).is_some() {
+            self.generation += 1;
+        }
     }
 
     /// Replaces every source of one kind (a relist).
@@ -233,6 +260,7 @@ impl Index {
     ) {
         self.revisions.retain(|k, _| k.kind != kind);
         self.revisions.extend(all);
+        self.generation += 1;
     }
 
     fn handled_keys_of(&self, source: &SourceKey) -> Vec<Key> {

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod queue;
 pub mod record;
 pub mod results;
+pub mod status_cache;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -245,6 +246,7 @@ pub async fn start_with(
         queue: queue.clone(),
         records,
         readiness: readiness.clone(),
+        status: Arc::default(),
     };
 
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -353,6 +355,12 @@ impl Records for StoreRecords {
     }
     fn is_loaded(&self) -> bool {
         self.0.is_loaded()
+    }
+    fn generation(&self) -> Option<u64> {
+        self.0.generation()
+    }
+    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        self.0.version(namespace, name)
     }
 }
 
@@ -510,6 +518,12 @@ impl Records for results::Results {
     fn is_loaded(&self) -> bool {
         results::Results::is_loaded(self)
     }
+    fn generation(&self) -> Option<u64> {
+        Some(results::Results::generation(self))
+    }
+    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        results::Results::version(self, namespace, name)
+    }
 }
 
 impl Runner for gate::Gate {
@@ -566,6 +580,7 @@ pub async fn start_tuned(
         Some(tuning.lease.identity.clone()),
     )
     .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
+    let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -577,7 +592,8 @@ pub async fn start_tuned(
         default_service_account: config.default_service_account.clone(),
         events,
         default_gate: config.default_gate,
-    });
+    })
+    .with_storage_classes(storage_classes);
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -604,7 +620,16 @@ pub async fn start_tuned(
         }),
         metrics,
     };
-    start_with(config, client, tuning, parts).await
+    let mut running = start_with(config, client, tuning, parts).await?;
+    // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
+    let cancel = running.cancel.clone();
+    running.background.push(tokio::spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = storage_class_watch => {}
+        }
+    }));
+    Ok(running)
 }
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):

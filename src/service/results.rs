@@ -9,7 +9,7 @@
 //! records so a write never fails for size.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -228,6 +228,8 @@ pub fn from_configmap(
 #[derive(Clone, Default)]
 struct Entry {
     records: Vec<RevisionRecord>,
+    /// The [`Results::generation`] of its last change.
+    version: u64,
     /// Of the ConfigMap last read or written; `None` until one exists.
     resource_version: Option<String>,
 }
@@ -243,6 +245,8 @@ struct Inner {
     entries: Mutex<HashMap<(String, String), Entry>>,
     loaded: AtomicBool,
     budget: usize,
+    /// Bumped by every change of any history (what `/status` caches against).
+    generation: AtomicU64,
 }
 
 /// The revision history of every handled Kustomization. Cheap to clone (an `Arc` inside).
@@ -295,6 +299,7 @@ impl Results {
                 entries: Mutex::new(HashMap::new()),
                 loaded: AtomicBool::new(loaded),
                 budget,
+                generation: AtomicU64::new(0),
             }),
         }
     }
@@ -320,6 +325,7 @@ impl Results {
         )
         .await?;
         let mut read = HashMap::new();
+        let version = self.bump();
         for cm in &list.items {
             match from_configmap(cm) {
                 Ok((namespace, name, records)) => {
@@ -327,6 +333,7 @@ impl Results {
                         (namespace, name),
                         Entry {
                             records,
+                            version,
                             resource_version: cm.metadata.resource_version.clone(),
                         },
                     );
@@ -335,12 +342,33 @@ impl Results {
             }
         }
         *self.entries() = read;
+        // After the swap as well: a reader that saw the first bump with the old entries must
+        // not keep what it built from them.
+        self.bump();
         self.inner.loaded.store(true, Ordering::SeqCst);
         Ok(())
     }
 
     pub fn is_loaded(&self) -> bool {
         self.inner.loaded.load(Ordering::SeqCst)
+    }
+
+    /// A new generation, for a change about to be made (under the entries' lock).
+    fn bump(&self) -> u64 {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Changes with every change of any history: read it before the histories, and what was
+    /// built from them stays valid as long as it is unchanged.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// The generation of the last change of one Kustomization's history.
+    pub fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        self.entries()
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|e| e.version)
     }
 
     /// Newest first, at most [`HISTORY`].
@@ -390,6 +418,7 @@ impl Results {
             let mut records = std::mem::take(&mut entry.records);
             insert(&mut records, record.clone());
             entry.records = fit(records, budget);
+            entry.version = self.bump();
             (entry.records.clone(), entry.resource_version.clone())
         };
         let (mut records, mut version) = merged(self.entries().entry(key.clone()).or_default());
@@ -452,10 +481,13 @@ impl Results {
                                     Vec::new()
                                 }
                             },
+                            // Set by `merged` below, which bumps it.
+                            version: 0,
                             resource_version: cm.metadata.resource_version,
                         },
                         None => Entry {
                             records: std::mem::take(&mut entry.records),
+                            version: 0,
                             resource_version: None,
                         },
                     };

@@ -13,7 +13,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
@@ -291,4 +293,43 @@ fn source_of(kind: SourceKind, obj: &DynamicObject) -> Option<(SourceKey, Option
         },
         revision,
     ))
+}
+
+/// A cache of the cluster's StorageClasses for the converges (`allowVolumeExpansion`), and the
+/// task that keeps it: one list and a watch for the whole service instead of a cluster-wide list
+/// per converge. Not part of [`Readiness`]: a converge that finds the cache not yet listed
+/// (forbidden, or the server slow) lists StorageClasses itself, so a missing grant costs a
+/// request per converge, never readiness. An empty list is a listed, empty cache.
+pub fn storage_class_cache(
+    client: Client,
+) -> (
+    Store<StorageClass>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (store, writer) = reflector::store();
+    let api: Api<StorageClass> = Api::all(client);
+    let task = async move {
+        let mut stream = reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .boxed();
+        let mut failing = false;
+        loop {
+            match stream.try_next().await {
+                Ok(Some(event)) => {
+                    if let watcher::Event::InitDone = event {
+                        failing = false;
+                        tracing::debug!("StorageClasses listed");
+                    }
+                }
+                Ok(None) => return,
+                // Logged once per outage: the backoff retries every few seconds for ever.
+                Err(error) if !failing => {
+                    failing = true;
+                    tracing::warn!(%error, "watching StorageClasses; retrying (converges list them meanwhile)");
+                }
+                Err(error) => tracing::debug!(%error, "watching StorageClasses; retrying"),
+            }
+        }
+    };
+    (store, task)
 }

@@ -11,6 +11,7 @@ use http::HeaderValue;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::Store;
 
 use crate::cluster::{CallError, Cluster, DeleteOutcome, KubeCluster, WaitOutcome};
 
@@ -58,6 +59,13 @@ impl TenantCluster {
             tenant: KubeCluster::new(tenant, call_timeout),
             service: KubeCluster::new(service, call_timeout),
         }
+    }
+
+    /// StorageClasses from the service's cache (they are the service's reads, never the
+    /// tenant's), so a converge lists none once the cache has its first list.
+    pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
+        self.service = self.service.with_storage_classes(store);
+        self
     }
 }
 

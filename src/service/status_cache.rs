@@ -1,0 +1,389 @@
+//! `GET /status` and `GET /status/{ns}/{name}` kept encoded. Building the list means one record
+//! summary per handled Kustomization (~18 µs each: 18 ms for 1,000 rows) and a detail clones and
+//! encodes 20 records; both change only when a record, a gate or a source revision does, which
+//! is rare next to how often a dashboard or a script polls. So each row and each detail is
+//! encoded once and kept with what it was built from (the history's version, the gate, the
+//! source revision); the whole list body is kept with the generations of the index and the
+//! records, and rebuilt from the rows (re-encoding only the rows that changed) when either moves.
+//! The bytes are the ones `serde_json` gives the contract's structs, so the JSON is unchanged.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, RwLock};
+
+use bytes::Bytes;
+
+use crate::http::status::{encode, list_body};
+use crate::service::index::{Index, Key, Records};
+use crate::service::record::{GateMode, KustomizationDetail, KustomizationSummary};
+
+/// What a row or a detail was encoded from; equal means the bytes are still right.
+#[derive(Clone, PartialEq, Eq)]
+struct Basis {
+    version: Option<u64>,
+    gate: GateMode,
+    source_revision: Option<String>,
+}
+
+struct Encoded {
+    basis: Basis,
+    json: Bytes,
+}
+
+struct List {
+    /// The index's and the records' generations the list was built at.
+    generations: (u64, u64),
+    /// Sorted by namespace then name, with `rows[i]` the encoded summary of `keys[i]`.
+    keys: Vec<Key>,
+    rows: Vec<Bytes>,
+    /// The whole body (every namespace).
+    all: Bytes,
+}
+
+#[derive(Default)]
+struct State {
+    list: Option<List>,
+    rows: HashMap<Key, Encoded>,
+    details: HashMap<Key, Encoded>,
+}
+
+/// The encoded `/status` bodies of one service. Records that do not track their generation
+/// ([`Records::generation`] is `None`) are encoded on every request instead.
+#[derive(Default)]
+pub struct StatusCache {
+    state: Mutex<State>,
+}
+
+fn read(index: &RwLock<Index>) -> std::sync::RwLockReadGuard<'_, Index> {
+    index.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Each handled Kustomization with its gate and source revision, sorted.
+fn handled(index: &Index) -> Vec<(Key, GateMode, Option<String>)> {
+    index
+        .handled_keys(None)
+        .into_iter()
+        .filter_map(|key| {
+            let gate = index.handled(&key)?;
+            let revision = index.source_revision(&key).map(String::from);
+            Some((key, gate, revision))
+        })
+        .collect()
+}
+
+fn summary_row(
+    records: &dyn Records,
+    key: &Key,
+    gate: GateMode,
+    source_revision: Option<String>,
+) -> Result<Bytes, serde_json::Error> {
+    encode(&KustomizationSummary {
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        gate,
+        source_revision,
+        last: records.last(&key.namespace, &key.name).map(|r| r.summary()),
+    })
+}
+
+/// The rows of one namespace (all when `None`) of a sorted key list.
+fn namespace_range(keys: &[Key], namespace: Option<&str>) -> std::ops::Range<usize> {
+    match namespace {
+        None => 0..keys.len(),
+        Some(ns) => {
+            let start = keys.partition_point(|k| k.namespace.as_str() < ns);
+            let end = keys.partition_point(|k| k.namespace.as_str() <= ns);
+            start..end
+        }
+    }
+}
+
+impl StatusCache {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The `GET /status` body: every handled Kustomization (or those of `namespace`), sorted.
+    pub fn list(
+        &self,
+        index: &RwLock<Index>,
+        records: &dyn Records,
+        namespace: Option<&str>,
+    ) -> Result<Bytes, serde_json::Error> {
+        // Read before anything it guards: a change after this read makes the result stale
+        // under a generation that is already old, so it is rebuilt at the next request.
+        let Some(records_generation) = records.generation() else {
+            let all = handled(&read(index));
+            let rows = all
+                .into_iter()
+                .filter(|(k, _, _)| namespace.is_none_or(|ns| k.namespace == ns))
+                .map(|(key, gate, revision)| summary_row(records, &key, gate, revision))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(list_body(rows.iter().map(|r| &r[..])));
+        };
+        // Held while rebuilding: concurrent requests wait for one rebuild instead of each
+        // doing it.
+        let mut state = self.state();
+        let index_generation = read(index).generation();
+        let generations = (index_generation, records_generation);
+        if state
+            .list
+            .as_ref()
+            .is_none_or(|l| l.generations != generations)
+        {
+            let (all, generation) = {
+                let index = read(index);
+                (handled(&index), index.generation())
+            };
+            let mut keys = Vec::with_capacity(all.len());
+            let mut rows = Vec::with_capacity(all.len());
+            for (key, gate, source_revision) in all {
+                let basis = Basis {
+                    version: records.version(&key.namespace, &key.name),
+                    gate,
+                    source_revision,
+                };
+                let row = match state.rows.get(&key) {
+                    Some(e) if e.basis == basis => e.json.clone(),
+                    _ => {
+                        let json = summary_row(records, &key, gate, basis.source_revision.clone())?;
+                        state.rows.insert(
+                            key.clone(),
+                            Encoded {
+                                basis,
+                                json: json.clone(),
+                            },
+                        );
+                        json
+                    }
+                };
+                keys.push(key);
+                rows.push(row);
+            }
+            // Forget what is no longer handled.
+            state.rows.retain(|k, _| keys.binary_search(k).is_ok());
+            state.details.retain(|k, _| keys.binary_search(k).is_ok());
+            let body = list_body(rows.iter().map(|r| &r[..]));
+            state.list = Some(List {
+                generations: (generation, records_generation),
+                keys,
+                rows,
+                all: body,
+            });
+        }
+        let Some(list) = &state.list else {
+            return Ok(list_body(std::iter::empty()));
+        };
+        let range = namespace_range(&list.keys, namespace);
+        if range.len() == list.keys.len() {
+            return Ok(list.all.clone());
+        }
+        Ok(list_body(list.rows[range].iter().map(|r| &r[..])))
+    }
+
+    /// The `GET /status/{ns}/{name}` body; `None` when the Kustomization is not handled.
+    pub fn detail(
+        &self,
+        index: &RwLock<Index>,
+        records: &dyn Records,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Result<Bytes, serde_json::Error>> {
+        let key = Key::new(namespace, name);
+        let (gate, source_revision) = {
+            let index = read(index);
+            let gate = index.handled(&key)?;
+            (gate, index.source_revision(&key).map(String::from))
+        };
+        let build = |source_revision: Option<String>| {
+            encode(&KustomizationDetail {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                gate,
+                source_revision,
+                revisions: records.history(namespace, name),
+            })
+        };
+        if records.generation().is_none() {
+            return Some(build(source_revision));
+        }
+        // Before the history it guards (see `list`).
+        let basis = Basis {
+            version: records.version(namespace, name),
+            gate,
+            source_revision,
+        };
+        if let Some(e) = self.state().details.get(&key)
+            && e.basis == basis
+        {
+            return Some(Ok(e.json.clone()));
+        }
+        // Encoded outside the lock: details of different Kustomizations do not wait on each
+        // other.
+        let json = match build(basis.source_revision.clone()) {
+            Ok(json) => json,
+            Err(e) => return Some(Err(e)),
+        };
+        self.state().details.insert(
+            key,
+            Encoded {
+                basis,
+                json: json.clone(),
+            },
+        );
+        Some(Ok(json))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flux::objects::{Kustomization, SourceKind};
+    use crate::service::index::SourceKey;
+    use crate::service::record::RevisionRecord;
+    use crate::service::results::Results;
+    use serde_json::json;
+
+    /// The same records without generations: every answer encoded afresh (the reference).
+    struct Untracked(Results);
+    impl Records for Untracked {
+        fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+            self.0.last(namespace, name)
+        }
+        fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
+            self.0.history(namespace, name)
+        }
+        fn is_loaded(&self) -> bool {
+            true
+        }
+    }
+    impl Records for Tracked {
+        fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+            self.0.last(namespace, name)
+        }
+        fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
+            self.0.history(namespace, name)
+        }
+        fn is_loaded(&self) -> bool {
+            true
+        }
+        fn generation(&self) -> Option<u64> {
+            Some(self.0.generation())
+        }
+        fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+            self.0.version(namespace, name)
+        }
+    }
+    struct Tracked(Results);
+
+    fn ks(ns: &str, name: &str, gate: &str) -> Kustomization {
+        serde_json::from_value(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"namespace": ns, "name": name,
+                         "annotations": {"flux-converger.io/gate": gate}},
+            "spec": {"sourceRef": {"kind": "GitRepository", "name": "repo"}, "path": "./", "prune": true}
+        }))
+        .unwrap()
+    }
+
+    fn record(revision: &str) -> RevisionRecord {
+        serde_json::from_value(json!({
+            "revision": revision, "trigger": "webhook", "startedAt": "2026-11-30T08:00:00Z",
+            "state": "converged", "statefulsets": [{"namespace": "apps", "name": "db",
+                "outcome": "converged", "templates": [], "claims": []}]
+        }))
+        .unwrap()
+    }
+
+    fn repo(ns: &str) -> SourceKey {
+        SourceKey {
+            kind: SourceKind::GitRepository,
+            namespace: ns.into(),
+            name: "repo".into(),
+        }
+    }
+
+    /// Every answer of the cache equals a fresh encoding, after each kind of change.
+    #[tokio::test]
+    async fn cached_bodies_follow_every_change_and_equal_a_fresh_encoding() {
+        let index = RwLock::new(Index::new(GateMode::Off));
+        let results = Results::memory();
+        let (tracked, untracked) = (Tracked(results.clone()), Untracked(results.clone()));
+        let cache = StatusCache::default();
+        let keys = [("a", "one"), ("a", "two"), ("b", "one")];
+        let check = |step: &str| {
+            for namespace in [None, Some("a"), Some("b"), Some("c")] {
+                let cached = cache.list(&index, &tracked, namespace).unwrap();
+                let fresh = StatusCache::default()
+                    .list(&index, &untracked, namespace)
+                    .unwrap();
+                assert_eq!(cached, fresh, "{step}: list of {namespace:?}");
+            }
+            for (ns, name) in keys {
+                let cached = cache.detail(&index, &tracked, ns, name).map(Result::unwrap);
+                let fresh = StatusCache::default()
+                    .detail(&index, &untracked, ns, name)
+                    .map(Result::unwrap);
+                assert_eq!(cached, fresh, "{step}: {ns}/{name}");
+            }
+        };
+        check("empty");
+        for (ns, name) in keys {
+            index
+                .write()
+                .unwrap()
+                .apply_kustomization(&ks(ns, name, "suspend"));
+        }
+        check("handled, no records");
+        for (ns, name) in keys {
+            results.put(ns, name, record("main@sha1:1")).await.unwrap();
+        }
+        check("records");
+        results
+            .put("a", "two", record("main@sha1:2"))
+            .await
+            .unwrap();
+        check("one record added");
+        index
+            .write()
+            .unwrap()
+            .apply_source(repo("a"), Some("main@sha1:3".into()));
+        check("a source revision");
+        index
+            .write()
+            .unwrap()
+            .apply_kustomization(&ks("a", "one", "reconcile"));
+        check("a gate changed");
+        index
+            .write()
+            .unwrap()
+            .apply_kustomization(&ks("b", "one", "off"));
+        check("no longer handled");
+        assert!(cache.detail(&index, &tracked, "b", "one").is_none());
+        index
+            .write()
+            .unwrap()
+            .delete_kustomization(&Key::new("a", "two"));
+        check("deleted");
+    }
+
+    #[test]
+    fn namespace_range_by_table() {
+        let keys = [
+            Key::new("a", "x"),
+            Key::new("b", "x"),
+            Key::new("b", "y"),
+            Key::new("c", "x"),
+        ];
+        for (namespace, expected) in [
+            (None, 0..4),
+            (Some("a"), 0..1),
+            (Some("b"), 1..3),
+            (Some("c"), 3..4),
+            (Some("0"), 0..0),
+            (Some("bb"), 3..3),
+            (Some("d"), 4..4),
+        ] {
+            assert_eq!(namespace_range(&keys, namespace), expected, "{namespace:?}");
+        }
+    }
+}
