@@ -202,6 +202,7 @@ async fn run() {
         events_addr: None,
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(10),
+        fetch: Default::default(),
     };
     let tuning = Tuning {
         lease: LeaseSettings::new("bench"),

@@ -377,6 +377,7 @@ fn service_config() -> Config {
         events_addr: None,
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
+        fetch: Default::default(),
     }
 }
 

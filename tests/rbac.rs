@@ -614,6 +614,7 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
             events_addr: None,
             kustomize: KustomizeCommand::default(),
             call_timeout: Duration::from_secs(5),
+            fetch: Default::default(),
         },
         fake.client(),
     )

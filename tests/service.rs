@@ -192,6 +192,7 @@ fn config(default_gate: GateMode) -> Config {
         events_addr: None,
         kustomize: KustomizeCommand::parse("kubectl kustomize").unwrap(),
         call_timeout: Duration::from_secs(5),
+        fetch: Default::default(),
     }
 }
 

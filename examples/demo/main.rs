@@ -247,6 +247,7 @@ fn service_config(args: &Args) -> Config {
         events_addr: None,
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(10),
+        fetch: Default::default(),
     }
 }
 

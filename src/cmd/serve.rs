@@ -90,6 +90,10 @@ pub struct Args {
     /// The kustomize build command.
     #[arg(long, value_name = "CMD", default_value = DEFAULT_KUSTOMIZE, env = "FLUX_CONVERGER_KUSTOMIZE")]
     kustomize: String,
+    // Last: its help heading covers only its own flags. The same caps as `render`, so one
+    // tenant's artifact cannot exhaust the service's memory (an OOM-kill loop for every tenant).
+    #[command(flatten)]
+    limits: super::artifact_limits::ArtifactLimitArgs,
 }
 
 /// The namespace of results, intents and the Lease: `-n`, else the pod's, else `flux-system`.
@@ -166,6 +170,7 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         events_addr: args.events_addr.clone(),
         kustomize,
         call_timeout: args.timeout,
+        fetch: args.limits.fetch_options(),
     })
 }
 
@@ -229,5 +234,39 @@ mod tests {
         for (flag, path, want) in table {
             assert_eq!(namespace(*flag, path), *want, "{flag:?} {}", path.display());
         }
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// The artifact caps reach the service as `render` takes them, defaults included.
+    #[test]
+    fn artifact_caps_reach_the_service() {
+        use clap::Parser as _;
+        let kube = KubeArgs::default();
+        let parsed = Cli::try_parse_from(["serve"]).unwrap();
+        let fetch = config(&parsed.args, &kube).unwrap().fetch;
+        assert_eq!(fetch.unpack.max_bytes, 100 << 20);
+        assert_eq!(fetch.unpack.max_file_bytes, 32 << 20);
+        let parsed = Cli::try_parse_from([
+            "serve",
+            "--max-file-size",
+            "1Mi",
+            "--max-unpacked-size",
+            "10Mi",
+            "--max-artifact-size",
+            "2Mi",
+            "--max-artifact-entries",
+            "50",
+        ])
+        .unwrap();
+        let fetch = config(&parsed.args, &kube).unwrap().fetch;
+        assert_eq!(fetch.unpack.max_file_bytes, 1 << 20);
+        assert_eq!(fetch.unpack.max_bytes, 10 << 20);
+        assert_eq!(fetch.max_download_bytes, 2 << 20);
+        assert_eq!(fetch.unpack.max_entries, 50);
     }
 }

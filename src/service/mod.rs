@@ -53,6 +53,8 @@ pub struct Config {
     pub events_addr: Option<String>,
     pub kustomize: KustomizeCommand,
     pub call_timeout: Duration,
+    /// Download and unpack caps of an artifact (`--max-*`; Flux's untar defaults).
+    pub fetch: crate::flux::artifact::FetchOptions,
 }
 
 /// Knobs that are not flags: defaults suit a cluster; tests shorten them.
@@ -563,10 +565,9 @@ pub async fn start_tuned(
         config.namespace.clone(),
         config.call_timeout,
     );
-    let fetcher = crate::flux::artifact::Fetcher::new(
-        crate::flux::artifact::FetchOptions::default().with_env_host_override(),
-    )
-    .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
+    let fetcher =
+        crate::flux::artifact::Fetcher::new(config.fetch.clone().with_env_host_override())
+            .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
     let resolver = crate::flux::render::resolve::Resolver {
         client: client.clone(),
         fetcher,
