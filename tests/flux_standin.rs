@@ -19,37 +19,6 @@ use support::FakeApiServer;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn statefulset(size: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: web
-  namespace: default
-spec:
-  serviceName: web
-  replicas: 2
-  podManagementPolicy: Parallel
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-    spec:
-      containers:
-      - name: app
-        image: busybox
-        volumeMounts: [{{name: data, mountPath: /data}}]
-  volumeClaimTemplates:
-  - metadata: {{name: data}}
-    spec:
-      accessModes: [ReadWriteOnce]
-      storageClassName: expandable
-      resources: {{requests: {{storage: {size}}}}}
-"
-    )
-}
-
 fn resolver(client: kube::Client) -> Resolver {
     Resolver {
         client,
@@ -117,7 +86,7 @@ async fn source_publishes_and_kustomize_controller_applies_refuses_and_obeys_req
         .unwrap();
 
     // source-controller: an artifact in Flux's layout, announced in status.
-    let one = statefulset("1Gi");
+    let one = flux_standin::web_statefulset("1Gi");
     let r1 = source
         .publish("web at 1Gi", &[("apps/web.yaml", one.as_str())])
         .await
@@ -203,7 +172,7 @@ async fn source_publishes_and_kustomize_controller_applies_refuses_and_obeys_req
     );
 
     // A grown template is refused by the API server: Flux's message, nothing applied.
-    let two = statefulset("2Gi");
+    let two = flux_standin::web_statefulset("2Gi");
     let r2 = source
         .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
         .await

@@ -797,37 +797,6 @@ use flux_standin::{
 
 const HMAC_KEY: &[u8] = b"webhook-key\n";
 
-fn web(size: &str) -> String {
-    format!(
-        "apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: web
-  namespace: default
-spec:
-  serviceName: web
-  replicas: 2
-  podManagementPolicy: Parallel
-  selector:
-    matchLabels: {{app: web}}
-  template:
-    metadata:
-      labels: {{app: web}}
-    spec:
-      containers:
-      - name: app
-        image: busybox
-        volumeMounts: [{{name: data, mountPath: /data}}]
-  volumeClaimTemplates:
-  - metadata: {{name: data}}
-    spec:
-      accessModes: [ReadWriteOnce]
-      storageClassName: expandable
-      resources: {{requests: {{storage: {size}}}}}
-"
-    )
-}
-
 /// Flux's part: a GitRepository publishing `web` at 1Gi, a Kustomization with the gate
 /// annotation, kustomize-controller applying it, the claims Bound.
 struct Flux {
@@ -866,7 +835,7 @@ async fn flux_in(
     let source = GitSource::create(client.clone(), server, NS, "repo")
         .await
         .unwrap();
-    let one = web("1Gi");
+    let one = flux_standin::web_statefulset("1Gi");
     let r1 = source
         .publish("web at 1Gi", &[("apps/web.yaml", one.as_str())])
         .await
@@ -985,7 +954,7 @@ fn claim_request(fake: &FakeApiServer, claim: &str) -> String {
 
 /// Publishes `web` at 2Gi and announces it with a signed webhook; returns the revision.
 async fn grow_to_2gi(flux: &Flux, running: &Running) -> String {
-    let two = web("2Gi");
+    let two = flux_standin::web_statefulset("2Gi");
     let r2 = flux
         .source
         .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
@@ -1228,7 +1197,7 @@ async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
 
     // A shrink is refused: nothing written, no hand-off, not retried on the wedge event.
     fake.clear_requests();
-    let small = web("1Gi");
+    let small = flux_standin::web_statefulset("1Gi");
     let r3 = flux
         .source
         .publish("web back to 1Gi", &[("apps/web.yaml", small.as_str())])
@@ -1297,7 +1266,7 @@ async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
         nth: 0,
         action: support::Fault::DropAfterWrite,
     });
-    let two = web("2Gi");
+    let two = flux_standin::web_statefulset("2Gi");
     let r2 = flux
         .source
         .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])

@@ -848,3 +848,36 @@ pub async fn create_kustomization(
         )))?;
     Ok(())
 }
+
+/// The StatefulSet the service tests publish: `web`, 2 replicas, one `data` template of
+/// `size` in the expandable class.
+pub fn web_statefulset(size: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+  namespace: default
+spec:
+  serviceName: web
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      containers:
+      - name: app
+        image: busybox
+        volumeMounts: [{{name: data, mountPath: /data}}]
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: expandable
+      resources: {{requests: {{storage: {size}}}}}
+"
+    )
+}
