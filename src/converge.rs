@@ -9,6 +9,7 @@
 //! to keep deleted; the delete orphans (pods and claims stay) and carries the uid it decided
 //! on (a StatefulSet re-created by someone else is never deleted).
 
+pub mod fence;
 pub mod prove;
 pub mod report;
 
