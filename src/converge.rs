@@ -44,6 +44,9 @@ pub struct Options {
     /// The source revision the desired object was rendered from, when known (the service
     /// passes the artifact's): recorded in the intent so a resume says what it finishes.
     pub revision: Option<String>,
+    /// Asked right before the claim patches and right before the orphan delete (and a
+    /// resume's re-apply): the service's Lease, so a replica that lost it writes nothing more.
+    pub fence: Option<fence::SharedFence>,
 }
 
 impl Default for Options {
@@ -52,6 +55,7 @@ impl Default for Options {
             dry_run: false,
             wait_timeout: Duration::from_secs(120),
             revision: None,
+            fence: None,
         }
     }
 }
@@ -128,13 +132,28 @@ pub enum ConvergeError {
     },
     #[error("desired object {what}: {message}")]
     Invalid { what: String, message: String },
+    /// The fence refused the next write: this replica may no longer write (it lost its Lease,
+    /// or cannot prove it still holds it). Whoever holds the Lease finishes from the journal.
+    #[error(
+        "step {step} of StatefulSet {namespace}/{name} stopped: this replica may no longer write: \
+         {message}; {written}"
+    )]
+    Fenced {
+        step: Step,
+        namespace: String,
+        name: String,
+        message: String,
+        written: Written,
+    },
 }
 
 impl ConvergeError {
     /// The step that failed, when the failure is in one.
     pub fn step(&self) -> Option<Step> {
         match self {
-            ConvergeError::Call { step, .. } | ConvergeError::Journal { step, .. } => Some(*step),
+            ConvergeError::Call { step, .. }
+            | ConvergeError::Journal { step, .. }
+            | ConvergeError::Fenced { step, .. } => Some(*step),
             ConvergeError::Access { .. } => Some(Step::Prove),
             _ => None,
         }
@@ -146,7 +165,8 @@ impl ConvergeError {
             ConvergeError::Call { written, .. }
             | ConvergeError::Journal { written, .. }
             | ConvergeError::Access { written, .. }
-            | ConvergeError::Terminating { written, .. } => *written,
+            | ConvergeError::Terminating { written, .. }
+            | ConvergeError::Fenced { written, .. } => *written,
             ConvergeError::Invalid { .. } => Written::Nothing,
         }
     }
@@ -238,6 +258,24 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             cause,
             written: self.written(),
         }
+    }
+
+    /// Asks the fence (if any) whether the write of `step` may go out.
+    fn fenced(&self, step: Step) -> Result<(), ConvergeError> {
+        let Some(fence) = &self.options.fence else {
+            return Ok(());
+        };
+        fence.check().map_err(|message| {
+            warn!(statefulset = %self.name, namespace = %self.namespace, step = step.as_str(),
+                  %message, "fenced: not writing");
+            ConvergeError::Fenced {
+                step,
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                message,
+                written: self.written(),
+            }
+        })
     }
 
     fn journal_err(&self, step: Step) -> impl FnOnce(JournalError) -> ConvergeError + '_ {
@@ -338,6 +376,9 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             return Ok(());
         }
 
+        if !plan.resize.is_empty() {
+            self.fenced(Step::Grow)?;
+        }
         let t = Instant::now();
         let grow = Grow {
             desired,
@@ -355,6 +396,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         // The intent is recorded once the claims are grown, right before the delete: until
         // then the live StatefulSet is untouched and a crash loses nothing (the next run
         // decides again and skips grown claims); from now on it says "our delete is next".
+        self.fenced(Step::Orphan)?;
         if !resuming.is_some_and(|i| i.deleting) {
             let t = Instant::now();
             let intent = Intent {
@@ -500,6 +542,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         ours_in_flight: bool,
     ) -> Result<(), ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
+        self.fenced(Step::Orphan)?;
         info!(statefulset = %name, namespace = %ns, uid, "orphan-deleting");
         let t = Instant::now();
         self.writing();
@@ -614,6 +657,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         };
         match live {
             None if intent.deleting => {
+                self.fenced(Step::Reapply)?;
                 self.writing();
                 let applied = self
                     .cluster

@@ -170,6 +170,7 @@ impl World {
             default_service_account: None,
             events,
             default_gate: GateMode::Suspend,
+            fence: None,
         }
     }
 

@@ -481,6 +481,7 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
         default_service_account: None,
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         default_gate: GateMode::Suspend,
+        fence: None,
     };
     let gate = Gate::new(config);
     for name in ["tenant", "own"] {
@@ -604,6 +605,7 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
             hmac_key: Some(KEY.to_vec()),
             hook_token: None,
             default_gate: GateMode::Suspend,
+            fence: None,
             watch_label_selector: None,
             workers: 2,
             resync: Duration::from_secs(3600),

@@ -183,6 +183,7 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         dry_run,
         wait_timeout: args.wait_timeout.unwrap_or(args.timeout),
         revision: None,
+        fence: None,
     };
 
     let mut failed = false;

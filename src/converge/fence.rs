@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 /// May this process write now? `Err` carries why not (named in the run's error).
-pub trait Fence: Send + Sync {
+pub trait Fence: Send + Sync + std::fmt::Debug {
     fn check(&self) -> Result<(), String>;
 }
 

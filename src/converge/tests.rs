@@ -104,6 +104,7 @@ fn opts() -> Options {
         dry_run: false,
         wait_timeout: Duration::from_millis(50),
         revision: None,
+        fence: None,
     }
 }
 
@@ -560,4 +561,55 @@ async fn a_statefulset_someone_else_is_deleting_is_left_alone() {
     assert!(matches!(e, ConvergeError::Terminating { .. }), "{e}");
     assert!(e.to_string().contains("default/web"), "{e}");
     assert!(w.writes().is_empty());
+}
+
+/// Lets `allowed` checks through, then refuses every one after (a Lease lost mid-run).
+#[derive(Debug)]
+struct LosesLeaseAfter {
+    allowed: usize,
+    checks: std::sync::atomic::AtomicUsize,
+}
+
+impl fence::Fence for LosesLeaseAfter {
+    fn check(&self) -> Result<(), String> {
+        let n = self.checks.fetch_add(1, Ordering::SeqCst);
+        if n < self.allowed {
+            Ok(())
+        } else {
+            Err("the Lease is held by replica-b".into())
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_fenced_replica_writes_nothing_after_the_fence_closes_and_the_next_run_finishes() {
+    let want = reference().await;
+    // 0: refused before the claim patches; 1: refused before the intent and the orphan delete.
+    for (allowed, step, wrote) in [(0, Step::Grow, 0), (1, Step::Orphan, 4)] {
+        let w = world();
+        let fence: fence::SharedFence = std::sync::Arc::new(LosesLeaseAfter {
+            allowed,
+            checks: Default::default(),
+        });
+        let o = Options {
+            fence: Some(fence),
+            ..opts()
+        };
+        let e = converge(&w, &w, &desired(), &o)
+            .await
+            .expect_err("the fence must stop the converge");
+        assert!(
+            matches!(&e, ConvergeError::Fenced { step: s, .. } if *s == step),
+            "{e}"
+        );
+        assert!(e.to_string().contains("replica-b"), "{e}");
+        assert_eq!(w.lock().writes, wrote, "fence allowed {allowed}: {e}");
+        assert!(
+            w.sts("default", "web").is_some(),
+            "never deleted when fenced"
+        );
+        // Whoever holds the Lease now finishes the work.
+        converge(&w, &w, &desired(), &opts()).await.unwrap();
+        assert_eq!(w.snapshot().await, want);
+    }
 }

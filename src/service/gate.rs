@@ -66,6 +66,9 @@ pub struct GateConfig {
     pub events: EventSink,
     /// The mode of Kustomizations without the `flux-converger.io/gate` annotation.
     pub default_gate: GateMode,
+    /// Asked by every converge right before its claim patches and its orphan delete: the
+    /// service's Lease (`None`: nothing fences, e.g. a single replica without election).
+    pub fence: Option<crate::converge::fence::SharedFence>,
 }
 
 /// How a run ended, for the queue.
@@ -436,7 +439,10 @@ impl Gate {
             cluster = cluster.with_storage_classes(store.clone());
         }
         let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout);
-        let options = converge::Options::default();
+        let options = converge::Options {
+            fence: c.fence.clone(),
+            ..converge::Options::default()
+        };
         let mut entries = Vec::with_capacity(sorted.len());
         for rendered in sorted {
             entries.push(

@@ -593,6 +593,7 @@ pub async fn start_tuned(
         default_service_account: config.default_service_account.clone(),
         events,
         default_gate: config.default_gate,
+        fence: None,
     })
     .with_storage_classes(storage_classes);
     let resume = JournalResume {
