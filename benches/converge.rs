@@ -102,6 +102,7 @@ async fn one(fake: &FakeApiServer, classes: ClassCache) -> Duration {
         dry_run: false,
         wait_timeout: Duration::from_secs(10),
         revision: None,
+        fence: None,
     };
     let t = Instant::now();
     let report = converge(&cluster, &journal, &desired, &options)

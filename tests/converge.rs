@@ -135,6 +135,7 @@ fn opts() -> Options {
         dry_run: false,
         wait_timeout: Duration::from_secs(5),
         revision: None,
+        fence: None,
     }
 }
 

@@ -605,7 +605,6 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
             hmac_key: Some(KEY.to_vec()),
             hook_token: None,
             default_gate: GateMode::Suspend,
-            fence: None,
             watch_label_selector: None,
             workers: 2,
             resync: Duration::from_secs(3600),
