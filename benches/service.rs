@@ -226,6 +226,7 @@ async fn run() {
             })
         }),
         metrics,
+        fence: Default::default(),
     };
     let running = start_with(config, fake.client(), tuning, parts)
         .await

@@ -288,6 +288,7 @@ impl Harness {
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
             metrics,
+            fence: Default::default(),
         };
         start_with(config, self.fake.client(), tuning(), parts)
             .await
@@ -738,6 +739,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
             metrics,
+            fence: Default::default(),
         },
     )
     .await

@@ -1,10 +1,12 @@
 //! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks:
 //! the watches, the resync, the leader loop, the workers and the HTTP server; [`Running`] stops
 //! them in the one order that never leaves a StatefulSet between its orphan delete and its
-//! re-apply (queue closed, running revisions finished, then everything else).
+//! re-apply (queue closed, running revisions given the grace, open windows waited for past it,
+//! then everything else).
 
 pub mod backend;
 pub mod events;
+pub mod fence;
 pub mod gate;
 pub mod index;
 pub mod leader;
@@ -13,7 +15,9 @@ pub mod queue;
 pub mod record;
 pub mod results;
 pub mod status_cache;
+pub mod tenure;
 pub mod watch;
+pub mod windows;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -27,12 +31,14 @@ use tokio_util::sync::CancellationToken;
 use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
 use crate::service::backend::ServiceBackend;
+use crate::service::fence::ServiceFence;
 use crate::service::index::{Index, Key, Records};
 use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
 use crate::service::metrics::Metrics;
 use crate::service::queue::{BackoffPolicy, Completion, Queue};
 use crate::service::record::{GateMode, RevisionState, Trigger};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
+use crate::service::windows::WindowTracker;
 
 /// Everything `flux-converger serve` is configured with (its flags, docs/service.md).
 #[derive(Clone, Debug)]
@@ -66,8 +72,10 @@ pub struct Tuning {
     /// How often a replica that does not lead re-reads the results, so its `/status` follows
     /// the leader's.
     pub reload: Duration,
-    /// How long shutdown waits for running revisions. Kubernetes' default termination grace
-    /// period is 30 s; a revision cut short is finished from its journal by the next leader.
+    /// How long shutdown waits for running revisions before it stops them. A converge between
+    /// its orphan delete and its re-apply is waited for past it (bounded by its own orphan
+    /// wait and call timeouts); any other run cut short is finished from its journal or run
+    /// again by the next leader. The manifests' `terminationGracePeriodSeconds` covers both.
     pub shutdown_grace: Duration,
 }
 
@@ -123,6 +131,9 @@ pub struct Parts {
     /// Builds the HTTP app over the service's backend.
     pub app: Box<dyn FnOnce(Arc<dyn Backend>) -> axum::Router + Send>,
     pub metrics: Metrics,
+    /// The fence the runner's and the resume's converges ask: [`start_with`] binds it to the
+    /// leadership it sets up and waits for its windows at shutdown.
+    pub fence: ServiceFence,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +161,7 @@ pub struct Running {
     background: Vec<JoinHandle<()>>,
     leadership: Leadership,
     shutdown_grace: Duration,
+    windows: WindowTracker,
 }
 
 impl Running {
@@ -158,8 +170,17 @@ impl Running {
         self.leadership.is_leading()
     }
 
-    /// Stops gracefully: no new revision starts, the running ones finish (bounded by the
-    /// shutdown grace), then the watches and the HTTP server stop and the Lease is released.
+    /// The converges' open windows (orphan delete sent, re-apply not returned): what shutdown
+    /// waits for past its grace.
+    pub fn windows(&self) -> WindowTracker {
+        self.windows.clone()
+    }
+
+    /// Stops gracefully: no new revision starts and the running ones get the shutdown grace.
+    /// Then no converge starts an orphan delete any more, and those already between their
+    /// orphan delete and their re-apply are waited for, however long past the grace (their
+    /// own timeouts bound them); only then are the other runs stopped, the watches and the
+    /// HTTP server stopped and the Lease released.
     pub async fn shutdown(self) {
         let Running {
             queue,
@@ -169,6 +190,7 @@ impl Running {
             background,
             leadership,
             shutdown_grace,
+            windows,
             ..
         } = self;
         queue.close();
@@ -176,11 +198,24 @@ impl Running {
         if running > 0 {
             tracing::info!(running, "shutting down: waiting for running revisions");
         }
+        let mut unfinished = None;
         if let Some(mut workers) = workers
             && tokio::time::timeout(shutdown_grace, &mut workers)
                 .await
                 .is_err()
         {
+            unfinished = Some(workers);
+        }
+        // Also covers the resume at start (the leader loop), which is cancelled below.
+        windows.seal();
+        let open = windows.open_count();
+        if open > 0 {
+            tracing::warn!(open, grace = ?shutdown_grace,
+                "waiting past the grace for converges between their orphan delete and their re-apply");
+            windows.closed().await;
+            tracing::info!("every re-apply returned");
+        }
+        if let Some(workers) = unfinished {
             tracing::warn!(
                 grace = ?shutdown_grace,
                 "running revisions did not finish in time; the next leader resumes them from their intents"
@@ -230,6 +265,7 @@ pub async fn start_with(
         resume,
         app,
         metrics,
+        fence,
     } = parts;
     let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
     let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -265,8 +301,15 @@ pub async fn start_with(
         })?;
 
     let leadership = if config.leader_elect {
-        Leadership::elect(client.clone(), &config.namespace, &tuning.lease).await?
+        Leadership::elect(
+            client.clone(),
+            &config.namespace,
+            &tuning.lease,
+            &fence.tenure,
+        )
+        .await?
     } else {
+        fence.tenure.bind_always();
         Leadership::always()
     };
 
@@ -342,6 +385,7 @@ pub async fn start_with(
         background,
         leadership,
         shutdown_grace: tuning.shutdown_grace,
+        windows: fence.windows,
     })
 }
 
@@ -582,6 +626,7 @@ pub async fn start_tuned(
     )
     .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
     let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
+    let fence = ServiceFence::default();
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -593,7 +638,7 @@ pub async fn start_tuned(
         default_service_account: config.default_service_account.clone(),
         events,
         default_gate: config.default_gate,
-        fence: None,
+        fence: Some(Arc::new(fence.clone())),
     })
     .with_storage_classes(storage_classes);
     let resume = JournalResume {
@@ -601,6 +646,7 @@ pub async fn start_tuned(
         namespace: config.namespace.clone(),
         call_timeout: config.call_timeout,
         wait_timeout: crate::converge::Options::default().wait_timeout,
+        fence: Some(Arc::new(fence.clone())),
     };
     let auth = crate::http::HookAuth {
         hmac_key: config.hmac_key.clone(),
@@ -621,6 +667,7 @@ pub async fn start_tuned(
             })
         }),
         metrics,
+        fence,
     };
     let mut running = start_with(config, client, tuning, parts).await?;
     // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
@@ -642,6 +689,8 @@ pub struct JournalResume {
     pub namespace: String,
     pub call_timeout: Duration,
     pub wait_timeout: Duration,
+    /// Asked before each write of a resume (this replica's Lease, and the shutdown's windows).
+    pub fence: Option<crate::converge::fence::SharedFence>,
 }
 
 impl Resume for JournalResume {
@@ -655,6 +704,7 @@ impl Resume for JournalResume {
             );
             let options = crate::converge::Options {
                 wait_timeout: self.wait_timeout,
+                fence: self.fence.clone(),
                 ..Default::default()
             };
             match crate::converge::resume_all(&cluster, &journal, &options).await {
