@@ -79,6 +79,20 @@ pub struct Tuning {
     pub shutdown_grace: Duration,
 }
 
+/// How long shutdown waits for the Lease's release (it expires on its own otherwise).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Tuning {
+    /// The longest a stop can take with API calls bounded by `call_timeout`: the grace, then a
+    /// window opened right before it ended (the orphan delete's call, the orphan wait, the
+    /// re-apply's call), then the Lease's release. A pod's `terminationGracePeriodSeconds`
+    /// must exceed it, or the kubelet's SIGKILL cuts the window after all.
+    pub fn longest_stop(&self, call_timeout: Duration) -> Duration {
+        let window = call_timeout + crate::converge::Options::default().wait_timeout + call_timeout;
+        self.shutdown_grace + window + RELEASE_TIMEOUT
+    }
+}
+
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
@@ -229,7 +243,7 @@ impl Running {
         if let Some(server) = server {
             let _ = server.await;
         }
-        leadership.release(Duration::from_secs(5)).await;
+        leadership.release(RELEASE_TIMEOUT).await;
         tracing::info!("stopped");
     }
 
