@@ -851,19 +851,27 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
 }
 
 /// The kubelet sends SIGKILL `terminationGracePeriodSeconds` after SIGTERM: it must exceed
-/// the longest stop of the service as the pod runs it (its `--timeout`, else the default), or
-/// the kill cuts a converge between its orphan delete and its re-apply after all.
+/// the longest stop of the service as the pod runs it (its `--timeout` and `--shutdown-grace`,
+/// else the defaults), or the kill cuts a converge between its orphan delete and its re-apply
+/// after all.
 #[test]
 fn termination_grace_outlasts_the_longest_stop() {
     let longest = |c: &Value| {
-        let call_timeout = c["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find_map(|a| a.as_str()?.strip_prefix("--timeout="))
-            .map(|t| humantime::parse_duration(t).unwrap())
-            .unwrap_or(flux_converger::flux::objects::DEFAULT_CALL_TIMEOUT);
-        flux_converger::service::Tuning::default().longest_stop(call_timeout)
+        let flag = |name: &str| {
+            c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find_map(|a| a.as_str()?.strip_prefix(name)?.strip_prefix('='))
+                .map(|t| humantime::parse_duration(t).unwrap())
+        };
+        let mut tuning = flux_converger::service::Tuning::default();
+        if let Some(grace) = flag("--shutdown-grace") {
+            tuning.shutdown_grace = grace;
+        }
+        tuning.longest_stop(
+            flag("--timeout").unwrap_or(flux_converger::flux::objects::DEFAULT_CALL_TIMEOUT),
+        )
     };
     let objects = base();
     let pod = deployment_pod(&objects);

@@ -1514,3 +1514,94 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// The binary, stopped with a real SIGTERM: it exits only once the StatefulSet it
+/// orphan-deleted is re-applied, although its grace passed long before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_sigterm_exits_only_after_the_reapply() {
+    use tokio::io::AsyncBufReadExt as _;
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let served = fake.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "hook-token\n").unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "-n",
+            NS,
+            "--resync",
+            "1h",
+        ])
+        .args(["--shutdown-grace", "1s", "--log-format", "json"])
+        .arg("--hook-token-file")
+        .arg(&token)
+        .env("KUBECONFIG", &served.kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let logs = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let reader = tokio::spawn({
+        let logs = logs.clone();
+        async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                logs.lock().unwrap().push(line);
+            }
+        }
+    });
+    let logged = |what: &str| logs.lock().unwrap().iter().any(|l| l.contains(what));
+    // The first revision is converged and handed off (the gate suspends it again).
+    resuspended(fake).await;
+    let before = uid(fake, "apps/v1", "StatefulSet", "default", "web");
+
+    fake.set_orphan_gc(support::GcMode::Stuck);
+    let two = flux_standin::web_statefulset("2Gi");
+    flux.source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    until(|| web(fake).is_some_and(|s| s["metadata"]["deletionTimestamp"].is_string())).await;
+
+    let pid = child.id().expect("running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // The grace passes; the process must still be there, waiting for the window.
+    while !logged("waiting past the grace") {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("exited inside the window: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited inside the window"
+    );
+
+    fake.set_orphan_gc(support::GcMode::After(Duration::from_millis(10)));
+    let status = child.wait().await.unwrap();
+    reader.await.unwrap();
+    assert!(
+        status.success(),
+        "{status}: {:#?}",
+        logs.lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .take(10)
+            .collect::<Vec<_>>()
+    );
+    let after = web(fake).expect("re-applied before the process exited");
+    assert_ne!(after["metadata"]["uid"], json!(before));
+    assert!(after["metadata"]["deletionTimestamp"].is_null());
+    assert!(logged("every re-apply returned"));
+}
