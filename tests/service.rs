@@ -1323,8 +1323,11 @@ fn web(fake: &FakeApiServer) -> Option<serde_json::Value> {
 async fn e2e_shutdown_waits_past_its_grace_until_an_orphan_deleted_statefulset_is_reapplied() {
     let flux = flux("suspend", None).await;
     let fake = &flux.fake;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = e2e_config();
+    cfg.kustomize = stalling_kustomize(dir.path());
     let running = start_tuned(
-        e2e_config(),
+        cfg,
         fake.client(),
         Tuning {
             shutdown_grace: Duration::from_secs(1),
@@ -1353,9 +1356,19 @@ async fn e2e_shutdown_waits_past_its_grace_until_an_orphan_deleted_statefulset_i
     let windows = running.windows();
     until(|| windows.open_count() == 1).await;
 
-    // SIGTERM's path. Once the grace has passed, shutdown seals the windows and keeps waiting.
+    // Meanwhile a second Kustomization's run is held in its render: outside any window.
+    std::fs::write(dir.path().join("hold"), "").unwrap();
+    let other = kustomization(NS, "other", "repo", "./apps", Some("suspend"), true);
+    create_kustomization(&fake.client(), &other).await.unwrap();
+    until(|| dir.path().join("stalled").exists()).await;
+    let queue = running.backend.queue.clone();
+    assert_eq!(queue.running(), 2);
+
+    // SIGTERM's path. Once the grace has passed, the run outside a window is stopped, and
+    // shutdown keeps waiting for the one inside.
     let stopping = tokio::spawn(running.shutdown());
     until(|| windows.is_sealed()).await;
+    until(|| queue.running() == 1).await;
     assert!(!stopping.is_finished(), "stopped with the window open");
     assert_eq!(windows.open_count(), 1);
     assert!(web(fake).is_some_and(|s| s["metadata"]["deletionTimestamp"].is_string()));

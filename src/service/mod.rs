@@ -38,7 +38,7 @@ use crate::service::metrics::Metrics;
 use crate::service::queue::{BackoffPolicy, Completion, Queue};
 use crate::service::record::{GateMode, RevisionState, Trigger};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
-use crate::service::windows::WindowTracker;
+use crate::service::windows::{RunWindows, WindowTracker};
 
 /// Everything `flux-converger serve` is configured with (its flags, docs/service.md).
 #[derive(Clone, Debug)]
@@ -176,6 +176,8 @@ pub struct Running {
     leadership: Leadership,
     shutdown_grace: Duration,
     windows: WindowTracker,
+    /// Cancelled when the grace has passed: each run stops once it holds no window.
+    cut: CancellationToken,
 }
 
 impl Running {
@@ -191,10 +193,10 @@ impl Running {
     }
 
     /// Stops gracefully: no new revision starts and the running ones get the shutdown grace.
-    /// Then no converge starts an orphan delete any more, and those already between their
-    /// orphan delete and their re-apply are waited for, however long past the grace (their
-    /// own timeouts bound them); only then are the other runs stopped, the watches and the
-    /// HTTP server stopped and the Lease released.
+    /// Then no converge starts an orphan delete any more; a run between its orphan delete and
+    /// its re-apply is waited for, however long past the grace (its own timeouts bound it),
+    /// and every other run is stopped at once. Then the watches and the HTTP server stop and
+    /// the Lease is released.
     pub async fn shutdown(self) {
         let Running {
             queue,
@@ -205,6 +207,7 @@ impl Running {
             leadership,
             shutdown_grace,
             windows,
+            cut,
             ..
         } = self;
         queue.close();
@@ -212,29 +215,38 @@ impl Running {
         if running > 0 {
             tracing::info!(running, "shutting down: waiting for running revisions");
         }
-        let mut unfinished = None;
+        let mut waited = false;
         if let Some(mut workers) = workers
             && tokio::time::timeout(shutdown_grace, &mut workers)
                 .await
                 .is_err()
         {
-            unfinished = Some(workers);
+            windows.seal();
+            cut.cancel();
+            let open = windows.open_count();
+            waited = open > 0;
+            tracing::warn!(grace = ?shutdown_grace, running = queue.running(), open,
+                "running revisions did not finish in time: stopping those outside a window (the next leader runs them again)");
+            if open > 0 {
+                tracing::warn!(
+                    open,
+                    "waiting past the grace for converges between their orphan delete and their re-apply"
+                );
+            }
+            let _ = workers.await;
         }
-        // Also covers the resume at start (the leader loop), which is cancelled below.
+        // The resume at start (in the leader loop, cancelled below) holds windows too.
         windows.seal();
-        let open = windows.open_count();
-        if open > 0 {
-            tracing::warn!(open, grace = ?shutdown_grace,
-                "waiting past the grace for converges between their orphan delete and their re-apply");
-            windows.closed().await;
-            tracing::info!("every re-apply returned");
-        }
-        if let Some(workers) = unfinished {
+        if windows.open_count() > 0 {
+            waited = true;
             tracing::warn!(
-                grace = ?shutdown_grace,
-                "running revisions did not finish in time; the next leader resumes them from their intents"
+                open = windows.open_count(),
+                "waiting for resumed converges between their orphan delete and their re-apply"
             );
-            workers.abort();
+            windows.closed().await;
+        }
+        if waited {
+            tracing::info!("every re-apply returned");
         }
         cancel.cancel();
         for task in background {
@@ -366,12 +378,14 @@ pub async fn start_with(
         )),
     ));
 
+    let cut = CancellationToken::new();
     let workers = tokio::spawn(work(
         queue.clone(),
         index.clone(),
         store.clone(),
         runner,
         config.workers.max(1),
+        cut.clone(),
     ));
 
     let router = app(Arc::new(backend.clone()));
@@ -400,6 +414,7 @@ pub async fn start_with(
         leadership,
         shutdown_grace: tuning.shutdown_grace,
         windows: fence.windows,
+        cut,
     })
 }
 
@@ -488,18 +503,25 @@ async fn lead(
 /// The workers: at most `workers` revisions at once, one per Kustomization. A key handed out
 /// is run only if it is still due (a webhook for a revision already finished, a refused
 /// revision, a follow-up made moot by the run before it are skipped).
+/// `cut`: the shutdown grace has passed; a run is dropped as soon as it holds no window.
 async fn work(
     queue: Queue<Key>,
     index: Arc<RwLock<Index>>,
     store: Arc<dyn Store>,
     runner: Arc<dyn Runner>,
     workers: usize,
+    cut: CancellationToken,
 ) {
     queue
         .ready()
         .for_each_concurrent(workers, |(key, trigger)| {
-            let (queue, index, store, runner) =
-                (queue.clone(), index.clone(), store.clone(), runner.clone());
+            let (queue, index, store, runner, cut) = (
+                queue.clone(),
+                index.clone(),
+                store.clone(),
+                runner.clone(),
+                cut.clone(),
+            );
             async move {
                 let last = store.last(&key.namespace, &key.name);
                 let (due, spec) = {
@@ -515,7 +537,20 @@ async fn work(
                     return;
                 };
                 tracing::info!(kustomization = %key, trigger = ?trigger, due = due.as_str(), "run");
-                let outcome = runner.run(&key.namespace, &key.name, trigger).await;
+                let windows = RunWindows::default();
+                let outcome = tokio::select! {
+                    biased;
+                    outcome = windows.scope(runner.run(&key.namespace, &key.name, trigger)) => outcome,
+                    () = async {
+                        cut.cancelled().await;
+                        windows.none_open().await;
+                    } => {
+                        tracing::warn!(kustomization = %key,
+                            "stopped by the shutdown outside a window: run again by the next leader");
+                        queue.complete(&key, Completion::Retry);
+                        return;
+                    }
+                };
                 let completion = match &outcome {
                     RunOutcome::Done(state) => {
                         tracing::info!(kustomization = %key, state = state.as_str(), "finished");

@@ -4,7 +4,12 @@
 //! intent. Once shutdown has waited out its grace it seals the tracker: a window that was not
 //! open by then is never opened (that converge stops before its delete), so the wait is
 //! bounded by the windows already open, each by the converge's own timeouts.
+//!
+//! Each run is counted on its own too ([`RunWindows`], a task-local scope around the run), so
+//! shutdown can stop a run that holds no window at the grace while another one's re-apply is
+//! still waited for.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -26,12 +31,41 @@ pub struct WindowTracker {
 #[derive(Debug)]
 pub struct WindowGuard {
     state: Arc<watch::Sender<State>>,
+    /// The run that opened it, when it ran in a [`RunWindows::scope`].
+    run: Option<RunWindows>,
 }
 
 impl Drop for WindowGuard {
     fn drop(&mut self) {
         self.state
             .send_modify(|s| s.open = s.open.saturating_sub(1));
+        if let Some(run) = &self.run {
+            run.open.send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+}
+
+tokio::task_local! {
+    static RUN: RunWindows;
+}
+
+/// The windows one run holds.
+#[derive(Clone, Debug, Default)]
+pub struct RunWindows {
+    open: Arc<watch::Sender<usize>>,
+}
+
+impl RunWindows {
+    /// Polls `run` as this run: the windows its converges open are counted here as well.
+    pub async fn scope<F: Future>(&self, run: F) -> F::Output {
+        RUN.scope(self.clone(), run).await
+    }
+
+    /// Resolves once this run holds no window (at once when it holds none).
+    pub async fn none_open(&self) {
+        let mut open = self.open.subscribe();
+        // The sender lives in `self`, so the channel cannot close while this waits.
+        let _ = open.wait_for(|n| *n == 0).await;
     }
 }
 
@@ -46,8 +80,16 @@ impl WindowTracker {
             }
             opened
         });
-        opened.then(|| WindowGuard {
+        if !opened {
+            return None;
+        }
+        let run = RUN.try_with(RunWindows::clone).ok();
+        if let Some(run) = &run {
+            run.open.send_modify(|n| *n += 1);
+        }
+        Some(WindowGuard {
             state: self.state.clone(),
+            run,
         })
     }
 
@@ -93,5 +135,26 @@ mod tests {
         assert!(tracker.closed().now_or_never().is_none(), "one still open");
         drop(second);
         assert!(tracker.closed().now_or_never().is_some(), "all closed");
+    }
+
+    #[tokio::test]
+    async fn each_run_counts_its_own_windows() {
+        use futures::FutureExt as _;
+        let tracker = WindowTracker::default();
+        let (a, b) = (RunWindows::default(), RunWindows::default());
+        let held = a.scope(async { tracker.open() }).await.expect("open");
+        let other = b.scope(async { tracker.open() }).await.expect("open");
+        assert!(b.none_open().now_or_never().is_none(), "b holds one");
+        drop(other);
+        assert!(b.none_open().now_or_never().is_some(), "b holds none");
+        assert!(a.none_open().now_or_never().is_none(), "a holds one");
+        assert_eq!(tracker.open_count(), 1);
+        drop(held);
+        assert!(a.none_open().now_or_never().is_some());
+        // Outside any run's scope a window is counted by the tracker alone.
+        let unscoped = tracker.open().expect("open");
+        assert_eq!(tracker.open_count(), 1);
+        assert!(a.none_open().now_or_never().is_some());
+        drop(unscoped);
     }
 }
