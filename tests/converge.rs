@@ -136,6 +136,7 @@ fn opts() -> Options {
         wait_timeout: Duration::from_secs(5),
         revision: None,
         fence: None,
+        act_as: None,
     }
 }
 
@@ -468,13 +469,23 @@ async fn the_dry_run_object_is_the_desired_one_with_the_live_templates_and_a_dry
     assert_eq!(report.outcome, Outcome::Proven);
     assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
     let dry: Vec<_> = fake.requests().into_iter().filter(|r| r.dry_run).collect();
-    assert_eq!(dry.len(), 1);
+    assert_eq!(dry.len(), 2, "the proof, then the pre-flight: {dry:#?}");
     assert!(dry[0].is_apply());
     assert_eq!(
         dry[0].field_manager.as_deref(),
         Some("kustomize-controller")
     );
     assert_eq!(dry[0].query_param("force").as_deref(), Some("true"));
+    // The pre-flight is a dry run too: a dry-run create, as Flux's field manager, answered
+    // 409 AlreadyExists (existence is checked after authorization, admission, validation).
+    assert_eq!(dry[1].method, Method::POST);
+    assert_eq!(dry[1].path, "/apis/apps/v1/namespaces/default/statefulsets");
+    assert_eq!(dry[1].query_param("dryRun").as_deref(), Some("All"));
+    assert_eq!(
+        dry[1].field_manager.as_deref(),
+        Some("kustomize-controller")
+    );
+    assert_eq!(dry[1].code, Some(409));
     assert_eq!(storage(&fake, "data-web-0"), "1Gi");
 }
 
@@ -636,7 +647,9 @@ async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_
         // The process dies: its memory (c, j, the desired object) goes with it.
     }
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+        .await
+        .unwrap();
     assert_eq!(resumed.results.len(), 1);
     let (ns, name, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!((ns.as_str(), name.as_str()), (NS, "web"));
@@ -728,12 +741,21 @@ async fn the_request_budget_is_claims_to_grow_plus_six_beyond_the_reads() {
     let grown = 3; // data-web-0, data-web-2, data-web-3
     let watches = log.iter().filter(|r| r.watch).count();
     assert_eq!(watches, 1, "the wait is one watch: {log:#?}");
-    // Beyond the reads: dry run, record, the grows, delete, the watch, re-apply, clear.
+    // Beyond the reads: dry run, pre-flight, record, the grows, delete, the watch, re-apply,
+    // clear.
     let beyond_reads = log
         .iter()
         .filter(|r| r.method != Method::GET || r.watch)
         .count();
-    assert!(beyond_reads <= grown + 6, "{beyond_reads}: {log:#?}");
+    assert!(beyond_reads <= grown + 7, "{beyond_reads}: {log:#?}");
+    let preflights = log
+        .iter()
+        .filter(|r| r.method == Method::POST && r.dry_run)
+        .count();
+    assert_eq!(
+        preflights, 1,
+        "one pre-flight per re-created StatefulSet: {log:#?}"
+    );
     // Reads: the journal's intent, the StatefulSet, the claims, the StorageClasses.
     let reads = log.len() - beyond_reads;
     assert!(reads <= 4, "{reads}: {log:#?}");
@@ -1053,6 +1075,9 @@ impl Cluster for Meddled {
     async fn dry_run_apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
         self.inner.dry_run_apply(object).await
     }
+    async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        self.inner.dry_run_create(object).await
+    }
     async fn resize_claim(
         &self,
         ns: &str,
@@ -1236,6 +1261,7 @@ fn legacy_intent(fake: &FakeApiServer, uid: &str) {
         recorded_at: "2026-11-29T17:00:00Z".into(),
         revision: None,
         deleting: false,
+        act_as: None,
     };
     let mut cm = serde_json::to_value(intent_to_configmap(JOURNAL_NS, &intent).unwrap()).unwrap();
     let data = cm["data"].as_object_mut().unwrap();
@@ -1255,7 +1281,9 @@ async fn a_resume_never_brings_back_a_statefulset_someone_else_deleted() {
     fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
     fake.clear_requests();
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+        .await
+        .unwrap();
     let (_, _, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!(result.unwrap().action, ResumeAction::DeletedElsewhere);
     assert!(
@@ -1323,7 +1351,9 @@ async fn one_unreadable_journal_record_wedges_nothing() {
     let other = corrupt_intent(&fake, "apps", "db");
     let own = corrupt_intent(&fake, NS, "web");
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+        .await
+        .unwrap();
     assert!(resumed.results.is_empty());
     let names: Vec<&str> = resumed
         .unreadable
@@ -1479,10 +1509,10 @@ async fn storage_classes_from_the_services_cache_cost_no_request() {
         !log.iter().any(|r| r.path.contains("/storageclasses")),
         "{log:#?}"
     );
-    // N claims to grow: journal load, get, list claims, dry run, N grows, record, delete,
-    // watch, re-apply, clear.
+    // N claims to grow: journal load, get, list claims, dry run, pre-flight, N grows, record,
+    // delete, watch, re-apply, clear.
     let grown = 3;
-    assert_eq!(log.len(), grown + 9, "{log:#?}");
+    assert_eq!(log.len(), grown + 10, "{log:#?}");
 }
 
 /// A loopback TCP proxy in front of the fake that numbers the connections the client opens

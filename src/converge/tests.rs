@@ -105,6 +105,7 @@ fn opts() -> Options {
         wait_timeout: Duration::from_millis(50),
         revision: None,
         fence: None,
+        act_as: None,
     }
 }
 
@@ -446,7 +447,7 @@ async fn crash_between_delete_and_reapply_reapplies_from_the_journal() {
     assert!(w.sts("default", "web").is_none());
     w.lock().fault = None;
     // A new process: only the journal survives. Even an unrelated desired resumes first.
-    let r = resume_all(&w, &w, &opts()).await.unwrap();
+    let r = resume_all(|_: &Intent| Ok(&w), &w, &opts()).await.unwrap();
     assert_eq!(r.results.len(), 1);
     assert!(r.unreadable.is_empty());
     let (ns, name, resumed) = r.results.into_iter().next().unwrap();
