@@ -39,6 +39,8 @@ pub struct State {
     /// Every dry-run create (the pre-flight) answers with this error instead of the
     /// server's 409 AlreadyExists (or 201 when absent).
     pub create_error: Option<CallError>,
+    /// Every object the pre-flight sent.
+    pub preflighted: Vec<StatefulSet>,
     next_uid: u64,
 }
 
@@ -227,7 +229,8 @@ impl Cluster for World {
     async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
         let (ns, name) = sts_key(object);
         self.read(&format!("dry-run create {ns}/{name}"));
-        let s = self.lock();
+        let mut s = self.lock();
+        s.preflighted.push(object.clone());
         if let Some(e) = s.create_error.clone() {
             return Err(e);
         }
