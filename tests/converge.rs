@@ -2030,3 +2030,72 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
     assert_eq!((kept.namespace.as_str(), kept.name.as_str()), (NS, "cache"));
     assert_eq!(kept.reason, "no recorded identity");
 }
+
+/// The fake answers a dry-run create as a real v1.32.6 does (conformance steps
+/// `08.preflight.dry-run-create-existing|invalid|forbidden`): existence is checked last, after
+/// authorization and validation.
+#[tokio::test]
+async fn the_fake_answers_a_dry_run_create_as_the_real_server() {
+    use kube::api::{Api, PostParams};
+    let fake = world().await;
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some("kustomize-controller".into()),
+    };
+    let status = |e: kube::Error| match e {
+        kube::Error::Api(s) => s,
+        other => panic!("{other}"),
+    };
+    let admin: Api<StatefulSet> = Api::namespaced(fake.client(), NS);
+
+    let e = status(admin.create(&params, &desired()).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(e.message, "statefulsets.apps \"web\" already exists");
+    let details = e.details.unwrap();
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.group.as_str(),
+            details.kind.as_str()
+        ),
+        ("web", "apps", "statefulsets")
+    );
+
+    let mut invalid = statefulset("2Gi", "1Gi");
+    invalid["spec"]["replicas"] = json!(-1);
+    let invalid: StatefulSet = serde_json::from_value(invalid).unwrap();
+    let e = status(admin.create(&params, &invalid).await.unwrap_err());
+    assert_eq!(
+        (e.code, e.reason.as_str()),
+        (422, "Invalid"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        e.message,
+        "StatefulSet.apps \"web\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0"
+    );
+
+    let user = "system:serviceaccount:apps:deployer";
+    fake.grant(
+        NS,
+        user,
+        json!([{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "patch"]}]),
+    );
+    let tenant =
+        flux_converger::service::gate::tenant::impersonating(&fake.client(), user).unwrap();
+    let e = status(
+        Api::<StatefulSet>::namespaced(tenant, NS)
+            .create(&params, &desired())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        e.message,
+        format!(
+            "statefulsets.apps is forbidden: User \"{user}\" cannot create resource \"statefulsets\" in API group \"apps\" in the namespace \"default\""
+        )
+    );
+    assert!(fake.requests().iter().all(|r| !r.is_write()));
+}
