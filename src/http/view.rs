@@ -530,6 +530,29 @@ mod tests {
                 Some(("failed", "step grow", Some("apps/db"), "db failed", 0)),
             ),
             (
+                "failed after one held: the failed one is shown",
+                RevisionRecord {
+                    statefulsets: vec![failed("a-db", "held"), failed("b-cache", "preflight")]
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, mut e)| {
+                            if i == 0 {
+                                e.outcome = StatefulSetOutcome::Held;
+                            }
+                            e
+                        })
+                        .collect(),
+                    ..record(RevisionState::Failed)
+                },
+                Some((
+                    "failed",
+                    "step preflight",
+                    Some("apps/b-cache"),
+                    "b-cache failed",
+                    0,
+                )),
+            ),
+            (
                 "failed before the StatefulSets",
                 RevisionRecord {
                     error: Some(run_error.clone()),
@@ -612,6 +635,13 @@ mod tests {
         let never = Row::new(&summary, None, now);
         assert!(!never.behind);
         assert_eq!(never.badge.key, "none");
+    }
+
+    #[test]
+    fn a_held_statefulset_has_its_own_badge() {
+        let held = outcome_badge(StatefulSetOutcome::Held);
+        assert_eq!(held.label, "held");
+        assert_eq!(held.key, "superseded");
     }
 
     #[test]

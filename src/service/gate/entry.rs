@@ -270,6 +270,40 @@ mod tests {
     }
 
     #[test]
+    fn a_held_report_is_a_held_entry_naming_why_and_nothing_grown() {
+        let mut report = Report::new("ns", "a-db", false);
+        report.outcome = Outcome::Held;
+        report.held_by =
+            Some("not written: StatefulSet ns/b-cache of the same revision was refused".into());
+        report.old_uid = Some("u1".into());
+        report.plan = Some(crate::decide::Plan {
+            namespace: "ns".into(),
+            name: "a-db".into(),
+            recreate: true,
+            grown: vec![crate::decide::TemplateGrowth {
+                template: "data".into(),
+                from: "1Gi".parse().unwrap(),
+                to: "2Gi".parse().unwrap(),
+            }],
+            resize: Vec::new(),
+            deferred: Vec::new(),
+        });
+        let e = from_report(&report);
+        assert_eq!(e.outcome, StatefulSetOutcome::Held);
+        assert!(e.templates.is_empty() && e.claims.is_empty() && e.new_uid.is_none());
+        let error = e.error.as_ref().unwrap();
+        assert_eq!(error.step, "held");
+        assert_eq!(
+            error.message,
+            "not written: StatefulSet ns/b-cache of the same revision was refused"
+        );
+        assert_eq!(
+            describe(&[e]),
+            "StatefulSet ns/a-db: held: not written: StatefulSet ns/b-cache of the same revision was refused"
+        );
+    }
+
+    #[test]
     fn describe_and_warnings() {
         let mut grown = entry("web", StatefulSetOutcome::Deferred);
         grown.templates.push(TemplateChange {
