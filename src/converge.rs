@@ -1008,9 +1008,13 @@ pub async fn converge<C: Cluster, J: Journal>(
     options: &Options,
 ) -> Result<Report, ConvergeError> {
     let one = converge_all(cluster, journal, std::slice::from_ref(desired), options).await;
-    one.into_iter()
-        .next()
-        .unwrap_or_else(|| identity(desired).map(|(ns, n)| Report::new(&ns, &n, options.dry_run)))
+    // `converge_all` answers once per desired object; the fallback is never reached.
+    one.into_iter().next().unwrap_or_else(|| {
+        Err(ConvergeError::Invalid {
+            what: "StatefulSet".into(),
+            message: "the converge returned no result".into(),
+        })
+    })
 }
 
 /// An intent [`resume_all`] did not finish because the identity it was recorded under cannot

@@ -282,6 +282,8 @@ async fn template_equal_but_claims_smaller_grows_without_recreating() {
             .any(|l| l.contains("delete") || l.contains("apply"))
     );
     assert!(w.journal.list().await.unwrap().intents.is_empty());
+    // Nothing is re-created, so no pre-flight: it costs nothing beyond the re-created ones.
+    assert!(w.lock().preflighted.is_empty(), "{:?}", w.lock().log);
 }
 
 #[tokio::test]
