@@ -137,9 +137,13 @@ async fn converge_own_identity() -> Vec<RbacRequest> {
     let cluster = KubeCluster::new(fake.client(), Duration::from_secs(5));
     let journal = journal(fake.client());
     // On start the service finishes what an earlier run left.
-    flux_converger::converge::resume_all(&cluster, &journal, &opts())
-        .await
-        .unwrap();
+    flux_converger::converge::resume_all(
+        |_: &flux_converger::journal::Intent| Ok(&cluster),
+        &journal,
+        &opts(),
+    )
+    .await
+    .unwrap();
     let dry = Options {
         dry_run: true,
         ..opts()

@@ -636,6 +636,9 @@ pub async fn start_tuned(
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
 /// no crash leaves a StatefulSet deleted, and this is where the next leader makes sure of it.
+/// Each intent is finished as the identity it was recorded under (the tenant, impersonated),
+/// never with the service's own rights for a tenant's work: whoever can write a labelled
+/// ConfigMap in the service's namespace must not get a StatefulSet re-applied with more.
 pub struct JournalResume {
     pub client: kube::Client,
     /// The journal's namespace (`--namespace`).
@@ -647,7 +650,6 @@ pub struct JournalResume {
 impl Resume for JournalResume {
     fn resume_all(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let cluster = crate::cluster::KubeCluster::new(self.client.clone(), self.call_timeout);
             let journal = crate::journal::ConfigMapJournal::new(
                 self.client.clone(),
                 self.namespace.clone(),
@@ -657,11 +659,19 @@ impl Resume for JournalResume {
                 wait_timeout: self.wait_timeout,
                 ..Default::default()
             };
-            match crate::converge::resume_all(&cluster, &journal, &options).await {
+            let cluster_for = |intent: &crate::journal::Intent| {
+                gate::tenant::cluster_for_intent(&self.client, intent, self.call_timeout)
+            };
+            match crate::converge::resume_all(cluster_for, &journal, &options).await {
                 Ok(resumed) => {
                     for unreadable in resumed.unreadable {
                         tracing::warn!(record = %unreadable.object, message = %unreadable.message,
                             "skipping an unreadable intent record (fix or delete it by hand)");
+                    }
+                    for kept in resumed.not_resumed {
+                        tracing::warn!(statefulset = %format!("{}/{}", kept.namespace, kept.name),
+                            act_as = kept.act_as.as_deref().unwrap_or_default(), reason = %kept.reason,
+                            "not resuming an unfinished converge: kept in the journal (finish it with `flux-converger converge` as an operator)");
                     }
                     for (namespace, name, result) in resumed.results {
                         let statefulset = format!("{namespace}/{name}");
