@@ -49,7 +49,14 @@ async fn bad_hook_auth_and_port_flags_exit_2_before_any_client() {
     let token = dir.path().join("token");
     std::fs::write(&token, "t0ken\n").unwrap();
     let token = token.to_str().unwrap();
-    let cases: &[(&str, &[&str], &[(&str, &str)], &[&str])] = &[
+    // (case, arguments, environment, words the message must hold)
+    type Case<'a> = (
+        &'a str,
+        &'a [&'a str],
+        &'a [(&'a str, &'a str)],
+        &'a [&'a str],
+    );
+    let cases: &[Case] = &[
         (
             "neither key nor token",
             &["serve"],
