@@ -595,6 +595,21 @@ pub async fn start_tuned(
     client: kube::Client,
     tuning: Tuning,
 ) -> Result<Running, ServiceError> {
+    // Decided before anything else: the webhook is never open by accident.
+    let auth = crate::http::HookAuth {
+        hmac_key: config.hmac_key.clone(),
+        token: config.hook_token.clone(),
+    };
+    if auth.is_open() {
+        if !config.allow_unauthenticated_hooks {
+            return Err(ServiceError::Setup(
+                "/hook needs an HMAC key or a bearer token (or allow_unauthenticated_hooks)"
+                    .to_string(),
+            ));
+        }
+        tracing::warn!(listen = %config.listen,
+            "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
+    }
     let (registry, metrics) = metrics::registry();
     let results = results::Results::new(
         client.clone(),
@@ -638,20 +653,6 @@ pub async fn start_tuned(
         call_timeout: config.call_timeout,
         wait_timeout: crate::converge::Options::default().wait_timeout,
     };
-    let auth = crate::http::HookAuth {
-        hmac_key: config.hmac_key.clone(),
-        token: config.hook_token.clone(),
-    };
-    if auth.is_open() {
-        if !config.allow_unauthenticated_hooks {
-            return Err(ServiceError::Setup(
-                "/hook needs an HMAC key or a bearer token (or allow_unauthenticated_hooks)"
-                    .to_string(),
-            ));
-        }
-        tracing::warn!(listen = %config.listen,
-            "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
-    }
     let app_metrics = metrics.clone();
     let parts = Parts {
         runner: Arc::new(gate),
