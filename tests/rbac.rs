@@ -605,9 +605,12 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
     let running = start(
         Config {
             listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
             namespace: check::NAMESPACE.into(),
             hmac_key: Some(KEY.to_vec()),
             hook_token: None,
+            allow_unauthenticated_hooks: false,
+            hook_min_interval: Duration::from_secs(10),
             default_gate: GateMode::Suspend,
             watch_label_selector: None,
             workers: 2,
