@@ -28,6 +28,7 @@ COPY --from=kustomize /out/kustomize /usr/local/bin/kustomize
 ENV FLUX_CONVERGER_KUSTOMIZE="/usr/local/bin/kustomize build --load-restrictor=LoadRestrictionsNone" \
     TMPDIR=/tmp
 USER 65532:65532
-EXPOSE 8080
+# Flux's layout: 9292 /hook, /status, the dashboard (--listen); 8080 /metrics (--metrics-addr).
+EXPOSE 9292 8080
 ENTRYPOINT ["/usr/local/bin/flux-converger"]
 CMD ["serve"]

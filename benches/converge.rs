@@ -103,6 +103,7 @@ async fn one(fake: &FakeApiServer, classes: ClassCache) -> Duration {
         wait_timeout: Duration::from_secs(10),
         revision: None,
         fence: None,
+        act_as: None,
     };
     let t = Instant::now();
     let report = converge(&cluster, &journal, &desired, &options)

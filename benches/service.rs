@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flux_converger::flux::render::KustomizeCommand;
-use flux_converger::http::{AppState, HookAuth, router};
+use flux_converger::http::{AppState, HookAuth, metrics_router, router};
 use flux_converger::service::leader::LeaseSettings;
 use flux_converger::service::queue::BackoffPolicy;
 use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
@@ -188,9 +188,14 @@ async fn run() {
     let app_metrics = metrics.clone();
     let config = Config {
         listen: "127.0.0.1:0".parse().expect("an address"),
+        metrics_addr: "127.0.0.1:0".parse().expect("an address"),
         namespace: NS.into(),
         hmac_key: None,
         hook_token: Some(TOKEN.into()),
+        allow_unauthenticated_hooks: false,
+        // As in production: most of the load's hooks fall inside the interval and queue
+        // nothing, which is what a burst costs a real service.
+        hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Off,
         watch_label_selector: None,
         workers: 2,
@@ -217,7 +222,6 @@ async fn run() {
         app: Box::new(move |backend| {
             router(AppState {
                 backend,
-                registry,
                 metrics: app_metrics,
                 auth: HookAuth {
                     hmac_key: None,
@@ -225,6 +229,7 @@ async fn run() {
                 },
             })
         }),
+        metrics_app: metrics_router(registry),
         metrics,
         fence: Default::default(),
     };

@@ -205,12 +205,20 @@ restarts="$(kubectl -n "$NS" get pods -o json | jq '[.items[].status.containerSt
 [ "$restarts" = 0 ] || fail "containers restarted ($restarts)"
 
 step "11. what the converger reports (/status) and the Events it wrote"
-kubectl -n flux-system port-forward svc/flux-converger 8080:80 >/dev/null 2>&1 &
+kubectl -n flux-system port-forward svc/flux-converger 9292:80 >/dev/null 2>&1 &
 PIDS+=($!)
-until_ok curl -sf http://localhost:8080/readyz
-curl -sf http://localhost:8080/status/flux-system/web | jq .
-state="$(curl -sf http://localhost:8080/status/flux-system/web | jq -r '.revisions[0].state')"
+until_ok curl -sf http://localhost:9292/readyz
+curl -sf http://localhost:9292/status/flux-system/web | jq .
+state="$(curl -sf http://localhost:9292/status/flux-system/web | jq -r '.revisions[0].state')"
 [ "$state" = converged ] || fail "/status says the last revision is $state"
+# Metrics on the pod's http-prom port (8080) alone, as Flux lays its controllers out.
+kubectl -n flux-system port-forward deploy/flux-converger 18080:8080 >/dev/null 2>&1 &
+PIDS+=($!)
+until_ok curl -sf http://localhost:18080/healthz
+curl -sf http://localhost:18080/metrics | grep -q '^flux_converger_claims_grown_total' \
+  || fail "/metrics on http-prom has no flux_converger_ series"
+[ "$(curl -s -o /dev/null -w '%{http_code}' http://localhost:9292/metrics)" = 404 ] \
+  || fail "/metrics is still served on the receiver port"
 kubectl -n flux-system get events --field-selector involvedObject.name=web
 
 printf '\ne2e: OK: revision 2 applied by Flux, claims grown in place, no pod restarted\n'

@@ -14,8 +14,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{
-    Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions, PropagationPolicy,
-    WatchEvent, WatchParams,
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+    PropagationPolicy, WatchEvent, WatchParams,
 };
 use kube::runtime::reflector::Store;
 use serde::Serialize;
@@ -96,6 +96,13 @@ pub trait Cluster: Send + Sync {
     ) -> impl Future<Output = Result<Vec<StorageClass>, CallError>> + Send;
     /// Server-side apply with `dryRun=All` (field manager `kustomize-controller`, force).
     fn dry_run_apply(
+        &self,
+        object: &StatefulSet,
+    ) -> impl Future<Output = Result<StatefulSet, CallError>> + Send;
+    /// A create with `dryRun=All` (field manager `kustomize-controller`): the server runs
+    /// authorization, admission and validation of a create, and checks existence last, so a
+    /// 409 AlreadyExists says the re-create after the orphan delete would pass them all.
+    fn dry_run_create(
         &self,
         object: &StatefulSet,
     ) -> impl Future<Output = Result<StatefulSet, CallError>> + Send;
@@ -562,6 +569,22 @@ impl Cluster for KubeCluster {
         self.apply_with(object, true).await
     }
 
+    async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        let namespace = object.metadata.namespace.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let params = PostParams {
+            dry_run: true,
+            field_manager: Some(FLUX_FIELD_MANAGER.to_string()),
+        };
+        with_deadline(
+            self.call_timeout,
+            "dry-run create of",
+            &sts_object(&namespace, &name),
+            self.statefulsets(&namespace).create(&params, object),
+        )
+        .await
+    }
+
     async fn resize_claim(
         &self,
         namespace: &str,
@@ -678,5 +701,79 @@ impl Cluster for KubeCluster {
 
     async fn apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
         self.apply_with(object, false).await
+    }
+}
+
+/// A borrowed cluster is a cluster: `resume_all` can then be handed the caller's own cluster
+/// for every intent (`|_| Ok(&cluster)`) without cloning a client.
+impl<T: Cluster> Cluster for &T {
+    async fn get_statefulset(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<StatefulSet>, CallError> {
+        (**self).get_statefulset(namespace, name).await
+    }
+
+    async fn list_claims(&self, namespace: &str) -> Result<Vec<PersistentVolumeClaim>, CallError> {
+        (**self).list_claims(namespace).await
+    }
+
+    async fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<PersistentVolumeClaim>, CallError> {
+        (**self).get_claim(namespace, name).await
+    }
+
+    async fn list_storage_classes(&self) -> Result<Vec<StorageClass>, CallError> {
+        (**self).list_storage_classes().await
+    }
+
+    async fn dry_run_apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        (**self).dry_run_apply(object).await
+    }
+
+    async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        (**self).dry_run_create(object).await
+    }
+
+    async fn resize_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        storage: &str,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        (**self)
+            .resize_claim(namespace, claim, storage, resource_version)
+            .await
+    }
+
+    async fn orphan_delete(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<DeleteOutcome, CallError> {
+        (**self).orphan_delete(namespace, name, uid).await
+    }
+
+    async fn wait_gone(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        from_resource_version: Option<&str>,
+        timeout: Duration,
+    ) -> Result<WaitOutcome, CallError> {
+        (**self)
+            .wait_gone(namespace, name, uid, from_resource_version, timeout)
+            .await
+    }
+
+    async fn apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        (**self).apply(object).await
     }
 }

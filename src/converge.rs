@@ -1,6 +1,10 @@
-//! Converging one StatefulSet against a cluster (docs/converge.md): decide → prove → grow →
-//! record → orphan-delete → wait → re-apply → clear, so that a run interrupted anywhere is
-//! finished by the next one.
+//! Converging StatefulSets against a cluster (docs/converge.md): decide → prove → pre-flight
+//! → grow → record → orphan-delete → wait → re-apply → clear, so that a run interrupted
+//! anywhere is finished by the next one.
+//!
+//! A set (one revision, one file) is converged all or nothing: every StatefulSet is decided,
+//! proven and pre-flighted before any is written, so one refusal leaves the others untouched
+//! rather than applying half a revision.
 //!
 //! The order of the writes is what keeps data safe: claims grow (only from the version they
 //! were decided on, so nobody's raise is undone) while the old StatefulSet still owns its
@@ -10,6 +14,7 @@
 //! on (a StatefulSet re-created by someone else is never deleted).
 
 pub mod fence;
+pub mod preflight;
 pub mod prove;
 pub mod report;
 
@@ -23,7 +28,7 @@ use tracing::{debug, info, warn};
 
 use crate::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome, is_conflict};
 use crate::decide::{Plan, Refusal, decide, declares_desired_sizes};
-use crate::journal::{Intent, Journal, JournalError, Unreadable};
+use crate::journal::{Intent, Journal, JournalError, OWN_IDENTITY, Unreadable};
 
 pub use report::{
     ClaimAction, ClaimReport, Outcome, RefusalReport, Report, ResumeAction, ResumeReport, Step,
@@ -47,6 +52,10 @@ pub struct Options {
     /// Asked right before the claim patches and right before the orphan delete (and a
     /// resume's re-apply): the service's Lease, so a replica that lost it writes nothing more.
     pub fence: Option<fence::SharedFence>,
+    /// Who the cluster's writes act as: the impersonated user (`system:serviceaccount:NS:SA`),
+    /// `None` for the process's own identity. Recorded in the intent, so a resume acts as the
+    /// same identity, never with more rights; named in access failures.
+    pub act_as: Option<String>,
 }
 
 impl Default for Options {
@@ -56,6 +65,7 @@ impl Default for Options {
             wait_timeout: Duration::from_secs(120),
             revision: None,
             fence: None,
+            act_as: None,
         }
     }
 }
@@ -110,10 +120,13 @@ pub enum ConvergeError {
         cause: JournalError,
         written: Written,
     },
-    /// The dry run was answered 401, 403 or 404: the converger's access (or the namespace)
-    /// must be fixed; the object itself was not judged, so this is no refusal.
-    #[error("step prove of StatefulSet {namespace}/{name} failed: {message}; {written}")]
+    /// A dry run (the proof, or the pre-flight create) was answered 401, 404 or RBAC's 403:
+    /// the converger's access (or the namespace) must be fixed; the object itself was not
+    /// judged, so this is no refusal.
+    #[error("step {step} of StatefulSet {namespace}/{name} failed: {message}; {written}")]
     Access {
+        /// `prove` or `preflight`.
+        step: Step,
         namespace: String,
         name: String,
         message: String,
@@ -153,8 +166,8 @@ impl ConvergeError {
         match self {
             ConvergeError::Call { step, .. }
             | ConvergeError::Journal { step, .. }
-            | ConvergeError::Fenced { step, .. } => Some(*step),
-            ConvergeError::Access { .. } => Some(Step::Prove),
+            | ConvergeError::Fenced { step, .. }
+            | ConvergeError::Access { step, .. } => Some(*step),
             _ => None,
         }
     }
@@ -292,6 +305,17 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         }
     }
 
+    fn access_err(&self, step: Step, message: String, cause: &CallError) -> ConvergeError {
+        ConvergeError::Access {
+            step,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            message,
+            code: cause.code().unwrap_or_default(),
+            written: self.written(),
+        }
+    }
+
     fn journal_err(&self, step: Step) -> impl FnOnce(JournalError) -> ConvergeError + '_ {
         move |cause| ConvergeError::Journal {
             step,
@@ -302,8 +326,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         }
     }
 
-    /// decide → prove → grow → [record] → orphan → wait → re-apply, over a live object.
-    /// `resuming`: the intent already in the journal (and a terminating object is ours).
+    /// prepare, then write: one StatefulSet on its own (a resume's continued procedure).
     async fn procedure(
         &self,
         desired: &StatefulSet,
@@ -311,6 +334,23 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         report: &mut Report,
         resuming: Option<&Intent>,
     ) -> Result<(), ConvergeError> {
+        match self.prepare(desired, live, report, resuming).await? {
+            Some(work) => self.write(desired, work, report, resuming).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The write-free phase over a live object: decide → prove → pre-flight. `Ok(None)` when
+    /// there is nothing to write (refused, unchanged, a dry run); `Ok(Some)` is what the write
+    /// phase does. `resuming`: the intent already in the journal (and a terminating object is
+    /// ours).
+    async fn prepare(
+        &self,
+        desired: &StatefulSet,
+        live: StatefulSet,
+        report: &mut Report,
+        resuming: Option<&Intent>,
+    ) -> Result<Option<Work>, ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let uid = live.metadata.uid.clone().unwrap_or_default();
         report.old_uid = Some(uid.clone());
@@ -326,7 +366,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             // Our own delete was issued (claims were grown before it): carry on from the delete,
             // which also turns someone else's cascading delete into an orphaning one.
             report.outcome = Outcome::Converged;
-            return self.recreate(desired, &uid, report, true).await;
+            return Ok(Some(Work::InFlight { uid }));
         }
 
         // One after the other on purpose: two requests at once on one client open a second
@@ -351,7 +391,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             Ok(plan) => plan,
             Err(refusal) => {
                 refuse(report, &refusal);
-                return Ok(());
+                return Ok(None);
             }
         };
         report.claims = report::claim_reports(desired, &claims, &plan, self.options.dry_run);
@@ -366,16 +406,10 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                 prove::Verdict::Refused(refusal) => {
                     report.claims.clear();
                     refuse(report, &refusal);
-                    return Ok(());
+                    return Ok(None);
                 }
                 prove::Verdict::Denied { message, cause } => {
-                    return Err(ConvergeError::Access {
-                        namespace: ns.to_string(),
-                        name: name.to_string(),
-                        message,
-                        code: cause.code().unwrap_or_default(),
-                        written: self.written(),
-                    });
+                    return Err(self.access_err(Step::Prove, message, &cause));
                 }
                 prove::Verdict::Failed(e) => return Err(self.call_err(Step::Prove)(e)),
             }
@@ -383,12 +417,64 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
 
         if plan.resize.is_empty() && !plan.recreate {
             report.outcome = Outcome::Unchanged;
-            return Ok(());
+            return Ok(None);
         }
+
+        if plan.recreate {
+            // The re-apply after the orphan delete is a create: ask the server now whether it
+            // would pass, while nothing is written yet.
+            let t = Instant::now();
+            let answer = self.cluster.dry_run_create(desired).await.map(|_| ());
+            report.timed(Step::Preflight, t.elapsed());
+            let acting_as = self.options.act_as.as_deref();
+            match preflight::classify(ns, name, acting_as, answer) {
+                preflight::Verdict::Passed => {}
+                preflight::Verdict::Refused(refusal) => {
+                    report.claims.clear();
+                    refuse(report, &refusal);
+                    return Ok(None);
+                }
+                preflight::Verdict::Denied { message, cause } => {
+                    return Err(self.access_err(Step::Preflight, message, &cause));
+                }
+                preflight::Verdict::Failed(e) => return Err(self.call_err(Step::Preflight)(e)),
+            }
+        }
+
         if self.options.dry_run {
             report.outcome = Outcome::Proven;
-            return Ok(());
+            return Ok(None);
         }
+        Ok(Some(Work::Planned(Box::new(Planned {
+            uid,
+            live,
+            claims,
+            classes,
+            plan,
+        }))))
+    }
+
+    /// The write phase of one StatefulSet: [fence] → grow → [fence] → [record] → orphan →
+    /// wait → re-apply.
+    async fn write(
+        &self,
+        desired: &StatefulSet,
+        work: Work,
+        report: &mut Report,
+        resuming: Option<&Intent>,
+    ) -> Result<(), ConvergeError> {
+        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
+        let planned = match work {
+            Work::InFlight { uid } => return self.recreate(desired, &uid, report, true).await,
+            Work::Planned(planned) => planned,
+        };
+        let Planned {
+            uid,
+            live,
+            claims,
+            classes,
+            plan,
+        } = *planned;
 
         if !plan.resize.is_empty() {
             self.fenced(Step::Grow)?;
@@ -424,6 +510,14 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                     .and_then(|i| i.revision.clone())
                     .or_else(|| self.options.revision.clone()),
                 deleting: true,
+                act_as: resuming.and_then(|i| i.act_as.clone()).or_else(|| {
+                    Some(
+                        self.options
+                            .act_as
+                            .clone()
+                            .unwrap_or_else(|| OWN_IDENTITY.to_string()),
+                    )
+                }),
             };
             self.writing();
             self.journal
@@ -718,6 +812,23 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
     }
 }
 
+/// What the write phase of one StatefulSet does, as the write-free phase prepared it.
+enum Work {
+    /// A resume found our own delete in flight: carry on from the delete.
+    InFlight { uid: String },
+    /// Grow the planned claims; when the plan re-creates: record, orphan, wait, re-apply.
+    Planned(Box<Planned>),
+}
+
+/// Everything the write phase decided on: the live object, claims and classes as read.
+struct Planned {
+    uid: String,
+    live: StatefulSet,
+    claims: Vec<PersistentVolumeClaim>,
+    classes: Vec<StorageClass>,
+    plan: Plan,
+}
+
 /// What the grow decides again on after a conflict.
 struct Grow<'a> {
     desired: &'a StatefulSet,
@@ -732,19 +843,22 @@ fn refuse(report: &mut Report, refusal: &Refusal) {
     report.refused(refusal);
 }
 
-/// Converges one StatefulSet to `desired` (namespace and name set): first finishes an
-/// unfinished intent for it, then decides, proves and, when there is something to do,
-/// grows claims and, when a template grew, records the intent, orphan-deletes, waits and
-/// re-applies.
-///
-/// A refusal is a report with [`Outcome::Refused`]: nothing was written for it. A converge
-/// with nothing to do writes nothing, not even the journal.
-pub async fn converge<C: Cluster, J: Journal>(
-    cluster: &C,
-    journal: &J,
+/// One StatefulSet after the write-free phase: the work left for the write phase, if any.
+struct Prepared<'a, C, J> {
+    run: Run<'a, C, J>,
+    desired: StatefulSet,
+    report: Report,
+    work: Option<Work>,
+}
+
+/// The write-free phase of one StatefulSet: finish an earlier intent for it (that intent's
+/// own work, decided before this converge), read, decide, prove, pre-flight.
+async fn prepare_one<'a, C: Cluster, J: Journal>(
+    cluster: &'a C,
+    journal: &'a J,
     desired: &StatefulSet,
-    options: &Options,
-) -> Result<Report, ConvergeError> {
+    options: &'a Options,
+) -> Result<Prepared<'a, C, J>, ConvergeError> {
     let (namespace, name) = identity(desired)?;
     let run = Run::new(cluster, journal, &namespace, &name, options);
     let mut report = Report::new(&namespace, &name, options.dry_run);
@@ -782,17 +896,151 @@ pub async fn converge<C: Cluster, J: Journal>(
         .await
         .map_err(run.call_err(Step::Read))?;
     report.timed(Step::Read, t.elapsed());
-    let Some(live) = live else {
-        report.outcome = Outcome::Absent;
-        return Ok(report);
+    let work = match live {
+        None => {
+            report.outcome = Outcome::Absent;
+            None
+        }
+        Some(live) => run.prepare(&desired, live, &mut report, None).await?,
     };
-    run.procedure(&desired, live, &mut report, None).await?;
+    Ok(Prepared {
+        run,
+        desired,
+        report,
+        work,
+    })
+}
+
+/// The write phase of one prepared StatefulSet, then the intent cleared.
+async fn write_one<C: Cluster, J: Journal>(
+    prepared: Prepared<'_, C, J>,
+) -> Result<Report, ConvergeError> {
+    let Prepared {
+        run,
+        desired,
+        mut report,
+        work,
+    } = prepared;
+    if let Some(work) = work {
+        run.write(&desired, work, &mut report, None).await?;
+    }
     if run.intent_kept.load(Ordering::SeqCst) {
         let t = Instant::now();
         run.clear().await?;
         report.timed(Step::Clear, t.elapsed());
     }
     Ok(report)
+}
+
+/// "not written: StatefulSet NS/NAME of the same revision was refused" (or "failed").
+fn held_message(desired: &StatefulSet, what: &str) -> String {
+    format!(
+        "not written: StatefulSet {}/{} of the same revision {what}",
+        desired.metadata.namespace.as_deref().unwrap_or_default(),
+        desired.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A prepared report turned into "held": what it planned stays in it, but no claim reads as
+/// grown (nothing was written).
+fn held(mut report: Report, why: &str) -> Report {
+    info!(statefulset = %report.name, namespace = %report.namespace, reason = why, "held");
+    report.outcome = Outcome::Held;
+    report.held_by = Some(why.to_string());
+    for c in &mut report.claims {
+        if c.action == ClaimAction::Resized {
+            c.action = ClaimAction::WouldResize;
+        }
+    }
+    report
+}
+
+/// Converges a set of StatefulSets (one revision, one file) all or nothing: each is first
+/// prepared (an earlier intent for it finished, read, decided, proven, pre-flighted); if any
+/// is refused or fails there, none is written and every other one is [`Outcome::Held`].
+/// Otherwise each is written in turn; if one's writes fail, the ones not yet started are held
+/// and its error is returned in its place. One result per desired object, in order.
+pub async fn converge_all<C: Cluster, J: Journal>(
+    cluster: &C,
+    journal: &J,
+    desired: &[StatefulSet],
+    options: &Options,
+) -> Vec<Result<Report, ConvergeError>> {
+    let mut prepared = Vec::with_capacity(desired.len());
+    for d in desired {
+        prepared.push(prepare_one(cluster, journal, d, options).await);
+    }
+    let blocker = prepared.iter().zip(desired).find_map(|(p, d)| match p {
+        Err(_) => Some(held_message(d, "failed")),
+        Ok(p) if p.report.outcome == Outcome::Refused => Some(held_message(d, "was refused")),
+        Ok(_) => None,
+    });
+    if let Some(why) = blocker {
+        return prepared
+            .into_iter()
+            .map(|p| match p {
+                Err(e) => Err(e),
+                Ok(p) if p.report.outcome == Outcome::Refused => Ok(p.report),
+                Ok(p) => Ok(held(p.report, &why)),
+            })
+            .collect();
+    }
+    let mut results = Vec::with_capacity(prepared.len());
+    let mut stopped: Option<String> = None;
+    for (p, d) in prepared.into_iter().zip(desired) {
+        let p = match p {
+            Ok(p) => p,
+            Err(e) => {
+                results.push(Err(e));
+                continue;
+            }
+        };
+        if let Some(why) = &stopped {
+            results.push(Ok(held(p.report, why)));
+            continue;
+        }
+        let written = write_one(p).await;
+        if written.is_err() {
+            stopped = Some(held_message(d, "failed"));
+        }
+        results.push(written);
+    }
+    results
+}
+
+/// Converges one StatefulSet to `desired` (namespace and name set): first finishes an
+/// unfinished intent for it, then decides, proves, pre-flights the re-create and, when there
+/// is something to do, grows claims and, when a template grew, records the intent,
+/// orphan-deletes, waits and re-applies. The set of one of [`converge_all`].
+///
+/// A refusal is a report with [`Outcome::Refused`]: nothing was written for it. A converge
+/// with nothing to do writes nothing, not even the journal.
+pub async fn converge<C: Cluster, J: Journal>(
+    cluster: &C,
+    journal: &J,
+    desired: &StatefulSet,
+    options: &Options,
+) -> Result<Report, ConvergeError> {
+    let one = converge_all(cluster, journal, std::slice::from_ref(desired), options).await;
+    // `converge_all` answers once per desired object; the fallback is never reached.
+    one.into_iter().next().unwrap_or_else(|| {
+        Err(ConvergeError::Invalid {
+            what: "StatefulSet".into(),
+            message: "the converge returned no result".into(),
+        })
+    })
+}
+
+/// An intent [`resume_all`] did not finish because the identity it was recorded under cannot
+/// be used: it stays in the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotResumed {
+    pub namespace: String,
+    pub name: String,
+    /// The recorded identity (`None`: the record does not say).
+    pub act_as: Option<String>,
+    /// Why it was not resumed.
+    pub reason: String,
 }
 
 /// What [`resume_all`] found and did.
@@ -803,15 +1051,24 @@ pub struct Resumed {
     pub results: Vec<(String, String, Result<ResumeReport, ConvergeError>)>,
     /// Records with the intent label that do not parse: skipped, each named once.
     pub unreadable: Vec<Unreadable>,
+    /// Intents left in the journal because their identity cannot be used.
+    pub not_resumed: Vec<NotResumed>,
 }
 
-/// Finishes every unfinished intent in the journal (on start): each StatefulSet is resumed
+/// Finishes every unfinished intent in the journal (on start), each under the cluster
+/// `cluster_for` gives for it (the identity it was recorded under): an intent it has no
+/// cluster for is reported in [`Resumed::not_resumed`] and kept. Each StatefulSet is resumed
 /// on its own, and one failing (or one unreadable record) does not stop the others.
-pub async fn resume_all<C: Cluster, J: Journal>(
-    cluster: &C,
+pub async fn resume_all<C, J, F>(
+    cluster_for: F,
     journal: &J,
     options: &Options,
-) -> Result<Resumed, JournalError> {
+) -> Result<Resumed, JournalError>
+where
+    C: Cluster,
+    J: Journal,
+    F: Fn(&Intent) -> Result<C, String>,
+{
     let listing = journal.list().await?;
     // The caller reports them (`Resumed::unreadable`), once each: debug only here.
     for u in &listing.unreadable {
@@ -820,9 +1077,25 @@ pub async fn resume_all<C: Cluster, J: Journal>(
     let mut resumed = Resumed {
         results: Vec::with_capacity(listing.intents.len()),
         unreadable: listing.unreadable,
+        not_resumed: Vec::new(),
     };
     for intent in listing.intents {
-        let run = Run::new(cluster, journal, &intent.namespace, &intent.name, options);
+        let cluster = match cluster_for(&intent) {
+            Ok(cluster) => cluster,
+            Err(reason) => {
+                warn!(statefulset = %intent.name, namespace = %intent.namespace,
+                      act_as = intent.act_as.as_deref().unwrap_or_default(), %reason,
+                      "not resuming an intent: its identity cannot be used; kept in the journal");
+                resumed.not_resumed.push(NotResumed {
+                    namespace: intent.namespace.clone(),
+                    name: intent.name.clone(),
+                    act_as: intent.act_as.clone(),
+                    reason,
+                });
+                continue;
+            }
+        };
+        let run = Run::new(&cluster, journal, &intent.namespace, &intent.name, options);
         run.intent_kept.store(true, Ordering::SeqCst);
         let (namespace, name) = (intent.namespace.clone(), intent.name.clone());
         let result = run.finish(intent).await;

@@ -57,6 +57,9 @@ pub enum RefusalCode {
     OtherImmutable,
     /// The server-side dry run refused the object for a reason that is not immutability.
     Rejected,
+    /// The pre-flight dry-run create was refused (admission, create-only validation): the
+    /// re-create after the orphan delete would fail, so nothing is written.
+    CreateRefused,
 }
 
 /// Why a StatefulSet will not be converged. Nothing has been written when one exists.
@@ -77,6 +80,7 @@ impl RefusalCode {
             RefusalCode::TemplateChanged => "template-changed",
             RefusalCode::OtherImmutable => "other-immutable",
             RefusalCode::Rejected => "rejected",
+            RefusalCode::CreateRefused => "create-refused",
         }
     }
 }

@@ -52,7 +52,17 @@ pub struct Intent {
     /// prune, an operator) before any delete of ours, so it is not brought back.
     #[serde(default)]
     pub deleting: bool,
+    /// Who the converge that recorded it wrote as: the impersonated user
+    /// (`system:serviceaccount:NS:SA`), or `-` for the recorder's own identity. `None` in
+    /// records of earlier versions (unknown): the service then does not resume it, since
+    /// finishing a tenant's work with the service's own rights would be more than the tenant
+    /// may do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub act_as: Option<String>,
 }
+
+/// The [`Intent::act_as`] value for the recorder's own identity (no impersonation).
+pub const OWN_IDENTITY: &str = "-";
 
 /// A record with the intent label that does not read as an intent (hand-edited, written by
 /// another version): reported by name and skipped, so it wedges nothing.
@@ -251,6 +261,9 @@ pub fn intent_to_configmap(namespace: &str, intent: &Intent) -> Result<ConfigMap
     if let Some(revision) = &intent.revision {
         data.insert("revision".to_string(), revision.clone());
     }
+    if let Some(act_as) = &intent.act_as {
+        data.insert("actAs".to_string(), act_as.clone());
+    }
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(cm_name),
@@ -294,6 +307,7 @@ pub fn intent_from_configmap(cm: &ConfigMap) -> Result<Intent, JournalError> {
         plan,
         recorded_at: data.get("recordedAt").cloned().unwrap_or_default(),
         revision: data.get("revision").cloned(),
+        act_as: data.get("actAs").cloned().filter(|a| !a.is_empty()),
         // Absent in records of earlier versions: they did not say, so not "deleting".
         deleting: match data.get("deleting").map(String::as_str) {
             None | Some("false") => false,
@@ -397,6 +411,7 @@ mod tests {
             recorded_at: "2026-11-29T17:00:00Z".into(),
             revision: Some("main@sha1:0123abcd".into()),
             deleting: true,
+            act_as: Some("system:serviceaccount:default:deployer".into()),
         }
     }
 
@@ -461,9 +476,14 @@ mod tests {
         let data = cm.data.as_mut().unwrap();
         data.remove("revision");
         data.remove("deleting");
+        data.remove("actAs");
         let old = intent_from_configmap(&cm).unwrap();
         assert_eq!(old.revision, None);
         assert!(!old.deleting);
+        assert_eq!(
+            old.act_as, None,
+            "an earlier version's record: identity unknown"
+        );
         cm.data
             .as_mut()
             .unwrap()

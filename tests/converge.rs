@@ -13,6 +13,7 @@ use flux_converger::converge::{
 };
 use flux_converger::decide::RefusalCode;
 use flux_converger::journal::{ConfigMapJournal, Journal};
+use flux_converger::service::gate::tenant::TenantCluster;
 use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
@@ -136,6 +137,7 @@ fn opts() -> Options {
         wait_timeout: Duration::from_secs(5),
         revision: None,
         fence: None,
+        act_as: None,
     }
 }
 
@@ -468,13 +470,23 @@ async fn the_dry_run_object_is_the_desired_one_with_the_live_templates_and_a_dry
     assert_eq!(report.outcome, Outcome::Proven);
     assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
     let dry: Vec<_> = fake.requests().into_iter().filter(|r| r.dry_run).collect();
-    assert_eq!(dry.len(), 1);
+    assert_eq!(dry.len(), 2, "the proof, then the pre-flight: {dry:#?}");
     assert!(dry[0].is_apply());
     assert_eq!(
         dry[0].field_manager.as_deref(),
         Some("kustomize-controller")
     );
     assert_eq!(dry[0].query_param("force").as_deref(), Some("true"));
+    // The pre-flight is a dry run too: a dry-run create, as Flux's field manager, answered
+    // 409 AlreadyExists (existence is checked after authorization, admission, validation).
+    assert_eq!(dry[1].method, Method::POST);
+    assert_eq!(dry[1].path, "/apis/apps/v1/namespaces/default/statefulsets");
+    assert_eq!(dry[1].query_param("dryRun").as_deref(), Some("All"));
+    assert_eq!(
+        dry[1].field_manager.as_deref(),
+        Some("kustomize-controller")
+    );
+    assert_eq!(dry[1].code, Some(409));
     assert_eq!(storage(&fake, "data-web-0"), "1Gi");
 }
 
@@ -636,7 +648,9 @@ async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_
         // The process dies: its memory (c, j, the desired object) goes with it.
     }
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+        .await
+        .unwrap();
     assert_eq!(resumed.results.len(), 1);
     let (ns, name, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!((ns.as_str(), name.as_str()), (NS, "web"));
@@ -728,12 +742,21 @@ async fn the_request_budget_is_claims_to_grow_plus_six_beyond_the_reads() {
     let grown = 3; // data-web-0, data-web-2, data-web-3
     let watches = log.iter().filter(|r| r.watch).count();
     assert_eq!(watches, 1, "the wait is one watch: {log:#?}");
-    // Beyond the reads: dry run, record, the grows, delete, the watch, re-apply, clear.
+    // Beyond the reads: dry run, pre-flight, record, the grows, delete, the watch, re-apply,
+    // clear.
     let beyond_reads = log
         .iter()
         .filter(|r| r.method != Method::GET || r.watch)
         .count();
-    assert!(beyond_reads <= grown + 6, "{beyond_reads}: {log:#?}");
+    assert!(beyond_reads <= grown + 7, "{beyond_reads}: {log:#?}");
+    let preflights = log
+        .iter()
+        .filter(|r| r.method == Method::POST && r.dry_run)
+        .count();
+    assert_eq!(
+        preflights, 1,
+        "one pre-flight per re-created StatefulSet: {log:#?}"
+    );
     // Reads: the journal's intent, the StatefulSet, the claims, the StorageClasses.
     let reads = log.len() - beyond_reads;
     assert!(reads <= 4, "{reads}: {log:#?}");
@@ -1053,6 +1076,9 @@ impl Cluster for Meddled {
     async fn dry_run_apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
         self.inner.dry_run_apply(object).await
     }
+    async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        self.inner.dry_run_create(object).await
+    }
     async fn resize_claim(
         &self,
         ns: &str,
@@ -1236,6 +1262,7 @@ fn legacy_intent(fake: &FakeApiServer, uid: &str) {
         recorded_at: "2026-11-29T17:00:00Z".into(),
         revision: None,
         deleting: false,
+        act_as: None,
     };
     let mut cm = serde_json::to_value(intent_to_configmap(JOURNAL_NS, &intent).unwrap()).unwrap();
     let data = cm["data"].as_object_mut().unwrap();
@@ -1255,7 +1282,9 @@ async fn a_resume_never_brings_back_a_statefulset_someone_else_deleted() {
     fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
     fake.clear_requests();
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+        .await
+        .unwrap();
     let (_, _, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!(result.unwrap().action, ResumeAction::DeletedElsewhere);
     assert!(
@@ -1323,7 +1352,9 @@ async fn one_unreadable_journal_record_wedges_nothing() {
     let other = corrupt_intent(&fake, "apps", "db");
     let own = corrupt_intent(&fake, NS, "web");
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(&c, &j, &opts()).await.unwrap();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+        .await
+        .unwrap();
     assert!(resumed.results.is_empty());
     let names: Vec<&str> = resumed
         .unreadable
@@ -1479,10 +1510,10 @@ async fn storage_classes_from_the_services_cache_cost_no_request() {
         !log.iter().any(|r| r.path.contains("/storageclasses")),
         "{log:#?}"
     );
-    // N claims to grow: journal load, get, list claims, dry run, N grows, record, delete,
-    // watch, re-apply, clear.
+    // N claims to grow: journal load, get, list claims, dry run, pre-flight, N grows, record,
+    // delete, watch, re-apply, clear.
     let grown = 3;
-    assert_eq!(log.len(), grown + 9, "{log:#?}");
+    assert_eq!(log.len(), grown + 10, "{log:#?}");
 }
 
 /// A loopback TCP proxy in front of the fake that numbers the connections the client opens
@@ -1604,4 +1635,468 @@ async fn the_cli_exits_1_naming_the_permission_and_names_an_unreadable_record_on
     );
     assert_eq!(err.matches(&cm).count(), 1, "named once: {err}");
     assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+}
+
+/// `cache`: one template `data` at `size`, no replicas (no pods, no claims), live beside `web`.
+fn cache(size: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "cache", "namespace": NS},
+        "spec": {
+            "serviceName": "cache", "replicas": 0,
+            "selector": {"matchLabels": {"app": "cache"}},
+            "template": {"metadata": {"labels": {"app": "cache"}},
+                         "spec": {"containers": [{"name": "app", "image": "redis"}]}},
+            "volumeClaimTemplates": [
+                {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                  "storageClassName": "expandable", "resources": {"requests": {"storage": size}}}},
+            ],
+        }
+    })
+}
+
+async fn seed_cache(fake: &FakeApiServer) -> String {
+    use flux_converger::cluster::Cluster as _;
+    let live: StatefulSet = serde_json::from_value(cache("1Gi")).unwrap();
+    let applied = KubeCluster::new(fake.client(), Duration::from_secs(5))
+        .apply(&live)
+        .await
+        .unwrap();
+    fake.clear_requests();
+    applied.metadata.uid.unwrap()
+}
+
+/// The requests a converge must not have sent: any write that is not a dry run.
+fn real_writes(fake: &FakeApiServer) -> Vec<String> {
+    fake.requests()
+        .iter()
+        .filter(|r| r.is_write())
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_admission_webhook_denying_the_recreate_is_refused_before_any_write() {
+    use flux_converger::cluster::Cluster as _;
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    let before = uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap());
+    fake.deny_creates(
+        "StatefulSet",
+        "sts-policy.example.com",
+        "StatefulSets are created by the platform team only",
+        None,
+    );
+
+    let report = run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+
+    assert_eq!(report.outcome, Outcome::Refused, "{report:?}");
+    let refusal = report.refusal.as_ref().unwrap();
+    assert_eq!(refusal.code, RefusalCode::CreateRefused);
+    assert_eq!(refusal.code.as_str(), "create-refused");
+    assert!(
+        refusal.message.contains(
+            "admission webhook \"sts-policy.example.com\" denied the request: StatefulSets are created by the platform team only"
+        ) && refusal.message.contains("nothing was written"),
+        "{}",
+        refusal.message
+    );
+    assert!(real_writes(&fake).is_empty(), "{:?}", real_writes(&fake));
+    // The proof's dry-run UPDATE passed the webhook (it matches CREATE only); the pre-flight
+    // caught it.
+    let dry: Vec<_> = fake.requests().into_iter().filter(|r| r.dry_run).collect();
+    assert_eq!(dry.len(), 2, "{dry:#?}");
+    assert!(dry[0].is_apply() && dry[0].code == Some(200), "{dry:#?}");
+    assert!(
+        dry[1].method == Method::POST && dry[1].code == Some(400),
+        "{dry:#?}"
+    );
+    let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert_eq!(
+        uid(&live),
+        before,
+        "the StatefulSet is still there, untouched"
+    );
+    assert_eq!(storage(&fake, "data-web-0"), "1Gi");
+    assert!(
+        fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).is_empty(),
+        "no intent"
+    );
+
+    // The fake's webhook answers the create a server-side apply of a missing object makes,
+    // as the real server does (the re-apply would have failed here).
+    let other: StatefulSet = serde_json::from_value(cache("1Gi")).unwrap();
+    let e = c.apply(&other).await.unwrap_err();
+    assert_eq!(e.code(), Some(400), "{e}");
+    assert!(
+        e.server_text()
+            .starts_with("admission webhook \"sts-policy.example.com\" denied the request: "),
+        "{e}"
+    );
+    fake.allow_creates();
+    run_converge(&c, &j, &desired(), &opts()).await.unwrap();
+    assert_eq!(storage(&fake, "data-web-0"), "2Gi");
+}
+
+#[tokio::test]
+async fn a_tenant_that_may_patch_but_not_create_fails_at_the_preflight_writing_nothing() {
+    let fake = world().await;
+    let user = "system:serviceaccount:apps:deployer";
+    fake.grant(
+        NS,
+        user,
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"],
+             "verbs": ["get", "list", "watch", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+             "verbs": ["get", "list", "patch"]},
+        ]),
+    );
+    let tenant =
+        flux_converger::service::gate::tenant::impersonating(&fake.client(), user).unwrap();
+    // StorageClasses are the service's read, as in the gate.
+    let c = TenantCluster::new(tenant, fake.client(), Duration::from_secs(5));
+    let j = ConfigMapJournal::new(fake.client(), JOURNAL_NS, Duration::from_secs(5));
+    let before = uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap());
+    fake.clear_requests();
+    let options = Options {
+        act_as: Some(user.into()),
+        ..opts()
+    };
+
+    let e = run_converge(&c, &j, &desired(), &options)
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(e, converge::ConvergeError::Access { code: 403, .. }),
+        "{e:?}"
+    );
+    assert_eq!(e.step(), Some(Step::Preflight), "{e}");
+    assert_eq!(e.step().map(Step::as_str), Some("preflight"));
+    assert_eq!(e.written(), converge::Written::Nothing);
+    let message = e.to_string();
+    for part in [
+        user,
+        "\"create\" on \"statefulsets\"",
+        "API group \"apps\"",
+        "namespace default",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    assert!(real_writes(&fake).is_empty(), "{:?}", real_writes(&fake));
+    assert_eq!(
+        uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap()),
+        before
+    );
+    assert_eq!(storage(&fake, "data-web-0"), "1Gi");
+}
+
+#[tokio::test]
+async fn a_statefulset_without_a_recreate_sends_no_preflight() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    // Templates as live: only claims smaller than the template grow (none here), nothing to
+    // re-create.
+    let report = run_converge(
+        &c,
+        &j,
+        &serde_json::from_value(statefulset("1Gi", "1Gi")).unwrap(),
+        &opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Unchanged);
+    assert!(
+        !fake.requests().iter().any(|r| r.method == Method::POST),
+        "{:#?}",
+        fake.requests()
+    );
+}
+
+#[tokio::test]
+async fn one_refused_statefulset_holds_the_others_of_the_set_and_nothing_is_written() {
+    let fake = world().await;
+    let cache_uid = seed_cache(&fake).await;
+    let (c, j) = cluster(&fake);
+    let web_before = uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap());
+    // `web` grows (it would be written first), `cache` shrinks.
+    let set: Vec<StatefulSet> = vec![desired(), serde_json::from_value(cache("512Mi")).unwrap()];
+
+    let results = converge::converge_all(&c, &j, &set, &opts()).await;
+
+    assert_eq!(results.len(), 2);
+    let web = results[0].as_ref().unwrap();
+    let refused = results[1].as_ref().unwrap();
+    assert_eq!(refused.outcome, Outcome::Refused);
+    assert_eq!(refused.refusal.as_ref().unwrap().code, RefusalCode::Shrink);
+    assert_eq!(web.outcome, Outcome::Held, "{web:?}");
+    assert_eq!(web.outcome.as_str(), "held");
+    assert_eq!(
+        web.held_by.as_deref(),
+        Some("not written: StatefulSet default/cache of the same revision was refused")
+    );
+    assert!(
+        web.claims.iter().all(|c| c.action != ClaimAction::Resized),
+        "{web:?}"
+    );
+    assert!(real_writes(&fake).is_empty(), "{:?}", real_writes(&fake));
+    assert_eq!(
+        uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap()),
+        web_before
+    );
+    assert_eq!(
+        uid(&fake
+            .get("apps/v1", "StatefulSet", Some(NS), "cache")
+            .unwrap()),
+        cache_uid
+    );
+    assert_eq!(storage(&fake, "data-web-0"), "1Gi");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_converges_a_file_all_or_nothing() {
+    let fake = world().await;
+    seed_cache(&fake).await;
+    let served = fake.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("set.yaml");
+    let doc = |v: Value| serde_json::to_string(&v).unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n---\n{}\n",
+            doc(statefulset("2Gi", "1Gi")),
+            doc(cache("512Mi"))
+        ),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+
+    for dry_run in [true, false] {
+        let mut args = vec!["converge", "-f", file, "-o", "json"];
+        if dry_run {
+            args.push("--dry-run=server");
+        }
+        let (code, out, err) = cli(&served.kubeconfig, &args).await;
+        assert_eq!(code, 3, "dry run {dry_run}: {out}\n{err}");
+        let summary: Value = serde_json::from_str(&out).unwrap();
+        let outcomes: Vec<&str> = summary["statefulsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["outcome"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(outcomes, ["held", "refused"], "{out}");
+        assert_eq!(
+            summary["statefulsets"][0]["heldBy"],
+            "not written: StatefulSet default/cache of the same revision was refused"
+        );
+        assert!(real_writes(&fake).is_empty(), "{:?}", real_writes(&fake));
+    }
+    assert_eq!(storage(&fake, "data-web-0"), "1Gi");
+
+    // A refused pre-flight is exit 3 in a dry run too: the pre-flight is a dry run.
+    let web_only = dir.path().join("web.yaml");
+    std::fs::write(&web_only, doc(statefulset("2Gi", "1Gi"))).unwrap();
+    fake.deny_creates("StatefulSet", "deny.example.com", "no", None);
+    let (code, out, err) = cli(
+        &served.kubeconfig,
+        &[
+            "converge",
+            "-f",
+            web_only.to_str().unwrap(),
+            "--dry-run=server",
+        ],
+    )
+    .await;
+    assert_eq!(code, 3, "{out}\n{err}");
+    assert!(out.contains("create-refused"), "{out}");
+    assert!(real_writes(&fake).is_empty(), "{:?}", real_writes(&fake));
+}
+
+#[tokio::test]
+async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
+    use flux_converger::journal::{Intent, intent_from_configmap};
+    use flux_converger::service::JournalResume;
+    use flux_converger::service::Resume as _;
+    let fake = world().await;
+    let user = "system:serviceaccount:apps:deployer";
+    fake.grant(
+        NS,
+        user,
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"],
+             "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+             "verbs": ["get", "list", "patch"]},
+        ]),
+    );
+    let j = ConfigMapJournal::new(fake.client(), JOURNAL_NS, Duration::from_secs(5));
+    // A converge as the tenant that stops right after its orphan delete (the re-apply's answer
+    // is lost): the intent is left, recorded as the tenant.
+    let tenant =
+        flux_converger::service::gate::tenant::impersonating(&fake.client(), user).unwrap();
+    let c = TenantCluster::new(tenant, fake.client(), Duration::from_secs(5));
+    fake.add_fault(FaultRule {
+        method: Some(Method::PATCH),
+        path_contains: "/statefulsets/web".into(),
+        nth: 1, // 0: the proof; 1: the re-apply
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "etcd is down".into(),
+        },
+    });
+    let options = Options {
+        act_as: Some(user.into()),
+        ..opts()
+    };
+    let e = run_converge(&c, &j, &desired(), &options)
+        .await
+        .unwrap_err();
+    assert_eq!(e.step(), Some(Step::Reapply), "{e}");
+    fake.clear_faults();
+    settle(&fake).await;
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+    let cm_name = flux_converger::journal::intent_configmap_name(NS, "web");
+    let cm = fake
+        .get("v1", "ConfigMap", Some(JOURNAL_NS), &cm_name)
+        .unwrap();
+    assert_eq!(cm["data"]["actAs"], user);
+    let intent: Intent = intent_from_configmap(&serde_json::from_value(cm).unwrap()).unwrap();
+    assert_eq!(intent.act_as.as_deref(), Some(user));
+
+    // An intent of an earlier version (no actAs) for another StatefulSet: not resumed, kept.
+    let mut legacy = intent.clone();
+    legacy.name = "cache".into();
+    legacy.act_as = None;
+    j.record(&legacy).await.unwrap();
+
+    fake.clear_requests();
+    let resume = JournalResume {
+        client: fake.client(),
+        namespace: JOURNAL_NS.into(),
+        call_timeout: Duration::from_secs(5),
+        wait_timeout: Duration::from_secs(5),
+        fence: None,
+    };
+    resume.resume_all().await;
+
+    // web re-applied, as the tenant: every StatefulSet request impersonated it.
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_some()
+    );
+    let sts_requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/statefulsets"))
+        .collect();
+    assert!(
+        sts_requests.iter().any(|r| r.is_apply() && r.is_write()),
+        "{sts_requests:#?}"
+    );
+    assert!(
+        sts_requests
+            .iter()
+            .all(|r| r.impersonate_user.as_deref() == Some(user)),
+        "{sts_requests:#?}"
+    );
+    assert!(
+        !sts_requests.iter().any(|r| r.path.ends_with("/cache")),
+        "the legacy intent's StatefulSet was not touched: {sts_requests:#?}"
+    );
+    // The legacy intent is kept; web's is cleared.
+    assert!(j.load(NS, "cache").await.unwrap().is_some());
+    assert!(j.load(NS, "web").await.unwrap().is_none());
+
+    // With resume_all itself: the unknown identity is reported by name, with why.
+    let resumed = converge::resume_all(
+        |i: &Intent| match i.act_as {
+            Some(_) => Ok(&c),
+            None => Err("no recorded identity".to_string()),
+        },
+        &j,
+        &opts(),
+    )
+    .await
+    .unwrap();
+    assert!(resumed.results.is_empty());
+    assert_eq!(resumed.not_resumed.len(), 1);
+    let kept = &resumed.not_resumed[0];
+    assert_eq!((kept.namespace.as_str(), kept.name.as_str()), (NS, "cache"));
+    assert_eq!(kept.reason, "no recorded identity");
+}
+
+/// The fake answers a dry-run create as a real v1.32.6 does (conformance steps
+/// `08.preflight.dry-run-create-existing|invalid|forbidden`): existence is checked last, after
+/// authorization and validation.
+#[tokio::test]
+async fn the_fake_answers_a_dry_run_create_as_the_real_server() {
+    use kube::api::{Api, PostParams};
+    let fake = world().await;
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some("kustomize-controller".into()),
+    };
+    let status = |e: kube::Error| match e {
+        kube::Error::Api(s) => s,
+        other => panic!("{other}"),
+    };
+    let admin: Api<StatefulSet> = Api::namespaced(fake.client(), NS);
+
+    let e = status(admin.create(&params, &desired()).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(e.message, "statefulsets.apps \"web\" already exists");
+    let details = e.details.unwrap();
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.group.as_str(),
+            details.kind.as_str()
+        ),
+        ("web", "apps", "statefulsets")
+    );
+
+    let mut invalid = statefulset("2Gi", "1Gi");
+    invalid["spec"]["replicas"] = json!(-1);
+    let invalid: StatefulSet = serde_json::from_value(invalid).unwrap();
+    let e = status(admin.create(&params, &invalid).await.unwrap_err());
+    assert_eq!(
+        (e.code, e.reason.as_str()),
+        (422, "Invalid"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        e.message,
+        "StatefulSet.apps \"web\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0"
+    );
+
+    let user = "system:serviceaccount:apps:deployer";
+    fake.grant(
+        NS,
+        user,
+        json!([{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "patch"]}]),
+    );
+    let tenant =
+        flux_converger::service::gate::tenant::impersonating(&fake.client(), user).unwrap();
+    let e = status(
+        Api::<StatefulSet>::namespaced(tenant, NS)
+            .create(&params, &desired())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        e.message,
+        format!(
+            "statefulsets.apps is forbidden: User \"{user}\" cannot create resource \"statefulsets\" in API group \"apps\" in the namespace \"default\""
+        )
+    );
+    assert!(fake.requests().iter().all(|r| !r.is_write()));
 }

@@ -113,10 +113,9 @@ impl Backend for Counting {
 
 /// Serves `router` over real HTTP on a loopback port, as `serve` does.
 async fn serve(backend: Arc<dyn Backend>) -> SocketAddr {
-    let (registry, metrics) = metrics::registry();
+    let (_registry, metrics) = metrics::registry();
     let state = AppState {
         backend,
-        registry: Arc::new(registry),
         metrics,
         auth: HookAuth::default(),
     };
@@ -363,9 +362,12 @@ fn seed_other_leader(fake: &FakeApiServer) {
 fn service_config() -> Config {
     Config {
         listen: "127.0.0.1:0".parse().expect("an address"),
+        metrics_addr: "127.0.0.1:0".parse().expect("an address"),
         namespace: rbac_check::NAMESPACE.into(),
         hmac_key: Some(b"webhook-key".to_vec()),
         hook_token: None,
+        allow_unauthenticated_hooks: false,
+        hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Suspend,
         watch_label_selector: None,
         workers: 2,
@@ -463,10 +465,9 @@ async fn dashboard_scale_figures() {
     use tower::ServiceExt;
 
     let backend = Arc::new(standin::scaled(1000, 20));
-    let (registry, metrics) = metrics::registry();
+    let (_registry, metrics) = metrics::registry();
     let state = AppState {
         backend: backend.clone(),
-        registry: Arc::new(registry),
         metrics,
         auth: HookAuth::default(),
     };
@@ -514,7 +515,7 @@ async fn dashboard_scale_figures() {
         return;
     };
     let browser = Browser { path };
-    let (registry, metrics) = metrics::registry();
+    let (_registry, metrics) = metrics::registry();
     let addr = {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -522,7 +523,6 @@ async fn dashboard_scale_figures() {
         let addr = listener.local_addr().expect("addr");
         let state = AppState {
             backend,
-            registry: Arc::new(registry),
             metrics,
             auth: HookAuth::default(),
         };

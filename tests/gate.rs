@@ -20,7 +20,8 @@ use flux_converger::service::events::EventSink;
 use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
 use flux_converger::service::metrics::Metrics;
 use flux_converger::service::record::{
-    FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetOutcome, StepError, Trigger,
+    FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
+    StepError, Trigger,
 };
 use flux_converger::service::results::{Results, results_configmap_name};
 use http::Method;
@@ -124,8 +125,17 @@ impl World {
 
     /// source-controller publishing `revision`, whose render declares `data` at `size`.
     fn publish(&self, revision: &str, size: &str) {
-        let yaml = serde_saphyr::to_string(&statefulset(size)).unwrap();
-        let archive = flux_artifact(&[("apps/web.yaml", yaml.as_str())]);
+        self.publish_objects(revision, &[("apps/web.yaml", statefulset(size))]);
+    }
+
+    /// source-controller publishing `revision` with these files (path, object).
+    fn publish_objects(&self, revision: &str, files: &[(&str, Value)]) {
+        let yamls: Vec<(&str, String)> = files
+            .iter()
+            .map(|(path, object)| (*path, serde_saphyr::to_string(object).unwrap()))
+            .collect();
+        let entries: Vec<(&str, &str)> = yamls.iter().map(|(p, y)| (*p, y.as_str())).collect();
+        let archive = flux_artifact(&entries);
         let path = format!(
             "gitrepository/{FLUX_NS}/repo/{}.tar.gz",
             revision.replace(':', "-")
@@ -1074,8 +1084,8 @@ fn converge_requests(fake: &FakeApiServer) -> Vec<String> {
 }
 
 /// With the service's StorageClass cache the converge inside the gate lists no StorageClasses:
-/// N+9 requests for N claims (journal load, StatefulSet get, claim list, dry run, N grows,
-/// intent, orphan delete, watch, re-apply, intent cleared), one fewer than without it.
+/// N+10 requests for N claims (journal load, StatefulSet get, claim list, dry run, pre-flight,
+/// N grows, intent, orphan delete, watch, re-apply, intent cleared), one fewer than without it.
 #[tokio::test]
 async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
     const CLAIMS: usize = 2;
@@ -1110,5 +1120,153 @@ async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
         assert_eq!(storage_class_lists, usize::from(!cached), "{requests:#?}");
         counted.push(requests.len());
     }
-    assert_eq!(counted, [CLAIMS + 10, CLAIMS + 9]);
+    assert_eq!(counted, [CLAIMS + 11, CLAIMS + 10]);
+}
+
+/// `name`: one template `data` at `size`, no replicas (no pods, no claims), running `image`.
+fn named(name: &str, size: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "serviceName": name, "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                         "spec": {"containers": [{"name": "app", "image": image}]}},
+            "volumeClaimTemplates": [
+                {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                  "storageClassName": "expandable", "resources": {"requests": {"storage": size}}}},
+            ],
+        }
+    })
+}
+
+/// A revision with `a-db` growing (and a new image) and `b-cache` shrinking: `b-cache` is
+/// refused, so nothing of the revision is written: `a-db` is not re-created with the new spec
+/// (same uid, old image), it is `held`, and the revision is refused, never handed off.
+#[tokio::test]
+async fn one_refused_statefulset_holds_the_whole_revision() {
+    let w = World::new("suspend", true, None).await;
+    let mut uids = std::collections::BTreeMap::new();
+    for name in ["a-db", "b-cache"] {
+        let live: StatefulSet = serde_json::from_value(named(name, "1Gi", "postgres:16")).unwrap();
+        let applied = KubeCluster::new(w.fake.client(), T)
+            .apply(&live)
+            .await
+            .unwrap();
+        uids.insert(name, applied.metadata.uid.unwrap());
+    }
+    w.publish_objects(
+        "main@sha1:2",
+        &[
+            ("apps/web.yaml", statefulset("1Gi")),
+            ("apps/a-db.yaml", named("a-db", "2Gi", "postgres:17")),
+            (
+                "apps/b-cache.yaml",
+                named("b-cache", "512Mi", "postgres:16"),
+            ),
+        ],
+    );
+    w.fake.clear_requests();
+    let _flux = w.flux(false);
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Refused);
+    assert!(record.handoff.is_none() && record.flux.is_none());
+    assert_eq!(w.ks_writes(), 0, "not handed off");
+    let by_name: std::collections::BTreeMap<&str, &StatefulSetEntry> = record
+        .statefulsets
+        .iter()
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    assert_eq!(by_name["b-cache"].outcome, StatefulSetOutcome::Refused);
+    assert_eq!(by_name["b-cache"].refusal.as_ref().unwrap().code, "shrink");
+    let a_db = by_name["a-db"];
+    assert_eq!(a_db.outcome, StatefulSetOutcome::Held, "{a_db:?}");
+    assert_eq!(
+        a_db.error.as_ref().map(|e| e.message.as_str()),
+        Some("not written: StatefulSet default/b-cache of the same revision was refused")
+    );
+    assert!(
+        a_db.templates.is_empty() && a_db.claims.is_empty(),
+        "{a_db:?}"
+    );
+    // The JSON names the outcome `held`.
+    assert_eq!(serde_json::to_value(a_db).unwrap()["outcome"], "held");
+
+    let live = w
+        .fake
+        .get("apps/v1", "StatefulSet", Some(NS), "a-db")
+        .unwrap();
+    assert_eq!(
+        live["metadata"]["uid"],
+        uids["a-db"].as_str(),
+        "not re-created"
+    );
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"],
+        "postgres:16"
+    );
+    assert_eq!(
+        live["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "1Gi"
+    );
+    let writes: Vec<String> = w
+        .fake
+        .writes()
+        .iter()
+        .filter(|r| !r.path.contains("/configmaps") && !r.path.contains("/events"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+}
+
+/// A tenant that may patch and delete StatefulSets but not create them would leave one
+/// deleted (the re-apply after the orphan delete is a create): the pre-flight stops the
+/// revision first, failed at step `preflight`, naming the account and the verb.
+#[tokio::test]
+async fn a_tenant_without_create_fails_the_revision_at_the_preflight_before_any_write() {
+    let w = World::new("suspend", true, Some("deployer")).await;
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    w.fake.grant(
+        NS,
+        DEPLOYER,
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"],
+             "verbs": ["get", "list", "watch", "patch", "update", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ALL_CLAIM_VERBS},
+        ]),
+    );
+    let uid = w.sts()["metadata"]["uid"].clone();
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    let GateOutcome::Failed { message } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        message.contains(
+            "system:serviceaccount:flux-system:deployer may not create statefulsets.apps in namespace default"
+        ),
+        "{message}"
+    );
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Failed);
+    assert_eq!(
+        record.statefulsets[0].error.as_ref().unwrap().step,
+        "preflight"
+    );
+    assert_eq!(w.ks_writes(), 0, "not handed off");
+    assert_eq!(w.sts()["metadata"]["uid"], uid, "never deleted");
+    assert_eq!(w.claim_size("data-web-0"), "1Gi", "no claim grown");
 }

@@ -1,6 +1,6 @@
-//! Every route through `http::router` (what `serve` runs) with `tower::ServiceExt::oneshot`
-//! and a stand-in backend: the webhook's authentication, limits and errors; `/status`; probes;
-//! metrics; the dashboard's escaping and headers.
+//! Every route through `http::router` and `http::metrics_router` (the two ports `serve` runs)
+//! with `tower::ServiceExt::oneshot` and a stand-in backend: the webhook's authentication, limits
+//! and errors; `/status`; probes; metrics on their own port; the dashboard's escaping and headers.
 
 #[path = "data/http_standin.rs"]
 mod standin;
@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use axum::response::Response;
 use flux_converger::flux::event::{SignatureAlgorithm, sign};
-use flux_converger::http::{AppState, HookAuth, router};
+use flux_converger::http::{AppState, HookAuth, metrics_router, router};
 use flux_converger::service::metrics;
 use serde_json::{Value, json};
 use standin::{StandIn, seeded};
@@ -23,6 +23,7 @@ const TOKEN: &str = "s3cr3t-token";
 struct App {
     backend: Arc<StandIn>,
     state: AppState,
+    registry: Arc<prometheus_client::registry::Registry>,
 }
 
 impl App {
@@ -31,11 +32,22 @@ impl App {
         let backend = Arc::new(backend);
         let state = AppState {
             backend: backend.clone(),
-            registry: Arc::new(registry),
             metrics,
             auth,
         };
-        App { backend, state }
+        App {
+            backend,
+            state,
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// A request to the metrics port (`--metrics-addr`).
+    async fn send_metrics_port(&self, request: Request<Body>) -> Response {
+        metrics_router(self.registry.clone())
+            .oneshot(request)
+            .await
+            .expect("the router is infallible")
     }
 
     async fn send(&self, request: Request<Body>) -> Response {
@@ -90,7 +102,18 @@ impl App {
     }
 
     async fn metrics(&self) -> String {
-        self.get("/metrics").await.1
+        let response = self
+            .send_metrics_port(
+                Request::get("/metrics")
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        String::from_utf8(bytes.to_vec()).expect("utf-8 body")
     }
 }
 
@@ -515,8 +538,14 @@ async fn metrics_expose_every_series() {
     m.queue_depth.set(2);
     m.step("grow", 0.02);
     m.last_resync.set(1_796_000_000.0);
-    let (status, text, response) = app.get("/metrics").await;
-    assert_eq!(status, StatusCode::OK);
+    let response = app
+        .send_metrics_port(
+            Request::get("/metrics")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
     let content_type = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -525,6 +554,7 @@ async fn metrics_expose_every_series() {
         content_type,
         Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
     );
+    let text = app.metrics().await;
     for series in [
         "flux_converger_hook_requests_total{code=\"202\"} 1",
         "flux_converger_hook_requests_total{code=\"400\"} 1",
@@ -539,6 +569,51 @@ async fn metrics_expose_every_series() {
     ] {
         assert!(text.contains(series), "{series} missing from\n{text}");
     }
+}
+
+/// The metrics port is open to every namespace (Flux's `allow-scraping`): it answers `/metrics`
+/// and `/healthz` and nothing that reads the results or takes a webhook; `--listen` no longer
+/// answers `/metrics`.
+#[tokio::test]
+async fn metrics_have_a_port_of_their_own() {
+    let app = App::new(seeded(), HookAuth::default());
+    let (status, body) = app.get_json("/metrics").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "--listen: {body}");
+    let table: &[(Method, &str, StatusCode)] = &[
+        (Method::GET, "/metrics", StatusCode::OK),
+        (Method::GET, "/healthz", StatusCode::OK),
+        (Method::GET, "/", StatusCode::NOT_FOUND),
+        (Method::GET, "/status", StatusCode::NOT_FOUND),
+        (Method::GET, "/status/apps/web", StatusCode::NOT_FOUND),
+        (
+            Method::GET,
+            "/kustomizations/apps/web",
+            StatusCode::NOT_FOUND,
+        ),
+        (Method::GET, "/readyz", StatusCode::NOT_FOUND),
+        (Method::POST, "/hook", StatusCode::NOT_FOUND),
+    ];
+    for (method, uri, want) in table {
+        let response = app
+            .send_metrics_port(
+                Request::builder()
+                    .method(method.clone())
+                    .uri(*uri)
+                    .body(Body::from(new_artifact("apps")))
+                    .expect("request"),
+            )
+            .await;
+        assert_eq!(response.status(), *want, "{method} {uri}");
+        assert_eq!(
+            response.headers().get(header::X_CONTENT_TYPE_OPTIONS),
+            Some(&header::HeaderValue::from_static("nosniff")),
+            "{uri}"
+        );
+    }
+    assert!(
+        app.backend.events().is_empty(),
+        "the metrics port queued nothing"
+    );
 }
 
 #[tokio::test]

@@ -66,6 +66,9 @@ fn mebibytes(q: &Value) -> u64 {
 /// would stop the pod at start.
 const SERVE_FLAGS: &[&str] = &[
     "--listen",
+    "--metrics-addr",
+    "--hook-min-interval",
+    "--allow-unauthenticated-hooks",
     "--namespace",
     "--kubeconfig",
     "--context",
@@ -163,6 +166,13 @@ fn hardening_problems(pod: &Value, c: &Value) -> Vec<String> {
         })?;
         volumes.iter().find(|v| v["name"] == m["name"]).cloned()
     };
+    // The webhook is never open in a shipped manifest.
+    if args
+        .iter()
+        .any(|a| a.starts_with("--allow-unauthenticated-hooks"))
+    {
+        p.push("/hook is served unauthenticated".into());
+    }
     match args.iter().find_map(|a| a.strip_prefix("--hmac-key-file=")) {
         None => p.push("no --hmac-key-file".into()),
         Some(file) => match volume(file) {
@@ -189,6 +199,23 @@ fn hardening_problems(pod: &Value, c: &Value) -> Vec<String> {
         p.push("the namespace of its records is not the pod's own".into());
     }
     p
+}
+
+/// The port of a `--flag=:PORT` or `--flag=HOST:PORT` argument of container `c`.
+fn flag_port(c: &Value, flag: &str) -> u64 {
+    let prefix = format!("{flag}=");
+    c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix(prefix.as_str()))
+        .and_then(|addr| addr.rsplit(':').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{flag}=ADDR is set"))
+}
+
+/// The containerPort of container `c`'s port named `name`.
+fn container_port(c: &Value, name: &str) -> Option<u64> {
+    c["ports"].as_array()?.iter().find(|p| p["name"] == name)?["containerPort"].as_u64()
 }
 
 fn deployment_pod(objects: &[Value]) -> Value {
@@ -265,17 +292,30 @@ fn deployment_is_hardened_and_wired() {
     let (serve_mb, render_mb) = (64, 97);
     assert!(mebibytes(&c["resources"]["requests"]["memory"]) >= serve_mb + render_mb);
     assert!(mebibytes(&c["resources"]["limits"]["memory"]) >= serve_mb + workers * render_mb);
-    // The probes and the Service reach the port the server listens on.
-    let listen = c["args"]
+    // Flux's layout: `http` on the receiver port 9292 (--listen: /hook, /status, the dashboard,
+    // the probes), `http-prom` on 8080 (--metrics-addr: /metrics alone), named as Flux names them.
+    assert_eq!(flag_port(c, "--listen"), 9292);
+    assert_eq!(flag_port(c, "--metrics-addr"), 8080);
+    assert_eq!(container_port(c, "http"), Some(9292));
+    assert_eq!(container_port(c, "http-prom"), Some(8080));
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["port"], "http", "{probe}");
+    }
+    let annotations = &find(&objects, "Deployment", "flux-converger")["spec"]["template"]["metadata"]
+        ["annotations"];
+    assert_eq!(
+        annotations["prometheus.io/port"], "8080",
+        "scraped on http-prom"
+    );
+    // The Service carries the webhook and the dashboard, not the metrics.
+    let svc = find(&objects, "Service", "flux-converger");
+    let targets: Vec<&Value> = svc["spec"]["ports"]
         .as_array()
         .unwrap()
         .iter()
-        .find_map(|a| a.as_str()?.strip_prefix("--listen="))
-        .expect("--listen");
-    let port: u64 = listen.rsplit(':').next().unwrap().parse().unwrap();
-    assert_eq!(c["ports"][0]["containerPort"], port);
-    let svc = find(&objects, "Service", "flux-converger");
-    assert_eq!(svc["spec"]["ports"][0]["targetPort"], c["ports"][0]["name"]);
+        .map(|p| &p["targetPort"])
+        .collect();
+    assert_eq!(targets, vec![&json!("http")]);
     let labels =
         &find(&objects, "Deployment", "flux-converger")["spec"]["template"]["metadata"]["labels"];
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
@@ -359,6 +399,16 @@ fn each_hardening_rule_is_checked_by_table() {
             "unknown serve flag",
         ),
         ("key inline", |p| p["volumes"] = json!([]), "Secret volume"),
+        (
+            "open webhook",
+            |p| {
+                p["containers"][0]["args"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!("--allow-unauthenticated-hooks"))
+            },
+            "unauthenticated",
+        ),
     ];
     for (what, brk, expected) in cases {
         let mut p = pod.clone();
@@ -456,19 +506,31 @@ fn network_policy_admits_flux_and_prometheus_and_reaches_source_controller() {
         assert_eq!(&pod_labels[k], v);
     }
     assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+    // Only notification-controller reaches `http` (/hook, /status, the dashboard); `http-prom`
+    // (/metrics alone) is open to every namespace, as Flux's allow-scraping opens 8080.
     let ingress = np["spec"]["ingress"].as_array().unwrap();
-    assert!(
+    let reaching = |port: &str| -> Vec<&Value> {
         ingress
             .iter()
-            .any(|r| r["from"][0]["podSelector"]["matchLabels"]["app"]
-                == "notification-controller"
-                && r["ports"][0]["port"] == "http")
+            .filter(|r| {
+                r["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["port"] == port)
+            })
+            .map(|r| &r["from"])
+            .collect()
+    };
+    assert_eq!(
+        reaching("http"),
+        vec![&json!([{"podSelector": {"matchLabels": {"app": "notification-controller"}}}])]
     );
-    assert!(
-        ingress
-            .iter()
-            .any(|r| r["from"][0]["namespaceSelector"].is_object())
+    assert_eq!(
+        reaching("http-prom"),
+        vec![&json!([{"namespaceSelector": {}}])]
     );
+    assert_eq!(ingress.len(), 2, "no other way in: {ingress:?}");
     let egress = np["spec"]["egress"].as_array().unwrap();
     assert!(
         egress
@@ -824,14 +886,14 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
         .collect();
     let unique: BTreeSet<u64> = ports.iter().copied().collect();
     assert_eq!(unique.len(), ports.len(), "no port clash: {ports:?}");
-    let listen_port = c["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find_map(|a| a.as_str()?.strip_prefix("--listen="))
-        .and_then(|l| l.rsplit(':').next()?.parse::<u64>().ok())
-        .unwrap();
-    assert_eq!(c["ports"][0]["containerPort"], listen_port);
+    // kustomize-controller keeps 8080 (metrics) and 9440 (health); the converger's two ports
+    // are its own and named.
+    let listen_port = flag_port(c, "--listen");
+    let metrics_port = flag_port(c, "--metrics-addr");
+    assert_eq!((listen_port, metrics_port), (9292, 9293));
+    assert_eq!(container_port(c, "http-converger"), Some(listen_port));
+    assert_eq!(container_port(c, "prom-converger"), Some(metrics_port));
+    assert_eq!(c["ports"][0]["name"], "http-converger");
     // Its own Service reaches that port, at the address the example Provider posts to.
     let svc = find(&objects, "Service", "flux-converger");
     assert_eq!(svc["metadata"]["namespace"], "flux-system");
@@ -841,7 +903,15 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
     );
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], c["ports"][0]["name"]);
     let np = find(&objects, "NetworkPolicy", "flux-converger-sidecar");
-    assert_eq!(np["spec"]["ingress"][0]["ports"][0]["port"], listen_port);
+    assert_eq!(
+        np["spec"]["ingress"],
+        json!([
+            {"from": [{"podSelector": {"matchLabels": {"app": "notification-controller"}}}],
+             "ports": [{"port": listen_port, "protocol": "TCP"}]},
+            {"from": [{"namespaceSelector": {}}],
+             "ports": [{"port": metrics_port, "protocol": "TCP"}]}
+        ])
+    );
     // Nothing else: the component adds no RBAC (the pod's account already has Flux's rights).
     assert!(
         !objects

@@ -137,9 +137,13 @@ async fn converge_own_identity() -> Vec<RbacRequest> {
     let cluster = KubeCluster::new(fake.client(), Duration::from_secs(5));
     let journal = journal(fake.client());
     // On start the service finishes what an earlier run left.
-    flux_converger::converge::resume_all(&cluster, &journal, &opts())
-        .await
-        .unwrap();
+    flux_converger::converge::resume_all(
+        |_: &flux_converger::journal::Intent| Ok(&cluster),
+        &journal,
+        &opts(),
+    )
+    .await
+    .unwrap();
     let dry = Options {
         dry_run: true,
         ..opts()
@@ -601,9 +605,12 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
     let running = start(
         Config {
             listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
             namespace: check::NAMESPACE.into(),
             hmac_key: Some(KEY.to_vec()),
             hook_token: None,
+            allow_unauthenticated_hooks: false,
+            hook_min_interval: Duration::from_secs(10),
             default_gate: GateMode::Suspend,
             watch_label_selector: None,
             workers: 2,

@@ -13,6 +13,7 @@ use std::time::Duration;
 use flux_converger::flux::event::{Event, InvolvedObject};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::backend::Backend;
+use flux_converger::http::{AppState, HookAuth, metrics_router, router};
 use flux_converger::service::index::Records;
 use flux_converger::service::leader::LeaseSettings;
 use flux_converger::service::queue::BackoffPolicy;
@@ -178,9 +179,14 @@ fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRec
 fn config(default_gate: GateMode) -> Config {
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
         namespace: NS.to_string(),
         hmac_key: None,
         hook_token: None,
+        // These tests call the backend's hook directly, each about something else than who
+        // may post or how often: the rate limit and authentication have tests of their own.
+        allow_unauthenticated_hooks: true,
+        hook_min_interval: Duration::ZERO,
         default_gate,
         watch_label_selector: None,
         workers: 2,
@@ -280,13 +286,27 @@ impl Harness {
         }
     }
 
+    /// Starts the runtime with the real HTTP apps (authenticated as `config` says) around the
+    /// stand-in runner.
     async fn start(&self, config: Config) -> Running {
-        let (_, metrics) = metrics::registry();
+        let (registry, metrics) = metrics::registry();
+        let auth = HookAuth {
+            hmac_key: config.hmac_key.clone(),
+            token: config.hook_token.clone(),
+        };
+        let app_metrics = metrics.clone();
         let parts = Parts {
             runner: self.runner.clone(),
             store: self.store.clone(),
             resume: Arc::new(NoResume),
-            app: Box::new(|_backend| axum::Router::new()),
+            app: Box::new(move |backend| {
+                router(AppState {
+                    backend,
+                    metrics: app_metrics,
+                    auth,
+                })
+            }),
+            metrics_app: metrics_router(Arc::new(registry)),
             metrics,
             fence: Default::default(),
         };
@@ -624,6 +644,65 @@ async fn a_failure_is_retried_after_backoff_and_a_wedge_event_skips_it() {
     running.shutdown().await;
 }
 
+/// A burst of signed wedge events naming one failing Kustomization: each would cancel the
+/// failure's backoff and start a run, so a forged or replayed event could start a retry storm.
+/// With `--hook-min-interval` 1h exactly one of the 50 starts a run, every one is answered the
+/// same 202, and the watch is not limited: a new source revision still runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
+    let h = Harness::new();
+    seed_git(&h.fake, "repo", "main@sha1:1");
+    seed_ks(&h.fake, "a", Some("reconcile"), "repo", json!({}));
+    let failed = || RunOutcome::Failed {
+        message: "the API server timed out".into(),
+    };
+    h.runner
+        .script("flux-system/a", (0..60).map(|_| failed()).collect());
+    let mut cfg = config(GateMode::Off);
+    cfg.hmac_key = Some(HMAC_KEY.to_vec());
+    cfg.allow_unauthenticated_hooks = false;
+    cfg.hook_min_interval = Duration::from_secs(3600);
+    let running = h.start(cfg).await;
+    ready(&running).await;
+    // The startup run fails; its retry waits an hour (this test's backoff).
+    until(|| running.backend.queue.failures(&key("a")) == 1).await;
+    assert_eq!(h.runner.calls().len(), 1);
+
+    let wedge = event(
+        "Kustomization",
+        "a",
+        "dry-run failed, reason: Invalid, error: StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas'",
+    );
+    let url = format!("http://{}/hook", running.addr);
+    for i in 0..50 {
+        let delivery = post_event(&url, HMAC_KEY, &wedge).await.unwrap();
+        assert_eq!(delivery.status, 202, "hook {i}: {}", delivery.body);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&delivery.body).unwrap(),
+            json!({"queued": ["flux-system/a"]}),
+            "hook {i}: the same answer inside the interval or not"
+        );
+        // Quiet again before the next: an admitted wedge event clears the backoff at once
+        // (failures 0), and only its failed run sets it again.
+        until(|| {
+            running.backend.queue.running() == 0 && running.backend.queue.failures(&key("a")) == 1
+        })
+        .await;
+    }
+    let calls = h.runner.calls();
+    assert_eq!(
+        calls.len(),
+        2,
+        "startup, then one hook-triggered run: {calls:?}"
+    );
+    assert_eq!(calls[1].1, Trigger::Webhook);
+
+    set_revision(&h.fake, "repo", "main@sha1:2");
+    until(|| h.runner.calls().len() == 3).await;
+    assert_eq!(h.runner.calls()[2].2, "main@sha1:2");
+    running.shutdown().await;
+}
+
 fn key(name: &str) -> flux_converger::service::index::Key {
     flux_converger::service::index::Key::new(NS, name)
 }
@@ -738,6 +817,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             store: h.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
+            metrics_app: axum::Router::new(),
             metrics,
             fence: Default::default(),
         },
@@ -1312,6 +1392,69 @@ async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
     restarted.shutdown().await;
 }
 
+/// `/metrics` answers on `--metrics-addr` alone and the webhook on `--listen` alone, over real
+/// HTTP from the service `serve` starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_on_their_own_port_and_the_hook_on_listen() {
+    let fake = FakeApiServer::new();
+    let running = serve(&fake).await;
+    assert_ne!(running.addr.port(), running.metrics_addr.port());
+    let http = reqwest::Client::new();
+    let get = |addr: std::net::SocketAddr, path: &'static str| {
+        let http = http.clone();
+        async move {
+            let response = http
+                .get(format!("http://{addr}{path}"))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap())
+        }
+    };
+    let hook = event("GitRepository", "repo", "stored artifact");
+    let delivery = post_event(&format!("http://{}/hook", running.addr), HMAC_KEY, &hook)
+        .await
+        .unwrap();
+    assert_eq!(delivery.status, 202, "{}", delivery.body);
+    let delivery = post_event(
+        &format!("http://{}/hook", running.metrics_addr),
+        HMAC_KEY,
+        &hook,
+    )
+    .await
+    .unwrap();
+    assert_eq!(delivery.status, 404, "{}", delivery.body);
+
+    let (status, text) = get(running.metrics_addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("flux_converger_hook_requests_total{code=\"202\"} 1"),
+        "{text}"
+    );
+    assert_eq!(get(running.addr, "/metrics").await.0, 404);
+    assert_eq!(get(running.metrics_addr, "/healthz").await.0, 200);
+    assert_eq!(get(running.addr, "/healthz").await.0, 200);
+    assert_eq!(get(running.metrics_addr, "/status").await.0, 404);
+    assert_eq!(get(running.addr, "/status").await.0, 200);
+    running.shutdown().await;
+}
+
+/// A library caller gets the same guard as the CLI: no key, no token, no explicit opt-in, no
+/// service.
+#[tokio::test]
+async fn the_service_refuses_an_open_hook_unless_asked_for_one() {
+    let fake = FakeApiServer::new();
+    let mut cfg = e2e_config();
+    cfg.hmac_key = None;
+    cfg.hook_token = None;
+    cfg.allow_unauthenticated_hooks = false;
+    let Err(error) = start_tuned(cfg, fake.client(), tuning()).await else {
+        panic!("an open /hook was served without allow_unauthenticated_hooks");
+    };
+    assert!(error.to_string().contains("/hook"), "{error}");
+}
+
 // ------------------------------------------------------------------ stopping and fencing
 
 /// The StatefulSet `default/web` as stored, if any.
@@ -1455,6 +1598,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
             store: b_runner.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
+            metrics_app: axum::Router::new(),
             metrics,
             fence: Default::default(),
         },
@@ -1543,6 +1687,8 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
         .args([
             "serve",
             "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
             "127.0.0.1:0",
             "-n",
             NS,

@@ -54,6 +54,9 @@ struct Args {
     /// Where `serve` listens (dashboard, /status, /hook); loopback only.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// Where `serve` answers /metrics (a port of its own, as in a cluster); loopback only.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    metrics_addr: SocketAddr,
     /// The hand-off the Kustomization asks for (`flux-converger.io/gate`).
     #[arg(long, default_value = "suspend", value_parser = parse_gate)]
     gate: GateMode,
@@ -190,7 +193,10 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "status:     curl {}",
         api.url(&format!("/status/{FLUX_NS}/{KUSTOMIZATION}"))
     ));
-    p.did(&format!("metrics:    curl {}", api.url("/metrics")));
+    p.did(&format!(
+        "metrics:    curl http://{}/metrics",
+        running.metrics_addr
+    ));
     p.did(&format!(
         "cluster:    kubectl --kubeconfig {} get statefulsets,pods,pvc,kustomizations -A",
         served.kubeconfig.display()
@@ -229,13 +235,16 @@ fn resolver(client: kube::Client) -> anyhow::Result<Resolver> {
 }
 
 /// What `flux-converger serve` would build from its flags for this cluster: the defaults,
-/// but the webhook key, loopback, one replica (no leader election) and short waits.
+/// but the webhook key, loopback ports, one replica (no leader election) and short waits.
 fn service_config(args: &Args) -> Config {
     Config {
         listen: args.listen,
+        metrics_addr: args.metrics_addr,
         namespace: FLUX_NS.to_string(),
         hmac_key: Some(HMAC_KEY.to_vec()),
         hook_token: None,
+        allow_unauthenticated_hooks: false,
+        hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Off,
         watch_label_selector: None,
         workers: 2,

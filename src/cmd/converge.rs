@@ -1,7 +1,9 @@
 //! `flux-converger converge`: converge the StatefulSets of a file against the current kube
-//! context (kubeconfig, or in-cluster), finishing unfinished intents first.
+//! context (kubeconfig, or in-cluster), finishing unfinished intents first. The file is
+//! converged all or nothing, as the service converges a revision: every StatefulSet is
+//! decided, proven and pre-flighted before any is written.
 //!
-//! Exit codes: 0 done, 3 one or more refused (nothing written for them), 2 bad input,
+//! Exit codes: 0 done, 3 one or more refused (nothing written for any), 2 bad input,
 //! 1 a failure (a re-run finishes the work).
 
 use std::collections::BTreeSet;
@@ -13,7 +15,7 @@ use serde::Serialize;
 
 use flux_converger::cluster::KubeCluster;
 use flux_converger::converge::{self, ConvergeError, Options, Outcome, Report, ResumeReport};
-use flux_converger::journal::ConfigMapJournal;
+use flux_converger::journal::{ConfigMapJournal, Intent, Journal, JournalError, Listing};
 use flux_converger::manifest::{Document, Objects, describe, read_documents};
 
 use super::{Exit, KubeArgs, bad_input};
@@ -108,6 +110,48 @@ fn desired_statefulsets(
     Ok(objects.statefulsets.into_iter().map(|l| l.object).collect())
 }
 
+/// The journal of each StatefulSet: its own namespace's, or `--journal-namespace`'s, so one
+/// file spanning namespaces is still one set converged all or nothing.
+struct Journals {
+    client: kube::Client,
+    /// `--journal-namespace`, when given.
+    at: Option<String>,
+    /// Every namespace a journal is kept in (what `list` reads).
+    namespaces: BTreeSet<String>,
+    timeout: Duration,
+}
+
+impl Journals {
+    fn of(&self, namespace: &str) -> ConfigMapJournal {
+        let at = self.at.as_deref().unwrap_or(namespace);
+        ConfigMapJournal::new(self.client.clone(), at, self.timeout)
+    }
+}
+
+impl Journal for Journals {
+    async fn record(&self, intent: &Intent) -> Result<(), JournalError> {
+        self.of(&intent.namespace).record(intent).await
+    }
+
+    async fn load(&self, namespace: &str, name: &str) -> Result<Option<Intent>, JournalError> {
+        self.of(namespace).load(namespace, name).await
+    }
+
+    async fn list(&self) -> Result<Listing, JournalError> {
+        let mut all = Listing::default();
+        for namespace in &self.namespaces {
+            let mut one = self.of(namespace).list().await?;
+            all.intents.append(&mut one.intents);
+            all.unreadable.append(&mut one.unreadable);
+        }
+        Ok(all)
+    }
+
+    async fn clear(&self, namespace: &str, name: &str) -> Result<(), JournalError> {
+        self.of(namespace).clear(namespace, name).await
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Failure {
@@ -184,6 +228,8 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         wait_timeout: args.wait_timeout.unwrap_or(args.timeout),
         revision: None,
         fence: None,
+        // The operator's own identity: intents say so, and a resume uses the same.
+        act_as: None,
     };
 
     let mut failed = false;
@@ -209,7 +255,8 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     for journal_namespace in journal_namespaces.iter().filter(|_| !dry_run) {
         let journal = journal_in(journal_namespace);
         let wrote = !summary.resumed.is_empty();
-        let resumed = converge::resume_all(&cluster, &journal, &options)
+        // The operator finishes every intent as themselves, whoever recorded it.
+        let resumed = converge::resume_all(|_: &Intent| Ok(&cluster), &journal, &options)
             .await
             .with_context(|| {
                 format!(
@@ -252,10 +299,17 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         }
     }
 
-    for sts in &desired {
+    let journals = Journals {
+        client: client.clone(),
+        at: args.journal_namespace.clone(),
+        namespaces: journal_namespaces.iter().map(|n| n.to_string()).collect(),
+        timeout: args.timeout,
+    };
+    let results = converge::converge_all(&cluster, &journals, &desired, &options).await;
+    for (sts, result) in desired.iter().zip(results) {
         let namespace = sts.metadata.namespace.clone().unwrap_or_default();
         let name = sts.metadata.name.clone().unwrap_or_default();
-        match converge::converge(&cluster, &journal_in(&namespace), sts, &options).await {
+        match result {
             Ok(report) => {
                 refused |= report.outcome == Outcome::Refused;
                 if let Some(u) = &report.unreadable_intent {

@@ -3,6 +3,7 @@
 
 pub mod artifact_limits;
 pub mod converge;
+pub mod listen_addr;
 pub mod plan;
 pub mod render;
 pub mod serve;

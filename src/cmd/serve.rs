@@ -13,7 +13,7 @@ use flux_converger::flux::render::{DEFAULT_KUSTOMIZE, KustomizeCommand};
 use flux_converger::service::record::GateMode;
 use flux_converger::service::{self, Config};
 
-use super::{Exit, KubeArgs, bad_input};
+use super::{Exit, KubeArgs, bad_input, listen_addr};
 
 /// The namespace file of the pod's service account.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -40,15 +40,28 @@ impl From<DefaultGate> for GateMode {
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Address of every HTTP endpoint (`/hook`, `/status`, the dashboard, probes, `/metrics`).
-    #[arg(long, default_value = "0.0.0.0:8080", env = "FLUX_CONVERGER_LISTEN")]
+    /// Address of `/hook`, `/status`, the dashboard and the probes (`:PORT` or `HOST:PORT`);
+    /// 9292 is Flux's receiver port.
+    #[arg(long, value_name = "ADDR", default_value = ":9292", value_parser = listen_addr::parse, env = "FLUX_CONVERGER_LISTEN")]
     listen: SocketAddr,
+    /// Address of `/metrics` (and `/healthz`) alone: 8080 is the port Flux's `allow-scraping`
+    /// NetworkPolicy opens to every namespace, so the dashboard and `/hook` stay off it.
+    #[arg(long, value_name = "ADDR", default_value = ":8080", value_parser = listen_addr::parse, env = "FLUX_CONVERGER_METRICS_ADDR")]
+    metrics_addr: SocketAddr,
     /// File holding the `generic-hmac` key (raw bytes, as the Provider's Secret `token`).
     #[arg(long, value_name = "FILE", env = "FLUX_CONVERGER_HMAC_KEY_FILE")]
     hmac_key_file: Option<PathBuf>,
     /// File holding the bearer token `/hook` requires.
     #[arg(long, value_name = "FILE", env = "FLUX_CONVERGER_HOOK_TOKEN_FILE")]
     hook_token_file: Option<PathBuf>,
+    /// Serve `/hook` without `--hmac-key-file` or `--hook-token-file`: anyone who reaches the
+    /// port can then queue runs. Only for a loopback or otherwise closed network.
+    #[arg(long, env = "FLUX_CONVERGER_ALLOW_UNAUTHENTICATED_HOOKS")]
+    allow_unauthenticated_hooks: bool,
+    /// At most one webhook-triggered run per Kustomization in this interval (`0s`: no limit);
+    /// the watches and the resync are not limited.
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_HOOK_MIN_INTERVAL")]
+    hook_min_interval: Duration,
     /// Gate of Kustomizations without the `flux-converger.io/gate` annotation (`off`: opt-in).
     #[arg(long, value_enum, default_value_t = DefaultGate::Off, env = "FLUX_CONVERGER_DEFAULT_GATE")]
     default_gate: DefaultGate,
@@ -143,6 +156,20 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         }
         None => None,
     };
+    if hmac_key.is_none() && hook_token.is_none() && !args.allow_unauthenticated_hooks {
+        return Err(bad_input(anyhow::anyhow!(
+            "/hook needs --hmac-key-file or --hook-token-file (the Provider's Secret); \
+             --allow-unauthenticated-hooks serves it open, for a closed network only"
+        )));
+    }
+    if args.listen.port() != 0 && args.listen.port() == args.metrics_addr.port() {
+        return Err(bad_input(anyhow::anyhow!(
+            "--listen {} and --metrics-addr {} use the same port {}: /metrics has a port of its own",
+            args.listen,
+            args.metrics_addr,
+            args.listen.port()
+        )));
+    }
     if args.workers == 0 {
         return Err(bad_input(anyhow::anyhow!("--workers must be at least 1")));
     }
@@ -157,12 +184,15 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
     }
     Ok(Config {
         listen: args.listen,
+        metrics_addr: args.metrics_addr,
         namespace: namespace(
             kube.namespace.as_deref(),
             Path::new(SERVICE_ACCOUNT_NAMESPACE),
         ),
         hmac_key,
         hook_token,
+        allow_unauthenticated_hooks: args.allow_unauthenticated_hooks,
+        hook_min_interval: args.hook_min_interval,
         default_gate: args.default_gate.into(),
         watch_label_selector: args.watch_label_selector.clone().filter(|s| !s.is_empty()),
         workers: args.workers,
@@ -277,12 +307,13 @@ mod tests {
     fn artifact_caps_reach_the_service() {
         use clap::Parser as _;
         let kube = KubeArgs::default();
-        let parsed = Cli::try_parse_from(["serve"]).unwrap();
+        let parsed = Cli::try_parse_from(["serve", "--allow-unauthenticated-hooks"]).unwrap();
         let fetch = config(&parsed.args, &kube).unwrap().fetch;
         assert_eq!(fetch.unpack.max_bytes, 100 << 20);
         assert_eq!(fetch.unpack.max_file_bytes, 32 << 20);
         let parsed = Cli::try_parse_from([
             "serve",
+            "--allow-unauthenticated-hooks",
             "--max-file-size",
             "1Mi",
             "--max-unpacked-size",
@@ -298,5 +329,119 @@ mod tests {
         assert_eq!(fetch.unpack.max_bytes, 10 << 20);
         assert_eq!(fetch.max_download_bytes, 2 << 20);
         assert_eq!(fetch.unpack.max_entries, 50);
+    }
+
+    /// What reaches the service from the webhook and port flags, and which combinations are
+    /// bad input (exit 2, before any client is built).
+    #[test]
+    fn hook_auth_and_ports_table() {
+        use clap::Parser as _;
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "k\n").unwrap();
+        let key = key.to_str().unwrap();
+        let kube = KubeArgs::default();
+        let all = |port| SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port);
+        type Want = Result<(SocketAddr, SocketAddr, bool, Duration), &'static [&'static str]>;
+        let ten = Duration::from_secs(10);
+        let cases: &[(&str, &[&str], Want)] = &[
+            (
+                "defaults, with a key",
+                &["--hmac-key-file", key],
+                Ok((all(9292), all(8080), false, ten)),
+            ),
+            (
+                "a token is enough",
+                &["--hook-token-file", key],
+                Ok((all(9292), all(8080), false, ten)),
+            ),
+            (
+                "open on purpose",
+                &["--allow-unauthenticated-hooks"],
+                Ok((all(9292), all(8080), true, ten)),
+            ),
+            (
+                "neither",
+                &[],
+                Err(&[
+                    "--hmac-key-file",
+                    "--hook-token-file",
+                    "--allow-unauthenticated-hooks",
+                ]),
+            ),
+            (
+                "host:port forms and an interval",
+                &[
+                    "--hmac-key-file",
+                    key,
+                    "--listen",
+                    "127.0.0.1:9000",
+                    "--metrics-addr",
+                    "0.0.0.0:9001",
+                    "--hook-min-interval",
+                    "1h",
+                ],
+                Ok((
+                    "127.0.0.1:9000".parse().unwrap(),
+                    "0.0.0.0:9001".parse().unwrap(),
+                    false,
+                    Duration::from_secs(3600),
+                )),
+            ),
+            (
+                "same port",
+                &["--hmac-key-file", key, "--listen", ":8080"],
+                Err(&["--listen", "--metrics-addr", "same port 8080"]),
+            ),
+            (
+                "same port, other hosts",
+                &[
+                    "--hmac-key-file",
+                    key,
+                    "--listen",
+                    "127.0.0.1:9300",
+                    "--metrics-addr",
+                    "0.0.0.0:9300",
+                ],
+                Err(&["same port 9300"]),
+            ),
+            (
+                "two ephemeral ports",
+                &[
+                    "--hmac-key-file",
+                    key,
+                    "--listen",
+                    ":0",
+                    "--metrics-addr",
+                    ":0",
+                ],
+                Ok((all(0), all(0), false, ten)),
+            ),
+        ];
+        for (case, flags, want) in cases {
+            let parsed = Cli::try_parse_from([&["serve"], *flags].concat()).unwrap();
+            match (config(&parsed.args, &kube), want) {
+                (Ok(c), Ok((listen, metrics, open, interval))) => {
+                    assert_eq!(
+                        (
+                            c.listen,
+                            c.metrics_addr,
+                            c.allow_unauthenticated_hooks,
+                            c.hook_min_interval
+                        ),
+                        (*listen, *metrics, *open, *interval),
+                        "{case}"
+                    );
+                }
+                (Err(e), Err(words)) => {
+                    assert_eq!(super::super::exit_code_of(&e), Exit::BadInput, "{case}");
+                    let message = format!("{e:#}");
+                    for word in *words {
+                        assert!(message.contains(word), "{case}: {message}");
+                    }
+                }
+                (got, want) => panic!("{case}: got {:?}, want {want:?}", got.map(|c| c.listen)),
+            }
+        }
     }
 }

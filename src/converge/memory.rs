@@ -36,6 +36,11 @@ pub struct State {
     pub gc_stuck: bool,
     /// Every dry run answers with this error.
     pub dry_run_error: Option<CallError>,
+    /// Every dry-run create (the pre-flight) answers with this error instead of the
+    /// server's 409 AlreadyExists (or 201 when absent).
+    pub create_error: Option<CallError>,
+    /// Every object the pre-flight sent.
+    pub preflighted: Vec<StatefulSet>,
     next_uid: u64,
 }
 
@@ -218,6 +223,26 @@ impl Cluster for World {
                 Err(status(422, "Invalid", IMMUTABLE, "dry run", "StatefulSet"))
             }
             _ => Ok(object.clone()),
+        }
+    }
+
+    async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        let (ns, name) = sts_key(object);
+        self.read(&format!("dry-run create {ns}/{name}"));
+        let mut s = self.lock();
+        s.preflighted.push(object.clone());
+        if let Some(e) = s.create_error.clone() {
+            return Err(e);
+        }
+        match s.statefulsets.get(&(ns, name.clone())) {
+            Some(_) => Err(status(
+                409,
+                "AlreadyExists",
+                &format!("statefulsets.apps \"{name}\" already exists"),
+                "dry-run create of",
+                "StatefulSet",
+            )),
+            None => Ok(object.clone()),
         }
     }
 

@@ -18,6 +18,8 @@ pub enum Step {
     Read,
     Decide,
     Prove,
+    /// The dry-run create of the object to re-apply, before the first write.
+    Preflight,
     /// Recording the intent in the journal.
     Record,
     Grow,
@@ -35,6 +37,7 @@ impl Step {
             Step::Read => "read",
             Step::Decide => "decide",
             Step::Prove => "prove",
+            Step::Preflight => "preflight",
             Step::Record => "record",
             Step::Grow => "grow",
             Step::Orphan => "orphan",
@@ -46,7 +49,10 @@ impl Step {
 
     /// Whether the step comes before any write of the procedure.
     pub fn before_writes(self) -> bool {
-        matches!(self, Step::Read | Step::Decide | Step::Prove | Step::Record)
+        matches!(
+            self,
+            Step::Read | Step::Decide | Step::Prove | Step::Preflight | Step::Record
+        )
     }
 }
 
@@ -89,6 +95,10 @@ pub enum Outcome {
     /// The StatefulSet vanished before our orphan delete (404): someone deleted it on purpose
     /// (Flux's prune, an operator). It is not re-applied; claims grown so far stay grown.
     DeletedElsewhere,
+    /// Not written because another StatefulSet of the same set (the same revision, the same
+    /// file) was refused or failed: a revision is converged all or nothing (`held_by` says
+    /// which one). The next run decides again.
+    Held,
 }
 
 impl Outcome {
@@ -103,6 +113,7 @@ impl Outcome {
             Outcome::RecreatedElsewhere => "recreated-elsewhere",
             Outcome::ReplacedElsewhere => "replaced-elsewhere",
             Outcome::DeletedElsewhere => "deleted-elsewhere",
+            Outcome::Held => "held",
         }
     }
 }
@@ -198,6 +209,10 @@ pub struct Report {
     /// delete it; the next intent recorded replaces it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreadable_intent: Option<crate::journal::Unreadable>,
+    /// Why an `held` StatefulSet was not written: "not written: StatefulSet NS/NAME of the
+    /// same revision was refused" (or "failed").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
     pub steps: Vec<StepTiming>,
 }
 
@@ -216,6 +231,7 @@ impl Report {
             new_uid: None,
             resumed: None,
             unreadable_intent: None,
+            held_by: None,
             steps: Vec::new(),
         }
     }
@@ -313,6 +329,7 @@ impl Report {
             Outcome::DeletedElsewhere => {
                 "deleted by someone else before our orphan delete: not re-applied"
             }
+            Outcome::Held => "held",
         };
         line(format!(
             "StatefulSet {}/{}: {what}",
@@ -320,6 +337,9 @@ impl Report {
         ));
         if let Some(r) = &self.refusal {
             line(format!("  refusal {}: {}", r.code, r.message));
+        }
+        if let Some(why) = &self.held_by {
+            line(format!("  {why}"));
         }
         if let Some(plan) = &self.plan {
             for g in &plan.grown {

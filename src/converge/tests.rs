@@ -105,6 +105,7 @@ fn opts() -> Options {
         wait_timeout: Duration::from_millis(50),
         revision: None,
         fence: None,
+        act_as: None,
     }
 }
 
@@ -281,6 +282,8 @@ async fn template_equal_but_claims_smaller_grows_without_recreating() {
             .any(|l| l.contains("delete") || l.contains("apply"))
     );
     assert!(w.journal.list().await.unwrap().intents.is_empty());
+    // Nothing is re-created, so no pre-flight: it costs nothing beyond the re-created ones.
+    assert!(w.lock().preflighted.is_empty(), "{:?}", w.lock().log);
 }
 
 #[tokio::test]
@@ -446,7 +449,7 @@ async fn crash_between_delete_and_reapply_reapplies_from_the_journal() {
     assert!(w.sts("default", "web").is_none());
     w.lock().fault = None;
     // A new process: only the journal survives. Even an unrelated desired resumes first.
-    let r = resume_all(&w, &w, &opts()).await.unwrap();
+    let r = resume_all(|_: &Intent| Ok(&w), &w, &opts()).await.unwrap();
     assert_eq!(r.results.len(), 1);
     assert!(r.unreadable.is_empty());
     let (ns, name, resumed) = r.results.into_iter().next().unwrap();
@@ -681,7 +684,7 @@ async fn the_window_is_held_from_before_the_orphan_delete_until_the_reapply_retu
         fence: Some(std::sync::Arc::new(WindowSpy(w.clone()))),
         ..opts()
     };
-    let r = resume_all(&w, &w, &o).await.unwrap();
+    let r = resume_all(|_: &Intent| Ok(&w), &w, &o).await.unwrap();
     assert!(r.results[0].2.is_err());
     assert_eq!(
         windows_and_statefulset_writes(&w),
@@ -691,4 +694,94 @@ async fn the_window_is_held_from_before_the_orphan_delete_until_the_reapply_retu
             "window:close"
         ]
     );
+}
+
+/// `web` as `db`: the same templates, under another name (no claims of its own).
+fn renamed(mut s: StatefulSet, name: &str) -> StatefulSet {
+    s.metadata.name = Some(name.into());
+    s
+}
+
+#[tokio::test]
+async fn every_statefulset_of_a_set_is_preflighted_before_the_first_write_with_the_object_reapplied()
+ {
+    let w = world();
+    w.seed_sts(renamed(live(&[("data", "1Gi"), ("logs", "1Gi")]), "db"));
+    let set = [desired(), renamed(desired(), "db")];
+    let results = converge_all(&w, &w, &set, &opts()).await;
+    for r in &results {
+        assert_eq!(r.as_ref().unwrap().outcome, Outcome::Converged, "{r:?}");
+    }
+    let log = w.lock().log.clone();
+    let first_write = log.iter().position(|l| l.starts_with("write:")).unwrap();
+    for name in ["web", "db"] {
+        let preflight = log
+            .iter()
+            .position(|l| *l == format!("read:dry-run create default/{name}"))
+            .unwrap_or_else(|| panic!("no pre-flight of {name}: {log:#?}"));
+        assert!(preflight < first_write, "{log:#?}");
+    }
+    // Exactly the object the re-apply sends.
+    let sent = w.lock().preflighted.clone();
+    assert_eq!(sent, vec![clean_desired(&set[0]), clean_desired(&set[1])]);
+}
+
+#[tokio::test]
+async fn a_failed_write_phase_holds_the_statefulsets_not_yet_started() {
+    let w = world();
+    let db_uid = w.seed_sts(renamed(live(&[("data", "1Gi"), ("logs", "1Gi")]), "db"));
+    w.lock().fault = Some((0, Fault::Fail)); // web's first claim grow
+    let set = [desired(), renamed(desired(), "db")];
+    let mut results = converge_all(&w, &w, &set, &opts()).await.into_iter();
+    let web = results.next().unwrap().unwrap_err();
+    assert_eq!(web.step(), Some(Step::Grow), "{web}");
+    let db = results.next().unwrap().unwrap();
+    assert_eq!(db.outcome, Outcome::Held);
+    assert_eq!(
+        db.held_by.as_deref(),
+        Some("not written: StatefulSet default/web of the same revision failed")
+    );
+    assert_eq!(w.writes().len(), 1, "{:?}", w.writes());
+    assert_eq!(w.sts("default", "db").unwrap().metadata.uid, Some(db_uid));
+}
+
+#[tokio::test]
+async fn a_preflight_refused_or_denied_writes_nothing() {
+    for (code, reason, message, refused) in [
+        (
+            400,
+            "BadRequest",
+            "admission webhook \"deny.example.com\" denied the request: no",
+            true,
+        ),
+        (
+            403,
+            "Forbidden",
+            "statefulsets.apps is forbidden: User \"jane\" cannot create resource \"statefulsets\" in API group \"apps\" in the namespace \"default\"",
+            false,
+        ),
+    ] {
+        let w = world();
+        let before = w.snapshot().await;
+        w.lock().create_error = Some(CallError::api(
+            "dry-run create of",
+            "StatefulSet default/web",
+            code,
+            reason,
+            message,
+        ));
+        let got = converge(&w, &w, &desired(), &opts()).await;
+        if refused {
+            let r = got.unwrap();
+            assert_eq!(r.outcome, Outcome::Refused);
+            assert_eq!(r.refusal.unwrap().code, RefusalCode::CreateRefused);
+            assert!(r.claims.is_empty(), "no claim reads as grown");
+        } else {
+            let e = got.unwrap_err();
+            assert_eq!(e.step(), Some(Step::Preflight), "{e}");
+            assert_eq!(e.written(), Written::Nothing);
+        }
+        assert!(w.writes().is_empty(), "{:?}", w.writes());
+        assert_eq!(w.snapshot().await, before);
+    }
 }

@@ -1,6 +1,9 @@
-//! The HTTP side of `serve`: `/hook`, `/status`, the dashboard, `/healthz`, `/readyz`, `/metrics`
-//! (docs/http-api.md, docs/dashboard.md). Handlers see only the [`Backend`] trait, never a
-//! `kube::Client`, so every route is tested through [`router`] with a stand-in backend.
+//! The HTTP side of `serve`, on two ports (docs/http-api.md, docs/dashboard.md): [`router`]
+//! (`--listen`: `/hook`, `/status`, the dashboard, `/healthz`, `/readyz`) and [`metrics_router`]
+//! (`--metrics-addr`: `/metrics`, `/healthz`). The metrics port is the one Flux's
+//! `allow-scraping` NetworkPolicy opens to every namespace, so it serves nothing else. Handlers
+//! see only the [`Backend`] trait, never a `kube::Client`, so every route is tested with a
+//! stand-in backend.
 
 pub mod backend;
 mod error;
@@ -33,6 +36,13 @@ pub struct HookAuth {
     pub token: Option<String>,
 }
 
+impl HookAuth {
+    /// Neither a key nor a token: anyone who reaches the port may post.
+    pub fn is_open(&self) -> bool {
+        self.hmac_key.is_none() && self.token.is_none()
+    }
+}
+
 impl std::fmt::Debug for HookAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HookAuth")
@@ -45,7 +55,6 @@ impl std::fmt::Debug for HookAuth {
 #[derive(Clone)]
 pub struct AppState {
     pub backend: Arc<dyn Backend>,
-    pub registry: Arc<Registry>,
     pub metrics: Metrics,
     pub auth: HookAuth,
 }
@@ -55,9 +64,9 @@ pub struct AppState {
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
-/// Every endpoint of the service.
+/// Every endpoint of `--listen`.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/", get(ui::dashboard))
         .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
         .route("/assets/dashboard.js", get(ui::script))
@@ -70,9 +79,29 @@ pub fn router(state: AppState) -> Router {
         .route("/status/{namespace}/{name}", get(status::one))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
+        .fallback(not_found)
+        .with_state(state);
+    hardened(router)
+}
+
+/// The metrics port: `/metrics` and `/healthz` (a liveness probe may use either port), nothing
+/// that reads the results or takes a request body.
+pub fn metrics_router(registry: Arc<Registry>) -> Router {
+    let router = Router::new()
         .route("/metrics", get(probes::metrics))
-        .fallback(|| async { error::ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
-        .with_state(state)
+        .route("/healthz", get(probes::healthz))
+        .fallback(not_found)
+        .with_state(registry);
+    hardened(router)
+}
+
+async fn not_found() -> error::ApiError {
+    error::ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+/// The headers every answer carries, on both ports.
+fn hardened(router: Router) -> Router {
+    router
         .layer(SetResponseHeaderLayer::overriding(
             header::CONTENT_SECURITY_POLICY,
             HeaderValue::from_static(CONTENT_SECURITY_POLICY),

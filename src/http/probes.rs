@@ -1,8 +1,11 @@
 //! `/healthz`, `/readyz`, `/metrics`: what the kubelet and Prometheus ask.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use prometheus_client::registry::Registry;
 
 use super::AppState;
 use crate::service::metrics;
@@ -25,13 +28,13 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(registry): State<Arc<Registry>>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics::encode(&state.registry),
+        metrics::encode(&registry),
     )
         .into_response()
 }

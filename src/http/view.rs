@@ -80,6 +80,10 @@ pub fn outcome_badge(outcome: StatefulSetOutcome) -> Badge {
             key: "running",
             label: "deferred",
         },
+        StatefulSetOutcome::Held => Badge {
+            key: "superseded",
+            label: "held",
+        },
     }
 }
 
@@ -127,6 +131,11 @@ pub fn advice(code: &str) -> &'static str {
             "The API server refused the server-side dry run (admission webhook, quota, validation). \
              Fix what its message names in git; the next revision is tried again."
         }
+        "create-refused" => {
+            "The API server would refuse to create the StatefulSet again (an admission webhook or \
+             policy on CREATE, create-only validation), so it was not deleted. Fix what its message \
+             names (in git, or the policy); the next revision is tried again."
+        }
         _ => "Read the message; the revision is retried when the source revision changes.",
     }
 }
@@ -165,6 +174,8 @@ pub fn problem(record: &RevisionRecord) -> Option<Problem> {
             let failed: Vec<(&StatefulSetEntry, &StepError)> = record
                 .statefulsets
                 .iter()
+                // A held StatefulSet names the one that failed: show that one.
+                .filter(|set| set.outcome != StatefulSetOutcome::Held)
                 .filter_map(|set| set.error.as_ref().map(|err| (set, err)))
                 .collect();
             if let Some(err) = &record.error {
@@ -519,6 +530,29 @@ mod tests {
                 Some(("failed", "step grow", Some("apps/db"), "db failed", 0)),
             ),
             (
+                "failed after one held: the failed one is shown",
+                RevisionRecord {
+                    statefulsets: vec![failed("a-db", "held"), failed("b-cache", "preflight")]
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, mut e)| {
+                            if i == 0 {
+                                e.outcome = StatefulSetOutcome::Held;
+                            }
+                            e
+                        })
+                        .collect(),
+                    ..record(RevisionState::Failed)
+                },
+                Some((
+                    "failed",
+                    "step preflight",
+                    Some("apps/b-cache"),
+                    "b-cache failed",
+                    0,
+                )),
+            ),
+            (
                 "failed before the StatefulSets",
                 RevisionRecord {
                     error: Some(run_error.clone()),
@@ -604,6 +638,13 @@ mod tests {
     }
 
     #[test]
+    fn a_held_statefulset_has_its_own_badge() {
+        let held = outcome_badge(StatefulSetOutcome::Held);
+        assert_eq!(held.label, "held");
+        assert_eq!(held.key, "superseded");
+    }
+
+    #[test]
     fn every_refusal_code_has_its_own_advice() {
         let codes = [
             "shrink",
@@ -611,6 +652,7 @@ mod tests {
             "template-changed",
             "other-immutable",
             "rejected",
+            "create-refused",
         ];
         let fallback = advice("something-new");
         for code in codes {

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::flux::event::Event;
 use crate::http::backend::Backend;
+use crate::service::hook_limit::HookLimit;
 use crate::service::index::{Index, Key, Records};
 use crate::service::queue::Queue;
 use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
@@ -21,6 +22,8 @@ pub struct ServiceBackend {
     pub readiness: Readiness,
     /// The encoded `/status` bodies.
     pub status: Arc<StatusCache>,
+    /// `--hook-min-interval`, per Kustomization.
+    pub hook_limit: Arc<HookLimit<Key>>,
 }
 
 impl ServiceBackend {
@@ -35,9 +38,15 @@ impl Backend for ServiceBackend {
         let object = &event.involved_object;
         let mut queued = Vec::with_capacity(route.keys.len());
         for key in route.keys {
+            // Answered the same either way: the caller learns nothing about timing.
+            queued.push(key.to_string());
+            if !self.hook_limit.admit(&key) {
+                tracing::debug!(kustomization = %key, wedged = route.wedged,
+                    "webhook inside --hook-min-interval: nothing queued (the watches and the resync are not limited)");
+                continue;
+            }
             tracing::info!(kustomization = %key, kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name),
                 reason = %event.reason, wedged = route.wedged, "queued by webhook");
-            queued.push(key.to_string());
             if route.wedged {
                 self.queue.push_now(key, Trigger::Webhook);
             } else {

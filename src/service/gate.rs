@@ -3,7 +3,8 @@
 //! Flux does with it → record.
 //!
 //! Order matters for safety: every refusal happens before the first write (the converge
-//! decides and proves before it writes; a refused StatefulSet means no hand-off), and the
+//! decides, proves and pre-flights every StatefulSet of the revision before it writes any; a
+//! refused StatefulSet means nothing of the revision is written and no hand-off), and the
 //! source is read again just before the hand-off so that a result for a revision that has
 //! meanwhile moved on is never handed off: the run starts over for the new revision.
 //!
@@ -118,7 +119,7 @@ impl Gate {
     }
 
     /// Converges read StorageClasses from `store` (the service's reflector) instead of
-    /// listing them each time: a converge of N claims then sends N+9 requests, not N+10,
+    /// listing them each time: a converge of N claims then sends N+10 requests, not N+11,
     /// and with many Kustomizations the cluster-wide list is not repeated per revision.
     /// Kept out of [`GateConfig`] so that existing literal configs stay valid.
     pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
@@ -405,9 +406,11 @@ impl Gate {
         self.finish(&ks, record, outcome).await
     }
 
-    /// Converges each StatefulSet of the render, in namespace/name order, each under its
-    /// tenant's identity. One failing does not stop the others: each converge is independent
-    /// and journaled, and the record shows every one.
+    /// Converges the StatefulSets of the render, in namespace/name order, all under the
+    /// Kustomization's tenant identity and all or nothing (`converge::converge_all`): every
+    /// one is decided, proven and pre-flighted before any is written, so a refusal (or a
+    /// failure) of one leaves the others untouched (`held`) instead of applying half a
+    /// revision that is then never handed off.
     async fn converge_all(&self, resolved: &Resolved) -> Vec<StatefulSetEntry> {
         let c = &self.config;
         let ks = &resolved.kustomization;
@@ -434,6 +437,37 @@ impl Gate {
                     .collect();
             }
         };
+        // A StatefulSet of the render that does not decode fails the revision before any
+        // write: the others are held, as for any failure before writing.
+        let mut desired = Vec::with_capacity(sorted.len());
+        for rendered in &sorted {
+            let (ns, name) = (rendered.namespace.as_str(), rendered.name.as_str());
+            match serde_json::from_value::<StatefulSet>(rendered.object.clone()) {
+                Ok(mut d) => {
+                    d.metadata.namespace = Some(ns.to_string());
+                    desired.push(d);
+                }
+                Err(e) => {
+                    let why =
+                        format!("not written: StatefulSet {ns}/{name} of the same revision failed");
+                    return sorted
+                        .iter()
+                        .map(|s| {
+                            if std::ptr::eq(*s, *rendered) {
+                                entry::failed(
+                                    ns,
+                                    name,
+                                    "render",
+                                    format!("StatefulSet {ns}/{name}: {e}"),
+                                )
+                            } else {
+                                entry::held(&s.namespace, &s.name, why.clone())
+                            }
+                        })
+                        .collect();
+                }
+            }
+        }
         let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
         if let Some(store) = &self.storage_classes {
             cluster = cluster.with_storage_classes(store.clone());
@@ -441,36 +475,31 @@ impl Gate {
         let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout);
         let options = converge::Options {
             fence: c.fence.clone(),
+            revision: Some(resolved.revision.clone()),
+            act_as: user.clone(),
             ..converge::Options::default()
         };
-        let mut entries = Vec::with_capacity(sorted.len());
-        for rendered in sorted {
-            entries.push(
-                self.converge_one(&cluster, &journal, &options, rendered, user.as_deref())
-                    .await,
-            );
+        let results = converge::converge_all(&cluster, &journal, &desired, &options).await;
+        let mut entries = Vec::with_capacity(results.len());
+        for (d, result) in desired.iter().zip(results) {
+            entries.push(self.entry_of(&cluster, d, result, user.as_deref()).await);
         }
         entries
     }
 
-    async fn converge_one(
+    /// The record entry of one StatefulSet's converge result, counted in the metrics; a
+    /// failure's message names the missing permission under a tenant.
+    async fn entry_of(
         &self,
         cluster: &TenantCluster,
-        journal: &ConfigMapJournal,
-        options: &converge::Options,
-        rendered: &RenderedStatefulSet,
+        desired: &StatefulSet,
+        result: Result<converge::Report, ConvergeError>,
         user: Option<&str>,
     ) -> StatefulSetEntry {
         let c = &self.config;
-        let (ns, name) = (rendered.namespace.as_str(), rendered.name.as_str());
-        let mut desired: StatefulSet = match serde_json::from_value(rendered.object.clone()) {
-            Ok(d) => d,
-            Err(e) => {
-                return entry::failed(ns, name, "render", format!("StatefulSet {ns}/{name}: {e}"));
-            }
-        };
-        desired.metadata.namespace = Some(ns.to_string());
-        match converge::converge(cluster, journal, &desired, options).await {
+        let ns = desired.metadata.namespace.as_deref().unwrap_or_default();
+        let name = desired.metadata.name.as_deref().unwrap_or_default();
+        match result {
             Ok(report) => {
                 let e = entry::from_report(&report);
                 c.metrics.claims_grown.inc_by(e.claims.len() as u64);
@@ -495,12 +524,20 @@ impl Gate {
                     }
                     (
                         ConvergeError::Access {
-                            code: 403, message, ..
+                            step,
+                            code: 403,
+                            message,
+                            ..
                         },
                         Some(user),
                     ) => {
+                        let call = if *step == converge::Step::Preflight {
+                            "dry-run create of"
+                        } else {
+                            "server-side apply dry run of"
+                        };
                         let cause = crate::cluster::CallError::api(
-                            "server-side apply dry run of",
+                            call,
                             format!("StatefulSet {ns}/{name}"),
                             403,
                             "Forbidden",
@@ -511,7 +548,7 @@ impl Gate {
                     _ => error.to_string(),
                 };
                 tracing::warn!(statefulset = %name, namespace = %ns, error = %message, "converge failed");
-                let hint = self.hint(cluster, &desired).await;
+                let hint = self.hint(cluster, desired).await;
                 entry::from_error(ns, name, &error, message, hint)
             }
         }

@@ -8,8 +8,10 @@ pub mod backend;
 pub mod events;
 pub mod fence;
 pub mod gate;
+pub mod hook_limit;
 pub mod index;
 pub mod leader;
+pub mod listen;
 pub mod metrics;
 pub mod queue;
 pub mod record;
@@ -32,6 +34,7 @@ use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
 use crate::service::backend::ServiceBackend;
 use crate::service::fence::ServiceFence;
+use crate::service::hook_limit::HookLimit;
 use crate::service::index::{Index, Key, Records};
 use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
 use crate::service::metrics::Metrics;
@@ -43,11 +46,18 @@ use crate::service::windows::{RunWindows, WindowTracker};
 /// Everything `flux-converger serve` is configured with (its flags, docs/service.md).
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// `/hook`, `/status`, the dashboard and the probes.
     pub listen: SocketAddr,
+    /// `/metrics` (and `/healthz`), on a port of its own.
+    pub metrics_addr: SocketAddr,
     /// Where results and intents live (and the Lease).
     pub namespace: String,
     pub hmac_key: Option<Vec<u8>>,
     pub hook_token: Option<String>,
+    /// Without it, [`start`] refuses to serve `/hook` with neither key nor token.
+    pub allow_unauthenticated_hooks: bool,
+    /// At most one webhook-triggered run per Kustomization in this interval (zero: no limit).
+    pub hook_min_interval: Duration,
     pub default_gate: GateMode,
     pub watch_label_selector: Option<String>,
     pub workers: usize,
@@ -144,6 +154,8 @@ pub struct Parts {
     pub resume: Arc<dyn Resume>,
     /// Builds the HTTP app over the service's backend.
     pub app: Box<dyn FnOnce(Arc<dyn Backend>) -> axum::Router + Send>,
+    /// The app of the metrics port (`http::metrics_router`): it never sees the backend.
+    pub metrics_app: axum::Router,
     pub metrics: Metrics,
     /// The fence the runner's and the resume's converges ask: [`start_with`] binds it to the
     /// leadership it sets up and waits for its windows at shutdown.
@@ -152,8 +164,9 @@ pub struct Parts {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
-    #[error("cannot listen on {addr}: {error}")]
+    #[error("cannot listen on {addr} ({flag}): {error}")]
     Listen {
+        flag: &'static str,
         addr: SocketAddr,
         error: std::io::Error,
     },
@@ -165,8 +178,10 @@ pub enum ServiceError {
 
 /// A started service.
 pub struct Running {
-    /// The address the HTTP server listens on (the port is known even for `:0`).
+    /// The address `--listen` bound (the port is known even for `:0`).
     pub addr: SocketAddr,
+    /// The address `--metrics-addr` bound.
+    pub metrics_addr: SocketAddr,
     pub backend: ServiceBackend,
     queue: Queue<Key>,
     cancel: CancellationToken,
@@ -290,6 +305,7 @@ pub async fn start_with(
         store,
         resume,
         app,
+        metrics_app,
         metrics,
         fence,
     } = parts;
@@ -311,20 +327,11 @@ pub async fn start_with(
         records,
         readiness: readiness.clone(),
         status: Arc::default(),
+        hook_limit: Arc::new(HookLimit::new(config.hook_min_interval)),
     };
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|error| ServiceError::Listen {
-            addr: config.listen,
-            error,
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|error| ServiceError::Listen {
-            addr: config.listen,
-            error,
-        })?;
+    let (listener, addr) = bind("--listen", config.listen).await?;
+    let (metrics_listener, metrics_addr) = bind("--metrics-addr", config.metrics_addr).await?;
 
     let leadership = if config.leader_elect {
         Leadership::elect(
@@ -389,22 +396,24 @@ pub async fn start_with(
     ));
 
     let router = app(Arc::new(backend.clone()));
+    // One task for both ports: either stopping on its own stops the other, and `stopped()`
+    // sees it.
     let server = {
-        let cancel = cancel.clone();
+        let stop = cancel.child_token();
         tokio::spawn(async move {
-            let result = axum::serve(listener, router)
-                .with_graceful_shutdown(cancel.cancelled_owned())
-                .await;
-            if let Err(error) = result {
-                tracing::error!(%error, "HTTP server stopped");
-            }
+            tokio::join!(
+                serve_http(listener, router, stop.clone(), "--listen"),
+                serve_http(metrics_listener, metrics_app, stop, "--metrics-addr"),
+            );
         })
     };
-    tracing::info!(%addr, namespace = %config.namespace, workers = config.workers,
-        default_gate = %config.default_gate, leader_elect = config.leader_elect, "serving");
+    tracing::info!(%addr, %metrics_addr, namespace = %config.namespace, workers = config.workers,
+        default_gate = %config.default_gate, leader_elect = config.leader_elect,
+        hook_min_interval = ?config.hook_min_interval, "serving");
 
     Ok(Running {
         addr,
+        metrics_addr,
         backend,
         queue,
         cancel,
@@ -416,6 +425,33 @@ pub async fn start_with(
         windows: fence.windows,
         cut,
     })
+}
+
+/// Binds one of the service's ports and reads back the address (the port is known for `:0`).
+async fn bind(
+    flag: &'static str,
+    addr: SocketAddr,
+) -> Result<(tokio::net::TcpListener, SocketAddr), ServiceError> {
+    let listen_error = |error| ServiceError::Listen { flag, addr, error };
+    let listener = listen::bind(addr).await.map_err(listen_error)?;
+    let local = listener.local_addr().map_err(listen_error)?;
+    Ok((listener, local))
+}
+
+/// Serves one port until `stop`, and stops the other port with it when it ends on its own.
+async fn serve_http(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    stop: CancellationToken,
+    flag: &'static str,
+) {
+    let result = axum::serve(listener, router)
+        .with_graceful_shutdown(stop.clone().cancelled_owned())
+        .await;
+    if let Err(error) = result {
+        tracing::error!(%error, port = flag, "HTTP server stopped");
+    }
+    stop.cancel();
 }
 
 /// Adapts a [`Store`] to the index's [`Records`].
@@ -652,6 +688,21 @@ pub async fn start_tuned(
     client: kube::Client,
     tuning: Tuning,
 ) -> Result<Running, ServiceError> {
+    // Decided before anything else: the webhook is never open by accident.
+    let auth = crate::http::HookAuth {
+        hmac_key: config.hmac_key.clone(),
+        token: config.hook_token.clone(),
+    };
+    if auth.is_open() {
+        if !config.allow_unauthenticated_hooks {
+            return Err(ServiceError::Setup(
+                "/hook needs an HMAC key or a bearer token (or allow_unauthenticated_hooks)"
+                    .to_string(),
+            ));
+        }
+        tracing::warn!(listen = %config.listen,
+            "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
+    }
     let (registry, metrics) = metrics::registry();
     let results = results::Results::new(
         client.clone(),
@@ -697,11 +748,6 @@ pub async fn start_tuned(
         wait_timeout: crate::converge::Options::default().wait_timeout,
         fence: Some(Arc::new(fence.clone())),
     };
-    let auth = crate::http::HookAuth {
-        hmac_key: config.hmac_key.clone(),
-        token: config.hook_token.clone(),
-    };
-    let registry = Arc::new(registry);
     let app_metrics = metrics.clone();
     let parts = Parts {
         runner: Arc::new(gate),
@@ -710,11 +756,11 @@ pub async fn start_tuned(
         app: Box::new(move |backend| {
             crate::http::router(crate::http::AppState {
                 backend,
-                registry,
                 metrics: app_metrics,
                 auth,
             })
         }),
+        metrics_app: crate::http::metrics_router(Arc::new(registry)),
         metrics,
         fence,
     };
@@ -732,6 +778,9 @@ pub async fn start_tuned(
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
 /// no crash leaves a StatefulSet deleted, and this is where the next leader makes sure of it.
+/// Each intent is finished as the identity it was recorded under (the tenant, impersonated),
+/// never with the service's own rights for a tenant's work: whoever can write a labelled
+/// ConfigMap in the service's namespace must not get a StatefulSet re-applied with more.
 pub struct JournalResume {
     pub client: kube::Client,
     /// The journal's namespace (`--namespace`).
@@ -745,7 +794,6 @@ pub struct JournalResume {
 impl Resume for JournalResume {
     fn resume_all(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let cluster = crate::cluster::KubeCluster::new(self.client.clone(), self.call_timeout);
             let journal = crate::journal::ConfigMapJournal::new(
                 self.client.clone(),
                 self.namespace.clone(),
@@ -756,11 +804,19 @@ impl Resume for JournalResume {
                 fence: self.fence.clone(),
                 ..Default::default()
             };
-            match crate::converge::resume_all(&cluster, &journal, &options).await {
+            let cluster_for = |intent: &crate::journal::Intent| {
+                gate::tenant::cluster_for_intent(&self.client, intent, self.call_timeout)
+            };
+            match crate::converge::resume_all(cluster_for, &journal, &options).await {
                 Ok(resumed) => {
                     for unreadable in resumed.unreadable {
                         tracing::warn!(record = %unreadable.object, message = %unreadable.message,
                             "skipping an unreadable intent record (fix or delete it by hand)");
+                    }
+                    for kept in resumed.not_resumed {
+                        tracing::warn!(statefulset = %format!("{}/{}", kept.namespace, kept.name),
+                            act_as = kept.act_as.as_deref().unwrap_or_default(), reason = %kept.reason,
+                            "not resuming an unfinished converge: kept in the journal (finish it with `flux-converger converge` as an operator)");
                     }
                     for (namespace, name, result) in resumed.results {
                         let statefulset = format!("{namespace}/{name}");

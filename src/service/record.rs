@@ -91,6 +91,9 @@ pub enum StatefulSetOutcome {
     Failed,
     /// Some claims could not grow yet (not Bound); re-checked at every resync.
     Deferred,
+    /// Not written because another StatefulSet of the same revision was refused or failed
+    /// (a revision is converged all or nothing); `error.message` names which. Never handed off.
+    Held,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

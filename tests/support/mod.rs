@@ -45,6 +45,7 @@
 //! patterns and CEL rules.
 #![allow(dead_code)]
 
+mod admission;
 mod apply;
 pub mod authz;
 mod binder;
@@ -358,6 +359,24 @@ impl FakeApiServer {
     /// Seeding (`seed`, `modify`, ...) is never authorized.
     pub fn authorize_default_as(&self, user: &str) {
         self.lock().default_user = Some(user.to_string());
+    }
+
+    /// Installs a validating admission webhook `webhook` that denies every create of `kind`
+    /// (dry runs and the create of a server-side apply of a missing object included, updates
+    /// never) with `message`, answered `code` (400 when `None`), as
+    /// `admission webhook "<webhook>" denied the request: <message>`.
+    pub fn deny_creates(&self, kind: &str, webhook: &str, message: &str, code: Option<u16>) {
+        self.lock().create_denials.push(admission::CreateDenial {
+            kind: kind.to_string(),
+            webhook: webhook.to_string(),
+            message: message.to_string(),
+            code: code.unwrap_or(400),
+        });
+    }
+
+    /// Removes every denial [`deny_creates`](Self::deny_creates) installed.
+    pub fn allow_creates(&self) {
+        self.lock().create_denials.clear();
     }
 
     /// Seeds a Role named `grant-<n>` with `rules` and a RoleBinding of it to `user` (a

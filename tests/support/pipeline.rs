@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::FakeApiServer;
+use super::admission;
 use super::apply;
 use super::controller;
 use super::crd_schema;
@@ -141,6 +142,9 @@ pub fn create_object(
     semantics::default(rt, &mut obj);
     crd_schema::admit(rt, &mut obj)?;
     semantics::validate_create(rt, &obj)?;
+    // Validating admission runs after validation and before the store looks for an existing
+    // object: a dry-run create of an existing object is denied, not answered 409.
+    admission::admit_create(state, rt, &obj)?;
     let key = Key::new(rt, namespace, &name);
     if state.get(&key).is_some() {
         return Err(ApiError::already_exists(rt, &name));

@@ -137,6 +137,8 @@ pub struct State {
     pub default_user: Option<String>,
     /// Every authorization decision, in order (see `authz`).
     pub rbac_log: Vec<super::authz::RbacRequest>,
+    /// Validating admission on CREATE a test installed (see `admission`).
+    pub create_denials: Vec<super::admission::CreateDenial>,
 }
 
 impl State {
@@ -161,6 +163,7 @@ impl State {
             request_seq: 0,
             default_user: None,
             rbac_log: Vec::new(),
+            create_denials: Vec::new(),
         }
     }
 

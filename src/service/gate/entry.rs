@@ -41,6 +41,19 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
         code: r.code.as_str().to_string(),
         message: r.message.clone(),
     });
+    if report.outcome == Outcome::Held {
+        // Nothing was written: no template grown, no claim grown, only why.
+        let mut held = empty(&report.namespace, &report.name);
+        held.old_uid = report.old_uid.clone();
+        held.outcome = StatefulSetOutcome::Held;
+        held.error = Some(held_error(
+            report
+                .held_by
+                .clone()
+                .unwrap_or_else(|| "not written".into()),
+        ));
+        return held;
+    }
     entry.outcome = match report.outcome {
         Outcome::Refused => StatefulSetOutcome::Refused,
         Outcome::Converged | Outcome::RecreatedElsewhere if !entry.deferred.is_empty() => {
@@ -94,6 +107,24 @@ pub fn from_error(
     entry
 }
 
+/// The `error` of a held entry: step `held`, the message naming the StatefulSet that was
+/// refused or failed (the dashboard shows that one's problem, not this).
+fn held_error(message: String) -> StepError {
+    StepError {
+        step: "held".into(),
+        message,
+        hint: None,
+    }
+}
+
+/// An entry not written because `by` was refused or failed in the same revision.
+pub fn held(namespace: &str, name: &str, message: String) -> StatefulSetEntry {
+    let mut entry = empty(namespace, name);
+    entry.outcome = StatefulSetOutcome::Held;
+    entry.error = Some(held_error(message));
+    entry
+}
+
 /// An entry that failed before the converge started (the rendered object does not decode).
 pub fn failed(namespace: &str, name: &str, step: &str, message: String) -> StatefulSetEntry {
     let mut entry = empty(namespace, name);
@@ -127,7 +158,7 @@ pub enum Verdict {
     /// At least one refused: not handed off (a refusal wins over a failure: retrying the
     /// failure cannot make the revision acceptable).
     Refused,
-    /// At least one failed: retried.
+    /// At least one failed (or was held without any refused): retried.
     Failed,
     /// Every one converged, had nothing to do, or waits for claims to bind.
     HandOff,
@@ -139,10 +170,12 @@ pub fn verdict(entries: &[StatefulSetEntry]) -> Verdict {
         .any(|e| e.outcome == StatefulSetOutcome::Refused)
     {
         Verdict::Refused
-    } else if entries
-        .iter()
-        .any(|e| e.outcome == StatefulSetOutcome::Failed)
-    {
+    } else if entries.iter().any(|e| {
+        matches!(
+            e.outcome,
+            StatefulSetOutcome::Failed | StatefulSetOutcome::Held
+        )
+    }) {
         Verdict::Failed
     } else {
         Verdict::HandOff
@@ -177,6 +210,10 @@ pub fn describe(entries: &[StatefulSetEntry]) -> String {
             StatefulSetOutcome::Failed => match &e.error {
                 Some(err) => format!("failed at {}: {}", err.step, err.message),
                 None => "failed".into(),
+            },
+            StatefulSetOutcome::Held => match &e.error {
+                Some(err) => format!("held: {}", err.message),
+                None => "held: not written".into(),
             },
             StatefulSetOutcome::Converged | StatefulSetOutcome::Deferred => {
                 let mut parts = Vec::new();
@@ -219,6 +256,9 @@ mod tests {
             (vec![Converged, Failed], Verdict::Failed),
             (vec![Failed, Refused], Verdict::Refused),
             (vec![Refused, Converged], Verdict::Refused),
+            (vec![Held, Refused], Verdict::Refused),
+            (vec![Held, Failed], Verdict::Failed),
+            (vec![Held, Unchanged], Verdict::Failed),
         ] {
             let entries: Vec<_> = outcomes
                 .iter()
@@ -227,6 +267,40 @@ mod tests {
                 .collect();
             assert_eq!(verdict(&entries), expected, "{outcomes:?}");
         }
+    }
+
+    #[test]
+    fn a_held_report_is_a_held_entry_naming_why_and_nothing_grown() {
+        let mut report = Report::new("ns", "a-db", false);
+        report.outcome = Outcome::Held;
+        report.held_by =
+            Some("not written: StatefulSet ns/b-cache of the same revision was refused".into());
+        report.old_uid = Some("u1".into());
+        report.plan = Some(crate::decide::Plan {
+            namespace: "ns".into(),
+            name: "a-db".into(),
+            recreate: true,
+            grown: vec![crate::decide::TemplateGrowth {
+                template: "data".into(),
+                from: "1Gi".parse().unwrap(),
+                to: "2Gi".parse().unwrap(),
+            }],
+            resize: Vec::new(),
+            deferred: Vec::new(),
+        });
+        let e = from_report(&report);
+        assert_eq!(e.outcome, StatefulSetOutcome::Held);
+        assert!(e.templates.is_empty() && e.claims.is_empty() && e.new_uid.is_none());
+        let error = e.error.as_ref().unwrap();
+        assert_eq!(error.step, "held");
+        assert_eq!(
+            error.message,
+            "not written: StatefulSet ns/b-cache of the same revision was refused"
+        );
+        assert_eq!(
+            describe(&[e]),
+            "StatefulSet ns/a-db: held: not written: StatefulSet ns/b-cache of the same revision was refused"
+        );
     }
 
     #[test]

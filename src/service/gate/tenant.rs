@@ -14,6 +14,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
 use crate::cluster::{CallError, Cluster, DeleteOutcome, KubeCluster, WaitOutcome};
+use crate::journal::{Intent, OWN_IDENTITY};
 
 /// The header the API server's impersonation filter reads.
 pub const IMPERSONATE_USER: &str = "impersonate-user";
@@ -90,6 +91,10 @@ impl Cluster for TenantCluster {
         self.tenant.dry_run_apply(object).await
     }
 
+    async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
+        self.tenant.dry_run_create(object).await
+    }
+
     async fn get_claim(
         &self,
         namespace: &str,
@@ -137,6 +142,32 @@ impl Cluster for TenantCluster {
     }
 }
 
+/// The cluster to finish `intent` with: impersonating the user it was recorded under, the
+/// service's own identity only for [`OWN_IDENTITY`] (an intent recorded without
+/// impersonation). An intent that does not say (an earlier version's record) gets none: its
+/// identity is unknown, and the service's rights may be more than its recorder had.
+pub fn cluster_for_intent(
+    service: &kube::Client,
+    intent: &Intent,
+    call_timeout: Duration,
+) -> Result<TenantCluster, String> {
+    match intent.act_as.as_deref() {
+        None => Err(
+            "the intent does not record the identity it was written as (a record of an earlier \
+             version): not resumed with the service's own rights"
+                .to_string(),
+        ),
+        Some(OWN_IDENTITY) => Ok(TenantCluster::new(
+            service.clone(),
+            service.clone(),
+            call_timeout,
+        )),
+        Some(user) => impersonating(service, user)
+            .map(|tenant| TenantCluster::new(tenant, service.clone(), call_timeout))
+            .map_err(|e| e.to_string()),
+    }
+}
+
 /// The RBAC permission a failed call needed, as `verb resource in namespace ns`, read from the
 /// call and object the cluster code names (`None` when it is not a tenant call).
 pub fn permission(error: &CallError) -> Option<String> {
@@ -149,6 +180,8 @@ pub fn permission(error: &CallError) -> Option<String> {
         "watch"
     } else if call.contains("delete") {
         "delete"
+    } else if call.contains("create") {
+        "create"
     } else if call.contains("apply") || call.contains("patch") {
         "patch"
     } else {
@@ -201,6 +234,11 @@ mod tests {
                 "server-side apply of",
                 "StatefulSet team/web",
                 Some("patch statefulsets.apps in namespace team"),
+            ),
+            (
+                "dry-run create of",
+                "StatefulSet team/web",
+                Some("create statefulsets.apps in namespace team"),
             ),
             (
                 "orphan delete of",
