@@ -231,6 +231,7 @@ async fn run() {
         }),
         metrics_app: metrics_router(registry),
         metrics,
+        fence: Default::default(),
     };
     let running = start_with(config, fake.client(), tuning, parts)
         .await

@@ -275,10 +275,24 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
 
     /// Asks the fence (if any) whether the write of `step` may go out.
     fn fenced(&self, step: Step) -> Result<(), ConvergeError> {
-        let Some(fence) = &self.options.fence else {
-            return Ok(());
-        };
-        fence.check().map_err(|message| {
+        match &self.options.fence {
+            Some(fence) => fence.check().map_err(self.fence_err(step)),
+            None => Ok(()),
+        }
+    }
+
+    /// Opens the window of `step` (the orphan delete, or a resume's re-apply of an absent
+    /// object): the fence's check, and a guard held until the re-apply returns, so the
+    /// service never stops this process while the StatefulSet may be absent.
+    fn window(&self, step: Step) -> Result<fence::Window, ConvergeError> {
+        match &self.options.fence {
+            Some(fence) => fence.open_window().map_err(self.fence_err(step)),
+            None => Ok(fence::Window::none()),
+        }
+    }
+
+    fn fence_err(&self, step: Step) -> impl FnOnce(String) -> ConvergeError + '_ {
+        move |message| {
             warn!(statefulset = %self.name, namespace = %self.namespace, step = step.as_str(),
                   %message, "fenced: not writing");
             ConvergeError::Fenced {
@@ -288,7 +302,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                 message,
                 written: self.written(),
             }
-        })
+        }
     }
 
     fn access_err(&self, step: Step, message: String, cause: &CallError) -> ConvergeError {
@@ -636,7 +650,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         ours_in_flight: bool,
     ) -> Result<(), ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
-        self.fenced(Step::Orphan)?;
+        let _window = self.window(Step::Orphan)?;
         info!(statefulset = %name, namespace = %ns, uid, "orphan-deleting");
         let t = Instant::now();
         self.writing();
@@ -751,7 +765,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         };
         match live {
             None if intent.deleting => {
-                self.fenced(Step::Reapply)?;
+                let _window = self.window(Step::Reapply)?;
                 self.writing();
                 let applied = self
                     .cluster

@@ -1982,6 +1982,7 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         namespace: JOURNAL_NS.into(),
         call_timeout: Duration::from_secs(5),
         wait_timeout: Duration::from_secs(5),
+        fence: None,
     };
     resume.resume_all().await;
 

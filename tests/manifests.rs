@@ -834,8 +834,8 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-#[test]
-fn sidecar_component_patches_a_bootstrap_flux_system() {
+/// A bootstrap flux-system with the sidecar component, rendered.
+fn sidecar_objects() -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let fs = dir.path().join("flux-system");
     std::fs::create_dir_all(&fs).unwrap();
@@ -846,7 +846,12 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
     )
     .unwrap();
     copy_dir(&repo("manifests/sidecar"), &fs.join("flux-converger"));
-    let objects = kustomize(&fs);
+    kustomize(&fs)
+}
+
+#[test]
+fn sidecar_component_patches_a_bootstrap_flux_system() {
+    let objects = sidecar_objects();
 
     let deploy = find(&objects, "Deployment", "kustomize-controller");
     let pod = &deploy["spec"]["template"]["spec"];
@@ -913,6 +918,47 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
             .iter()
             .any(|o| o["kind"].as_str().is_some_and(|k| k.contains("Role")))
     );
+}
+
+/// The kubelet sends SIGKILL `terminationGracePeriodSeconds` after SIGTERM: it must exceed
+/// the longest stop of the service as the pod runs it (its `--timeout` and `--shutdown-grace`,
+/// else the defaults), or the kill cuts a converge between its orphan delete and its re-apply
+/// after all.
+#[test]
+fn termination_grace_outlasts_the_longest_stop() {
+    let longest = |c: &Value| {
+        let flag = |name: &str| {
+            c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find_map(|a| a.as_str()?.strip_prefix(name)?.strip_prefix('='))
+                .map(|t| humantime::parse_duration(t).unwrap())
+        };
+        let mut tuning = flux_converger::service::Tuning::default();
+        if let Some(grace) = flag("--shutdown-grace") {
+            tuning.shutdown_grace = grace;
+        }
+        tuning.longest_stop(
+            flag("--timeout").unwrap_or(flux_converger::flux::objects::DEFAULT_CALL_TIMEOUT),
+        )
+    };
+    let objects = base();
+    let pod = deployment_pod(&objects);
+    let sidecar =
+        find(&sidecar_objects(), "Deployment", "kustomize-controller")["spec"]["template"]["spec"]
+            .clone();
+    for (what, pod, container_name) in [
+        ("Deployment", &pod, "manager"),
+        ("sidecar", &sidecar, "flux-converger"),
+    ] {
+        let longest = longest(container(pod, container_name));
+        let grace = pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30);
+        assert!(
+            std::time::Duration::from_secs(grace) > longest,
+            "{what}: terminationGracePeriodSeconds {grace} does not outlast the longest stop {longest:?}"
+        );
+    }
 }
 
 // ---- the image ----

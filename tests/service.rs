@@ -308,6 +308,7 @@ impl Harness {
             }),
             metrics_app: metrics_router(Arc::new(registry)),
             metrics,
+            fence: Default::default(),
         };
         start_with(config, self.fake.client(), tuning(), parts)
             .await
@@ -818,6 +819,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             app: Box::new(|_backend| axum::Router::new()),
             metrics_app: axum::Router::new(),
             metrics,
+            fence: Default::default(),
         },
     )
     .await
@@ -1451,4 +1453,314 @@ async fn the_service_refuses_an_open_hook_unless_asked_for_one() {
         panic!("an open /hook was served without allow_unauthenticated_hooks");
     };
     assert!(error.to_string().contains("/hook"), "{error}");
+}
+
+// ------------------------------------------------------------------ stopping and fencing
+
+/// The StatefulSet `default/web` as stored, if any.
+fn web(fake: &FakeApiServer) -> Option<serde_json::Value> {
+    fake.get("apps/v1", "StatefulSet", Some("default"), "web")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_shutdown_waits_past_its_grace_until_an_orphan_deleted_statefulset_is_reapplied() {
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = e2e_config();
+    cfg.kustomize = stalling_kustomize(dir.path());
+    let running = start_tuned(
+        cfg,
+        fake.client(),
+        Tuning {
+            shutdown_grace: Duration::from_secs(1),
+            ..tuning()
+        },
+    )
+    .await
+    .expect("the service starts");
+    let r1 = flux.source.history()[0].revision.clone();
+    assert_eq!(
+        finished(&running, &r1).await.state,
+        RevisionState::Converged
+    );
+    resuspended(fake).await;
+    let before = uid(fake, "apps/v1", "StatefulSet", "default", "web");
+
+    // The orphan finalizer stays until the test releases it: the converge of 2Gi waits
+    // between its orphan delete and its re-apply.
+    fake.set_orphan_gc(support::GcMode::Stuck);
+    let two = flux_standin::web_statefulset("2Gi");
+    flux.source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    until(|| web(fake).is_some_and(|s| s["metadata"]["deletionTimestamp"].is_string())).await;
+    let windows = running.windows();
+    until(|| windows.open_count() == 1).await;
+
+    // Meanwhile a second Kustomization's run is held in its render: outside any window.
+    std::fs::write(dir.path().join("hold"), "").unwrap();
+    let other = kustomization(NS, "other", "repo", "./apps", Some("suspend"), true);
+    create_kustomization(&fake.client(), &other).await.unwrap();
+    until(|| dir.path().join("stalled").exists()).await;
+    let queue = running.backend.queue.clone();
+    assert_eq!(queue.running(), 2);
+
+    // SIGTERM's path. Once the grace has passed, the run outside a window is stopped, and
+    // shutdown keeps waiting for the one inside.
+    let stopping = tokio::spawn(running.shutdown());
+    until(|| windows.is_sealed()).await;
+    until(|| queue.running() == 1).await;
+    assert!(!stopping.is_finished(), "stopped with the window open");
+    assert_eq!(windows.open_count(), 1);
+    assert!(web(fake).is_some_and(|s| s["metadata"]["deletionTimestamp"].is_string()));
+
+    fake.set_orphan_gc(support::GcMode::After(Duration::from_millis(10)));
+    stopping.await.expect("shutdown finishes");
+    let after = web(fake).expect("re-applied before the service stopped");
+    assert_ne!(after["metadata"]["uid"], json!(before), "a new object");
+    assert!(after["metadata"]["deletionTimestamp"].is_null());
+    assert_eq!(
+        after["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+    assert_eq!(windows.open_count(), 0);
+}
+
+/// A kustomize that, while `hold` exists in `dir`, says so (`stalled`) and waits: a test holds
+/// a run there, before its converge reads or writes anything.
+fn stalling_kustomize(dir: &std::path::Path) -> KustomizeCommand {
+    let script = dir.join("kustomize.sh");
+    let d = dir.display();
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             if [ -e '{d}/hold' ]; then\n\
+             \x20 touch '{d}/stalled'\n\
+             \x20 while [ -e '{d}/hold' ]; do sleep 0.05; done\n\
+             fi\n\
+             exec {} \"$@\"\n",
+            flux_converger::flux::render::DEFAULT_KUSTOMIZE
+        ),
+    )
+    .unwrap();
+    KustomizeCommand::parse(&format!("sh {}", script.display())).unwrap()
+}
+
+/// A Lease long enough that a loaded machine renews it in time: renewed 3 s before its 6 s
+/// expire, writes stop 1 s before.
+fn tuning_as(identity: &str) -> Tuning {
+    Tuning {
+        lease: LeaseSettings {
+            duration: Duration::from_secs(6),
+            grace: Duration::from_secs(3),
+            margin: Duration::from_secs(1),
+            ..LeaseSettings::new(identity)
+        },
+        ..tuning()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = e2e_config();
+    cfg.leader_elect = true;
+    cfg.kustomize = stalling_kustomize(dir.path());
+    let a = start_tuned(cfg.clone(), fake.client(), tuning_as("replica-a"))
+        .await
+        .expect("replica A starts");
+    let r1 = flux.source.history()[0].revision.clone();
+    assert_eq!(finished(&a, &r1).await.state, RevisionState::Converged);
+    assert!(a.is_leading());
+    resuspended(fake).await;
+
+    // Replica B follows. Its runner writes nothing to the cluster, so every claim or
+    // StatefulSet write below is A's.
+    let b_runner = Arc::new(StandInRunner {
+        fake: fake.clone(),
+        store: Arc::new(MemoryStore::default()),
+        calls: Mutex::new(Vec::new()),
+        script: Mutex::new(HashMap::new()),
+        hold: tokio::sync::RwLock::new(()),
+    });
+    let (_, metrics) = metrics::registry();
+    let b = start_with(
+        cfg.clone(),
+        fake.client(),
+        tuning_as("replica-b"),
+        Parts {
+            runner: b_runner.clone(),
+            store: b_runner.store.clone(),
+            resume: Arc::new(NoResume),
+            app: Box::new(|_backend| axum::Router::new()),
+            metrics_app: axum::Router::new(),
+            metrics,
+            fence: Default::default(),
+        },
+    )
+    .await
+    .expect("replica B starts");
+    ready(&b).await;
+    assert!(!b.is_leading());
+
+    // A starts on 2Gi and is held in its render.
+    std::fs::write(dir.path().join("hold"), "").unwrap();
+    let two = flux_standin::web_statefulset("2Gi");
+    let r2 = flux
+        .source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    until(|| dir.path().join("stalled").exists()).await;
+
+    // The Lease passes to B while A's run is under way.
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    fake.modify(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some(NS),
+        "flux-converger",
+        |lease| {
+            let transitions = lease["spec"]["leaseTransitions"].as_i64().unwrap_or(0);
+            lease["spec"]["holderIdentity"] = json!("replica-b");
+            lease["spec"]["acquireTime"] = json!(now);
+            lease["spec"]["renewTime"] = json!(now);
+            lease["spec"]["leaseTransitions"] = json!(transitions + 1);
+        },
+    )
+    .expect("the Lease exists");
+    let takeover = fake.requests().last().map_or(0, |r| r.id);
+    until(|| !a.is_leading()).await;
+    until(|| b.is_leading()).await;
+
+    // A goes on with its run: its fence stops it before its first write.
+    std::fs::remove_file(dir.path().join("hold")).unwrap();
+    let failed = finished(&a, &r2.revision).await;
+    assert_eq!(failed.state, RevisionState::Failed, "{failed:#?}");
+    let error = failed.statefulsets[0]
+        .error
+        .as_ref()
+        .expect("the StatefulSet's error");
+    assert_eq!(error.step, "grow", "{error:?}");
+    assert!(
+        error.message.contains("may no longer write") && error.message.contains("replica-b"),
+        "{error:?}"
+    );
+    let written: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.id > takeover && r.is_write())
+        .filter(|r| {
+            r.path.contains("/persistentvolumeclaims/")
+                || (r.method == http::Method::DELETE && r.path.contains("/statefulsets/"))
+        })
+        .collect();
+    assert!(
+        written.is_empty(),
+        "A wrote after the takeover: {written:#?}"
+    );
+    assert_eq!(claim_request(fake, "data-web-0"), "1Gi");
+    assert!(web(fake).is_some_and(|s| s["metadata"]["deletionTimestamp"].is_null()));
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// The binary, stopped with a real SIGTERM: it exits only once the StatefulSet it
+/// orphan-deleted is re-applied, although its grace passed long before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_sigterm_exits_only_after_the_reapply() {
+    use tokio::io::AsyncBufReadExt as _;
+    let flux = flux("suspend", None).await;
+    let fake = &flux.fake;
+    let served = fake.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "hook-token\n").unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "-n",
+            NS,
+            "--resync",
+            "1h",
+        ])
+        .args(["--shutdown-grace", "1s", "--log-format", "json"])
+        .arg("--hook-token-file")
+        .arg(&token)
+        .env("KUBECONFIG", &served.kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let logs = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let reader = tokio::spawn({
+        let logs = logs.clone();
+        async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                logs.lock().unwrap().push(line);
+            }
+        }
+    });
+    let logged = |what: &str| logs.lock().unwrap().iter().any(|l| l.contains(what));
+    // The first revision is converged and handed off (the gate suspends it again).
+    resuspended(fake).await;
+    let before = uid(fake, "apps/v1", "StatefulSet", "default", "web");
+
+    fake.set_orphan_gc(support::GcMode::Stuck);
+    let two = flux_standin::web_statefulset("2Gi");
+    flux.source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap();
+    until(|| web(fake).is_some_and(|s| s["metadata"]["deletionTimestamp"].is_string())).await;
+
+    let pid = child.id().expect("running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // The grace passes; the process must still be there, waiting for the window.
+    while !logged("waiting past the grace") {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("exited inside the window: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exited inside the window"
+    );
+
+    fake.set_orphan_gc(support::GcMode::After(Duration::from_millis(10)));
+    let status = child.wait().await.unwrap();
+    reader.await.unwrap();
+    assert!(
+        status.success(),
+        "{status}: {:#?}",
+        logs.lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .take(10)
+            .collect::<Vec<_>>()
+    );
+    let after = web(fake).expect("re-applied before the process exited");
+    assert_ne!(after["metadata"]["uid"], json!(before));
+    assert!(after["metadata"]["deletionTimestamp"].is_null());
+    assert!(logged("every re-apply returned"));
 }

@@ -1,5 +1,5 @@
 //! `flux-converger serve`: flags → [`Config`] → start → wait for SIGTERM/SIGINT → graceful
-//! shutdown. Every flag is also `FLUX_CONVERGER_<FLAG>`, so a Deployment can set them from a
+//! shutdown (a second signal stops at once). Every flag is also `FLUX_CONVERGER_<FLAG>`, so a Deployment can set them from a
 //! ConfigMap. `--namespace` is the global `-n/--namespace` (where results, intents and the
 //! Lease live); `--kubeconfig` and `--context` are the global ones too.
 
@@ -84,6 +84,10 @@ pub struct Args {
     /// Bounds every API call.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_TIMEOUT")]
     timeout: Duration,
+    /// How long a stop waits for running revisions before cutting them; a converge between
+    /// its orphan delete and its re-apply is waited for past it.
+    #[arg(long, default_value = "25s", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_SHUTDOWN_GRACE")]
+    shutdown_grace: Duration,
     /// Elect a leader among replicas with a Lease in `--namespace`; only it converges.
     #[arg(long, env = "FLUX_CONVERGER_LEADER_ELECT")]
     leader_elect: bool,
@@ -231,14 +235,26 @@ async fn terminated() {
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     let config = config(&args, &kube)?;
     let client = kube.client().await?;
-    let mut running = service::start(config, client)
+    let tuning = service::Tuning {
+        shutdown_grace: args.shutdown_grace,
+        ..Default::default()
+    };
+    let mut running = service::start_tuned(config, client, tuning)
         .await
         .context("starting the service")?;
     let failed = tokio::select! {
         _ = terminated() => false,
         _ = running.stopped() => true,
     };
-    running.shutdown().await;
+    // The stop may wait minutes for a re-apply; someone at a terminal who signals again means
+    // "now", and the next start resumes whatever that cuts from its intent.
+    tokio::select! {
+        _ = running.shutdown() => {}
+        _ = terminated() => {
+            tracing::warn!("signalled again: stopping now; an unfinished converge is resumed from its intent at the next start");
+            anyhow::bail!("stopped by a second signal before the shutdown finished");
+        }
+    }
     if failed {
         anyhow::bail!("the service stopped on its own (see the log above)");
     }
@@ -270,6 +286,20 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: Args,
+    }
+
+    /// The flag's default is the service's own (the manifests' termination grace is sized from
+    /// it), and a value given reaches the stop.
+    #[test]
+    fn shutdown_grace_defaults_to_the_services() {
+        use clap::Parser as _;
+        let parsed = Cli::try_parse_from(["serve"]).unwrap();
+        assert_eq!(
+            parsed.args.shutdown_grace,
+            service::Tuning::default().shutdown_grace
+        );
+        let parsed = Cli::try_parse_from(["serve", "--shutdown-grace", "2m"]).unwrap();
+        assert_eq!(parsed.args.shutdown_grace, Duration::from_secs(120));
     }
 
     /// The artifact caps reach the service as `render` takes them, defaults included.

@@ -617,6 +617,85 @@ async fn a_fenced_replica_writes_nothing_after_the_fence_closes_and_the_next_run
     }
 }
 
+/// Writes `window:open` / `window:close` into the world's log, so the tests see where the
+/// window lies among the writes.
+struct WindowSpy(World);
+
+impl std::fmt::Debug for WindowSpy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WindowSpy")
+    }
+}
+
+struct Closes(World);
+
+impl Drop for Closes {
+    fn drop(&mut self) {
+        self.0.lock().log.push("window:close".into());
+    }
+}
+
+impl fence::Fence for WindowSpy {
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn open_window(&self) -> Result<fence::Window, String> {
+        self.0.lock().log.push("window:open".into());
+        Ok(fence::Window::held(Closes(self.0.clone())))
+    }
+}
+
+fn windows_and_statefulset_writes(w: &World) -> Vec<String> {
+    w.lock()
+        .log
+        .iter()
+        .filter(|l| l.starts_with("window:") || l.contains("StatefulSet"))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn the_window_is_held_from_before_the_orphan_delete_until_the_reapply_returned() {
+    let w = world();
+    let o = Options {
+        fence: Some(std::sync::Arc::new(WindowSpy(w.clone()))),
+        ..opts()
+    };
+    converge(&w, &w, &desired(), &o).await.unwrap();
+    assert_eq!(
+        windows_and_statefulset_writes(&w),
+        [
+            "window:open",
+            "write:delete StatefulSet default/web",
+            "write:apply StatefulSet default/web",
+            "window:close",
+        ]
+    );
+
+    // A resume's re-apply of an absent object is a window too, and a failed re-apply
+    // closes it as well (the service then stops waiting for it).
+    let w = world();
+    w.lock().fault = Some((6, Fault::Fail));
+    converge(&w, &w, &desired(), &opts()).await.unwrap_err();
+    w.lock().log.clear();
+    // The writes are counted across runs: 7 so far, the resume's re-apply is the 8th.
+    w.lock().fault = Some((7, Fault::Fail));
+    let o = Options {
+        fence: Some(std::sync::Arc::new(WindowSpy(w.clone()))),
+        ..opts()
+    };
+    let r = resume_all(|_: &Intent| Ok(&w), &w, &o).await.unwrap();
+    assert!(r.results[0].2.is_err());
+    assert_eq!(
+        windows_and_statefulset_writes(&w),
+        [
+            "window:open",
+            "write:apply StatefulSet default/web",
+            "window:close"
+        ]
+    );
+}
+
 /// `web` as `db`: the same templates, under another name (no claims of its own).
 fn renamed(mut s: StatefulSet, name: &str) -> StatefulSet {
     s.metadata.name = Some(name.into());

@@ -1,13 +1,16 @@
 //! Leadership: of several replicas, only the one holding the Lease converges and hands off.
 //! Every replica watches, keeps its index and serves `/status`; leadership gates the writes
 //! only (the queue is paused while not leading). The Lease itself is kube-lease-manager's: it
-//! renews with server-side apply and tolerates clock skew, so no clock arithmetic lives here.
+//! renews with server-side apply and tolerates clock skew. What a replica can prove about it
+//! between renewals, which the converge's fence asks before each write, is [`Tenure`]'s.
 
 use std::time::Duration;
 
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::service::tenure::{Tenure, observing_client};
 
 /// The Lease's name in `--namespace`.
 pub const LEASE_NAME: &str = "flux-converger";
@@ -22,17 +25,23 @@ pub struct LeaseSettings {
     pub duration: Duration,
     /// How long before expiry the holder renews (also the clock skew tolerated).
     pub grace: Duration,
+    /// How long before the lock's expiry (on this replica's own clock, from its last renewal)
+    /// the fence stops its writes: the clock skew between replicas and the time a write takes
+    /// to land. Below `grace`, so a renewal on time never lets the proof lapse.
+    pub margin: Duration,
 }
 
 impl LeaseSettings {
     /// kube-lease-manager's defaults: a 30 s lock renewed 5 s before it expires, so a replica
-    /// that dies is replaced within half a minute and a slow API server does not flap it.
+    /// that dies is replaced within half a minute and a slow API server does not flap it; its
+    /// writes stop 2 s before the lock could expire for the others.
     pub fn new(identity: impl Into<String>) -> Self {
         LeaseSettings {
             name: LEASE_NAME.to_string(),
             identity: identity.into(),
             duration: Duration::from_secs(30),
             grace: Duration::from_secs(5),
+            margin: Duration::from_secs(2),
         }
     }
 }
@@ -79,12 +88,16 @@ impl Leadership {
     }
 
     /// Takes part in the election for `settings.name` in `namespace`; the Lease is created if
-    /// missing. kube-lease-manager runs the renewal in its own task.
+    /// missing. kube-lease-manager runs the renewal in its own task, over a client that tells
+    /// `tenure` every answer about the Lease.
     pub async fn elect(
         client: kube::Client,
         namespace: &str,
         settings: &LeaseSettings,
+        tenure: &Tenure,
     ) -> Result<Self, LeaderError> {
+        tenure.bind_elected(namespace, settings);
+        let client = observing_client(client, namespace, &settings.name, tenure.clone());
         let manager = LeaseManagerBuilder::new(client, settings.name.clone())
             .with_namespace(namespace)
             .with_identity(settings.identity.clone())

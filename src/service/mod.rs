@@ -1,10 +1,12 @@
 //! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks:
 //! the watches, the resync, the leader loop, the workers and the HTTP server; [`Running`] stops
 //! them in the one order that never leaves a StatefulSet between its orphan delete and its
-//! re-apply (queue closed, running revisions finished, then everything else).
+//! re-apply (queue closed, running revisions given the grace, open windows waited for past it,
+//! then everything else).
 
 pub mod backend;
 pub mod events;
+pub mod fence;
 pub mod gate;
 pub mod hook_limit;
 pub mod index;
@@ -15,7 +17,9 @@ pub mod queue;
 pub mod record;
 pub mod results;
 pub mod status_cache;
+pub mod tenure;
 pub mod watch;
+pub mod windows;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -29,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
 use crate::service::backend::ServiceBackend;
+use crate::service::fence::ServiceFence;
 use crate::service::hook_limit::HookLimit;
 use crate::service::index::{Index, Key, Records};
 use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
@@ -36,6 +41,7 @@ use crate::service::metrics::Metrics;
 use crate::service::queue::{BackoffPolicy, Completion, Queue};
 use crate::service::record::{GateMode, RevisionState, Trigger};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
+use crate::service::windows::{RunWindows, WindowTracker};
 
 /// Everything `flux-converger serve` is configured with (its flags, docs/service.md).
 #[derive(Clone, Debug)]
@@ -76,9 +82,25 @@ pub struct Tuning {
     /// How often a replica that does not lead re-reads the results, so its `/status` follows
     /// the leader's.
     pub reload: Duration,
-    /// How long shutdown waits for running revisions. Kubernetes' default termination grace
-    /// period is 30 s; a revision cut short is finished from its journal by the next leader.
+    /// How long shutdown waits for running revisions before it stops them. A converge between
+    /// its orphan delete and its re-apply is waited for past it (bounded by its own orphan
+    /// wait and call timeouts); any other run cut short is finished from its journal or run
+    /// again by the next leader. The manifests' `terminationGracePeriodSeconds` covers both.
     pub shutdown_grace: Duration,
+}
+
+/// How long shutdown waits for the Lease's release (it expires on its own otherwise).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Tuning {
+    /// The longest a stop can take with API calls bounded by `call_timeout`: the grace, then a
+    /// window opened right before it ended (the orphan delete's call, the orphan wait, the
+    /// re-apply's call), then the Lease's release. A pod's `terminationGracePeriodSeconds`
+    /// must exceed it, or the kubelet's SIGKILL cuts the window after all.
+    pub fn longest_stop(&self, call_timeout: Duration) -> Duration {
+        let window = call_timeout + crate::converge::Options::default().wait_timeout + call_timeout;
+        self.shutdown_grace + window + RELEASE_TIMEOUT
+    }
 }
 
 impl Default for Tuning {
@@ -135,6 +157,9 @@ pub struct Parts {
     /// The app of the metrics port (`http::metrics_router`): it never sees the backend.
     pub metrics_app: axum::Router,
     pub metrics: Metrics,
+    /// The fence the runner's and the resume's converges ask: [`start_with`] binds it to the
+    /// leadership it sets up and waits for its windows at shutdown.
+    pub fence: ServiceFence,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +190,9 @@ pub struct Running {
     background: Vec<JoinHandle<()>>,
     leadership: Leadership,
     shutdown_grace: Duration,
+    windows: WindowTracker,
+    /// Cancelled when the grace has passed: each run stops once it holds no window.
+    cut: CancellationToken,
 }
 
 impl Running {
@@ -173,8 +201,17 @@ impl Running {
         self.leadership.is_leading()
     }
 
-    /// Stops gracefully: no new revision starts, the running ones finish (bounded by the
-    /// shutdown grace), then the watches and the HTTP server stop and the Lease is released.
+    /// The converges' open windows (orphan delete sent, re-apply not returned): what shutdown
+    /// waits for past its grace.
+    pub fn windows(&self) -> WindowTracker {
+        self.windows.clone()
+    }
+
+    /// Stops gracefully: no new revision starts and the running ones get the shutdown grace.
+    /// Then no converge starts an orphan delete any more; a run between its orphan delete and
+    /// its re-apply is waited for, however long past the grace (its own timeouts bound it),
+    /// and every other run is stopped at once. Then the watches and the HTTP server stop and
+    /// the Lease is released.
     pub async fn shutdown(self) {
         let Running {
             queue,
@@ -184,6 +221,8 @@ impl Running {
             background,
             leadership,
             shutdown_grace,
+            windows,
+            cut,
             ..
         } = self;
         queue.close();
@@ -191,16 +230,38 @@ impl Running {
         if running > 0 {
             tracing::info!(running, "shutting down: waiting for running revisions");
         }
+        let mut waited = false;
         if let Some(mut workers) = workers
             && tokio::time::timeout(shutdown_grace, &mut workers)
                 .await
                 .is_err()
         {
+            windows.seal();
+            cut.cancel();
+            let open = windows.open_count();
+            waited = open > 0;
+            tracing::warn!(grace = ?shutdown_grace, running = queue.running(), open,
+                "running revisions did not finish in time: stopping those outside a window (the next leader runs them again)");
+            if open > 0 {
+                tracing::warn!(
+                    open,
+                    "waiting past the grace for converges between their orphan delete and their re-apply"
+                );
+            }
+            let _ = workers.await;
+        }
+        // The resume at start (in the leader loop, cancelled below) holds windows too.
+        windows.seal();
+        if windows.open_count() > 0 {
+            waited = true;
             tracing::warn!(
-                grace = ?shutdown_grace,
-                "running revisions did not finish in time; the next leader resumes them from their intents"
+                open = windows.open_count(),
+                "waiting for resumed converges between their orphan delete and their re-apply"
             );
-            workers.abort();
+            windows.closed().await;
+        }
+        if waited {
+            tracing::info!("every re-apply returned");
         }
         cancel.cancel();
         for task in background {
@@ -209,7 +270,7 @@ impl Running {
         if let Some(server) = server {
             let _ = server.await;
         }
-        leadership.release(Duration::from_secs(5)).await;
+        leadership.release(RELEASE_TIMEOUT).await;
         tracing::info!("stopped");
     }
 
@@ -246,6 +307,7 @@ pub async fn start_with(
         app,
         metrics_app,
         metrics,
+        fence,
     } = parts;
     let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
     let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -272,8 +334,15 @@ pub async fn start_with(
     let (metrics_listener, metrics_addr) = bind("--metrics-addr", config.metrics_addr).await?;
 
     let leadership = if config.leader_elect {
-        Leadership::elect(client.clone(), &config.namespace, &tuning.lease).await?
+        Leadership::elect(
+            client.clone(),
+            &config.namespace,
+            &tuning.lease,
+            &fence.tenure,
+        )
+        .await?
     } else {
+        fence.tenure.bind_always();
         Leadership::always()
     };
 
@@ -316,12 +385,14 @@ pub async fn start_with(
         )),
     ));
 
+    let cut = CancellationToken::new();
     let workers = tokio::spawn(work(
         queue.clone(),
         index.clone(),
         store.clone(),
         runner,
         config.workers.max(1),
+        cut.clone(),
     ));
 
     let router = app(Arc::new(backend.clone()));
@@ -351,6 +422,8 @@ pub async fn start_with(
         background,
         leadership,
         shutdown_grace: tuning.shutdown_grace,
+        windows: fence.windows,
+        cut,
     })
 }
 
@@ -466,18 +539,25 @@ async fn lead(
 /// The workers: at most `workers` revisions at once, one per Kustomization. A key handed out
 /// is run only if it is still due (a webhook for a revision already finished, a refused
 /// revision, a follow-up made moot by the run before it are skipped).
+/// `cut`: the shutdown grace has passed; a run is dropped as soon as it holds no window.
 async fn work(
     queue: Queue<Key>,
     index: Arc<RwLock<Index>>,
     store: Arc<dyn Store>,
     runner: Arc<dyn Runner>,
     workers: usize,
+    cut: CancellationToken,
 ) {
     queue
         .ready()
         .for_each_concurrent(workers, |(key, trigger)| {
-            let (queue, index, store, runner) =
-                (queue.clone(), index.clone(), store.clone(), runner.clone());
+            let (queue, index, store, runner, cut) = (
+                queue.clone(),
+                index.clone(),
+                store.clone(),
+                runner.clone(),
+                cut.clone(),
+            );
             async move {
                 let last = store.last(&key.namespace, &key.name);
                 let (due, spec) = {
@@ -493,7 +573,20 @@ async fn work(
                     return;
                 };
                 tracing::info!(kustomization = %key, trigger = ?trigger, due = due.as_str(), "run");
-                let outcome = runner.run(&key.namespace, &key.name, trigger).await;
+                let windows = RunWindows::default();
+                let outcome = tokio::select! {
+                    biased;
+                    outcome = windows.scope(runner.run(&key.namespace, &key.name, trigger)) => outcome,
+                    () = async {
+                        cut.cancelled().await;
+                        windows.none_open().await;
+                    } => {
+                        tracing::warn!(kustomization = %key,
+                            "stopped by the shutdown outside a window: run again by the next leader");
+                        queue.complete(&key, Completion::Retry);
+                        return;
+                    }
+                };
                 let completion = match &outcome {
                     RunOutcome::Done(state) => {
                         tracing::info!(kustomization = %key, state = state.as_str(), "finished");
@@ -633,6 +726,7 @@ pub async fn start_tuned(
     )
     .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
     let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
+    let fence = ServiceFence::default();
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -644,7 +738,7 @@ pub async fn start_tuned(
         default_service_account: config.default_service_account.clone(),
         events,
         default_gate: config.default_gate,
-        fence: None,
+        fence: Some(Arc::new(fence.clone())),
     })
     .with_storage_classes(storage_classes);
     let resume = JournalResume {
@@ -652,6 +746,7 @@ pub async fn start_tuned(
         namespace: config.namespace.clone(),
         call_timeout: config.call_timeout,
         wait_timeout: crate::converge::Options::default().wait_timeout,
+        fence: Some(Arc::new(fence.clone())),
     };
     let app_metrics = metrics.clone();
     let parts = Parts {
@@ -667,6 +762,7 @@ pub async fn start_tuned(
         }),
         metrics_app: crate::http::metrics_router(Arc::new(registry)),
         metrics,
+        fence,
     };
     let mut running = start_with(config, client, tuning, parts).await?;
     // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
@@ -691,6 +787,8 @@ pub struct JournalResume {
     pub namespace: String,
     pub call_timeout: Duration,
     pub wait_timeout: Duration,
+    /// Asked before each write of a resume (this replica's Lease, and the shutdown's windows).
+    pub fence: Option<crate::converge::fence::SharedFence>,
 }
 
 impl Resume for JournalResume {
@@ -703,6 +801,7 @@ impl Resume for JournalResume {
             );
             let options = crate::converge::Options {
                 wait_timeout: self.wait_timeout,
+                fence: self.fence.clone(),
                 ..Default::default()
             };
             let cluster_for = |intent: &crate::journal::Intent| {
