@@ -3,6 +3,7 @@
 //! them in the one order that never leaves a StatefulSet between its orphan delete and its
 //! re-apply (queue closed, running revisions finished, then everything else).
 
+pub mod access;
 pub mod backend;
 pub mod events;
 pub mod gate;
@@ -297,6 +298,20 @@ pub async fn start_with(
     background.push(until_cancelled(
         &cancel,
         Box::pin(feed.clone().resync(config.resync, metrics.clone())),
+    ));
+    background.push(until_cancelled(
+        &cancel,
+        Box::pin(access::check(
+            client.clone(),
+            access::Needs {
+                namespace: config.namespace.clone(),
+                leader_elect: config.leader_elect,
+                impersonating: config.default_service_account.is_some(),
+            },
+            index.clone(),
+            readiness.clone(),
+            config.call_timeout,
+        )),
     ));
     background.push(until_cancelled(
         &cancel,
