@@ -105,7 +105,9 @@ impl RbacRequest {
     }
 }
 
-/// The verb RBAC sees for an HTTP method on a target.
+/// The verb the authorization filter sees for an HTTP method on a target. A server-side apply
+/// of a missing object is asked a second time, as `create`, by the patch handler
+/// ([`authorize_create_on_apply`]).
 pub fn verb(method: &Method, t: &Target, query: &Query) -> &'static str {
     match (method, t.name.is_some()) {
         (&Method::GET, true) | (&Method::HEAD, true) => "get",
