@@ -17,13 +17,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use check::{Access, Grant};
-use flux_converger::service::access::{self, Asked, Needs, PERMISSIONS, Permission, Scope};
 use flux_converger::cluster::{Cluster as _, KubeCluster, WaitOutcome, impersonating_client};
 use flux_converger::converge::{Options, converge};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::journal::ConfigMapJournal;
+use flux_converger::service::access::{self, Asked, Needs, PERMISSIONS, Permission, Scope};
 use flux_standin::flux_archive;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
@@ -766,7 +766,11 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         .into_iter()
         .filter(|a| a.resource == "selfsubjectaccessreviews")
         .collect();
-    assert_eq!(asked.len(), every_check().len() - 1, "one review per permission (no impersonation here)");
+    assert_eq!(
+        asked.len(),
+        every_check().len() - 1,
+        "one review per permission (no impersonation here)"
+    );
     running.shutdown().await;
 }
 

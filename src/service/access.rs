@@ -303,14 +303,24 @@ pub async fn check(
             let namespace = asked.namespace.as_deref().unwrap_or("*");
             if allowed {
                 if reported.remove(&asked) {
-                    tracing::info!(verb = asked.verb, resource = asked.resource, group = asked.group,
-                        namespace, "permission granted now");
+                    tracing::info!(
+                        verb = asked.verb,
+                        resource = asked.resource,
+                        group = asked.group,
+                        namespace,
+                        "permission granted now"
+                    );
                 }
                 granted.insert(asked);
             } else {
                 if reported.insert(asked.clone()) {
-                    tracing::error!(verb = asked.verb, resource = asked.resource, group = asked.group,
-                        namespace, "missing permission: the service account cannot {asked}; grant it in the install's ClusterRole/Role (manifests/)");
+                    tracing::error!(
+                        verb = asked.verb,
+                        resource = asked.resource,
+                        group = asked.group,
+                        namespace,
+                        "missing permission: the service account cannot {asked}; grant it in the install's ClusterRole/Role (manifests/)"
+                    );
                 }
                 missing.push(asked.to_string());
             }
@@ -345,12 +355,8 @@ mod tests {
 
     #[test]
     fn what_is_asked_follows_the_flags() {
-        let count = |n: &Needs, resource: &str| {
-            needed(n)
-                .iter()
-                .filter(|a| a.resource == resource)
-                .count()
-        };
+        let count =
+            |n: &Needs, resource: &str| needed(n).iter().filter(|a| a.resource == resource).count();
         let cases = [
             (needs(false, false), 0, 0),
             (needs(true, false), 3, 0),
@@ -383,7 +389,9 @@ mod tests {
     fn the_table_has_no_duplicates() {
         let mut all = PERMISSIONS.to_vec();
         all.sort();
-        all.dedup_by(|a, b| (a.verb, a.group, a.resource, a.scope) == (b.verb, b.group, b.resource, b.scope));
+        all.dedup_by(|a, b| {
+            (a.verb, a.group, a.resource, a.scope) == (b.verb, b.group, b.resource, b.scope)
+        });
         assert_eq!(all.len(), PERMISSIONS.len());
     }
 }

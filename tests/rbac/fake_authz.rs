@@ -188,7 +188,17 @@ async fn self_subject_access_review_answers_from_the_same_rbac_for_the_impersona
     let client = fake.client();
     let ask = |attrs: Value| {
         let client = client.clone();
-        async move { call(&client, "POST", SSAR, Some(SA), "application/json", review(attrs)).await }
+        async move {
+            call(
+                &client,
+                "POST",
+                SSAR,
+                Some(SA),
+                "application/json",
+                review(attrs),
+            )
+            .await
+        }
     };
     let (code, body) =
         ask(json!({"namespace": NS, "verb": "patch", "group": "apps", "resource": "statefulsets"}))
@@ -281,12 +291,16 @@ async fn without_system_basic_user_nobody_but_the_admin_may_ask() {
         SSAR,
         Some(SA),
         "application/json",
-        review(json!({"namespace": NS, "verb": "get", "group": "apps", "resource": "statefulsets"})),
+        review(
+            json!({"namespace": NS, "verb": "get", "group": "apps", "resource": "statefulsets"}),
+        ),
     )
     .await;
     assert_eq!(code, 403, "{body}");
     assert_eq!(
         body["message"],
-        format!("selfsubjectaccessreviews.authorization.k8s.io is forbidden: User \"{SA}\" cannot create resource \"selfsubjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope")
+        format!(
+            "selfsubjectaccessreviews.authorization.k8s.io is forbidden: User \"{SA}\" cannot create resource \"selfsubjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope"
+        )
     );
 }

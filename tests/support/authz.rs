@@ -305,7 +305,9 @@ fn describe(binding: &Value, subject: &Value, binding_ns: Option<&str>) -> Strin
         format!("{kind} {subject_name:?}")
     };
     match binding_ns {
-        None => format!("RBAC: allowed by ClusterRoleBinding {name:?} of {role_kind} {role:?} to {subject}"),
+        None => format!(
+            "RBAC: allowed by ClusterRoleBinding {name:?} of {role_kind} {role:?} to {subject}"
+        ),
         Some(ns) => format!(
             "RBAC: allowed by RoleBinding {:?} of {role_kind} {role:?} to {subject}",
             format!("{name}/{ns}")
