@@ -3,7 +3,9 @@
 //! log is evaluated with RBAC's rules (`rbac/check.rs`). The test fails on a request the install
 //! would refuse, and on a grant that nothing sends, unless the grant is on the pending list of
 //! code no flow can run yet (empty now); a listed grant that a flow does send fails too, so the
-//! list only shrinks.
+//! list only shrinks. The service's start-up access check (`service::access::PERMISSIONS`) is
+//! held to the same log: every request covered, every permission sent, all of it granted; and
+//! run under roles that lack a permission, it keeps `/readyz` at 503 naming it.
 
 #[path = "rbac/check.rs"]
 mod check;
@@ -770,6 +772,94 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         asked.len(),
         every_check().len() - 1,
         "one review per permission (no impersonation here)"
+    );
+    running.shutdown().await;
+}
+
+/// `/readyz` until the access check has answered: its body then.
+async fn checked(addr: std::net::SocketAddr) -> (u16, String) {
+    loop {
+        let (code, body) = readyz(addr).await;
+        if code == 200 || body.contains("missing permissions") {
+            return (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A review the API server does not answer says nothing about the permission: it is asked
+/// again, and the service becomes ready without ever reporting it missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_that_fails_is_retried_not_reported_missing() {
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    for (nth, action) in [
+        (0, Fault::Drop),
+        (
+            1,
+            Fault::Status {
+                code: 503,
+                reason: "ServiceUnavailable".into(),
+                message: "the server is currently unable to handle the request".into(),
+            },
+        ),
+    ] {
+        fake.add_fault(FaultRule {
+            method: Some(Method::POST),
+            path_contains: "/selfsubjectaccessreviews".into(),
+            nth,
+            action,
+        });
+    }
+    let running = flux_converger::service::start(service_config(), fake.client())
+        .await
+        .expect("the service starts");
+    assert_eq!(checked(running.addr).await, (200, "ok\n".to_string()));
+    let failed = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews") && r.code != Some(201))
+        .count();
+    assert_eq!(failed, 2, "both faults were met and retried");
+    running.shutdown().await;
+}
+
+/// A handled Kustomization that names a service account makes the service impersonate: once
+/// the watches have synced, the check asks for `impersonate` too, and names it when missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kustomization_with_a_service_account_makes_impersonate_needed() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "tenant", "namespace": "flux-system",
+                     "annotations": {"flux-converger.io/gate": "suspend"}},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true, "suspend": true,
+                 "serviceAccountName": TENANT,
+                 "sourceRef": {"kind": "GitRepository", "name": "repo"}}
+    }));
+    check::install(&fake);
+    fake.modify(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "flux-converger",
+        |role| {
+            role["rules"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|rule| rule["resources"] != json!(["serviceaccounts"]));
+        },
+    );
+    let running = flux_converger::service::start(service_config(), fake.client())
+        .await
+        .expect("the service starts");
+    assert_eq!(
+        checked(running.addr).await,
+        (
+            503,
+            "not ready: missing permissions: impersonate serviceaccounts cluster-wide\n"
+                .to_string()
+        )
     );
     running.shutdown().await;
 }
