@@ -3,10 +3,14 @@
 //! log is evaluated with RBAC's rules (`rbac/check.rs`). The test fails on a request the install
 //! would refuse, and on a grant that nothing sends, unless the grant is on the pending list of
 //! code no flow can run yet (empty now); a listed grant that a flow does send fails too, so the
-//! list only shrinks.
+//! list only shrinks. The service's start-up access check (`service::access::PERMISSIONS`) is
+//! held to the same log: every request covered, every permission sent, all of it granted; and
+//! run under roles that lack a permission, it keeps `/readyz` at 503 naming it.
 
 #[path = "rbac/check.rs"]
 mod check;
+#[path = "rbac/fake_authz.rs"]
+mod fake_authz;
 #[path = "data/flux_standin.rs"]
 mod flux_standin;
 mod support;
@@ -21,6 +25,7 @@ use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::journal::ConfigMapJournal;
+use flux_converger::service::access::{self, Asked, Needs, PERMISSIONS, Permission, Scope};
 use flux_standin::flux_archive;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
@@ -101,7 +106,7 @@ fn opts() -> Options {
 /// namespaced part; docs/operating.md lists the same).
 fn tenant_rules() -> Value {
     json!([
-        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "watch", "patch", "delete"]},
+        {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "watch", "patch", "create", "delete"]},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "patch"]},
     ])
 }
@@ -515,6 +520,40 @@ async fn status(addr: std::net::SocketAddr, path: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_default()
 }
 
+/// `GET /readyz` on the running service: status and body.
+async fn readyz(addr: std::net::SocketAddr) -> (u16, String) {
+    let response = reqwest::get(format!("http://{addr}/readyz"))
+        .await
+        .expect("the service answers");
+    let code = response.status().as_u16();
+    (code, response.text().await.unwrap_or_default())
+}
+
+/// The service's configuration in these flows: leader election on, the webhook keyed.
+fn service_config() -> flux_converger::service::Config {
+    flux_converger::service::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        namespace: check::NAMESPACE.into(),
+        hmac_key: Some(b"webhook-key".to_vec()),
+        hook_token: None,
+        allow_unauthenticated_hooks: false,
+        hook_min_interval: Duration::from_secs(10),
+        default_gate: flux_converger::service::record::GateMode::Suspend,
+        watch_label_selector: None,
+        workers: 2,
+        resync: Duration::from_secs(3600),
+        handoff_timeout: Duration::from_secs(60),
+        leader_elect: true,
+        no_cross_namespace_refs: false,
+        default_service_account: None,
+        events_addr: None,
+        kustomize: KustomizeCommand::default(),
+        call_timeout: Duration::from_secs(5),
+        fetch: Default::default(),
+    }
+}
+
 /// A wait step of the service's flow: a refused request fails the test at once, naming it.
 async fn poll(fake: &FakeApiServer) {
     check::assert_none_refused(&fake.rbac_requests());
@@ -526,7 +565,6 @@ async fn poll(fake: &FakeApiServer) {
 /// suspend gate converged at startup, then a grown revision announced by a signed webhook,
 /// converged, handed off and applied by Flux; then a graceful shutdown (Lease released).
 async fn service_end_to_end() -> Vec<RbacRequest> {
-    use flux_converger::service::record::GateMode;
     use flux_converger::service::{Config, start};
     use flux_standin::{
         ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
@@ -604,30 +642,22 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
 
     let running = start(
         Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            metrics_addr: "127.0.0.1:0".parse().unwrap(),
-            namespace: check::NAMESPACE.into(),
             hmac_key: Some(KEY.to_vec()),
-            hook_token: None,
-            allow_unauthenticated_hooks: false,
-            hook_min_interval: Duration::from_secs(10),
-            default_gate: GateMode::Suspend,
-            watch_label_selector: None,
-            workers: 2,
-            resync: Duration::from_secs(3600),
-            handoff_timeout: Duration::from_secs(60),
-            leader_elect: true,
-            no_cross_namespace_refs: false,
-            default_service_account: None,
-            events_addr: None,
-            kustomize: KustomizeCommand::default(),
-            call_timeout: Duration::from_secs(5),
-            fetch: Default::default(),
+            ..service_config()
         },
         fake.client(),
     )
     .await
     .expect("the service starts under the shipped RBAC");
+    // The access check finds every permission it asks for granted by the shipped roles.
+    loop {
+        let (code, body) = readyz(running.addr).await;
+        if code == 200 {
+            break;
+        }
+        assert!(!body.contains("missing permissions"), "{body}");
+        poll(&fake).await;
+    }
     let newest = |detail: &Value| detail["revisions"][0].clone();
     let converged_and_applied = |r: &Value, revision: &str| {
         r["revision"] == json!(revision)
@@ -660,6 +690,8 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
         }
         poll(&fake).await;
     };
+    // A refused write ends the revision `failed`: name the refusal rather than the record.
+    check::assert_none_refused(&fake.rbac_requests());
     assert!(converged_and_applied(&last, &r2.revision), "{last:#}");
     assert_eq!(applied(&fake).as_deref(), Some(r2.revision.as_str()));
     assert_eq!(
@@ -670,6 +702,173 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
     running.shutdown().await;
     fake.gc_settled().await;
     fake.rbac_requests()
+}
+
+/// Whether a permission of the access check's table covers a request the code sent.
+fn covers(p: &Permission, a: &Access) -> bool {
+    p.verb == a.verb
+        && p.group == a.group
+        && p.resource == a.resource
+        && match p.scope {
+            Scope::Cluster => true,
+            Scope::Own => a.namespace.as_deref() == Some(check::NAMESPACE),
+        }
+}
+
+/// Everything the access check can ask, every flag on.
+fn every_check() -> Vec<Asked> {
+    access::needed(&Needs {
+        namespace: check::NAMESPACE.into(),
+        leader_elect: true,
+        impersonating: true,
+    })
+}
+
+/// A permission the check asks, as RBAC would see it (no name; `None`: every namespace).
+fn asked_access(a: &Asked) -> Access {
+    Access {
+        verb: a.verb.into(),
+        group: a.group.into(),
+        resource: a.resource.into(),
+        namespace: a.namespace.clone(),
+        name: None,
+    }
+}
+
+/// The service under an install whose ClusterRole lacks `create` on StatefulSets (the shipped
+/// one before the re-apply was known to be a create): it starts, but `/readyz` stays 503 and
+/// names the missing permission, before any revision could orphan-delete a StatefulSet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    fake.modify(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "flux-converger",
+        |role| {
+            for rule in role["rules"].as_array_mut().unwrap() {
+                if rule["resources"] == json!(["statefulsets"]) {
+                    rule["verbs"] = json!(["get", "list", "watch", "patch", "delete"]);
+                }
+            }
+        },
+    );
+    let running = flux_converger::service::start(service_config(), fake.client())
+        .await
+        .expect("the service starts");
+    let (code, body) = loop {
+        let (code, body) = readyz(running.addr).await;
+        if code == 200 || body.contains("missing permissions") {
+            break (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(code, 503);
+    assert_eq!(
+        body,
+        "not ready: missing permissions: create statefulsets.apps cluster-wide\n"
+    );
+    // Asked as itself, under its own identity, and only asked: the review is no write.
+    let asked: Vec<Access> = check::converger_accesses(&fake.rbac_requests())
+        .into_iter()
+        .filter(|a| a.resource == "selfsubjectaccessreviews")
+        .collect();
+    assert_eq!(
+        asked.len(),
+        every_check().len() - 1,
+        "one review per permission (no impersonation here)"
+    );
+    running.shutdown().await;
+}
+
+/// `/readyz` until the access check has answered: its body then.
+async fn checked(addr: std::net::SocketAddr) -> (u16, String) {
+    loop {
+        let (code, body) = readyz(addr).await;
+        if code == 200 || body.contains("missing permissions") {
+            return (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A review the API server does not answer says nothing about the permission: it is asked
+/// again, and the service becomes ready without ever reporting it missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_that_fails_is_retried_not_reported_missing() {
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    for (nth, action) in [
+        (0, Fault::Drop),
+        (
+            1,
+            Fault::Status {
+                code: 503,
+                reason: "ServiceUnavailable".into(),
+                message: "the server is currently unable to handle the request".into(),
+            },
+        ),
+    ] {
+        fake.add_fault(FaultRule {
+            method: Some(Method::POST),
+            path_contains: "/selfsubjectaccessreviews".into(),
+            nth,
+            action,
+        });
+    }
+    let running = flux_converger::service::start(service_config(), fake.client())
+        .await
+        .expect("the service starts");
+    assert_eq!(checked(running.addr).await, (200, "ok\n".to_string()));
+    let failed = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews") && r.code != Some(201))
+        .count();
+    assert_eq!(failed, 2, "both faults were met and retried");
+    running.shutdown().await;
+}
+
+/// A handled Kustomization that names a service account makes the service impersonate: once
+/// the watches have synced, the check asks for `impersonate` too, and names it when missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kustomization_with_a_service_account_makes_impersonate_needed() {
+    let fake = FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "tenant", "namespace": "flux-system",
+                     "annotations": {"flux-converger.io/gate": "suspend"}},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true, "suspend": true,
+                 "serviceAccountName": TENANT,
+                 "sourceRef": {"kind": "GitRepository", "name": "repo"}}
+    }));
+    check::install(&fake);
+    fake.modify(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "flux-converger",
+        |role| {
+            role["rules"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|rule| rule["resources"] != json!(["serviceaccounts"]));
+        },
+    );
+    let running = flux_converger::service::start(service_config(), fake.client())
+        .await
+        .expect("the service starts");
+    assert_eq!(
+        checked(running.addr).await,
+        (
+            503,
+            "not ready: missing permissions: impersonate serviceaccounts cluster-wide\n"
+                .to_string()
+        )
+    );
+    running.shutdown().await;
 }
 
 fn pending_keys() -> BTreeSet<(&'static str, &'static str, &'static str)> {
@@ -729,17 +928,51 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
         );
     }
 
+    // The access check's table is what the code sends as itself, no more and no less (the
+    // review calls themselves aside), and the shipped roles grant all of it.
+    let uncovered: Vec<&Access> = accesses
+        .iter()
+        .filter(|a| a.resource != "selfsubjectaccessreviews")
+        .filter(|a| !PERMISSIONS.iter().any(|p| covers(p, a)))
+        .collect();
+    assert!(
+        uncovered.is_empty(),
+        "sent, but not in service::access::PERMISSIONS:{}",
+        lines(&uncovered)
+    );
+    let unsent: Vec<String> = PERMISSIONS
+        .iter()
+        .filter(|p| !accesses.iter().any(|a| covers(p, a)))
+        .map(|p| format!("{p:?}"))
+        .collect();
+    assert!(
+        unsent.is_empty(),
+        "in service::access::PERMISSIONS, but nothing sends it:{}",
+        lines(&unsent)
+    );
+    let refused_by_install: Vec<String> = every_check()
+        .into_iter()
+        .filter(|a| !grants.iter().any(|g| g.allows(&asked_access(a))))
+        .map(|a| a.to_string())
+        .collect();
+    assert!(
+        refused_by_install.is_empty(),
+        "the access check asks for what the install does not grant:{}",
+        lines(&refused_by_install)
+    );
+
     // The StatefulSet and claim writes of an impersonated converge are the tenant's: the
     // converger only needs to impersonate that one account.
     let tenant = format!("system:serviceaccount:{NS}:{TENANT}");
     let tenant_writes: BTreeSet<String> = check::accesses_of(&requests, &tenant)
         .into_iter()
-        .filter(|a| ["patch", "delete"].contains(&a.verb.as_str()))
+        .filter(|a| ["patch", "create", "delete"].contains(&a.verb.as_str()))
         .map(|a| format!("{} {}", a.verb, a.resource))
         .collect();
     assert_eq!(
         tenant_writes,
         [
+            "create statefulsets",
             "delete statefulsets",
             "patch persistentvolumeclaims",
             "patch statefulsets"

@@ -1237,7 +1237,7 @@ async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
         "default",
         "system:serviceaccount:flux-system:apps-deployer",
         json!([
-            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "watch", "patch", "delete"]},
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "watch", "patch", "create", "delete"]},
             {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "patch"]},
         ]),
     );

@@ -1,6 +1,6 @@
 //! The service as the HTTP side sees it ([`Backend`]): the webhook routes through the index
-//! into the queue, `/status` reads the index and the records, `/readyz` the watches and the
-//! records. Nothing here waits on the cluster, so every request answers from memory.
+//! into the queue, `/status` reads the index and the records, `/readyz` the access check, the
+//! watches and the records. Nothing here waits on the cluster, so every request answers from memory.
 
 use std::sync::{Arc, RwLock};
 
@@ -114,6 +114,8 @@ impl Backend for ServiceBackend {
     }
 
     fn ready(&self) -> Result<(), String> {
+        // First: a missing permission is often why a cache never syncs.
+        self.readiness.access()?;
         let unsynced = self.readiness.unsynced();
         if !unsynced.is_empty() {
             return Err(format!("caches not synced: {}", unsynced.join(", ")));

@@ -86,6 +86,9 @@ pub struct Entry {
     pub generation: Option<i64>,
     /// `spec_digest` when the last run of this Kustomization finished (in this process).
     finished_spec: Option<u64>,
+    /// It names a `spec.serviceAccountName`: its runs impersonate (the access check asks for
+    /// `impersonate`).
+    pub impersonates: bool,
 }
 
 impl Entry {
@@ -306,6 +309,13 @@ impl Index {
             .collect()
     }
 
+    /// Whether any handled Kustomization is converged as its own service account.
+    pub fn impersonating(&self) -> bool {
+        self.kustomizations
+            .values()
+            .any(|e| e.handled() && e.impersonates)
+    }
+
     pub fn handled_count(&self) -> usize {
         self.kustomizations.values().filter(|e| e.handled()).count()
     }
@@ -432,6 +442,11 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
             spec_digest: spec_digest(ks),
             generation: ks.metadata.generation,
             finished_spec: None,
+            impersonates: ks
+                .spec
+                .service_account_name
+                .as_deref()
+                .is_some_and(|sa| !sa.is_empty()),
         },
     ))
 }

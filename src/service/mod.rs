@@ -4,6 +4,7 @@
 //! re-apply (queue closed, running revisions given the grace, open windows waited for past it,
 //! then everything else).
 
+pub mod access;
 pub mod backend;
 pub mod events;
 pub mod fence;
@@ -373,6 +374,20 @@ pub async fn start_with(
     background.push(until_cancelled(
         &cancel,
         Box::pin(feed.clone().resync(config.resync, metrics.clone())),
+    ));
+    background.push(until_cancelled(
+        &cancel,
+        Box::pin(access::check(
+            client.clone(),
+            access::Needs {
+                namespace: config.namespace.clone(),
+                leader_elect: config.leader_elect,
+                impersonating: config.default_service_account.is_some(),
+            },
+            index.clone(),
+            readiness.clone(),
+            config.call_timeout,
+        )),
     ));
     background.push(until_cancelled(
         &cancel,

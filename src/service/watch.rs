@@ -33,7 +33,7 @@ pub const SOURCE_KINDS: [SourceKind; 4] = [
     SourceKind::ExternalArtifact,
 ];
 
-/// Whether each watch has listed everything once.
+/// Whether each watch has listed everything once, and what the access check found.
 #[derive(Clone, Default)]
 pub struct Readiness {
     inner: Arc<ReadinessFlags>,
@@ -43,6 +43,9 @@ pub struct Readiness {
 struct ReadinessFlags {
     kustomizations: AtomicBool,
     sources: [AtomicBool; 4],
+    /// The permissions the access check found missing (`service::access`); `None` until it
+    /// has answered for every one.
+    missing_access: RwLock<Option<Vec<String>>>,
 }
 
 fn slot(kind: SourceKind) -> usize {
@@ -75,6 +78,29 @@ impl Readiness {
             }
         }
         missing
+    }
+
+    /// Records the access check's answer: the permissions missing, by name (empty: none).
+    pub fn set_missing_access(&self, missing: Vec<String>) {
+        *self
+            .inner
+            .missing_access
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(missing);
+    }
+
+    /// `Ok` once the access check found every permission granted; else why not.
+    pub fn access(&self) -> Result<(), String> {
+        match &*self
+            .inner
+            .missing_access
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            None => Err("access not checked yet".to_string()),
+            Some(missing) if missing.is_empty() => Ok(()),
+            Some(missing) => Err(format!("missing permissions: {}", missing.join(", "))),
+        }
     }
 
     pub fn synced(&self) -> bool {

@@ -61,7 +61,8 @@ impl Identity {
         }
     }
 
-    fn is_master(&self) -> bool {
+    /// A member of `system:masters`: allowed everything, before RBAC is asked.
+    pub fn is_master(&self) -> bool {
         self.groups.iter().any(|g| g == MASTERS)
     }
 }
@@ -104,7 +105,9 @@ impl RbacRequest {
     }
 }
 
-/// The verb RBAC sees for an HTTP method on a target.
+/// The verb the authorization filter sees for an HTTP method on a target. A server-side apply
+/// of a missing object is asked a second time, as `create`, by the patch handler
+/// ([`authorize_create_on_apply`]).
 pub fn verb(method: &Method, t: &Target, query: &Query) -> &'static str {
     match (method, t.name.is_some()) {
         (&Method::GET, true) | (&Method::HEAD, true) => "get",
@@ -249,8 +252,16 @@ fn rules_of(state: &State, role_ref: &Value, binding_ns: Option<&str>) -> Vec<Va
 
 /// RBAC's decision: a ClusterRoleBinding grants everywhere, a RoleBinding only in its namespace.
 pub fn allowed(state: &State, who: &Identity, a: &RbacRequest) -> bool {
+    allowed_by(state, who, a).is_some()
+}
+
+/// How RBAC's answer reads in a SubjectAccessReview: `None` when nothing allows the request,
+/// else the real authorizer's reason, `RBAC: allowed by ClusterRoleBinding "b" of ClusterRole
+/// "r" to ServiceAccount "sa/ns"` (empty for `system:masters`, which the real server lets
+/// through before RBAC is asked).
+pub fn allowed_by(state: &State, who: &Identity, a: &RbacRequest) -> Option<String> {
     if who.is_master() {
-        return true;
+        return Some(String::new());
     }
     let mut bindings: Vec<(Value, Option<String>)> = state
         .list(&resources::CLUSTER_ROLE_BINDING, None)
@@ -265,13 +276,89 @@ pub fn allowed(state: &State, who: &Identity, a: &RbacRequest) -> bool {
                 .map(|b| (b, Some(ns.clone()))),
         );
     }
-    bindings.iter().any(|(b, ns)| {
-        let subjects = b.get("subjects").and_then(Value::as_array);
-        subjects.is_some_and(|s| s.iter().any(|s| subject_matches(s, who, ns.as_deref())))
-            && rules_of(state, &b["roleRef"], ns.as_deref())
-                .iter()
-                .any(|r| rule_allows(r, a))
+    bindings.iter().find_map(|(b, ns)| {
+        let subjects = b.get("subjects").and_then(Value::as_array)?;
+        let subject = subjects
+            .iter()
+            .find(|s| subject_matches(s, who, ns.as_deref()))?;
+        rules_of(state, &b["roleRef"], ns.as_deref())
+            .iter()
+            .any(|r| rule_allows(r, a))
+            .then(|| describe(b, subject, ns.as_deref()))
     })
+}
+
+fn describe(binding: &Value, subject: &Value, binding_ns: Option<&str>) -> String {
+    let name = binding["metadata"]["name"].as_str().unwrap_or_default();
+    let role_kind = binding["roleRef"]["kind"].as_str().unwrap_or_default();
+    let role = binding["roleRef"]["name"].as_str().unwrap_or_default();
+    let kind = subject["kind"].as_str().unwrap_or_default();
+    let subject_name = subject["name"].as_str().unwrap_or_default();
+    let subject = if kind == "ServiceAccount" {
+        let ns = subject["namespace"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .or(binding_ns)
+            .unwrap_or_default();
+        format!("{kind} {:?}", format!("{subject_name}/{ns}"))
+    } else {
+        format!("{kind} {subject_name:?}")
+    };
+    match binding_ns {
+        None => format!(
+            "RBAC: allowed by ClusterRoleBinding {name:?} of {role_kind} {role:?} to {subject}"
+        ),
+        Some(ns) => format!(
+            "RBAC: allowed by RoleBinding {:?} of {role_kind} {role:?} to {subject}",
+            format!("{name}/{ns}")
+        ),
+    }
+}
+
+/// Who sent the request before any impersonation: the fake's default identity, else the admin.
+fn caller(state: &State) -> Identity {
+    match &state.default_user {
+        Some(user) => Identity::named(user, Vec::new()),
+        None => Identity::admin(),
+    }
+}
+
+/// Who the request acts as: the impersonated identity, else the caller. Only meaningful once
+/// [`authorize`] let the request through (the impersonation itself is authorized there).
+pub fn requester(state: &State, parts: &http::request::Parts) -> Identity {
+    impersonated(parts).unwrap_or_else(|| caller(state))
+}
+
+/// The second decision of a server-side apply that finds no object: the real patch handler
+/// authorizes it as a `create` of that name (after the filter authorized the `patch`), dry
+/// run or not, so an account allowed to patch but not to create cannot bring an object into
+/// existence by applying it. Logged like any decision; `Err` is the real 403.
+pub fn authorize_create_on_apply(
+    state: &mut State,
+    parts: &http::request::Parts,
+    t: &Target,
+    query: &Query,
+) -> Result<(), ApiError> {
+    let who = requester(state, parts);
+    let a = RbacRequest {
+        verb: "create".into(),
+        api_group: t.rt.group.into(),
+        resource: t.rt.plural.into(),
+        subresource: t.subresource.clone(),
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+        user: who.user.clone(),
+        groups: who.groups.clone(),
+        dry_run: query.dry_run(),
+        allowed: false,
+    };
+    let ok = allowed(state, &who, &a);
+    state.rbac_log.push(RbacRequest { allowed: ok, ..a });
+    if ok {
+        Ok(())
+    } else {
+        Err(forbidden(state.rbac_log.last().expect("just pushed")))
+    }
 }
 
 /// Resolves who the request is made as and authorizes it (impersonation first, as the real
@@ -283,10 +370,7 @@ pub fn authorize(
     query: &Query,
     body: &Value,
 ) -> Result<(), ApiError> {
-    let caller = match &state.default_user {
-        Some(user) => Identity::named(user, Vec::new()),
-        None => Identity::admin(),
-    };
+    let caller = caller(state);
     let dry_run = is_dry_run(&parts.method, query, body);
     let who = match impersonated(parts) {
         None => caller,
@@ -341,21 +425,4 @@ pub fn authorize(
     } else {
         Err(forbidden(state.rbac_log.last().expect("just pushed")))
     }
-}
-
-/// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`: who the request is made as.
-pub fn self_subject_review(state: &State, parts: &http::request::Parts) -> (u16, Value) {
-    let who = impersonated(parts).unwrap_or_else(|| match &state.default_user {
-        Some(user) => Identity::named(user, Vec::new()),
-        None => Identity::admin(),
-    });
-    (
-        201,
-        json!({
-            "kind": "SelfSubjectReview",
-            "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"creationTimestamp": super::store::now()},
-            "status": {"userInfo": {"username": who.user, "groups": who.groups}},
-        }),
-    )
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::FakeApiServer;
 use super::handlers::json_response;
 use super::resources::{self, ResourceType};
+use super::reviews;
 
 fn verbs() -> Value {
     json!([
@@ -30,6 +31,7 @@ fn verbs() -> Value {
 fn resource_list(group: &str, version: &str) -> Option<Value> {
     let types: Vec<&ResourceType> = resources::ALL
         .iter()
+        .chain(reviews::ALL)
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if types.is_empty() {
@@ -42,7 +44,7 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
             "singularName": rt.singular,
             "namespaced": rt.namespaced,
             "kind": rt.kind,
-            "verbs": verbs(),
+            "verbs": if reviews::ALL.contains(rt) { json!(["create"]) } else { verbs() },
         });
         if !rt.short_names.is_empty() {
             r["shortNames"] = json!(rt.short_names);
@@ -87,7 +89,11 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
 
 fn groups() -> Value {
     let mut seen: Vec<(&str, &str)> = Vec::new();
-    for rt in resources::ALL.iter().filter(|r| !r.group.is_empty()) {
+    for rt in resources::ALL
+        .iter()
+        .chain(reviews::ALL)
+        .filter(|r| !r.group.is_empty())
+    {
         if !seen.contains(&(rt.group, rt.version)) {
             seen.push((rt.group, rt.version));
         }

@@ -14,6 +14,7 @@ use super::errors::ApiError;
 use super::faults::{self, Fault, RequestRecord};
 use super::query::Query;
 use super::resources::{self, ResourceType};
+use super::reviews;
 use super::verbs;
 
 /// The connection was dropped on purpose (a fault rule): the client sees a transport error.
@@ -202,6 +203,7 @@ fn unrouted(path: &str) -> Response<Body> {
     let built_in = group_version.is_some_and(|(g, v)| {
         resources::ALL
             .iter()
+            .chain(reviews::ALL)
             .any(|r| r.group == g && r.version == v && !r.custom)
     });
     if built_in {
@@ -225,9 +227,17 @@ fn dispatch(
     if let Some(resp) = discovery::answer(fake, &parts.method, path) {
         return resp;
     }
-    if parts.method == Method::POST && path == "/apis/authentication.k8s.io/v1/selfsubjectreviews" {
-        let (code, v) = authz::self_subject_review(&fake.lock(), parts);
-        return json_response(code, &v);
+    if let Some(target) = reviews::route(path) {
+        if let Err(e) = authz::authorize(&mut fake.lock(), parts, &target, query, &body) {
+            return error_response(&e);
+        }
+        if parts.method != Method::POST {
+            return error_response(&ApiError::method_not_allowed());
+        }
+        return match reviews::answer(&fake.lock(), parts, &target, &body) {
+            Ok((code, v)) => json_response(code, &v),
+            Err(e) => error_response(&e),
+        };
     }
     let Some(target) = route(path) else {
         return unrouted(path);

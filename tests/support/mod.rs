@@ -62,6 +62,7 @@ mod patch;
 mod pipeline;
 pub mod query;
 mod resources;
+mod reviews;
 mod scale;
 pub mod semantics;
 mod serve;
@@ -171,6 +172,9 @@ impl FakeApiServer {
                 "spec": {"finalizers": ["kubernetes"]},
                 "status": {"phase": "Active"},
             }));
+        }
+        for o in reviews::basic_user() {
+            fake.seed(o);
         }
         fake
     }

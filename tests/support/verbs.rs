@@ -220,6 +220,7 @@ pub fn patch_object(
         return match old {
             Some(old) => update_object(fake, &mut state, &t.rt, &old, merged, &opts),
             None => {
+                super::authz::authorize_create_on_apply(&mut state, parts, t, query)?;
                 let mut obj = merged;
                 obj["metadata"]["name"] = json!(name);
                 create_object(fake, &mut state, &t.rt, t.namespace.as_deref(), obj, &opts)

@@ -1,0 +1,397 @@
+//! The start-up access check: before an install with too few rights orphan-deletes a
+//! StatefulSet it then cannot re-create, `serve` asks the API server (one
+//! SelfSubjectAccessReview per permission) whether its own identity may do everything the code
+//! sends, and keeps `/readyz` at 503 naming each permission it lacks. The check cannot prove a
+//! tenant's rights (those are asked at each converge's pre-flight); it proves the install's.
+//!
+//! [`PERMISSIONS`] is the one list of what the service sends under its own identity.
+//! `tests/rbac.rs` holds it against the shipped roles and against the request log of every
+//! flow the service runs, so it is neither shorter nor wider than the code.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::service::index::Index;
+use crate::service::watch::Readiness;
+
+/// Where a permission is needed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// In every namespace (or a cluster-scoped resource): a ClusterRole bound cluster-wide.
+    Cluster,
+    /// In the service's own namespace (`--namespace`): its records and its Lease.
+    Own,
+}
+
+/// When the code sends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum When {
+    Always,
+    /// With `--leader-elect`.
+    LeaderElect,
+    /// With `--default-service-account`, or once a handled Kustomization names a
+    /// `spec.serviceAccountName`.
+    Impersonating,
+}
+
+/// One verb on one resource the service sends under its own identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Permission {
+    pub verb: &'static str,
+    /// `""` is the core group.
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub scope: Scope,
+    pub when: When,
+}
+
+const fn p(
+    verb: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    scope: Scope,
+    when: When,
+) -> Permission {
+    Permission {
+        verb,
+        group,
+        resource,
+        scope,
+        when,
+    }
+}
+
+use Scope::{Cluster, Own};
+use When::{Always, Impersonating, LeaderElect};
+
+const APPS: &str = "apps";
+const FLUX_KS: &str = "kustomize.toolkit.fluxcd.io";
+const FLUX_SOURCE: &str = "source.toolkit.fluxcd.io";
+
+/// Everything the service sends as itself (manifests/clusterrole.yaml and role.yaml grant
+/// exactly these, plus `create selfsubjectaccessreviews` for this check).
+pub const PERMISSIONS: &[Permission] = &[
+    // Decide, prove, orphan-delete and wait, re-apply (a server-side apply that re-creates the
+    // orphan-deleted object is authorised as `create`).
+    p("get", APPS, "statefulsets", Cluster, Always),
+    p("list", APPS, "statefulsets", Cluster, Always),
+    p("watch", APPS, "statefulsets", Cluster, Always),
+    p("patch", APPS, "statefulsets", Cluster, Always),
+    p("create", APPS, "statefulsets", Cluster, Always),
+    p("delete", APPS, "statefulsets", Cluster, Always),
+    // Every claim of a StatefulSet, and growing the smaller ones.
+    p("list", "", "persistentvolumeclaims", Cluster, Always),
+    p("patch", "", "persistentvolumeclaims", Cluster, Always),
+    // allowVolumeExpansion, from a cache.
+    p("list", "storage.k8s.io", "storageclasses", Cluster, Always),
+    p("watch", "storage.k8s.io", "storageclasses", Cluster, Always),
+    // postBuild.substituteFrom.
+    p("get", "", "configmaps", Cluster, Always),
+    p("get", "", "secrets", Cluster, Always),
+    // The gated Kustomizations, and the hand-off.
+    p("get", FLUX_KS, "kustomizations", Cluster, Always),
+    p("list", FLUX_KS, "kustomizations", Cluster, Always),
+    p("watch", FLUX_KS, "kustomizations", Cluster, Always),
+    p("patch", FLUX_KS, "kustomizations", Cluster, Always),
+    // The revision each Kustomization is about to apply.
+    p("get", FLUX_SOURCE, "gitrepositories", Cluster, Always),
+    p("list", FLUX_SOURCE, "gitrepositories", Cluster, Always),
+    p("watch", FLUX_SOURCE, "gitrepositories", Cluster, Always),
+    p("get", FLUX_SOURCE, "ocirepositories", Cluster, Always),
+    p("list", FLUX_SOURCE, "ocirepositories", Cluster, Always),
+    p("watch", FLUX_SOURCE, "ocirepositories", Cluster, Always),
+    p("get", FLUX_SOURCE, "buckets", Cluster, Always),
+    p("list", FLUX_SOURCE, "buckets", Cluster, Always),
+    p("watch", FLUX_SOURCE, "buckets", Cluster, Always),
+    p("get", FLUX_SOURCE, "externalartifacts", Cluster, Always),
+    p("list", FLUX_SOURCE, "externalartifacts", Cluster, Always),
+    p("watch", FLUX_SOURCE, "externalartifacts", Cluster, Always),
+    // Kubernetes Events on the Kustomizations (a new event, then its series).
+    p("create", "events.k8s.io", "events", Cluster, Always),
+    p("patch", "events.k8s.io", "events", Cluster, Always),
+    // The intents journal and the results, in its own namespace.
+    p("get", "", "configmaps", Own, Always),
+    p("list", "", "configmaps", Own, Always),
+    p("create", "", "configmaps", Own, Always),
+    p("update", "", "configmaps", Own, Always),
+    p("patch", "", "configmaps", Own, Always),
+    p("delete", "", "configmaps", Own, Always),
+    // The Lease.
+    p("get", "coordination.k8s.io", "leases", Own, LeaderElect),
+    p("create", "coordination.k8s.io", "leases", Own, LeaderElect),
+    p("patch", "coordination.k8s.io", "leases", Own, LeaderElect),
+    // A Kustomization's service account, as kustomize-controller acts as it.
+    p("impersonate", "", "serviceaccounts", Cluster, Impersonating),
+];
+
+/// What decides which permissions apply.
+#[derive(Clone, Debug)]
+pub struct Needs {
+    /// `--namespace`: where [`Scope::Own`] permissions are asked.
+    pub namespace: String,
+    pub leader_elect: bool,
+    pub impersonating: bool,
+}
+
+/// A permission asked in one namespace (`None`: cluster-wide).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Asked {
+    pub verb: &'static str,
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+}
+
+impl fmt::Display for Asked {
+    /// `create statefulsets.apps cluster-wide`, `get configmaps in flux-system`: what
+    /// `kubectl auth can-i` takes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)?;
+        if !self.group.is_empty() {
+            write!(f, ".{}", self.group)?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " in {ns}"),
+            None => write!(f, " cluster-wide"),
+        }
+    }
+}
+
+/// The permissions that apply, in table order.
+pub fn needed(needs: &Needs) -> Vec<Asked> {
+    PERMISSIONS
+        .iter()
+        .filter(|p| match p.when {
+            Always => true,
+            LeaderElect => needs.leader_elect,
+            Impersonating => needs.impersonating,
+        })
+        .map(|p| Asked {
+            verb: p.verb,
+            group: p.group,
+            resource: p.resource,
+            namespace: match p.scope {
+                Cluster => None,
+                Own => Some(needs.namespace.clone()),
+            },
+        })
+        .collect()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    #[error("SelfSubjectAccessReview for {asked}: {source}")]
+    Review {
+        asked: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("SelfSubjectAccessReview for {asked}: no answer within {timeout:?}")]
+    Timeout { asked: String, timeout: Duration },
+}
+
+/// Asks the API server whether this process's identity may do `asked`.
+pub async fn review(
+    client: &kube::Client,
+    asked: &Asked,
+    timeout: Duration,
+) -> Result<bool, AccessError> {
+    let request = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(asked.verb.to_string()),
+                group: Some(asked.group.to_string()),
+                resource: Some(asked.resource.to_string()),
+                namespace: asked.namespace.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answer = tokio::time::timeout(timeout, api.create(&PostParams::default(), &request))
+        .await
+        .map_err(|_| AccessError::Timeout {
+            asked: asked.to_string(),
+            timeout,
+        })?
+        .map_err(|source| AccessError::Review {
+            asked: asked.to_string(),
+            source,
+        })?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// [`review`] until it answers: a failed call says nothing about the permission, so it is
+/// retried with backoff, never counted as missing.
+pub async fn review_until_answered(
+    client: &kube::Client,
+    asked: &Asked,
+    timeout: Duration,
+) -> bool {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match review(client, asked, timeout).await {
+            Ok(allowed) => return allowed,
+            Err(error) => {
+                tracing::warn!(%error, "checking the service's access; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// How often permissions found missing are asked again, so a fixed install becomes ready
+/// without a restart.
+const RECHECK: Duration = Duration::from_secs(60);
+/// Reviews in flight at once at start (some forty in all).
+const CONCURRENT_REVIEWS: usize = 8;
+
+/// The check as `serve` runs it, for as long as it matters: asks every permission that
+/// applies, logs one ERROR per missing one and keeps `/readyz` at 503 naming them, re-asks the
+/// missing ones every [`RECHECK`]; once the watches have synced it asks again with the
+/// Kustomizations known (one naming a service account needs `impersonate`), then ends.
+pub async fn check(
+    client: kube::Client,
+    base: Needs,
+    index: Arc<RwLock<Index>>,
+    readiness: Readiness,
+    timeout: Duration,
+) {
+    let mut granted: BTreeSet<Asked> = BTreeSet::new();
+    let mut reported: BTreeSet<Asked> = BTreeSet::new();
+    loop {
+        let synced = readiness.synced();
+        let impersonating = base.impersonating
+            || index
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .impersonating();
+        let needs = Needs {
+            impersonating,
+            ..base.clone()
+        };
+        let to_ask: Vec<Asked> = needed(&needs)
+            .into_iter()
+            .filter(|a| !granted.contains(a))
+            .collect();
+        let answers: Vec<(Asked, bool)> = futures::stream::iter(to_ask)
+            .map(|asked| {
+                let client = client.clone();
+                async move {
+                    let allowed = review_until_answered(&client, &asked, timeout).await;
+                    (asked, allowed)
+                }
+            })
+            .buffered(CONCURRENT_REVIEWS)
+            .collect()
+            .await;
+        let mut missing = Vec::new();
+        for (asked, allowed) in answers {
+            let namespace = asked.namespace.as_deref().unwrap_or("*");
+            if allowed {
+                if reported.remove(&asked) {
+                    tracing::info!(
+                        verb = asked.verb,
+                        resource = asked.resource,
+                        group = asked.group,
+                        namespace,
+                        "permission granted now"
+                    );
+                }
+                granted.insert(asked);
+            } else {
+                if reported.insert(asked.clone()) {
+                    tracing::error!(
+                        verb = asked.verb,
+                        resource = asked.resource,
+                        group = asked.group,
+                        namespace,
+                        "missing permission: the service account cannot {asked}; grant it in the install's ClusterRole/Role (manifests/)"
+                    );
+                }
+                missing.push(asked.to_string());
+            }
+        }
+        let complete = missing.is_empty();
+        readiness.set_missing_access(missing);
+        if !complete {
+            tokio::time::sleep(RECHECK).await;
+        } else if synced {
+            tracing::info!(
+                permissions = granted.len(),
+                "access checked: every permission granted"
+            );
+            return;
+        } else {
+            readiness.wait_synced(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs(leader_elect: bool, impersonating: bool) -> Needs {
+        Needs {
+            namespace: "flux-system".into(),
+            leader_elect,
+            impersonating,
+        }
+    }
+
+    #[test]
+    fn what_is_asked_follows_the_flags() {
+        let count =
+            |n: &Needs, resource: &str| needed(n).iter().filter(|a| a.resource == resource).count();
+        let cases = [
+            (needs(false, false), 0, 0),
+            (needs(true, false), 3, 0),
+            (needs(false, true), 0, 1),
+            (needs(true, true), 3, 1),
+        ];
+        for (n, leases, impersonate) in cases {
+            assert_eq!(count(&n, "leases"), leases, "{n:?}");
+            assert_eq!(count(&n, "serviceaccounts"), impersonate, "{n:?}");
+            assert_eq!(count(&n, "statefulsets"), 6, "{n:?}");
+        }
+    }
+
+    #[test]
+    fn a_permission_reads_as_kubectl_auth_can_i_takes_it() {
+        let asked = needed(&needs(true, true));
+        let text: Vec<String> = asked.iter().map(ToString::to_string).collect();
+        for want in [
+            "create statefulsets.apps cluster-wide",
+            "patch persistentvolumeclaims cluster-wide",
+            "delete configmaps in flux-system",
+            "create leases.coordination.k8s.io in flux-system",
+            "impersonate serviceaccounts cluster-wide",
+        ] {
+            assert!(text.iter().any(|t| t == want), "{want} not in {text:?}");
+        }
+    }
+
+    #[test]
+    fn the_table_has_no_duplicates() {
+        let mut all = PERMISSIONS.to_vec();
+        all.sort();
+        all.dedup_by(|a, b| {
+            (a.verb, a.group, a.resource, a.scope) == (b.verb, b.group, b.resource, b.scope)
+        });
+        assert_eq!(all.len(), PERMISSIONS.len());
+    }
+}

@@ -1,0 +1,179 @@
+//! The review APIs a client asks about itself: `SelfSubjectReview` (who am I) and
+//! `SelfSubjectAccessReview` (may I), answered from the same identity resolution and RBAC
+//! evaluation as every request (`authz`), so a component's start-up access check sees exactly
+//! what its requests will meet. Neither is stored. Creating one is authorized like any request:
+//! a fresh fake grants it to every authenticated user through `system:basic-user`, as a real
+//! cluster's bootstrap policy does ([`basic_user`]).
+
+use serde_json::{Value, json};
+
+use super::authz::{self, RbacRequest};
+use super::errors::{ApiError, Cause};
+use super::handlers::Target;
+use super::pipeline::VerbResult;
+use super::resources::ResourceType;
+use super::store::State;
+
+const fn review(group: &'static str, kind: &'static str, plural: &'static str) -> ResourceType {
+    ResourceType {
+        group,
+        version: "v1",
+        kind,
+        plural,
+        singular: "",
+        short_names: &[],
+        namespaced: false,
+        status_subresource: false,
+        has_generation: false,
+        returns_deleted_object: false,
+        custom: false,
+    }
+}
+
+pub const SELF_SUBJECT_REVIEW: ResourceType = review(
+    "authentication.k8s.io",
+    "SelfSubjectReview",
+    "selfsubjectreviews",
+);
+pub const SELF_SUBJECT_ACCESS_REVIEW: ResourceType = review(
+    "authorization.k8s.io",
+    "SelfSubjectAccessReview",
+    "selfsubjectaccessreviews",
+);
+
+/// The review types served (create only), for routing and discovery.
+pub const ALL: &[ResourceType] = &[SELF_SUBJECT_REVIEW, SELF_SUBJECT_ACCESS_REVIEW];
+
+/// The collection path of a review type, the only path it is served at.
+pub fn route(path: &str) -> Option<Target> {
+    ALL.iter()
+        .find(|rt| path.trim_end_matches('/') == format!("/apis/{}/v1/{}", rt.group, rt.plural))
+        .map(|rt| Target {
+            rt: *rt,
+            namespace: None,
+            name: None,
+            subresource: None,
+        })
+}
+
+/// The real server's bootstrap `system:basic-user` ClusterRole and its binding to every
+/// authenticated user: what lets anyone ask who they are and what they may do.
+pub fn basic_user() -> [Value; 2] {
+    let meta = |name: &str| {
+        json!({"name": name,
+               "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+               "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}})
+    };
+    [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": meta("system:basic-user"),
+            "rules": [
+                {"apiGroups": ["authorization.k8s.io"],
+                 "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                 "verbs": ["create"]},
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"],
+                 "verbs": ["create"]},
+            ],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": meta("system:basic-user"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "system:basic-user"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                          "name": "system:authenticated"}],
+        }),
+    ]
+}
+
+/// Answers an (already authorized) `POST` of a review as the requester.
+pub fn answer(state: &State, parts: &http::request::Parts, t: &Target, body: &Value) -> VerbResult {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request is not an object",
+        ));
+    }
+    let who = authz::requester(state, parts);
+    if t.rt == SELF_SUBJECT_REVIEW {
+        return Ok((
+            201,
+            json!({
+                "kind": "SelfSubjectReview",
+                "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"creationTimestamp": super::store::now()},
+                "status": {"userInfo": {"username": who.user, "groups": who.groups}},
+            }),
+        ));
+    }
+    let spec = &body["spec"];
+    let resource = spec.get("resourceAttributes").filter(|v| v.is_object());
+    let non_resource = spec.get("nonResourceAttributes").filter(|v| v.is_object());
+    let cause = match (resource, non_resource) {
+        (Some(_), Some(_)) => Some(Cause::invalid(
+            "spec.nonResourceAttributes",
+            "\"object\"",
+            "cannot be specified in combination with resourceAttributes",
+        )),
+        (None, None) => Some(Cause::invalid(
+            "spec.resourceAttributes",
+            "\"null\"",
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )),
+        _ => None,
+    };
+    if let Some(cause) = cause {
+        return Err(ApiError::invalid_kind(
+            "SelfSubjectAccessReview.authorization.k8s.io",
+            t.rt.group,
+            t.rt.kind,
+            "",
+            &[cause],
+        ));
+    }
+    // Non-resource URLs are not modelled: only `system:masters` may reach them here.
+    let reason = match resource {
+        Some(attrs) => {
+            let field = |k: &str| {
+                attrs[k]
+                    .as_str()
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+            };
+            let asked = RbacRequest {
+                verb: field("verb").unwrap_or_default(),
+                api_group: field("group").unwrap_or_default(),
+                resource: field("resource").unwrap_or_default(),
+                subresource: field("subresource"),
+                // An empty namespace asks for all namespaces: only cluster-wide grants count.
+                namespace: field("namespace"),
+                name: field("name"),
+                user: who.user.clone(),
+                groups: who.groups.clone(),
+                dry_run: false,
+                allowed: false,
+            };
+            authz::allowed_by(state, &who, &asked)
+        }
+        None => who.is_master().then(String::new),
+    };
+    let mut status = json!({"allowed": reason.is_some()});
+    if let Some(reason) = reason.filter(|r| !r.is_empty()) {
+        status["reason"] = json!(reason);
+    }
+    let mut metadata = body["metadata"].clone();
+    if !metadata.is_object() {
+        metadata = json!({});
+    }
+    metadata["creationTimestamp"] = Value::Null;
+    Ok((
+        201,
+        json!({
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": metadata,
+            "spec": spec,
+            "status": status,
+        }),
+    ))
+}
