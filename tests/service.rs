@@ -409,16 +409,8 @@ async fn a_new_source_revision_reaches_every_handled_reader_without_a_webhook() 
     assert_eq!(
         later,
         vec![
-            (
-                "flux-system/a".into(),
-                Trigger::Resync,
-                "main@sha1:2".into()
-            ),
-            (
-                "flux-system/b".into(),
-                Trigger::Resync,
-                "main@sha1:2".into()
-            ),
+            ("flux-system/a".into(), Trigger::Watch, "main@sha1:2".into()),
+            ("flux-system/b".into(), Trigger::Watch, "main@sha1:2".into()),
         ]
     );
     running.shutdown().await;
@@ -990,7 +982,7 @@ async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
     let second = finished(&running, &r2).await;
     assert_eq!(second.state, RevisionState::Converged, "{second:#?}");
     // The source watch and the webhook race; either may queue it (one run either way).
-    assert!(matches!(second.trigger, Trigger::Webhook | Trigger::Resync));
+    assert!(matches!(second.trigger, Trigger::Webhook | Trigger::Watch));
     let handoff = second.handoff.as_ref().expect("handed off");
     assert_eq!(handoff.mode, GateMode::Suspend);
     assert_eq!(

@@ -116,9 +116,9 @@ impl Feed {
         let last = self.records.last(&key.namespace, &key.name);
         let due = self.index().due(&key, last.as_ref());
         match due {
-            Some(Due::NewRevision | Due::SpecChanged) => self.queue.push_now(key, Trigger::Resync),
-            Some(Due::NeverRun) if changed => self.queue.push_now(key, Trigger::Resync),
-            Some(Due::NeverRun) => self.queue.push(key, Trigger::Resync),
+            Some(Due::NewRevision | Due::SpecChanged) => self.queue.push_now(key, Trigger::Watch),
+            Some(Due::NeverRun) if changed => self.queue.push_now(key, Trigger::Watch),
+            Some(Due::NeverRun) => self.queue.push(key, Trigger::Watch),
             Some(Due::Unfinished | Due::Deferred) | None => return,
         }
         if let Some(due) = due {
