@@ -1301,3 +1301,171 @@ async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
     assert_eq!(applied(fake).as_deref(), Some(r2.revision.as_str()));
     restarted.shutdown().await;
 }
+
+/// Every log line of this test binary from the first call on (a global subscriber: the
+/// service's tasks run on the runtime's worker threads, which a thread-local one would miss).
+fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || LogSink(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        logs
+    })
+    .clone()
+}
+
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_no_value_from_a_substitute_from_secret_leaves_the_cluster_in_a_failed_record() {
+    let logs = captured_logs();
+    let secret = format!("s3cr3t-{:016x}", rand::random::<u64>());
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    fake.seed(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "app-vars", "namespace": NS},
+        "data": {"API_TOKEN": base64_encode(secret.as_bytes())},
+    }));
+    fake.modify(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some(NS),
+        "apps",
+        |ks| {
+            ks["spec"]["postBuild"] =
+                json!({"substituteFrom": [{"kind": "Secret", "name": "app-vars"}]});
+        },
+    )
+    .unwrap();
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    finished(&running, &r1).await;
+
+    // Revision 2 grows the volume and passes the Secret's value to the container.
+    let two = flux_standin::web_statefulset("2Gi").replace(
+        "        image: busybox\n",
+        "        image: busybox\n        env: [{name: API_TOKEN, value: \"${API_TOKEN}\"}]\n",
+    );
+    assert!(two.contains("${API_TOKEN}"));
+    // The orphan delete fails: the revision fails after its claims grew, with a hint.
+    fake.add_fault(support::FaultRule {
+        method: Some(http::Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: support::Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "etcdserver: request timed out".into(),
+        },
+    });
+    let r2 = flux
+        .source
+        .publish(
+            "web at 2Gi with a token",
+            &[("apps/web.yaml", two.as_str())],
+        )
+        .await
+        .unwrap()
+        .revision;
+    let record = finished(&running, &r2).await;
+    assert_eq!(record.state, RevisionState::Failed, "{record:#?}");
+    let error = record.statefulsets[0]
+        .error
+        .as_ref()
+        .expect("a failed step");
+    assert_eq!(error.step, "orphan", "{error:?}");
+    let hint = error.hint.as_deref().expect("a hint");
+    assert!(
+        hint.starts_with("flux-converger render --kustomization flux-system/apps --statefulsets"),
+        "{hint}"
+    );
+
+    // The value did reach the render the service converged (so it could have leaked).
+    let resolved = resolver(fake.client())
+        .resolve(NS, "apps")
+        .await
+        .expect("the revision renders");
+    assert!(
+        resolved.rendered.statefulsets[0]
+            .object
+            .to_string()
+            .contains(&secret),
+        "the render substitutes the Secret's value"
+    );
+
+    // Nowhere outside the Secret: /status, the history, the dashboard, the results ConfigMaps,
+    // the Events, the logs.
+    let http = reqwest::Client::new();
+    for path in [
+        "/status",
+        "/status/flux-system/apps",
+        "/",
+        "/kustomizations/flux-system/apps",
+    ] {
+        let response = http
+            .get(format!("http://{}{path}", running.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        let body = response.text().await.unwrap();
+        assert!(!body.contains(&secret), "{path} carries the secret value");
+    }
+    let results: Vec<_> = fake
+        .list("v1", "ConfigMap", Some(NS))
+        .into_iter()
+        .filter(|cm| cm["metadata"]["labels"]["flux-converger.io/record"] == "results")
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert!(
+        !results[0].to_string().contains(&secret),
+        "results ConfigMap"
+    );
+    let events = fake.list("events.k8s.io/v1", "Event", None);
+    assert!(!events.is_empty(), "the failure was published");
+    for event in events {
+        assert!(!event.to_string().contains(&secret), "Event {event}");
+    }
+    running.shutdown().await;
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(logs.contains(&r2), "the logs were captured");
+    assert!(!logs.contains(&secret), "the logs carry the secret value");
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}

@@ -24,7 +24,6 @@ use kube::runtime::reflector::Store;
 
 use crate::commands;
 use crate::converge::{self, ConvergeError};
-use crate::decide::decide;
 use crate::flux::objects::{self, Kustomization, ObjectsError};
 use crate::flux::render::RenderedStatefulSet;
 use crate::flux::render::resolve::{ResolveError, Resolved, Resolver};
@@ -44,9 +43,6 @@ use tenant::TenantCluster;
 
 /// How many times a run starts over because the source moved on during the converge.
 const MAX_RESTARTS: usize = 3;
-
-/// The bound on the orphan wait in a failure's hint (what `plan -o commands` uses by default).
-const HINT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the gate needs; built by the service runtime.
 pub struct GateConfig {
@@ -517,27 +513,25 @@ impl Gate {
         }
     }
 
-    /// What an operator runs by hand to finish, from a fresh plan of what is left (the same
-    /// generator as `plan -o commands`); `None` when the cluster cannot even be read.
+    /// What an operator runs by hand to finish: the commands that render the revision again
+    /// and plan (or, for a StatefulSet left deleted, converge) it, naming the Kustomization
+    /// from the owner labels the render put on `desired`. Never the rendered object itself:
+    /// it may carry values substituted from Secrets ([`commands::manual_hint`]). `None` when
+    /// the cluster cannot even be read or the object names no Kustomization.
     async fn hint(&self, cluster: &TenantCluster, desired: &StatefulSet) -> Option<String> {
         use crate::cluster::Cluster as _;
         let ns = desired.metadata.namespace.clone().unwrap_or_default();
         let name = desired.metadata.name.clone().unwrap_or_default();
+        let labels = desired.metadata.labels.as_ref()?;
+        let ks_namespace = labels.get(objects::OWNER_NAMESPACE_LABEL)?;
+        let ks_name = labels.get(objects::OWNER_NAME_LABEL)?;
         let live = cluster.get_statefulset(&ns, &name).await.ok()?;
-        let Some(live) = live else {
-            // Deleted and not yet re-applied: applying is what is left.
-            return commands::apply_command(desired).ok();
-        };
-        let claims = cluster.list_claims(&ns).await.ok()?;
-        let classes = cluster.list_storage_classes().await.ok()?;
-        let decided = decide(desired, Some(&live), &claims, &classes);
-        decided.as_ref().ok()?;
-        let planned = commands::Planned {
-            desired,
-            live_uid: live.metadata.uid.as_deref(),
-            result: &decided,
-        };
-        commands::script(&[planned], HINT_WAIT_TIMEOUT).ok()
+        Some(commands::manual_hint(&commands::ManualHint {
+            namespace: ks_namespace,
+            name: ks_name,
+            journal_namespace: &self.config.namespace,
+            absent: live.is_none(),
+        }))
     }
 
     /// Hands the revision to Flux and, in suspend mode, suspends again once Flux answered.
