@@ -283,6 +283,15 @@ fn last(results: &Results) -> RevisionRecord {
     results.last(FLUX_NS, "apps").expect("a record")
 }
 
+/// How many times Events were published, counting the repeats kube's recorder folds into one
+/// Event's `series`.
+fn event_occurrences(fake: &FakeApiServer) -> u64 {
+    fake.list("events.k8s.io/v1", "Event", Some(FLUX_NS))
+        .iter()
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
+
 fn events(fake: &FakeApiServer) -> Vec<(String, String, String)> {
     fake.list("events.k8s.io/v1", "Event", Some(FLUX_NS))
         .iter()
@@ -1104,4 +1113,90 @@ async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
         counted.push(requests.len());
     }
     assert_eq!(counted, [CLAIMS + 10, CLAIMS + 9]);
+}
+
+#[tokio::test]
+async fn a_deferred_recheck_updates_its_record_in_place_and_adds_none() {
+    let w = World::new("suspend", true, None).await;
+    // Left over from a scale-down, never bound: it cannot grow yet.
+    w.fake.seed(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-web-5", "namespace": NS, "labels": {"app": "web"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
+                 "volumeMode": "Filesystem", "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"}
+    }));
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    let config = w.config(EventSink::new(w.fake.client(), None, Some("test".into())).unwrap());
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+    assert_eq!(
+        gate.run(FLUX_NS, "apps", Trigger::Watch).await,
+        GateOutcome::Deferred
+    );
+    let first = last(&results);
+    assert_eq!(first.statefulsets[0].deferred[0].claim, "data-web-5");
+    assert_eq!(event_occurrences(&w.fake), 1);
+
+    // Five resyncs while the claim stays Pending: the same one record, no new Event.
+    for _ in 0..5 {
+        assert_eq!(
+            gate.run(FLUX_NS, "apps", Trigger::Resync).await,
+            GateOutcome::Deferred
+        );
+    }
+    let history = results.history(FLUX_NS, "apps");
+    assert_eq!(history.len(), 1, "{history:#?}");
+    assert_eq!(history[0].started_at, first.started_at);
+    assert_eq!(history[0].trigger, Trigger::Watch);
+    assert_eq!(history[0].statefulsets, first.statefulsets);
+    assert_eq!(history[0].handoff, first.handoff, "not handed off again");
+    assert_eq!(event_occurrences(&w.fake), 1);
+
+    // Bound at last: the next re-check grows it, in the same record.
+    w.fake.set_pvc_phase(NS, "data-web-5", "Bound");
+    assert_eq!(
+        gate.run(FLUX_NS, "apps", Trigger::Resync).await,
+        GateOutcome::Done(RevisionState::Converged)
+    );
+    assert_eq!(w.claim_size("data-web-5"), "2Gi");
+    let history = results.history(FLUX_NS, "apps");
+    assert_eq!(history.len(), 1, "{history:#?}");
+    let record = &history[0];
+    assert_eq!(record.started_at, first.started_at);
+    assert_eq!(record.state, RevisionState::Converged);
+    let sts = &record.statefulsets[0];
+    assert_eq!(sts.outcome, StatefulSetOutcome::Converged);
+    assert!(sts.deferred.is_empty(), "{sts:?}");
+    let grown: Vec<_> = sts.claims.iter().map(|c| c.claim.as_str()).collect();
+    assert_eq!(grown, ["data-web-0", "data-web-1", "data-web-5"]);
+    assert_eq!(
+        (&sts.old_uid, &sts.new_uid),
+        (
+            &first.statefulsets[0].old_uid,
+            &first.statefulsets[0].new_uid
+        ),
+        "the re-creation the first run did stays recorded"
+    );
+    assert!(
+        record.warnings.iter().all(|w| !w.contains("deferred")),
+        "{:?}",
+        record.warnings
+    );
+    // The record is persisted so: one record in the results ConfigMap.
+    let cm = w
+        .fake
+        .get(
+            "v1",
+            "ConfigMap",
+            Some(FLUX_NS),
+            &results_configmap_name(FLUX_NS, "apps"),
+        )
+        .unwrap();
+    let persisted: Vec<RevisionRecord> =
+        serde_json::from_str(cm["data"]["records"].as_str().unwrap()).unwrap();
+    assert_eq!(persisted, history);
+    // The claim growing is news: one Event for it.
+    assert_eq!(event_occurrences(&w.fake), 2);
 }

@@ -14,6 +14,7 @@
 
 pub mod entry;
 pub mod handoff;
+pub mod recheck;
 pub mod tenant;
 
 use std::time::{Duration, Instant};
@@ -200,35 +201,66 @@ impl Gate {
                 );
             }
         };
-        let mut record = RevisionRecord {
-            revision: resolved.revision.clone(),
-            digest: resolved
-                .source
-                .status
-                .artifact
-                .as_ref()
-                .and_then(|a| a.digest.clone()),
-            trigger,
-            started_at,
-            finished_at: None,
-            state: RevisionState::Running,
-            statefulsets: Vec::new(),
-            handoff: None,
-            flux: None,
-            warnings: Vec::new(),
-            error: None,
-            generation: resolved.kustomization.metadata.generation,
-            gate: Some(mode),
+        // A re-check of claims left to grow updates the revision's record instead of adding one.
+        let recheck = c.results.last(namespace, name).filter(|last| {
+            recheck::is_recheck(
+                last,
+                &resolved.revision,
+                resolved.kustomization.metadata.generation,
+            )
+        });
+        let mut record = match &recheck {
+            Some(previous) => previous.clone(),
+            None => {
+                let record = RevisionRecord {
+                    revision: resolved.revision.clone(),
+                    digest: resolved
+                        .source
+                        .status
+                        .artifact
+                        .as_ref()
+                        .and_then(|a| a.digest.clone()),
+                    trigger,
+                    started_at,
+                    finished_at: None,
+                    state: RevisionState::Running,
+                    statefulsets: Vec::new(),
+                    handoff: None,
+                    flux: None,
+                    warnings: Vec::new(),
+                    error: None,
+                    generation: resolved.kustomization.metadata.generation,
+                    gate: Some(mode),
+                };
+                self.save(namespace, name, &record).await;
+                record
+            }
         };
-        self.save(namespace, name, &record).await;
-        tracing::info!(kustomization = %key, revision = %record.revision,
+        tracing::info!(kustomization = %key, revision = %record.revision, recheck = recheck.is_some(),
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 
         let t = Instant::now();
-        record.statefulsets = self.converge_all(&resolved).await;
+        let entries = self.converge_all(&resolved).await;
         c.metrics.step("converge", t.elapsed().as_secs_f64());
-        record.warnings = entry::deferred_warnings(&record.statefulsets);
+        match &recheck {
+            Some(previous) => {
+                record.statefulsets = recheck::merge(&previous.statefulsets, entries);
+                record.warnings = recheck::warnings(
+                    &previous.warnings,
+                    &previous.statefulsets,
+                    &record.statefulsets,
+                );
+            }
+            None => {
+                record.statefulsets = entries;
+                record.warnings = entry::deferred_warnings(&record.statefulsets);
+            }
+        }
         let ks = &resolved.kustomization;
+        // A re-check that changed nothing (claims still Pending) is not news: no Event.
+        let publish = recheck
+            .as_ref()
+            .is_none_or(|p| p.statefulsets != record.statefulsets);
         match entry::verdict(&record.statefulsets) {
             Verdict::Refused => {
                 record.state = RevisionState::Refused;
@@ -284,14 +316,16 @@ impl Gate {
         let handed = if applied_already(ks, &record.revision) {
             // Flux applied this revision before (the converge found nothing, or only lagging
             // claims, to do): unsuspending or requesting a reconcile would only make it
-            // apply the same revision again.
-            record.flux = Some(FluxResult {
-                outcome: FluxOutcome::Applied,
-                applied_revision: Some(record.revision.clone()),
-                message: Some(
-                    "Flux had already applied this revision: not handed off again".into(),
-                ),
-            });
+            // apply the same revision again. A re-check keeps what the hand-off recorded.
+            if recheck.is_none() || record.flux.is_none() {
+                record.flux = Some(FluxResult {
+                    outcome: FluxOutcome::Applied,
+                    applied_revision: Some(record.revision.clone()),
+                    message: Some(
+                        "Flux had already applied this revision: not handed off again".into(),
+                    ),
+                });
+            }
             Ok(())
         } else {
             self.hand_off(namespace, name, mode, &mut record).await
@@ -319,7 +353,7 @@ impl Gate {
         } else {
             GateOutcome::Done(RevisionState::Converged)
         };
-        Pass::Finished(self.finish(ks, record, outcome).await)
+        Pass::Finished(self.finish_with(ks, record, outcome, publish).await)
     }
 
     /// A revision that could not be resolved or rendered: gone Kustomizations are not handled,
@@ -615,17 +649,30 @@ impl Gate {
     async fn finish(
         &self,
         ks: &Kustomization,
+        record: RevisionRecord,
+        outcome: GateOutcome,
+    ) -> GateOutcome {
+        self.finish_with(ks, record, outcome, true).await
+    }
+
+    /// [`Gate::finish`], publishing the event only when `publish`.
+    async fn finish_with(
+        &self,
+        ks: &Kustomization,
         mut record: RevisionRecord,
         outcome: GateOutcome,
+        publish: bool,
     ) -> GateOutcome {
         let c = &self.config;
         let namespace = ks.metadata.namespace.clone().unwrap_or_default();
         let name = ks.metadata.name.clone().unwrap_or_default();
         record.finished_at = Some(now());
         self.save(&namespace, &name, &record).await;
-        c.metrics.revision(record.state.as_str());
-        if let Some(event) = revision_event(&record) {
-            c.events.publish(ks, &event).await;
+        if publish {
+            c.metrics.revision(record.state.as_str());
+            if let Some(event) = revision_event(&record) {
+                c.events.publish(ks, &event).await;
+            }
         }
         tracing::info!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
             state = record.state.as_str(), "revision finished");

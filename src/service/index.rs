@@ -390,7 +390,7 @@ impl Index {
 }
 
 /// Claims left to grow once Bound make a converged revision worth re-checking.
-fn has_deferred(record: &RevisionRecord) -> bool {
+pub fn has_deferred(record: &RevisionRecord) -> bool {
     record
         .statefulsets
         .iter()
