@@ -1469,3 +1469,116 @@ fn base64_encode(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// The resync's own stamp, read from `/metrics`.
+async fn last_resync(running: &Running) -> Option<String> {
+    let body = reqwest::get(format!("http://{}/metrics", running.addr))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    body.lines()
+        .find(|l| l.starts_with("flux_converger_last_resync_timestamp_seconds "))
+        .map(String::from)
+}
+
+/// Waits until `n` more resyncs have completed.
+async fn resyncs(running: &Running, n: usize) {
+    let mut seen = last_resync(running).await;
+    for _ in 0..n {
+        loop {
+            let now = last_resync(running).await;
+            if now.is_some() && now != seen {
+                seen = now;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Events the service published on the Kustomization, counting the repeats kube's recorder
+/// folds into one Event's `series`.
+fn published_events(fake: &FakeApiServer) -> u64 {
+    fake.list("events.k8s.io/v1", "Event", Some(NS))
+        .iter()
+        .filter(|e| e["reportingController"] == "flux-converger")
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_blocked_cross_namespace_source_is_recorded_once_with_its_revision() {
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}));
+    let other = GitSource::create(
+        fake.client(),
+        ArtifactServer::start().await,
+        "other",
+        "repo",
+    )
+    .await
+    .unwrap();
+    let published = other
+        .publish(
+            "web at 1Gi",
+            &[(
+                "apps/web.yaml",
+                flux_standin::web_statefulset("1Gi").as_str(),
+            )],
+        )
+        .await
+        .unwrap();
+    fake.modify(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some(NS),
+        "apps",
+        |ks| {
+            ks["spec"]["sourceRef"]["namespace"] = json!("other");
+        },
+    )
+    .unwrap();
+    let mut config = e2e_config();
+    config.no_cross_namespace_refs = true;
+    config.resync = Duration::from_millis(100);
+    let running = start_tuned(config, fake.client(), tuning())
+        .await
+        .expect("the service starts");
+    // The first finished record, whatever revision it names.
+    let record = loop {
+        if let Some(r) = running
+            .backend
+            .kustomization(NS, "apps")
+            .and_then(|d| d.revisions.into_iter().next())
+            .filter(|r| r.state != RevisionState::Running)
+        {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.state, RevisionState::Refused, "{record:#?}");
+    assert_eq!(record.revision, published.revision, "the real revision");
+    let error = record.error.as_ref().expect("why");
+    assert!(
+        error
+            .message
+            .contains("cross-namespace references have been blocked"),
+        "{error:?}"
+    );
+    assert_eq!(published_events(fake), 1);
+
+    // Three resyncs (and a webhook for the source): not due again, nothing new.
+    resyncs(&running, 3).await;
+    settled(&running).await;
+    let history = running
+        .backend
+        .kustomization(NS, "apps")
+        .expect("handled")
+        .revisions;
+    assert_eq!(history.len(), 1, "{history:#?}");
+    assert_eq!(published_events(fake), 1);
+    running.shutdown().await;
+}

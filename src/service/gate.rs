@@ -388,16 +388,15 @@ impl Gate {
                 message: error.to_string(),
             };
         };
-        // The revision, when the source can be read at all (not for a blocked reference).
-        let source = objects::get_source_within(
-            &c.client,
-            &ks,
-            c.resolver.allow_cross_namespace,
-            c.call_timeout,
-        )
-        .await
-        .ok()
-        .and_then(|s| s.status.artifact);
+        // The revision the refusal or failure is about, read with the service's own identity
+        // even when the policy blocks the reference: `--no-cross-namespace-refs` is
+        // kustomize-controller's rule for what a Kustomization may apply from, not for what
+        // the service may read to record. With the revision recorded, the index does not
+        // find the same refusal due again at the next resync.
+        let source = objects::get_source_within(&c.client, &ks, true, c.call_timeout)
+            .await
+            .ok()
+            .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
         let record = RevisionRecord {
             revision: source

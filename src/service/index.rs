@@ -349,7 +349,11 @@ impl Index {
         let Some(last) = last else {
             return Some(Due::NeverRun);
         };
-        if last.revision != revision {
+        // A refusal recorded without a revision (the source could not be read, e.g. a
+        // reference the policy blocks) was not about a revision: a new one changes nothing,
+        // only a new spec (below) can. Due again at every resync, it would repeat its Event.
+        let revision_unknown = last.state == RevisionState::Refused && last.revision.is_empty();
+        if last.revision != revision && !revision_unknown {
             return Some(Due::NewRevision);
         }
         match last.state {
