@@ -1582,3 +1582,86 @@ async fn e2e_a_blocked_cross_namespace_source_is_recorded_once_with_its_revision
     assert_eq!(published_events(fake), 1);
     running.shutdown().await;
 }
+
+fn results_configmaps(fake: &FakeApiServer) -> Vec<String> {
+    fake.list("v1", "ConfigMap", Some(NS))
+        .into_iter()
+        .filter(|cm| cm["metadata"]["labels"]["flux-converger.io/record"] == "results")
+        .filter_map(|cm| cm["metadata"]["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_the_results_of_a_deleted_kustomization_are_removed_when_the_watch_sees_it_go() {
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    // No resync during the test: the watch's delete event alone must do it.
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    finished(&running, &r1).await;
+    assert_eq!(
+        results_configmaps(fake),
+        ["flux-converger-results.flux-system.apps"]
+    );
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(fake.client(), NS, &flux_standin::kustomization_resource());
+    api.delete("apps", &Default::default()).await.unwrap();
+    until(|| results_configmaps(fake).is_empty()).await;
+    assert!(running.backend.kustomization(NS, "apps").is_none());
+    let status = reqwest::get(format!("http://{}/status", running.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!status.contains("\"apps\""), "{status}");
+    let one = reqwest::get(format!("http://{}/status/{NS}/apps", running.addr))
+        .await
+        .unwrap();
+    assert_eq!(one.status().as_u16(), 404);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_results_of_a_kustomization_deleted_while_the_service_was_down_go_at_the_resync() {
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    // Left by an earlier process for a Kustomization deleted since.
+    let earlier = flux_converger::service::results::Results::new(
+        fake.client(),
+        NS.into(),
+        Duration::from_secs(5),
+    );
+    earlier
+        .put(
+            NS,
+            "ghost",
+            record("main@sha1:0", RevisionState::Converged, Trigger::Webhook),
+        )
+        .await
+        .unwrap();
+    let mut config = e2e_config();
+    config.resync = Duration::from_millis(100);
+    let running = start_tuned(config, fake.client(), tuning())
+        .await
+        .expect("the service starts");
+    let r1 = flux.source.history()[0].revision.clone();
+    finished(&running, &r1).await;
+    // The ghost's goes; the live Kustomization's stays.
+    until(|| results_configmaps(fake) == ["flux-converger-results.flux-system.apps"]).await;
+    resyncs(&running, 2).await;
+    assert_eq!(
+        results_configmaps(fake),
+        ["flux-converger-results.flux-system.apps"]
+    );
+    assert_eq!(
+        running
+            .backend
+            .kustomization(NS, "apps")
+            .expect("handled")
+            .revisions
+            .len(),
+        1
+    );
+    running.shutdown().await;
+}

@@ -36,6 +36,18 @@ pub trait Records: Send + Sync + 'static {
     fn version(&self, _namespace: &str, _name: &str) -> Option<u64> {
         None
     }
+    /// Every Kustomization with records (none by default: nothing to forget).
+    fn keys(&self) -> Vec<Key> {
+        Vec::new()
+    }
+    /// Forgets the records of a Kustomization that is gone, where they persist too.
+    fn forget<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A Kustomization, by namespace and name.
@@ -275,6 +287,14 @@ impl Index {
 
     pub fn entry(&self, key: &Key) -> Option<&Entry> {
         self.kustomizations.get(key)
+    }
+
+    /// Of `keys` (Kustomizations with records), those the watch does not hold: deleted, or no
+    /// longer matching `--watch-label-selector`. Their records describe nothing that exists.
+    pub fn gone(&self, keys: impl IntoIterator<Item = Key>) -> Vec<Key> {
+        keys.into_iter()
+            .filter(|k| !self.kustomizations.contains_key(k))
+            .collect()
     }
 
     /// The gate of a handled Kustomization; `None` when unknown or `off`.
