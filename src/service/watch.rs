@@ -295,7 +295,7 @@ impl Feed {
             }
             let queued = self.queue_due(Trigger::Resync);
             // A delete the watch missed (a relist, a restart) is found here.
-            let gone = self.index().gone(self.records.keys().into_iter());
+            let gone = self.index().gone(self.records.keys());
             if !gone.is_empty() {
                 self.clone().forget_gone(gone).await;
             }
