@@ -125,7 +125,12 @@ impl World {
     /// source-controller publishing `revision`, whose render declares `data` at `size`.
     fn publish(&self, revision: &str, size: &str) {
         let yaml = serde_saphyr::to_string(&statefulset(size)).unwrap();
-        let archive = flux_artifact(&[("apps/web.yaml", yaml.as_str())]);
+        self.publish_files(revision, &[("apps/web.yaml", yaml.as_str())]);
+    }
+
+    /// source-controller publishing `revision` with `files`.
+    fn publish_files(&self, revision: &str, files: &[(&str, &str)]) {
+        let archive = flux_artifact(files);
         let path = format!(
             "gitrepository/{FLUX_NS}/repo/{}.tar.gz",
             revision.replace(':', "-")
@@ -1199,4 +1204,36 @@ async fn a_deferred_recheck_updates_its_record_in_place_and_adds_none() {
     assert_eq!(persisted, history);
     // The claim growing is news: one Event for it.
     assert_eq!(event_occurrences(&w.fake), 2);
+}
+
+#[tokio::test]
+async fn a_render_that_may_pass_at_the_next_try_fails_the_revision_instead_of_refusing_it() {
+    let w = World::new("suspend", true, None).await;
+    // A remote base on a closed loopback port: kustomize cannot fetch it (no network needed).
+    w.publish_files(
+        "main@sha1:2",
+        &[(
+            "apps/kustomization.yaml",
+            "resources:\n- https://127.0.0.1:1/org/repo//base?ref=main\n",
+        )],
+    );
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config).run(FLUX_NS, "apps", Trigger::Watch).await;
+    assert!(matches!(outcome, GateOutcome::Failed { .. }), "{outcome:?}");
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Failed);
+    assert_eq!(record.revision, "main@sha1:2");
+    assert_eq!(record.error.as_ref().unwrap().step, "resolve");
+
+    // A missing file in the same tree is input no retry fixes: refused.
+    w.publish_files(
+        "main@sha1:3",
+        &[("apps/kustomization.yaml", "resources:\n- nothere.yaml\n")],
+    );
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config).run(FLUX_NS, "apps", Trigger::Watch).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
+    assert_eq!(last(&results).state, RevisionState::Refused);
 }
