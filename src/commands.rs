@@ -1,8 +1,8 @@
-//! A plan as the shell commands that carry it out by hand (`plan -o commands`, and the `hint`
-//! of a failed step in the service's results).
+//! A plan as the shell commands that carry it out by hand (`plan -o commands`), and the one-line
+//! `hint` of a failed step in the service's results, which names the commands that print that
+//! script ([`manual_hint`]).
 //!
-//! Both callers take the commands from here, generated from the same `Plan` the converger
-//! acts on, so the manual procedure an operator is told to run cannot drift from what the
+//! The script is generated from the same `Plan` the converger acts on, so the manual procedure an operator is told to run cannot drift from what the
 //! converger itself does. The script is as careful as `converge`: every precondition is
 //! checked before the first write (each StatefulSet to re-create is still the object planned
 //! on, by uid), each claim patch is a JSON patch whose `test` of the planned request makes it
@@ -196,4 +196,83 @@ pub fn refusal_comment(refusal: &Refusal) -> String {
         refusal.code,
         refusal.message.replace('\n', "\n# ")
     )
+}
+
+/// What the service tells an operator to run by hand for a StatefulSet it could not finish,
+/// as one line to paste: the commands that produce the script, never the script itself.
+///
+/// Why not the script: it carries the rendered object, after `postBuild` substitution, so any
+/// value a `substituteFrom` Secret put in it would be copied into the record (a ConfigMap in
+/// the service's namespace, `/status`, the dashboard, Events). The operator renders it again
+/// with their own rights instead, and reviews what `plan -o commands` prints before running it.
+/// `absent`: the StatefulSet was deleted (by the converge's orphan delete) and not re-applied;
+/// then `converge` with the service's journal finishes the intent first, then converges.
+pub fn manual_hint(hint: &ManualHint<'_>) -> String {
+    let ManualHint {
+        namespace,
+        name,
+        journal_namespace,
+        absent,
+    } = *hint;
+    let reference = shell_quote(&format!("{namespace}/{name}"));
+    let render = format!("flux-converger render --kustomization {reference} --statefulsets");
+    if absent {
+        return format!(
+            "{render} | flux-converger converge -f - --journal-namespace {}",
+            shell_quote(journal_namespace)
+        );
+    }
+    let file = shell_quote(&format!("{name}.yaml"));
+    format!(
+        "{render} > {file} && kubectl get statefulsets,persistentvolumeclaims,storageclasses -A -o yaml | flux-converger plan -f {file} --cluster-state - -o commands"
+    )
+}
+
+/// The Kustomization whose StatefulSet is left to finish, for [`manual_hint`].
+#[derive(Clone, Copy, Debug)]
+pub struct ManualHint<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// Where the service keeps its intents (`serve -n`).
+    pub journal_namespace: &'a str,
+    /// The StatefulSet is gone (deleted by the converge, not yet re-applied).
+    pub absent: bool,
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::*;
+
+    #[test]
+    fn manual_hints_by_table() {
+        for (namespace, name, absent, want) in [
+            (
+                "flux-system",
+                "apps",
+                false,
+                "flux-converger render --kustomization flux-system/apps --statefulsets > apps.yaml && kubectl get statefulsets,persistentvolumeclaims,storageclasses -A -o yaml | flux-converger plan -f apps.yaml --cluster-state - -o commands",
+            ),
+            (
+                "flux-system",
+                "apps",
+                true,
+                "flux-converger render --kustomization flux-system/apps --statefulsets | flux-converger converge -f - --journal-namespace flux-system",
+            ),
+            (
+                "team a",
+                "db",
+                true,
+                "flux-converger render --kustomization 'team a/db' --statefulsets | flux-converger converge -f - --journal-namespace flux-system",
+            ),
+        ] {
+            let hint = manual_hint(&ManualHint {
+                namespace,
+                name,
+                journal_namespace: "flux-system",
+                absent,
+            });
+            assert_eq!(hint, want);
+            assert!(!hint.contains('\n'), "one line to paste");
+        }
+    }
 }

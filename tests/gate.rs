@@ -135,7 +135,12 @@ impl World {
             .map(|(path, object)| (*path, serde_saphyr::to_string(object).unwrap()))
             .collect();
         let entries: Vec<(&str, &str)> = yamls.iter().map(|(p, y)| (*p, y.as_str())).collect();
-        let archive = flux_artifact(&entries);
+        self.publish_files(revision, &entries);
+    }
+
+    /// source-controller publishing `revision` with `files`.
+    fn publish_files(&self, revision: &str, files: &[(&str, &str)]) {
+        let archive = flux_artifact(files);
         let path = format!(
             "gitrepository/{FLUX_NS}/repo/{}.tar.gz",
             revision.replace(':', "-")
@@ -291,6 +296,15 @@ impl Drop for Flux {
 
 fn last(results: &Results) -> RevisionRecord {
     results.last(FLUX_NS, "apps").expect("a record")
+}
+
+/// How many times Events were published, counting the repeats kube's recorder folds into one
+/// Event's `series`.
+fn event_occurrences(fake: &FakeApiServer) -> u64 {
+    fake.list("events.k8s.io/v1", "Event", Some(FLUX_NS))
+        .iter()
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
 }
 
 fn events(fake: &FakeApiServer) -> Vec<(String, String, String)> {
@@ -621,19 +635,12 @@ async fn forbidden_under_the_tenant_is_a_failed_revision_naming_the_permission()
     assert!(record.handoff.is_none());
     let error = record.statefulsets[0].error.as_ref().unwrap();
     assert_eq!(error.step, "grow");
-    // What to run by hand: the same commands `plan -o commands` prints for what is left.
+    // What to run by hand: the commands that print the careful script for what is left (the
+    // StatefulSet is still there), not the script with the rendered object in it.
     let hint = error.hint.as_deref().unwrap();
-    assert!(
-        hint.contains("kubectl patch pvc data-web-0 -n default --type json"),
-        "{hint}"
-    );
-    assert!(
-        hint.contains(r#""propagationPolicy":"Orphan","preconditions":{"uid":"#),
-        "the delete is bound to the uid planned on: {hint}"
-    );
-    assert!(
-        hint.contains("kubectl wait --for=delete statefulset/web -n default --timeout=60s"),
-        "{hint}"
+    assert_eq!(
+        hint,
+        "flux-converger render --kustomization flux-system/apps --statefulsets > apps.yaml && kubectl get statefulsets,persistentvolumeclaims,storageclasses -A -o yaml | flux-converger plan -f apps.yaml --cluster-state - -o commands"
     );
     assert_eq!(w.ks_writes(), 0, "not handed off");
     assert_eq!(
@@ -1269,4 +1276,122 @@ async fn a_tenant_without_create_fails_the_revision_at_the_preflight_before_any_
     assert_eq!(w.ks_writes(), 0, "not handed off");
     assert_eq!(w.sts()["metadata"]["uid"], uid, "never deleted");
     assert_eq!(w.claim_size("data-web-0"), "1Gi", "no claim grown");
+}
+
+#[tokio::test]
+async fn a_deferred_recheck_updates_its_record_in_place_and_adds_none() {
+    let w = World::new("suspend", true, None).await;
+    // Left over from a scale-down, never bound: it cannot grow yet.
+    w.fake.seed(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-web-5", "namespace": NS, "labels": {"app": "web"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
+                 "volumeMode": "Filesystem", "resources": {"requests": {"storage": "1Gi"}}},
+        "status": {"phase": "Pending"}
+    }));
+    w.publish("main@sha1:2", "2Gi");
+    let _flux = w.flux(false);
+    let config = w.config(EventSink::new(w.fake.client(), None, Some("test".into())).unwrap());
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+    assert_eq!(
+        gate.run(FLUX_NS, "apps", Trigger::Watch).await,
+        GateOutcome::Deferred
+    );
+    let first = last(&results);
+    assert_eq!(first.statefulsets[0].deferred[0].claim, "data-web-5");
+    assert_eq!(event_occurrences(&w.fake), 1);
+
+    // Five resyncs while the claim stays Pending: the same one record, no new Event.
+    for _ in 0..5 {
+        assert_eq!(
+            gate.run(FLUX_NS, "apps", Trigger::Resync).await,
+            GateOutcome::Deferred
+        );
+    }
+    let history = results.history(FLUX_NS, "apps");
+    assert_eq!(history.len(), 1, "{history:#?}");
+    assert_eq!(history[0].started_at, first.started_at);
+    assert_eq!(history[0].trigger, Trigger::Watch);
+    assert_eq!(history[0].statefulsets, first.statefulsets);
+    assert_eq!(history[0].handoff, first.handoff, "not handed off again");
+    assert_eq!(event_occurrences(&w.fake), 1);
+
+    // Bound at last: the next re-check grows it, in the same record.
+    w.fake.set_pvc_phase(NS, "data-web-5", "Bound");
+    assert_eq!(
+        gate.run(FLUX_NS, "apps", Trigger::Resync).await,
+        GateOutcome::Done(RevisionState::Converged)
+    );
+    assert_eq!(w.claim_size("data-web-5"), "2Gi");
+    let history = results.history(FLUX_NS, "apps");
+    assert_eq!(history.len(), 1, "{history:#?}");
+    let record = &history[0];
+    assert_eq!(record.started_at, first.started_at);
+    assert_eq!(record.state, RevisionState::Converged);
+    let sts = &record.statefulsets[0];
+    assert_eq!(sts.outcome, StatefulSetOutcome::Converged);
+    assert!(sts.deferred.is_empty(), "{sts:?}");
+    let grown: Vec<_> = sts.claims.iter().map(|c| c.claim.as_str()).collect();
+    assert_eq!(grown, ["data-web-0", "data-web-1", "data-web-5"]);
+    assert_eq!(
+        (&sts.old_uid, &sts.new_uid),
+        (
+            &first.statefulsets[0].old_uid,
+            &first.statefulsets[0].new_uid
+        ),
+        "the re-creation the first run did stays recorded"
+    );
+    assert!(
+        record.warnings.iter().all(|w| !w.contains("deferred")),
+        "{:?}",
+        record.warnings
+    );
+    // The record is persisted so: one record in the results ConfigMap.
+    let cm = w
+        .fake
+        .get(
+            "v1",
+            "ConfigMap",
+            Some(FLUX_NS),
+            &results_configmap_name(FLUX_NS, "apps"),
+        )
+        .unwrap();
+    let persisted: Vec<RevisionRecord> =
+        serde_json::from_str(cm["data"]["records"].as_str().unwrap()).unwrap();
+    assert_eq!(persisted, history);
+    // The claim growing is news: one Event for it.
+    assert_eq!(event_occurrences(&w.fake), 2);
+}
+
+#[tokio::test]
+async fn a_render_that_may_pass_at_the_next_try_fails_the_revision_instead_of_refusing_it() {
+    let w = World::new("suspend", true, None).await;
+    // A remote base on a closed loopback port: kustomize cannot fetch it (no network needed).
+    w.publish_files(
+        "main@sha1:2",
+        &[(
+            "apps/kustomization.yaml",
+            "resources:\n- https://127.0.0.1:1/org/repo//base?ref=main\n",
+        )],
+    );
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config).run(FLUX_NS, "apps", Trigger::Watch).await;
+    assert!(matches!(outcome, GateOutcome::Failed { .. }), "{outcome:?}");
+    let record = last(&results);
+    assert_eq!(record.state, RevisionState::Failed);
+    assert_eq!(record.revision, "main@sha1:2");
+    assert_eq!(record.error.as_ref().unwrap().step, "resolve");
+
+    // A missing file in the same tree is input no retry fixes: refused.
+    w.publish_files(
+        "main@sha1:3",
+        &[("apps/kustomization.yaml", "resources:\n- nothere.yaml\n")],
+    );
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config).run(FLUX_NS, "apps", Trigger::Watch).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
+    assert_eq!(last(&results).state, RevisionState::Refused);
 }

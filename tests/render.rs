@@ -991,3 +991,181 @@ fn cli_renders_a_large_crd_bundle() {
             .any(|o| o["kind"] == "Deep" && o["metadata"]["namespace"] == "prod")
     );
 }
+
+// ---- the kustomize process: deadline, signals, remote bases, output cap ----
+
+/// A fake `--kustomize` command: a shell script with `body` (the directory is its last argument).
+fn fake_kustomize(dir: &Path, body: &str) -> KustomizeCommand {
+    use std::os::unix::fs::PermissionsExt as _;
+    let script = dir.join("kustomize.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    KustomizeCommand::parse(script.to_str().unwrap()).unwrap()
+}
+
+/// Renders a tree `apps/` holding `files` with `kustomize`.
+async fn render_tree(
+    files: &[(&str, &str)],
+    kustomize: &KustomizeCommand,
+) -> Result<Rendered, RenderError> {
+    let root = tempfile::tempdir().unwrap();
+    for (rel, text) in files {
+        let path = root.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let ks = tiny_ks("./apps");
+    render::render(&RenderRequest {
+        root: root.path(),
+        owner: Owner {
+            name: "a",
+            namespace: "b",
+            spec: &ks.spec,
+        },
+        variables: &Variables::new(),
+        strict: true,
+        kustomize,
+    })
+    .await
+}
+
+const ONE_CONFIG_MAP: (&str, &str) = (
+    "apps/a.yaml",
+    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n",
+);
+
+fn alive(pid: &str) -> bool {
+    Command::new("kill")
+        .args(["-0", pid])
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[tokio::test]
+async fn a_build_past_its_deadline_is_killed_with_its_children_and_is_not_bad_input() {
+    let scripts = tempfile::tempdir().unwrap();
+    let pid_file = scripts.path().join("child.pid");
+    // A child that would hang for ever (as git on a silent server does).
+    let kustomize = fake_kustomize(
+        scripts.path(),
+        &format!("sleep 300 &\necho $! > {}\nwait", pid_file.display()),
+    )
+    .with_timeout(std::time::Duration::from_millis(300));
+    let e = render_tree(&[ONE_CONFIG_MAP], &kustomize)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RenderError::KustomizeTimeout { .. }), "{e}");
+    assert!(!e.is_bad_input(), "a timeout is retried, never refused");
+    assert!(e.to_string().contains("timed out after 300ms"), "{e}");
+    let child = std::fs::read_to_string(&pid_file).unwrap();
+    let child = child.trim();
+    // SIGKILL is delivered before kill(2) returns; the zombie is reaped by init shortly after.
+    for _ in 0..500 {
+        if !alive(child) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!alive(child), "the build's child {child} outlived the kill");
+}
+
+#[tokio::test]
+async fn a_build_killed_by_a_signal_is_a_failure_not_bad_input() {
+    let scripts = tempfile::tempdir().unwrap();
+    let kustomize = fake_kustomize(scripts.path(), "echo partial >&2\nkill -9 $$");
+    let e = render_tree(&[ONE_CONFIG_MAP], &kustomize)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RenderError::KustomizeKilled { .. }), "{e}");
+    assert!(!e.is_bad_input());
+    let text = e.to_string();
+    assert!(text.contains("killed by signal 9"), "{text}");
+    assert!(text.contains("partial"), "stderr quoted: {text}");
+}
+
+#[tokio::test]
+async fn an_unreachable_remote_base_is_a_failure_not_bad_input() {
+    // A closed port on loopback: kustomize fails at once, without the network.
+    let files = [(
+        "apps/kustomization.yaml",
+        "resources:\n- https://127.0.0.1:1/org/repo//base?ref=main\n",
+    )];
+    let e = render_tree(&files, &KustomizeCommand::default())
+        .await
+        .unwrap_err();
+    let RenderError::KustomizeFailed { remote, stderr, .. } = &e else {
+        panic!("expected a kustomize failure, got {e}")
+    };
+    assert!(*remote, "{stderr}");
+    assert!(!e.is_bad_input(), "{e}");
+    // A missing local file stays bad input (the same tree always fails).
+    let files = [("apps/kustomization.yaml", "resources:\n- nothere.yaml\n")];
+    let e = render_tree(&files, &KustomizeCommand::default())
+        .await
+        .unwrap_err();
+    assert!(e.is_bad_input(), "{e}");
+}
+
+#[tokio::test]
+async fn output_past_the_render_cap_is_cut_off_and_refused() {
+    let scripts = tempfile::tempdir().unwrap();
+    // Never ends on its own: only the cap stops it.
+    let kustomize = fake_kustomize(
+        scripts.path(),
+        "exec yes '# an overlay that multiplies its input'",
+    )
+    .with_max_output(64 * 1024);
+    let e = render_tree(&[ONE_CONFIG_MAP], &kustomize)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, RenderError::KustomizeOutputTooLarge { limit: 65536, .. }),
+        "{e}"
+    );
+    assert!(e.is_bad_input(), "the same overlay always prints as much");
+    assert!(
+        e.to_string()
+            .contains("more than the maximum render size of 65536 bytes"),
+        "{e}"
+    );
+    // Output of exactly the cap renders; one byte over is refused.
+    let object = "apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: a\\n  namespace: b\\n";
+    let printing = fake_kustomize(scripts.path(), &format!("printf '{object}'"));
+    let rendered = render_tree(&[ONE_CONFIG_MAP], &printing.clone().with_max_output(66))
+        .await
+        .unwrap();
+    assert_eq!(rendered.objects.len(), 1);
+    let e = render_tree(&[ONE_CONFIG_MAP], &printing.with_max_output(65))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("65 bytes"), "{e}");
+}
+
+#[test]
+fn cli_build_limits_exit_1_for_a_timeout_and_2_for_the_output_cap() {
+    let scripts = tempfile::tempdir().unwrap();
+    let slow = fake_kustomize(scripts.path(), "exec sleep 300");
+    let (plain, ks) = (data("plain"), data("plain.ks.yaml"));
+    let base = [
+        "--path",
+        path_str(&plain),
+        "--kustomization-file",
+        path_str(&ks),
+    ];
+    let (code, out, err) = cli(&[
+        &base[..],
+        &["--kustomize", &slow.program, "--render-timeout", "200ms"][..],
+    ]
+    .concat());
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("timed out after 200ms"), "{err}");
+    let (code, out, err) = cli(&[&base[..], &["--max-render-size", "100"][..]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert!(err.contains("maximum render size of 100 bytes"), "{err}");
+    // The cap follows --max-unpacked-size unless given.
+    let (code, _, err) = cli(&[&base[..], &["--max-unpacked-size", "1Mi"][..]].concat());
+    assert_eq!(code, 0, "{err}");
+}

@@ -430,16 +430,8 @@ async fn a_new_source_revision_reaches_every_handled_reader_without_a_webhook() 
     assert_eq!(
         later,
         vec![
-            (
-                "flux-system/a".into(),
-                Trigger::Resync,
-                "main@sha1:2".into()
-            ),
-            (
-                "flux-system/b".into(),
-                Trigger::Resync,
-                "main@sha1:2".into()
-            ),
+            ("flux-system/a".into(), Trigger::Watch, "main@sha1:2".into()),
+            ("flux-system/b".into(), Trigger::Watch, "main@sha1:2".into()),
         ]
     );
     running.shutdown().await;
@@ -1072,7 +1064,7 @@ async fn e2e_suspend_gate_converges_then_hands_off_and_resuspends() {
     let second = finished(&running, &r2).await;
     assert_eq!(second.state, RevisionState::Converged, "{second:#?}");
     // The source watch and the webhook race; either may queue it (one run either way).
-    assert!(matches!(second.trigger, Trigger::Webhook | Trigger::Resync));
+    assert!(matches!(second.trigger, Trigger::Webhook | Trigger::Watch));
     let handoff = second.handoff.as_ref().expect("handed off");
     assert_eq!(handoff.mode, GateMode::Suspend);
     assert_eq!(
@@ -1763,4 +1755,370 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
     assert_ne!(after["metadata"]["uid"], json!(before));
     assert!(after["metadata"]["deletionTimestamp"].is_null());
     assert!(logged("every re-apply returned"));
+}
+
+/// Every log line of this test binary from the first call on (a global subscriber: the
+/// service's tasks run on the runtime's worker threads, which a thread-local one would miss).
+fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || LogSink(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        logs
+    })
+    .clone()
+}
+
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_no_value_from_a_substitute_from_secret_leaves_the_cluster_in_a_failed_record() {
+    let logs = captured_logs();
+    let secret = format!("s3cr3t-{:016x}", rand::random::<u64>());
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    fake.seed(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "app-vars", "namespace": NS},
+        "data": {"API_TOKEN": base64_encode(secret.as_bytes())},
+    }));
+    fake.modify(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some(NS),
+        "apps",
+        |ks| {
+            ks["spec"]["postBuild"] =
+                json!({"substituteFrom": [{"kind": "Secret", "name": "app-vars"}]});
+        },
+    )
+    .unwrap();
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    finished(&running, &r1).await;
+
+    // Revision 2 grows the volume and passes the Secret's value to the container.
+    let two = flux_standin::web_statefulset("2Gi").replace(
+        "        image: busybox\n",
+        "        image: busybox\n        env: [{name: API_TOKEN, value: \"${API_TOKEN}\"}]\n",
+    );
+    assert!(two.contains("${API_TOKEN}"));
+    // The orphan delete fails: the revision fails after its claims grew, with a hint.
+    fake.add_fault(support::FaultRule {
+        method: Some(http::Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: support::Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "etcdserver: request timed out".into(),
+        },
+    });
+    let r2 = flux
+        .source
+        .publish(
+            "web at 2Gi with a token",
+            &[("apps/web.yaml", two.as_str())],
+        )
+        .await
+        .unwrap()
+        .revision;
+    let record = finished(&running, &r2).await;
+    assert_eq!(record.state, RevisionState::Failed, "{record:#?}");
+    let error = record.statefulsets[0]
+        .error
+        .as_ref()
+        .expect("a failed step");
+    assert_eq!(error.step, "orphan", "{error:?}");
+    let hint = error.hint.as_deref().expect("a hint");
+    assert!(
+        hint.starts_with("flux-converger render --kustomization flux-system/apps --statefulsets"),
+        "{hint}"
+    );
+
+    // The value did reach the render the service converged (so it could have leaked).
+    let resolved = resolver(fake.client())
+        .resolve(NS, "apps")
+        .await
+        .expect("the revision renders");
+    assert!(
+        resolved.rendered.statefulsets[0]
+            .object
+            .to_string()
+            .contains(&secret),
+        "the render substitutes the Secret's value"
+    );
+
+    // Nowhere outside the Secret: /status, the history, the dashboard, the results ConfigMaps,
+    // the Events, the logs.
+    let http = reqwest::Client::new();
+    for path in [
+        "/status",
+        "/status/flux-system/apps",
+        "/",
+        "/kustomizations/flux-system/apps",
+    ] {
+        let response = http
+            .get(format!("http://{}{path}", running.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        let body = response.text().await.unwrap();
+        assert!(!body.contains(&secret), "{path} carries the secret value");
+    }
+    let results: Vec<_> = fake
+        .list("v1", "ConfigMap", Some(NS))
+        .into_iter()
+        .filter(|cm| cm["metadata"]["labels"]["flux-converger.io/record"] == "results")
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert!(
+        !results[0].to_string().contains(&secret),
+        "results ConfigMap"
+    );
+    // The failure's Event follows the record.
+    until(|| published_events(fake) >= 1).await;
+    let events = fake.list("events.k8s.io/v1", "Event", None);
+    for event in events {
+        assert!(!event.to_string().contains(&secret), "Event {event}");
+    }
+    running.shutdown().await;
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(logs.contains(&r2), "the logs were captured");
+    assert!(!logs.contains(&secret), "the logs carry the secret value");
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The resync's own stamp, read from `/metrics`.
+async fn last_resync(running: &Running) -> Option<String> {
+    let body = reqwest::get(format!("http://{}/metrics", running.addr))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    body.lines()
+        .find(|l| l.starts_with("flux_converger_last_resync_timestamp_seconds "))
+        .map(String::from)
+}
+
+/// Waits until `n` more resyncs have completed.
+async fn resyncs(running: &Running, n: usize) {
+    let mut seen = last_resync(running).await;
+    for _ in 0..n {
+        loop {
+            let now = last_resync(running).await;
+            if now.is_some() && now != seen {
+                seen = now;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Events the service published on the Kustomization, counting the repeats kube's recorder
+/// folds into one Event's `series`.
+fn published_events(fake: &FakeApiServer) -> u64 {
+    fake.list("events.k8s.io/v1", "Event", Some(NS))
+        .iter()
+        .filter(|e| e["reportingController"] == "flux-converger")
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_blocked_cross_namespace_source_is_recorded_once_with_its_revision() {
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}));
+    let other = GitSource::create(
+        fake.client(),
+        ArtifactServer::start().await,
+        "other",
+        "repo",
+    )
+    .await
+    .unwrap();
+    let published = other
+        .publish(
+            "web at 1Gi",
+            &[(
+                "apps/web.yaml",
+                flux_standin::web_statefulset("1Gi").as_str(),
+            )],
+        )
+        .await
+        .unwrap();
+    fake.modify(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some(NS),
+        "apps",
+        |ks| {
+            ks["spec"]["sourceRef"]["namespace"] = json!("other");
+        },
+    )
+    .unwrap();
+    let mut config = e2e_config();
+    config.no_cross_namespace_refs = true;
+    config.resync = Duration::from_millis(100);
+    let running = start_tuned(config, fake.client(), tuning())
+        .await
+        .expect("the service starts");
+    // The first finished record, whatever revision it names.
+    let record = loop {
+        if let Some(r) = running
+            .backend
+            .kustomization(NS, "apps")
+            .and_then(|d| d.revisions.into_iter().next())
+            .filter(|r| r.state != RevisionState::Running)
+        {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.state, RevisionState::Refused, "{record:#?}");
+    assert_eq!(record.revision, published.revision, "the real revision");
+    let error = record.error.as_ref().expect("why");
+    assert!(
+        error
+            .message
+            .contains("cross-namespace references have been blocked"),
+        "{error:?}"
+    );
+    // The Event follows the record.
+    until(|| published_events(fake) >= 1).await;
+
+    // Three resyncs (and a webhook for the source): not due again, nothing new.
+    resyncs(&running, 3).await;
+    settled(&running).await;
+    let history = running
+        .backend
+        .kustomization(NS, "apps")
+        .expect("handled")
+        .revisions;
+    assert_eq!(history.len(), 1, "{history:#?}");
+    assert_eq!(published_events(fake), 1);
+    running.shutdown().await;
+}
+
+fn results_configmaps(fake: &FakeApiServer) -> Vec<String> {
+    fake.list("v1", "ConfigMap", Some(NS))
+        .into_iter()
+        .filter(|cm| cm["metadata"]["labels"]["flux-converger.io/record"] == "results")
+        .filter_map(|cm| cm["metadata"]["name"].as_str().map(String::from))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_the_results_of_a_deleted_kustomization_are_removed_when_the_watch_sees_it_go() {
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    // No resync during the test: the watch's delete event alone must do it.
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    finished(&running, &r1).await;
+    assert_eq!(
+        results_configmaps(fake),
+        ["flux-converger-results.flux-system.apps"]
+    );
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(fake.client(), NS, &flux_standin::kustomization_resource());
+    api.delete("apps", &Default::default()).await.unwrap();
+    until(|| results_configmaps(fake).is_empty()).await;
+    assert!(running.backend.kustomization(NS, "apps").is_none());
+    let status = reqwest::get(format!("http://{}/status", running.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!status.contains("\"apps\""), "{status}");
+    let one = reqwest::get(format!("http://{}/status/{NS}/apps", running.addr))
+        .await
+        .unwrap();
+    assert_eq!(one.status().as_u16(), 404);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_results_of_a_kustomization_deleted_while_the_service_was_down_go_at_the_resync() {
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    // Left by an earlier process for a Kustomization deleted since.
+    let earlier = flux_converger::service::results::Results::new(
+        fake.client(),
+        NS.into(),
+        Duration::from_secs(5),
+    );
+    earlier
+        .put(
+            NS,
+            "ghost",
+            record("main@sha1:0", RevisionState::Converged, Trigger::Webhook),
+        )
+        .await
+        .unwrap();
+    let mut config = e2e_config();
+    config.resync = Duration::from_millis(100);
+    let running = start_tuned(config, fake.client(), tuning())
+        .await
+        .expect("the service starts");
+    let r1 = flux.source.history()[0].revision.clone();
+    finished(&running, &r1).await;
+    // The ghost's goes; the live Kustomization's stays.
+    until(|| results_configmaps(fake) == ["flux-converger-results.flux-system.apps"]).await;
+    resyncs(&running, 2).await;
+    assert_eq!(
+        results_configmaps(fake),
+        ["flux-converger-results.flux-system.apps"]
+    );
+    assert_eq!(
+        running
+            .backend
+            .kustomization(NS, "apps")
+            .expect("handled")
+            .revisions
+            .len(),
+        1
+    );
+    running.shutdown().await;
 }

@@ -60,7 +60,7 @@ impl ArtifactLimitArgs {
 }
 
 /// A size flag: whole bytes, written plainly or as a quantity.
-fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, String> {
     let quantity = Quantity::parse(text).map_err(|e| e.to_string())?;
     let nanos = quantity.nanos();
     if nanos < 0 || nanos % 1_000_000_000 != 0 {

@@ -2,6 +2,7 @@
 //! the contract of docs/cli.md: 0 done/planned, 3 refused, 2 bad input or usage, 1 other failure.
 
 pub mod artifact_limits;
+pub mod build_limits;
 pub mod converge;
 pub mod listen_addr;
 pub mod plan;

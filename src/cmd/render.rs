@@ -60,6 +60,8 @@ pub struct Args {
     /// Retries of an artifact download on connection errors and 5xx.
     #[arg(long, value_name = "N", default_value_t = 4)]
     fetch_retries: u32,
+    #[command(flatten)]
+    build: super::build_limits::BuildLimitArgs,
     // Last: its help heading covers only its own flags.
     #[command(flatten)]
     limits: ArtifactLimitArgs,
@@ -67,6 +69,10 @@ pub struct Args {
 
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     let kustomize = KustomizeCommand::parse(&args.kustomize).map_err(bad_input)?;
+    let kustomize = args
+        .build
+        .apply(kustomize, args.limits.max_unpacked_size)
+        .map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     let options = FetchOptions {
         retries: args.fetch_retries,
         ..args.limits.fetch_options()

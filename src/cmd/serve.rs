@@ -107,6 +107,8 @@ pub struct Args {
     /// The kustomize build command.
     #[arg(long, value_name = "CMD", default_value = DEFAULT_KUSTOMIZE, env = "FLUX_CONVERGER_KUSTOMIZE")]
     kustomize: String,
+    #[command(flatten)]
+    build: super::build_limits::BuildLimitArgs,
     // Last: its help heading covers only its own flags. The same caps as `render`, so one
     // tenant's artifact cannot exhaust the service's memory (an OOM-kill loop for every tenant).
     #[command(flatten)]
@@ -178,6 +180,10 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
     }
     let kustomize = KustomizeCommand::parse(&args.kustomize)
         .map_err(|e| bad_input(anyhow::anyhow!("--kustomize: {e}")))?;
+    let kustomize = args
+        .build
+        .apply(kustomize, args.limits.max_unpacked_size)
+        .map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     if let Some(addr) = &args.events_addr {
         reqwest::Url::parse(addr)
             .map_err(|e| bad_input(anyhow::anyhow!("--events-addr {addr:?}: {e}")))?;
@@ -443,5 +449,27 @@ mod tests {
                 (got, want) => panic!("{case}: got {:?}, want {want:?}", got.map(|c| c.listen)),
             }
         }
+    }
+
+    /// The build's bounds reach the service; the output cap follows --max-unpacked-size unless set.
+    #[test]
+    fn build_limits_reach_the_service() {
+        use clap::Parser as _;
+        let kube = KubeArgs::default();
+        let kustomize = |args: &[&str]| {
+            let parsed =
+                Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap();
+            let k = config(&parsed.args, &kube).unwrap().kustomize;
+            (k.timeout, k.max_output)
+        };
+        assert_eq!(kustomize(&[]), (Duration::from_secs(120), 100 << 20));
+        assert_eq!(
+            kustomize(&["--max-unpacked-size", "10Mi"]),
+            (Duration::from_secs(120), 10 << 20)
+        );
+        assert_eq!(
+            kustomize(&["--render-timeout", "30s", "--max-render-size", "1Mi"]),
+            (Duration::from_secs(30), 1 << 20)
+        );
     }
 }

@@ -409,6 +409,7 @@ impl RevisionView {
                 crate::service::record::Trigger::Webhook => "webhook",
                 crate::service::record::Trigger::Resync => "resync",
                 crate::service::record::Trigger::Startup => "startup",
+                crate::service::record::Trigger::Watch => "watch",
             },
             badge: state_badge(Some(record.state)),
             started_at: record.started_at.clone(),

@@ -15,6 +15,7 @@
 
 pub mod entry;
 pub mod handoff;
+pub mod recheck;
 pub mod tenant;
 
 use std::time::{Duration, Instant};
@@ -25,7 +26,6 @@ use kube::runtime::reflector::Store;
 
 use crate::commands;
 use crate::converge::{self, ConvergeError};
-use crate::decide::decide;
 use crate::flux::objects::{self, Kustomization, ObjectsError};
 use crate::flux::render::RenderedStatefulSet;
 use crate::flux::render::resolve::{ResolveError, Resolved, Resolver};
@@ -45,9 +45,6 @@ use tenant::TenantCluster;
 
 /// How many times a run starts over because the source moved on during the converge.
 const MAX_RESTARTS: usize = 3;
-
-/// The bound on the orphan wait in a failure's hint (what `plan -o commands` uses by default).
-const HINT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the gate needs; built by the service runtime.
 pub struct GateConfig {
@@ -205,35 +202,66 @@ impl Gate {
                 );
             }
         };
-        let mut record = RevisionRecord {
-            revision: resolved.revision.clone(),
-            digest: resolved
-                .source
-                .status
-                .artifact
-                .as_ref()
-                .and_then(|a| a.digest.clone()),
-            trigger,
-            started_at,
-            finished_at: None,
-            state: RevisionState::Running,
-            statefulsets: Vec::new(),
-            handoff: None,
-            flux: None,
-            warnings: Vec::new(),
-            error: None,
-            generation: resolved.kustomization.metadata.generation,
-            gate: Some(mode),
+        // A re-check of claims left to grow updates the revision's record instead of adding one.
+        let recheck = c.results.last(namespace, name).filter(|last| {
+            recheck::is_recheck(
+                last,
+                &resolved.revision,
+                resolved.kustomization.metadata.generation,
+            )
+        });
+        let mut record = match &recheck {
+            Some(previous) => previous.clone(),
+            None => {
+                let record = RevisionRecord {
+                    revision: resolved.revision.clone(),
+                    digest: resolved
+                        .source
+                        .status
+                        .artifact
+                        .as_ref()
+                        .and_then(|a| a.digest.clone()),
+                    trigger,
+                    started_at,
+                    finished_at: None,
+                    state: RevisionState::Running,
+                    statefulsets: Vec::new(),
+                    handoff: None,
+                    flux: None,
+                    warnings: Vec::new(),
+                    error: None,
+                    generation: resolved.kustomization.metadata.generation,
+                    gate: Some(mode),
+                };
+                self.save(namespace, name, &record).await;
+                record
+            }
         };
-        self.save(namespace, name, &record).await;
-        tracing::info!(kustomization = %key, revision = %record.revision,
+        tracing::info!(kustomization = %key, revision = %record.revision, recheck = recheck.is_some(),
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 
         let t = Instant::now();
-        record.statefulsets = self.converge_all(&resolved).await;
+        let entries = self.converge_all(&resolved).await;
         c.metrics.step("converge", t.elapsed().as_secs_f64());
-        record.warnings = entry::deferred_warnings(&record.statefulsets);
+        match &recheck {
+            Some(previous) => {
+                record.statefulsets = recheck::merge(&previous.statefulsets, entries);
+                record.warnings = recheck::warnings(
+                    &previous.warnings,
+                    &previous.statefulsets,
+                    &record.statefulsets,
+                );
+            }
+            None => {
+                record.statefulsets = entries;
+                record.warnings = entry::deferred_warnings(&record.statefulsets);
+            }
+        }
         let ks = &resolved.kustomization;
+        // A re-check that changed nothing (claims still Pending) is not news: no Event.
+        let publish = recheck
+            .as_ref()
+            .is_none_or(|p| p.statefulsets != record.statefulsets);
         match entry::verdict(&record.statefulsets) {
             Verdict::Refused => {
                 record.state = RevisionState::Refused;
@@ -289,14 +317,16 @@ impl Gate {
         let handed = if applied_already(ks, &record.revision) {
             // Flux applied this revision before (the converge found nothing, or only lagging
             // claims, to do): unsuspending or requesting a reconcile would only make it
-            // apply the same revision again.
-            record.flux = Some(FluxResult {
-                outcome: FluxOutcome::Applied,
-                applied_revision: Some(record.revision.clone()),
-                message: Some(
-                    "Flux had already applied this revision: not handed off again".into(),
-                ),
-            });
+            // apply the same revision again. A re-check keeps what the hand-off recorded.
+            if recheck.is_none() || record.flux.is_none() {
+                record.flux = Some(FluxResult {
+                    outcome: FluxOutcome::Applied,
+                    applied_revision: Some(record.revision.clone()),
+                    message: Some(
+                        "Flux had already applied this revision: not handed off again".into(),
+                    ),
+                });
+            }
             Ok(())
         } else {
             self.hand_off(namespace, name, mode, &mut record).await
@@ -324,7 +354,7 @@ impl Gate {
         } else {
             GateOutcome::Done(RevisionState::Converged)
         };
-        Pass::Finished(self.finish(ks, record, outcome).await)
+        Pass::Finished(self.finish_with(ks, record, outcome, publish).await)
     }
 
     /// A revision that could not be resolved or rendered: gone Kustomizations are not handled,
@@ -359,16 +389,15 @@ impl Gate {
                 message: error.to_string(),
             };
         };
-        // The revision, when the source can be read at all (not for a blocked reference).
-        let source = objects::get_source_within(
-            &c.client,
-            &ks,
-            c.resolver.allow_cross_namespace,
-            c.call_timeout,
-        )
-        .await
-        .ok()
-        .and_then(|s| s.status.artifact);
+        // The revision the refusal or failure is about, read with the service's own identity
+        // even when the policy blocks the reference: `--no-cross-namespace-refs` is
+        // kustomize-controller's rule for what a Kustomization may apply from, not for what
+        // the service may read to record. With the revision recorded, the index does not
+        // find the same refusal due again at the next resync.
+        let source = objects::get_source_within(&c.client, &ks, true, c.call_timeout)
+            .await
+            .ok()
+            .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
         let record = RevisionRecord {
             revision: source
@@ -554,27 +583,25 @@ impl Gate {
         }
     }
 
-    /// What an operator runs by hand to finish, from a fresh plan of what is left (the same
-    /// generator as `plan -o commands`); `None` when the cluster cannot even be read.
+    /// What an operator runs by hand to finish: the commands that render the revision again
+    /// and plan (or, for a StatefulSet left deleted, converge) it, naming the Kustomization
+    /// from the owner labels the render put on `desired`. Never the rendered object itself:
+    /// it may carry values substituted from Secrets ([`commands::manual_hint`]). `None` when
+    /// the cluster cannot even be read or the object names no Kustomization.
     async fn hint(&self, cluster: &TenantCluster, desired: &StatefulSet) -> Option<String> {
         use crate::cluster::Cluster as _;
         let ns = desired.metadata.namespace.clone().unwrap_or_default();
         let name = desired.metadata.name.clone().unwrap_or_default();
+        let labels = desired.metadata.labels.as_ref()?;
+        let ks_namespace = labels.get(objects::OWNER_NAMESPACE_LABEL)?;
+        let ks_name = labels.get(objects::OWNER_NAME_LABEL)?;
         let live = cluster.get_statefulset(&ns, &name).await.ok()?;
-        let Some(live) = live else {
-            // Deleted and not yet re-applied: applying is what is left.
-            return commands::apply_command(desired).ok();
-        };
-        let claims = cluster.list_claims(&ns).await.ok()?;
-        let classes = cluster.list_storage_classes().await.ok()?;
-        let decided = decide(desired, Some(&live), &claims, &classes);
-        decided.as_ref().ok()?;
-        let planned = commands::Planned {
-            desired,
-            live_uid: live.metadata.uid.as_deref(),
-            result: &decided,
-        };
-        commands::script(&[planned], HINT_WAIT_TIMEOUT).ok()
+        Some(commands::manual_hint(&commands::ManualHint {
+            namespace: ks_namespace,
+            name: ks_name,
+            journal_namespace: &self.config.namespace,
+            absent: live.is_none(),
+        }))
     }
 
     /// Hands the revision to Flux and, in suspend mode, suspends again once Flux answered.
@@ -658,17 +685,30 @@ impl Gate {
     async fn finish(
         &self,
         ks: &Kustomization,
+        record: RevisionRecord,
+        outcome: GateOutcome,
+    ) -> GateOutcome {
+        self.finish_with(ks, record, outcome, true).await
+    }
+
+    /// [`Gate::finish`], publishing the event only when `publish`.
+    async fn finish_with(
+        &self,
+        ks: &Kustomization,
         mut record: RevisionRecord,
         outcome: GateOutcome,
+        publish: bool,
     ) -> GateOutcome {
         let c = &self.config;
         let namespace = ks.metadata.namespace.clone().unwrap_or_default();
         let name = ks.metadata.name.clone().unwrap_or_default();
         record.finished_at = Some(now());
         self.save(&namespace, &name, &record).await;
-        c.metrics.revision(record.state.as_str());
-        if let Some(event) = revision_event(&record) {
-            c.events.publish(ks, &event).await;
+        if publish {
+            c.metrics.revision(record.state.as_str());
+            if let Some(event) = revision_event(&record) {
+                c.events.publish(ks, &event).await;
+            }
         }
         tracing::info!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
             state = record.state.as_str(), "revision finished");

@@ -36,6 +36,18 @@ pub trait Records: Send + Sync + 'static {
     fn version(&self, _namespace: &str, _name: &str) -> Option<u64> {
         None
     }
+    /// Every Kustomization with records (none by default: nothing to forget).
+    fn keys(&self) -> Vec<Key> {
+        Vec::new()
+    }
+    /// Forgets the records of a Kustomization that is gone, where they persist too.
+    fn forget<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A Kustomization, by namespace and name.
@@ -280,6 +292,14 @@ impl Index {
         self.kustomizations.get(key)
     }
 
+    /// Of `keys` (Kustomizations with records), those the watch does not hold: deleted, or no
+    /// longer matching `--watch-label-selector`. Their records describe nothing that exists.
+    pub fn gone(&self, keys: impl IntoIterator<Item = Key>) -> Vec<Key> {
+        keys.into_iter()
+            .filter(|k| !self.kustomizations.contains_key(k))
+            .collect()
+    }
+
     /// The gate of a handled Kustomization; `None` when unknown or `off`.
     pub fn handled(&self, key: &Key) -> Option<GateMode> {
         self.kustomizations
@@ -359,7 +379,11 @@ impl Index {
         let Some(last) = last else {
             return Some(Due::NeverRun);
         };
-        if last.revision != revision {
+        // A refusal recorded without a revision (the source could not be read, e.g. a
+        // reference the policy blocks) was not about a revision: a new one changes nothing,
+        // only a new spec (below) can. Due again at every resync, it would repeat its Event.
+        let revision_unknown = last.state == RevisionState::Refused && last.revision.is_empty();
+        if last.revision != revision && !revision_unknown {
             return Some(Due::NewRevision);
         }
         match last.state {
@@ -400,7 +424,7 @@ impl Index {
 }
 
 /// Claims left to grow once Bound make a converged revision worth re-checking.
-fn has_deferred(record: &RevisionRecord) -> bool {
+pub fn has_deferred(record: &RevisionRecord) -> bool {
     record
         .statefulsets
         .iter()

@@ -488,6 +488,16 @@ impl Records for StoreRecords {
     fn version(&self, namespace: &str, name: &str) -> Option<u64> {
         self.0.version(namespace, name)
     }
+    fn keys(&self) -> Vec<Key> {
+        self.0.keys()
+    }
+    fn forget<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        self.0.forget(namespace, name)
+    }
 }
 
 /// Loads the results, retrying (they must be readable before anything is due).
@@ -669,6 +679,24 @@ impl Records for results::Results {
     }
     fn version(&self, namespace: &str, name: &str) -> Option<u64> {
         results::Results::version(self, namespace, name)
+    }
+    fn keys(&self) -> Vec<Key> {
+        results::Results::keys(self)
+            .into_iter()
+            .map(|(namespace, name)| Key::new(namespace, name))
+            .collect()
+    }
+    fn forget<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            results::Results::remove(self, namespace, name)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
     }
 }
 

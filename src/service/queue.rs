@@ -278,6 +278,11 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
         shared.wake();
     }
 
+    /// Whether keys are held back (this replica does not lead).
+    pub fn is_paused(&self) -> bool {
+        self.lock().paused
+    }
+
     /// Ends `ready()` (after the keys already handed out finish) and refuses further pushes.
     pub fn close(&self) {
         let mut shared = self.lock();

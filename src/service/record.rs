@@ -49,9 +49,25 @@ impl std::fmt::Display for GateMode {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Trigger {
+    /// notification-controller's webhook.
     Webhook,
+    /// The periodic resync (what is due, level-triggered).
     Resync,
+    /// Taking the lead (a start, or a new leader).
     Startup,
+    /// A watch event: a source's new revision, a Kustomization added or its spec changed.
+    Watch,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Webhook => "webhook",
+            Trigger::Resync => "resync",
+            Trigger::Startup => "startup",
+            Trigger::Watch => "watch",
+        }
+    }
 }
 
 /// Where one revision stands.

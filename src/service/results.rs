@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use sha2::{Digest, Sha256};
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
@@ -383,6 +383,47 @@ impl Results {
         self.entries()
             .get(&(namespace.to_string(), name.to_string()))
             .and_then(|e| e.records.first().cloned())
+    }
+
+    /// Every Kustomization with records (`(namespace, name)`, sorted).
+    pub fn keys(&self) -> Vec<(String, String)> {
+        let mut keys: Vec<_> = self.entries().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// Forgets the history of a Kustomization that is gone: from memory (so `/status` drops it)
+    /// and its ConfigMap (already gone is fine). Returns whether there was one; a Kustomization
+    /// without records costs no request.
+    pub async fn remove(&self, namespace: &str, name: &str) -> Result<bool, ResultsError> {
+        let removed = {
+            let mut entries = self.entries();
+            let removed = entries
+                .remove(&(namespace.to_string(), name.to_string()))
+                .is_some();
+            if removed {
+                self.bump();
+            }
+            removed
+        };
+        let Some(store) = self.inner.store.as_ref().filter(|_| removed) else {
+            return Ok(removed);
+        };
+        let api: Api<ConfigMap> = Api::namespaced(store.client.clone(), &store.namespace);
+        let cm_name = results_configmap_name(namespace, name);
+        let object = format!("ConfigMap {}/{cm_name}", store.namespace);
+        let deleted = with_deadline(
+            store.call_timeout,
+            "delete",
+            &object,
+            api.delete(&cm_name, &DeleteParams::default()),
+        )
+        .await;
+        match deleted {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some(404) => Ok(true),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Kustomizations (`(namespace, name)`, sorted) whose newest record is still `running`: a

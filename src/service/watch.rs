@@ -142,9 +142,9 @@ impl Feed {
         let last = self.records.last(&key.namespace, &key.name);
         let due = self.index().due(&key, last.as_ref());
         match due {
-            Some(Due::NewRevision | Due::SpecChanged) => self.queue.push_now(key, Trigger::Resync),
-            Some(Due::NeverRun) if changed => self.queue.push_now(key, Trigger::Resync),
-            Some(Due::NeverRun) => self.queue.push(key, Trigger::Resync),
+            Some(Due::NewRevision | Due::SpecChanged) => self.queue.push_now(key, Trigger::Watch),
+            Some(Due::NeverRun) if changed => self.queue.push_now(key, Trigger::Watch),
+            Some(Due::NeverRun) => self.queue.push(key, Trigger::Watch),
             Some(Due::Unfinished | Due::Deferred) | None => return,
         }
         if let Some(due) = due {
@@ -164,6 +164,29 @@ impl Feed {
             self.queue.push(key, trigger);
         }
         count
+    }
+
+    /// Forgets the records of Kustomizations that are gone (their results ConfigMap and their
+    /// `/status` row), each only if the index still does not hold it. Only the leader does:
+    /// another replica's watch may lag behind the runs of the leader, whose records it would
+    /// then delete.
+    async fn forget_gone(self, keys: Vec<Key>) {
+        if self.queue.is_paused() || !self.readiness.synced() {
+            return;
+        }
+        for key in keys {
+            if self.index().entry(&key).is_some() {
+                continue;
+            }
+            match self.records.forget(&key.namespace, &key.name).await {
+                Ok(()) => {
+                    tracing::debug!(kustomization = %key, "Kustomization gone: its results are forgotten")
+                }
+                Err(error) => {
+                    tracing::warn!(kustomization = %key, %error, "forgetting the results of a deleted Kustomization; retried at the next resync")
+                }
+            }
+        }
     }
 
     /// Watches Kustomizations (optionally by label selector) into the index, forever.
@@ -204,7 +227,10 @@ impl Feed {
                     watcher::Event::Delete(ks) => {
                         if let (Some(ns), Some(name)) = (&ks.metadata.namespace, &ks.metadata.name)
                         {
-                            self.index_mut().delete_kustomization(&Key::new(ns, name));
+                            let key = Key::new(ns, name);
+                            self.index_mut().delete_kustomization(&key);
+                            // Off the watch's loop: the delete is an API call.
+                            tokio::spawn(self.clone().forget_gone(vec![key]));
                         }
                     }
                 },
@@ -294,6 +320,11 @@ impl Feed {
                 continue;
             }
             let queued = self.queue_due(Trigger::Resync);
+            // A delete the watch missed (a relist, a restart) is found here.
+            let gone = self.index().gone(self.records.keys());
+            if !gone.is_empty() {
+                self.clone().forget_gone(gone).await;
+            }
             let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
             metrics.last_resync.set(now);
             tracing::debug!(queued, "resync");

@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-pub use build::{DEFAULT_KUSTOMIZE, KustomizeCommand};
+pub use build::{
+    DEFAULT_KUSTOMIZE, DEFAULT_MAX_RENDER_BYTES, DEFAULT_RENDER_TIMEOUT, KustomizeCommand,
+};
 pub use postbuild::Owner;
 
 use crate::flux::artifact::UnpackLimits;
@@ -76,6 +78,34 @@ pub enum RenderError {
         dir: String,
         status: String,
         stderr: String,
+        /// kustomize said it could not fetch a remote base: the network, not the tree.
+        remote: bool,
+    },
+    /// Killed by a signal not of our sending (the OOM killer, an operator): this host.
+    #[error("kustomize build of {dir} (`{command}`) was killed by {signal}: {stderr}")]
+    KustomizeKilled {
+        command: String,
+        dir: String,
+        signal: String,
+        stderr: String,
+    },
+    #[error(
+        "kustomize build of {dir} (`{command}`) timed out after {}: killed (--render-timeout)",
+        humantime::format_duration(*after)
+    )]
+    KustomizeTimeout {
+        command: String,
+        dir: String,
+        after: std::time::Duration,
+    },
+    /// The same overlay always prints as much: input, not this host.
+    #[error(
+        "kustomize build of {dir} (`{command}`) printed more than the maximum render size of {limit} bytes: killed (--max-render-size)"
+    )]
+    KustomizeOutputTooLarge {
+        command: String,
+        dir: String,
+        limit: u64,
     },
     #[error("kustomize output: {message}")]
     Output { message: String },
@@ -99,9 +129,17 @@ pub enum RenderError {
 }
 
 impl RenderError {
-    /// Whether the revision or the Kustomization is wrong (exit 2) rather than this host.
+    /// Whether the revision or the Kustomization is wrong (exit 2, refused) rather than this
+    /// host or the network (exit 1, retried): only what no retry of the same input can fix.
     pub fn is_bad_input(&self) -> bool {
-        !matches!(self, Self::Io { .. } | Self::KustomizeSpawn { .. })
+        match self {
+            Self::Io { .. }
+            | Self::KustomizeSpawn { .. }
+            | Self::KustomizeKilled { .. }
+            | Self::KustomizeTimeout { .. } => false,
+            Self::KustomizeFailed { remote, .. } => !remote,
+            _ => true,
+        }
     }
 }
 

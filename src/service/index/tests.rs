@@ -308,6 +308,13 @@ fn due_given_the_last_record() {
             Some(Due::Unfinished),
         ),
         (Some("r1"), Some(deferred), Some(Due::Deferred)),
+        // A refusal that could not name its revision: not due for a revision, only for a spec.
+        (Some("r1"), Some(record("", RevisionState::Refused)), None),
+        (
+            Some("r1"),
+            Some(record("", RevisionState::Failed)),
+            Some(Due::NewRevision),
+        ),
     ];
     for (revision, last, due) in table {
         let mut index = Index::new(GateMode::Suspend);

@@ -1,0 +1,93 @@
+//! The bounds on the kustomize build, as flags: `render` takes them and `serve` flattens the
+//! same struct, so a render by hand fails where the service's would.
+
+use std::time::Duration;
+
+use flux_converger::flux::render::{DEFAULT_RENDER_TIMEOUT, KustomizeCommand};
+
+use super::artifact_limits::parse_size;
+
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+#[command(next_help_heading = "Build limits")]
+pub struct BuildLimitArgs {
+    /// How long `kustomize build` may run before it is killed (kustomize-controller's default
+    /// `spec.timeout`).
+    #[arg(long, value_name = "DURATION", env = "FLUX_CONVERGER_RENDER_TIMEOUT",
+          default_value = "2m", value_parser = humantime::parse_duration)]
+    pub render_timeout: Duration,
+    /// Maximum size of kustomize's output; the build is killed past it [default: the value of
+    /// --max-unpacked-size].
+    #[arg(long, value_name = "SIZE", env = "FLUX_CONVERGER_MAX_RENDER_SIZE", value_parser = parse_size)]
+    pub max_render_size: Option<u64>,
+}
+
+impl Default for BuildLimitArgs {
+    fn default() -> Self {
+        Self {
+            render_timeout: DEFAULT_RENDER_TIMEOUT,
+            max_render_size: None,
+        }
+    }
+}
+
+impl BuildLimitArgs {
+    /// `command` under these bounds; `unpacked` is `--max-unpacked-size`, the output cap's
+    /// default: a render is never allowed more than the tree it is built from.
+    pub fn apply(
+        &self,
+        command: KustomizeCommand,
+        unpacked: u64,
+    ) -> Result<KustomizeCommand, String> {
+        if self.render_timeout.is_zero() {
+            return Err("--render-timeout must be positive".into());
+        }
+        let max = self.max_render_size.unwrap_or(unpacked);
+        if max == 0 {
+            return Err("--max-render-size must be positive".into());
+        }
+        Ok(command
+            .with_timeout(self.render_timeout)
+            .with_max_output(max))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        limits: BuildLimitArgs,
+    }
+
+    #[test]
+    fn build_limits_by_table() {
+        let unpacked = 100 << 20;
+        for (args, want) in [
+            (&[][..], Ok((Duration::from_secs(120), 100 << 20))),
+            (
+                &["--render-timeout", "5s", "--max-render-size", "1Mi"][..],
+                Ok((Duration::from_secs(5), 1 << 20)),
+            ),
+            (
+                &["--render-timeout", "0s"][..],
+                Err("--render-timeout must be positive"),
+            ),
+            (
+                &["--max-render-size", "0"][..],
+                Err("--max-render-size must be positive"),
+            ),
+        ] {
+            let cli =
+                Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied())).unwrap();
+            let got = cli
+                .limits
+                .apply(KustomizeCommand::default(), unpacked)
+                .map(|c| (c.timeout, c.max_output));
+            assert_eq!(got, want.map_err(String::from), "{args:?}");
+        }
+        assert!(Cli::try_parse_from(["x", "--max-render-size", "1.5"]).is_err());
+    }
+}
