@@ -346,8 +346,6 @@ async fn every_refusal_writes_nothing() {
     fixed["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = json!("fixed");
     let mut service = statefulset("2Gi", "1Gi");
     service["spec"]["serviceName"] = json!("other");
-    let mut policy = statefulset("2Gi", "1Gi");
-    policy["spec"]["podManagementPolicy"] = json!("OrderedReady");
     let mut selector = statefulset("2Gi", "1Gi");
     selector["spec"]["selector"]["matchLabels"]["tier"] = json!("db");
     selector["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
@@ -358,11 +356,10 @@ async fn every_refusal_writes_nothing() {
 
     let cases = [
         ("shrink", shrink, RefusalCode::Shrink),
-        ("template renamed", renamed, RefusalCode::TemplateChanged),
-        ("class changed", fixed, RefusalCode::TemplateChanged),
-        ("serviceName", service, RefusalCode::OtherImmutable),
-        ("podManagementPolicy", policy, RefusalCode::OtherImmutable),
-        ("selector", selector, RefusalCode::OtherImmutable),
+        ("template renamed", renamed, RefusalCode::TemplateRemoved),
+        ("class changed", fixed, RefusalCode::StorageClassChanged),
+        ("serviceName", service, RefusalCode::ServiceNameChanged),
+        ("selector", selector, RefusalCode::SelectorChanged),
         ("updateStrategy OnDelete", on_delete, RefusalCode::Rejected),
     ];
     let fake = world().await;

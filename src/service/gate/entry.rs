@@ -280,6 +280,7 @@ mod tests {
             namespace: "ns".into(),
             name: "a-db".into(),
             recreate: true,
+            changes: Vec::new(),
             grown: vec![crate::decide::TemplateGrowth {
                 template: "data".into(),
                 from: "1Gi".parse().unwrap(),
