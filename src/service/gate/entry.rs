@@ -56,10 +56,14 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
     }
     entry.outcome = match report.outcome {
         Outcome::Refused => StatefulSetOutcome::Refused,
-        Outcome::Converged | Outcome::RecreatedElsewhere if !entry.deferred.is_empty() => {
+        Outcome::Converged | Outcome::RecreatedElsewhere | Outcome::AcceptedByServer
+            if !entry.deferred.is_empty() =>
+        {
             StatefulSetOutcome::Deferred
         }
-        Outcome::Converged | Outcome::RecreatedElsewhere => StatefulSetOutcome::Converged,
+        Outcome::Converged | Outcome::RecreatedElsewhere | Outcome::AcceptedByServer => {
+            StatefulSetOutcome::Converged
+        }
         Outcome::Unchanged | Outcome::Absent if !entry.deferred.is_empty() => {
             StatefulSetOutcome::Deferred
         }
