@@ -5,7 +5,7 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::quantity::Quantity;
@@ -30,7 +30,7 @@ pub struct Plan {
 }
 
 /// The kinds of immutable change a re-create carries (the `plan -o json` `changes[].class`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ChangeClass {
     /// A template's storage request grew.
@@ -63,13 +63,13 @@ impl std::fmt::Display for ChangeClass {
 
 /// One immutable change the re-create carries: the field, both values (JSON, `<unset>` when
 /// absent), and what it means for the pods and claims when that is not obvious.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     pub class: ChangeClass,
     pub field: String,
     pub live: String,
     pub declared: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 

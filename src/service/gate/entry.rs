@@ -22,6 +22,12 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
                 to: g.to.as_str().to_string(),
             })
             .collect();
+        entry.changes = plan
+            .changes
+            .iter()
+            .filter(|c| c.class != crate::decide::ChangeClass::StorageGrown)
+            .cloned()
+            .collect();
     }
     for c in &report.claims {
         match c.action {
@@ -149,6 +155,7 @@ fn empty(namespace: &str, name: &str) -> StatefulSetEntry {
         old_uid: None,
         new_uid: None,
         templates: Vec::new(),
+        changes: Vec::new(),
         claims: Vec::new(),
         deferred: Vec::new(),
         refusal: None,
@@ -270,6 +277,39 @@ mod tests {
                 .map(|(i, o)| entry(&format!("s{i}"), *o))
                 .collect();
             assert_eq!(verdict(&entries), expected, "{outcomes:?}");
+        }
+    }
+
+    #[test]
+    fn carried_changes_reach_the_record_and_a_change_taken_in_place_is_converged() {
+        use crate::decide::{Change, ChangeClass, Plan};
+        let change = |class| Change {
+            class,
+            field: "spec.podManagementPolicy".into(),
+            live: "\"Parallel\"".into(),
+            declared: "\"OrderedReady\"".into(),
+            note: None,
+        };
+        for outcome in [Outcome::Converged, Outcome::AcceptedByServer] {
+            let mut report = Report::new("ns", "db", false);
+            report.outcome = outcome;
+            report.plan = Some(Plan {
+                namespace: "ns".into(),
+                name: "db".into(),
+                recreate: outcome == Outcome::Converged,
+                changes: vec![
+                    change(ChangeClass::PodManagementPolicy),
+                    change(ChangeClass::StorageGrown),
+                ],
+                grown: Vec::new(),
+                resize: Vec::new(),
+                deferred: Vec::new(),
+            });
+            let e = from_report(&report);
+            assert_eq!(e.outcome, StatefulSetOutcome::Converged, "{outcome:?}");
+            assert!(e.error.is_none(), "{outcome:?}: {:?}", e.error);
+            // Storage growth is listed in `templates`; the record lists the others.
+            assert_eq!(e.changes, vec![change(ChangeClass::PodManagementPolicy)]);
         }
     }
 
