@@ -123,11 +123,7 @@ pub fn script(items: &[Planned<'_>], wait_timeout: Duration) -> Result<String, C
             .iter()
             .filter(|c| c.class != ChangeClass::StorageGrown)
         {
-            let _ = writeln!(
-                s,
-                "# {} {}: {} -> {}",
-                c.class, c.field, c.live, c.declared
-            );
+            let _ = writeln!(s, "# {} {}: {} -> {}", c.class, c.field, c.live, c.declared);
             if let Some(note) = &c.note {
                 let _ = writeln!(s, "#   {note}");
             }

@@ -262,7 +262,11 @@ pub fn decide(
         ));
     }
     for (field, class, note) in [
-        ("podManagementPolicy", ChangeClass::PodManagementPolicy, None),
+        (
+            "podManagementPolicy",
+            ChangeClass::PodManagementPolicy,
+            None,
+        ),
         (
             "revisionHistoryLimit",
             ChangeClass::RevisionHistoryLimit,
@@ -316,10 +320,7 @@ pub fn decide(
             let (code, what) = template_refusal(&diff.path);
             return Err(refuse(
                 code,
-                format!(
-                    "template {template:?}: {}; {what}",
-                    diff.describe()
-                ),
+                format!("template {template:?}: {}; {what}", diff.describe()),
             ));
         }
         if let Some(diff) = first_difference("metadata", Some(&live_meta), Some(&desired_meta)) {
@@ -580,7 +581,9 @@ fn check_template_names(
 /// The code and the advice for a template field that differs (`path` inside the template).
 fn template_refusal(path: &str) -> (RefusalCode, &'static str) {
     let is = |field: &str| {
-        path == field || path.starts_with(&format!("{field}.")) || path.starts_with(&format!("{field}["))
+        path == field
+            || path.starts_with(&format!("{field}."))
+            || path.starts_with(&format!("{field}["))
     };
     if is("spec.storageClassName") {
         (

@@ -491,7 +491,10 @@ async fn every_change_a_recreate_carries_converges_with_pods_and_claims_kept() {
         for i in 0..3 {
             let p = &state["pods"][format!("web-{i}")];
             assert_eq!(p["kept"], true, "{what}: web-{i} replaced: {state}");
-            assert_eq!(p["ownedByLive"], true, "{what}: web-{i} not adopted: {state}");
+            assert_eq!(
+                p["ownedByLive"], true,
+                "{what}: web-{i} not adopted: {state}"
+            );
         }
         for n in CLAIMS {
             assert_eq!(state["claims"][n]["kept"], true, "{what}: {n}: {state}");
@@ -499,7 +502,10 @@ async fn every_change_a_recreate_carries_converges_with_pods_and_claims_kept() {
                 .get("v1", "PersistentVolumeClaim", Some(NS), n)
                 .unwrap()["metadata"]["labels"]
                 .clone();
-            assert!(labels.get("helm.sh/chart").is_none(), "{what}: {n} relabelled");
+            assert!(
+                labels.get("helm.sh/chart").is_none(),
+                "{what}: {n} relabelled"
+            );
         }
         assert_eq!(state["intents"], 0, "{what}");
         let deletes: Vec<String> = fake
@@ -629,7 +635,8 @@ async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
         assert_eq!(log.len(), 1);
         assert!(log[0].dry_run && log[0].is_apply(), "{what}: {log:?}");
         if want.is_none() {
-            let in_place = classify_in_place(NS, "web", c.dry_run_apply(&desired).await.map(|_| ()));
+            let in_place =
+                classify_in_place(NS, "web", c.dry_run_apply(&desired).await.map(|_| ()));
             let want_in_place = if what == "image and replicas only" {
                 InPlace::Accepted
             } else {
@@ -667,10 +674,7 @@ async fn the_dry_run_object_is_the_desired_one_with_the_live_templates_and_a_dry
     );
     for proof in &dry[..2] {
         assert!(proof.is_apply());
-        assert_eq!(
-            proof.field_manager.as_deref(),
-            Some("kustomize-controller")
-        );
+        assert_eq!(proof.field_manager.as_deref(), Some("kustomize-controller"));
         assert_eq!(proof.query_param("force").as_deref(), Some("true"));
     }
     // The proof passes; the desired object as it is gets the real server's 422.

@@ -573,7 +573,10 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(StorageClassChanged, &["spec.storageClassName", "<unset>", "revert"]),
+            refused(
+                StorageClassChanged,
+                &["spec.storageClassName", "<unset>", "revert"],
+            ),
         ),
         case(
             "access modes changed",
@@ -774,7 +777,12 @@ fn cases() -> Vec<Case> {
             vec![],
             changes(
                 &["template-added"],
-                &["spec.volumeClaimTemplates[logs]", "1Gi", "logs-web-N", "roll"],
+                &[
+                    "spec.volumeClaimTemplates[logs]",
+                    "1Gi",
+                    "logs-web-N",
+                    "roll",
+                ],
             ),
         ),
         case(
@@ -796,10 +804,7 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(
-                TemplateRemoved,
-                &["template \"data\" renamed to \"store\""],
-            ),
+            refused(TemplateRemoved, &["template \"data\" renamed to \"store\""]),
         ),
         case(
             "templates reordered",

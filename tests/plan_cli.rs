@@ -372,7 +372,10 @@ fn carried_changes_are_planned_in_every_output() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = file(&dir, "cluster.yaml", &captured_cluster());
     let carried = fixture("v1.28/desired-statefulset-1Gi.yaml")
-        .replace("podManagementPolicy: Parallel", "podManagementPolicy: OrderedReady")
+        .replace(
+            "podManagementPolicy: Parallel",
+            "podManagementPolicy: OrderedReady",
+        )
         .replace(
             "      name: data\n",
             "      name: data\n      labels:\n        helm.sh/chart: db-1.2.3\n",
@@ -443,8 +446,14 @@ fn carried_changes_are_planned_in_every_output() {
         .find("kubectl apply --server-side --field-manager=kustomize-controller")
         .unwrap_or_else(|| panic!("no re-apply: {script}"));
     assert!(delete < apply, "{script}");
-    assert!(script.contains("podManagementPolicy: OrderedReady"), "{script}");
-    assert!(script.contains("# pod-management-policy spec.podManagementPolicy"), "{script}");
+    assert!(
+        script.contains("podManagementPolicy: OrderedReady"),
+        "{script}"
+    );
+    assert!(
+        script.contains("# pod-management-policy spec.podManagementPolicy"),
+        "{script}"
+    );
     assert!(!script.contains("kubectl patch pvc"), "{script}");
 
     // A refused neighbour: exit 3, and no command for it.
@@ -454,7 +463,14 @@ fn carried_changes_are_planned_in_every_output() {
         &carried.replace("serviceName: web", "serviceName: web-headless"),
     );
     let run = plan(
-        &["--desired", &refused, "--cluster-state", &cluster, "-o", "commands"],
+        &[
+            "--desired",
+            &refused,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "commands",
+        ],
         None,
     );
     assert_eq!(run.code, 3, "{}", run.stdout);
@@ -503,7 +519,10 @@ fn each_refusal_code_reaches_the_json() {
         ),
         (
             "other-immutable",
-            grown.replace("    spec:\n      accessModes", "    spec:\n      volumeAttributesClassName: gold\n      accessModes"),
+            grown.replace(
+                "    spec:\n      accessModes",
+                "    spec:\n      volumeAttributesClassName: gold\n      accessModes",
+            ),
         ),
         ("not-expandable", grown.clone()),
     ];

@@ -305,7 +305,12 @@ async fn every_refusal_writes_nothing() {
             None,
             RefusalCode::TemplateRemoved,
         ),
-        ("serviceName", service, None, RefusalCode::ServiceNameChanged),
+        (
+            "serviceName",
+            service,
+            None,
+            RefusalCode::ServiceNameChanged,
+        ),
         ("selector", selector, None, RefusalCode::SelectorChanged),
         (
             "rejected",
