@@ -964,6 +964,75 @@ async fn the_request_budget_is_claims_to_grow_plus_eight_beyond_the_reads() {
     assert!(reads <= 4, "{reads}: {log:#?}");
 }
 
+/// The command carries the same classes: a policy and claim-label change converges (exit 0, the
+/// report's plan lists the changes), a selector change is refused (exit 3, nothing written),
+/// and on a server that takes a template change in place the outcome is `accepted-by-server`.
+#[tokio::test]
+async fn the_command_converges_carried_changes_and_refuses_the_rest() {
+    let fake = world().await;
+    let served = fake.serve().await;
+    let kc = served.kubeconfig.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, v: &Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, serde_json::to_string(v).unwrap()).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let mut selector = statefulset("1Gi", "1Gi");
+    selector["spec"]["selector"]["matchLabels"]["tier"] = json!("db");
+    selector["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
+    let selector = write("selector.yaml", &selector);
+    let (code, out, err) = cli(&kc, &["converge", "-f", &selector, "-o", "json"]).await;
+    assert_eq!(code, 3, "{out}\n{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        summary["statefulsets"][0]["refusal"]["code"], "selector-changed",
+        "{out}"
+    );
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+
+    let mut carried = statefulset("1Gi", "1Gi");
+    carried["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    carried["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"] =
+        json!({"helm.sh/chart": "db-1.2.3"});
+    let carried = write("carried.yaml", &carried);
+    let (code, out, err) = cli(&kc, &["converge", "-f", &carried, "-o", "json"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    let report = &summary["statefulsets"][0];
+    assert_eq!(report["outcome"], "converged", "{out}");
+    assert_eq!(report["recreated"], true, "{out}");
+    let classes: Vec<&str> = report["plan"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["class"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        classes,
+        ["pod-management-policy", "claim-metadata"],
+        "{out}"
+    );
+    let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert_eq!(live["spec"]["podManagementPolicy"], "OrderedReady");
+
+    fake.enable_claim_template_updates();
+    fake.clear_requests();
+    let mut grown = statefulset("2Gi", "1Gi");
+    grown["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    grown["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"] =
+        json!({"helm.sh/chart": "db-1.2.3"});
+    let grown = write("grown.yaml", &grown);
+    let (code, out, err) = cli(&kc, &["converge", "-f", &grown]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("takes the declared changes in place"), "{out}");
+    assert_eq!(
+        uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap()),
+        uid(&live)
+    );
+    assert_eq!(storage(&fake, "data-web-0"), "2Gi");
+}
+
 /// Runs the binary against the fake on a socket.
 async fn cli(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
