@@ -1040,8 +1040,8 @@ pub async fn converge_all<C: Cluster, J: Journal>(
 
 /// Converges one StatefulSet to `desired` (namespace and name set): first finishes an
 /// unfinished intent for it, then decides, proves, pre-flights the re-create and, when there
-/// is something to do, grows claims and, when a template grew, records the intent,
-/// orphan-deletes, waits and re-applies. The set of one of [`converge_all`].
+/// is something to do, grows claims and, when the plan carries an immutable change the server
+/// will not take in place, records the intent, orphan-deletes, waits and re-applies. The set of one of [`converge_all`].
 ///
 /// A refusal is a report with [`Outcome::Refused`]: nothing was written for it. A converge
 /// with nothing to do writes nothing, not even the journal.
