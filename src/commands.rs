@@ -17,7 +17,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::cluster::FLUX_FIELD_MANAGER;
 use crate::converge::clean_desired;
-use crate::decide::{Plan, Refusal};
+use crate::decide::{ChangeClass, Plan, Refusal};
 
 /// Ends the heredoc that carries the desired object; never a line of a YAML document.
 pub const HEREDOC_END: &str = "FLUX_CONVERGER_EOF";
@@ -117,6 +117,16 @@ pub fn script(items: &[Planned<'_>], wait_timeout: Duration) -> Result<String, C
         }
         for g in &plan.grown {
             let _ = writeln!(s, "# template {}: {} -> {}", g.template, g.from, g.to);
+        }
+        for c in plan
+            .changes
+            .iter()
+            .filter(|c| c.class != ChangeClass::StorageGrown)
+        {
+            let _ = writeln!(s, "# {} {}: {} -> {}", c.class, c.field, c.live, c.declared);
+            if let Some(note) = &c.note {
+                let _ = writeln!(s, "#   {note}");
+            }
         }
         for d in &plan.deferred {
             let _ = writeln!(s, "# deferred {}: {}", d.claim, d.reason);

@@ -387,7 +387,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         let t = Instant::now();
         let decided = decide(desired, Some(&live), &claims, &classes);
         report.timed(Step::Decide, t.elapsed());
-        let plan = match decided {
+        let mut plan = match decided {
             Ok(plan) => plan,
             Err(refusal) => {
                 refuse(report, &refusal);
@@ -402,21 +402,34 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         let proved = self.cluster.dry_run_apply(&proof).await;
         report.timed(Step::Prove, t.elapsed());
         if let Err(e) = proved {
-            match prove::classify(ns, name, e) {
-                prove::Verdict::Refused(refusal) => {
-                    report.claims.clear();
-                    refuse(report, &refusal);
-                    return Ok(None);
+            return self.not_proven(report, prove::classify(ns, name, e));
+        }
+
+        // Proven apart from what the re-create carries: does the server take that in place?
+        let mut accepted = false;
+        if plan.recreate {
+            let t = Instant::now();
+            let answer = self.cluster.dry_run_apply(desired).await.map(|_| ());
+            report.timed(Step::Prove, t.elapsed());
+            match prove::classify_in_place(ns, name, answer) {
+                prove::InPlace::Forbidden => {}
+                prove::InPlace::Accepted => {
+                    info!(statefulset = %name, namespace = %ns,
+                          "the server takes the immutable changes in place: not re-created");
+                    accepted = true;
+                    plan.recreate = false;
+                    report.plan = Some(plan.clone());
                 }
-                prove::Verdict::Denied { message, cause } => {
-                    return Err(self.access_err(Step::Prove, message, &cause));
-                }
-                prove::Verdict::Failed(e) => return Err(self.call_err(Step::Prove)(e)),
+                prove::InPlace::Other(verdict) => return self.not_proven(report, verdict),
             }
         }
 
         if plan.resize.is_empty() && !plan.recreate {
-            report.outcome = Outcome::Unchanged;
+            report.outcome = if accepted {
+                Outcome::AcceptedByServer
+            } else {
+                Outcome::Unchanged
+            };
             return Ok(None);
         }
 
@@ -442,7 +455,11 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         }
 
         if self.options.dry_run {
-            report.outcome = Outcome::Proven;
+            report.outcome = if accepted {
+                Outcome::AcceptedByServer
+            } else {
+                Outcome::Proven
+            };
             return Ok(None);
         }
         Ok(Some(Work::Planned(Box::new(Planned {
@@ -451,7 +468,27 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             claims,
             classes,
             plan,
+            accepted,
         }))))
+    }
+
+    /// A proof's dry run that did not pass: a refusal (nothing written), or an error.
+    fn not_proven(
+        &self,
+        report: &mut Report,
+        verdict: prove::Verdict,
+    ) -> Result<Option<Work>, ConvergeError> {
+        match verdict {
+            prove::Verdict::Refused(refusal) => {
+                report.claims.clear();
+                refuse(report, &refusal);
+                Ok(None)
+            }
+            prove::Verdict::Denied { message, cause } => {
+                Err(self.access_err(Step::Prove, message, &cause))
+            }
+            prove::Verdict::Failed(e) => Err(self.call_err(Step::Prove)(e)),
+        }
     }
 
     /// The write phase of one StatefulSet: [fence] → grow → [fence] → [record] → orphan →
@@ -474,6 +511,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             claims,
             classes,
             plan,
+            accepted,
         } = *planned;
 
         if !plan.resize.is_empty() {
@@ -488,7 +526,11 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         };
         self.grow(&grow, &plan, report).await?;
         report.timed(Step::Grow, t.elapsed());
-        report.outcome = Outcome::Converged;
+        report.outcome = if accepted {
+            Outcome::AcceptedByServer
+        } else {
+            Outcome::Converged
+        };
         if !plan.recreate {
             return Ok(());
         }
@@ -827,6 +869,8 @@ struct Planned {
     claims: Vec<PersistentVolumeClaim>,
     classes: Vec<StorageClass>,
     plan: Plan,
+    /// The server takes the plan's immutable changes in place: claims only, no re-create.
+    accepted: bool,
 }
 
 /// What the grow decides again on after a conflict.
@@ -1010,8 +1054,8 @@ pub async fn converge_all<C: Cluster, J: Journal>(
 
 /// Converges one StatefulSet to `desired` (namespace and name set): first finishes an
 /// unfinished intent for it, then decides, proves, pre-flights the re-create and, when there
-/// is something to do, grows claims and, when a template grew, records the intent,
-/// orphan-deletes, waits and re-applies. The set of one of [`converge_all`].
+/// is something to do, grows claims and, when the plan carries an immutable change the server
+/// will not take in place, records the intent, orphan-deletes, waits and re-applies. The set of one of [`converge_all`].
 ///
 /// A refusal is a report with [`Outcome::Refused`]: nothing was written for it. A converge
 /// with nothing to do writes nothing, not even the journal.

@@ -5,7 +5,7 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::quantity::Quantity;
@@ -15,13 +15,62 @@ use crate::quantity::Quantity;
 pub struct Plan {
     pub namespace: String,
     pub name: String,
-    /// Whether the StatefulSet must be orphan-deleted and re-applied (a template grew).
+    /// Whether the StatefulSet must be orphan-deleted and re-applied: an immutable field
+    /// changed in a way the re-create carries (`changes`). A server that takes the change in
+    /// place (the proof's dry run says so) is not re-created after all.
     pub recreate: bool,
+    /// Each immutable change the re-create carries, in spec order; empty when nothing but
+    /// claims must grow.
+    pub changes: Vec<Change>,
     pub grown: Vec<TemplateGrowth>,
     /// Claims to grow, in claim-name order.
     pub resize: Vec<ClaimResize>,
     /// Claims that should grow but cannot yet (not Bound); reported, not refused.
     pub deferred: Vec<DeferredClaim>,
+}
+
+/// The kinds of immutable change a re-create carries (the `plan -o json` `changes[].class`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeClass {
+    /// A template's storage request grew.
+    StorageGrown,
+    PodManagementPolicy,
+    /// Immutable before Kubernetes 1.33 only: re-created only where the server refuses it.
+    RevisionHistoryLimit,
+    /// A template's `metadata.labels` or `metadata.annotations`.
+    ClaimMetadata,
+    TemplateAdded,
+}
+
+impl ChangeClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeClass::StorageGrown => "storage-grown",
+            ChangeClass::PodManagementPolicy => "pod-management-policy",
+            ChangeClass::RevisionHistoryLimit => "revision-history-limit",
+            ChangeClass::ClaimMetadata => "claim-metadata",
+            ChangeClass::TemplateAdded => "template-added",
+        }
+    }
+}
+
+impl std::fmt::Display for ChangeClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One immutable change the re-create carries: the field, both values (JSON, `<unset>` when
+/// absent), and what it means for the pods and claims when that is not obvious.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub class: ChangeClass,
+    pub field: String,
+    pub live: String,
+    pub declared: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -53,7 +102,17 @@ pub struct DeferredClaim {
 pub enum RefusalCode {
     Shrink,
     NotExpandable,
-    TemplateChanged,
+    /// Orphaned pods would not be adopted by the re-created object, and its new pods would
+    /// collide with them.
+    SelectorChanged,
+    /// The pods keep their old DNS subdomain until each is re-created.
+    ServiceNameChanged,
+    StorageClassChanged,
+    AccessModesChanged,
+    VolumeModeChanged,
+    /// Removing a volume from the pods is a data-path change a person makes by hand.
+    TemplateRemoved,
+    /// An immutable field no other code names (decided here, or found by the proof).
     OtherImmutable,
     /// The server-side dry run refused the object for a reason that is not immutability.
     Rejected,
@@ -77,7 +136,12 @@ impl RefusalCode {
         match self {
             RefusalCode::Shrink => "shrink",
             RefusalCode::NotExpandable => "not-expandable",
-            RefusalCode::TemplateChanged => "template-changed",
+            RefusalCode::SelectorChanged => "selector-changed",
+            RefusalCode::ServiceNameChanged => "service-name-changed",
+            RefusalCode::StorageClassChanged => "storage-class-changed",
+            RefusalCode::AccessModesChanged => "access-modes-changed",
+            RefusalCode::VolumeModeChanged => "volume-mode-changed",
+            RefusalCode::TemplateRemoved => "template-removed",
             RefusalCode::OtherImmutable => "other-immutable",
             RefusalCode::Rejected => "rejected",
             RefusalCode::CreateRefused => "create-refused",
@@ -119,8 +183,13 @@ const LEGACY_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
 /// `claims` are the claims of the StatefulSet's namespace (others are ignored; a claim without
 /// namespace counts as in it), `classes` all StorageClasses. `live == None` gives the empty plan.
 ///
-/// Checks run in a fixed order and the first failure is returned: other immutable spec fields,
-/// template names, then per template its other fields and shrink, then claims. A storage request
+/// Checks run in a fixed order and the first failure is returned: the selector, the service
+/// name, any other immutable spec field, the templates' names (a removal is refused, an
+/// addition carried), then per template its other fields and shrink, then claims. What a
+/// re-create carries safely (the pod management policy, the revision history limit, template
+/// labels and annotations, added templates, storage growth) is listed in `Plan::changes`: the
+/// orphaned pods keep their labels, so the re-created object adopts them whatever of these
+/// changed. A storage request
 /// that is missing or not a quantity (the server would never accept it) is refused as
 /// `rejected`; `manifest::Objects::from_documents` reports it as bad input before this runs.
 pub fn decide(
@@ -144,6 +213,7 @@ pub fn decide(
         namespace: namespace.clone(),
         name: name.clone(),
         recreate: false,
+        changes: Vec::new(),
         grown: Vec::new(),
         resize: Vec::new(),
         deferred: Vec::new(),
@@ -152,46 +222,119 @@ pub fn decide(
         return Ok(plan);
     };
 
+    for (field, code, why) in [
+        (
+            "selector",
+            RefusalCode::SelectorChanged,
+            "the pods orphaned by the re-create would not be adopted by the new selector and its \
+             new pods would collide with them by name: revert spec.selector in git (a new \
+             selector needs a new StatefulSet, migrated by hand)",
+        ),
+        (
+            "serviceName",
+            RefusalCode::ServiceNameChanged,
+            "re-created pods would keep their old DNS subdomain until each is deleted: revert \
+             spec.serviceName in git, or change it by hand (orphan-delete, apply, then delete \
+             the pods one at a time)",
+        ),
+    ] {
+        let spec_of = |s: &StatefulSet| immutable_spec(s).get(field).cloned();
+        if let Some(d) = first_difference(
+            &format!("spec.{field}"),
+            spec_of(live).as_ref(),
+            spec_of(desired).as_ref(),
+        ) {
+            return Err(refuse(code, format!("{}; {why}", d.describe())));
+        }
+    }
     if let Some(d) = first_difference(
         "spec",
-        Some(&immutable_spec(live)),
-        Some(&immutable_spec(desired)),
+        Some(&other_immutable_spec(live)),
+        Some(&other_immutable_spec(desired)),
     ) {
         return Err(refuse(
             RefusalCode::OtherImmutable,
-            format!("{}; {FORBIDDEN}", d.describe()),
+            format!(
+                "{}; {FORBIDDEN}, and a re-create cannot carry this field safely: revert it in \
+                 git, or re-create the StatefulSet by hand",
+                d.describe()
+            ),
         ));
+    }
+    for (field, class, note) in [
+        (
+            "podManagementPolicy",
+            ChangeClass::PodManagementPolicy,
+            None,
+        ),
+        (
+            "revisionHistoryLimit",
+            ChangeClass::RevisionHistoryLimit,
+            Some(
+                "Kubernetes 1.33 and later change it in place; older servers need the re-create"
+                    .to_owned(),
+            ),
+        ),
+    ] {
+        let spec_of = |s: &StatefulSet| immutable_spec(s).get(field).cloned();
+        if let Some(d) = first_difference(
+            &format!("spec.{field}"),
+            spec_of(live).as_ref(),
+            spec_of(desired).as_ref(),
+        ) {
+            plan.changes.push(d.change(class, note));
+        }
     }
 
     let desired_templates = templates(desired);
     let live_templates = templates(live);
     check_template_names(&desired_templates, &live_templates)
-        .map_err(|m| refuse(RefusalCode::TemplateChanged, m))?;
+        .map_err(|(code, m)| refuse(code, m))?;
 
-    // Target size per template, in template order.
+    // Target size per template kept, in template order.
     let mut targets: Vec<(&str, Quantity)> = Vec::with_capacity(desired_templates.len());
-    for (d, l) in desired_templates.iter().zip(&live_templates) {
+    for d in &desired_templates {
         let template = template_name(d);
-        if let Some(diff) = first_difference(
-            "",
-            Some(&normalised_template(l)),
-            Some(&normalised_template(d)),
-        ) {
-            return Err(refuse(
-                RefusalCode::TemplateChanged,
-                format!(
-                    "template {template:?}: {}; volumeClaimTemplates are immutable and only a \
-                     growth of spec.resources.requests.storage can be converged",
-                    diff.describe()
-                ),
-            ));
-        }
         let to = template_storage(d).map_err(|m| {
             refuse(
                 RefusalCode::Rejected,
                 format!("desired template {template:?}: {m}"),
             )
         })?;
+        let Some(l) = live_templates.iter().find(|l| template_name(l) == template) else {
+            plan.changes.push(Change {
+                class: ChangeClass::TemplateAdded,
+                field: format!("spec.volumeClaimTemplates[{template}]"),
+                live: UNSET.to_owned(),
+                declared: to.to_string(),
+                note: Some(format!(
+                    "the pods roll if the pod template changed to mount it; the StatefulSet \
+                     controller creates each claim {template}-{name}-N as it re-creates pod N"
+                )),
+            });
+            continue;
+        };
+        let (live_fields, live_meta) = split_template(l);
+        let (desired_fields, desired_meta) = split_template(d);
+        if let Some(diff) = first_difference("", Some(&live_fields), Some(&desired_fields)) {
+            let (code, what) = template_refusal(&diff.path);
+            return Err(refuse(
+                code,
+                format!("template {template:?}: {}; {what}", diff.describe()),
+            ));
+        }
+        if let Some(diff) = first_difference("metadata", Some(&live_meta), Some(&desired_meta)) {
+            plan.changes.push(Change {
+                field: format!("spec.volumeClaimTemplates[{template}].{}", diff.path),
+                note: Some(
+                    "existing claims keep their old labels and annotations (the StatefulSet \
+                     controller never relabels claims); only claims created from now on carry \
+                     the new ones"
+                        .to_owned(),
+                ),
+                ..diff.change(ChangeClass::ClaimMetadata, None)
+            });
+        }
         let from = template_storage(l).map_err(|m| {
             refuse(
                 RefusalCode::Rejected,
@@ -203,11 +346,21 @@ pub fn decide(
                 RefusalCode::Shrink,
                 format!(
                     "template {template:?}: spec.resources.requests.storage would shrink from \
-                     {from} (live) to {to} (desired); volumes are never shrunk"
+                     {from} (live) to {to} (desired); volumes are never shrunk: revert the size \
+                     in git"
                 ),
             ));
         }
         if to > from {
+            plan.changes.push(Change {
+                class: ChangeClass::StorageGrown,
+                field: format!(
+                    "spec.volumeClaimTemplates[{template}].spec.resources.requests.storage"
+                ),
+                live: from.to_string(),
+                declared: to.to_string(),
+                note: None,
+            });
             plan.grown.push(TemplateGrowth {
                 template: template.to_owned(),
                 from,
@@ -277,7 +430,7 @@ pub fn decide(
             to: to.clone(),
         });
     }
-    plan.recreate = !plan.grown.is_empty();
+    plan.recreate = !plan.changes.is_empty();
     plan.resize.sort_by(|a, b| a.claim.cmp(&b.claim));
     plan.deferred.sort_by(|a, b| a.claim.cmp(&b.claim));
     Ok(plan)
@@ -381,32 +534,86 @@ fn claim_storage(c: &PersistentVolumeClaim) -> Result<Quantity, String> {
     requested_storage(c.spec.as_ref())
 }
 
+/// Templates kept must keep their names and order; added ones are carried, removed (or
+/// renamed) ones refused.
 fn check_template_names(
     desired: &[&PersistentVolumeClaim],
     live: &[&PersistentVolumeClaim],
-) -> Result<(), String> {
+) -> Result<(), (RefusalCode, String)> {
     let d: Vec<&str> = desired.iter().map(|t| template_name(t)).collect();
     let l: Vec<&str> = live.iter().map(|t| template_name(t)).collect();
-    if d == l {
-        return Ok(());
-    }
     let added: Vec<&str> = d.iter().copied().filter(|n| !l.contains(n)).collect();
     let removed: Vec<&str> = l.iter().copied().filter(|n| !d.contains(n)).collect();
-    Err(match (added.as_slice(), removed.as_slice()) {
-        ([a], [r]) => format!(
-            "template {r:?} renamed to {a:?} (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
-        ),
-        ([], []) => format!(
-            "templates reordered (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
-        ),
-        ([a, ..], _) => format!(
-            "template {a:?} added (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
-        ),
-        (_, [r, ..]) => format!(
-            "template {r:?} removed (live {l:?}, desired {d:?}); volumeClaimTemplates are immutable"
-        ),
-    })
+    const BY_HAND: &str = "removing a volume from the pods is a data-path change made by hand: \
+        keep the template in git, or move the data off its claims, then `kubectl delete \
+        statefulset --cascade=orphan`, apply the new object and delete the old claims yourself";
+    match (added.as_slice(), removed.as_slice()) {
+        (_, []) => {}
+        ([a], [r]) => {
+            return Err((
+                RefusalCode::TemplateRemoved,
+                format!(
+                    "template {r:?} renamed to {a:?} (live {l:?}, desired {d:?}): the pods would \
+                     lose the volume {r:?}; {BY_HAND}"
+                ),
+            ));
+        }
+        (_, [r, ..]) => {
+            return Err((
+                RefusalCode::TemplateRemoved,
+                format!("template {r:?} removed (live {l:?}, desired {d:?}); {BY_HAND}"),
+            ));
+        }
+    }
+    let kept: Vec<&str> = d.iter().copied().filter(|n| l.contains(n)).collect();
+    if kept != l {
+        return Err((
+            RefusalCode::OtherImmutable,
+            format!(
+                "templates reordered (live {l:?}, desired {d:?}); volumeClaimTemplates are \
+                 immutable and a reorder is not carried: restore the live order in git"
+            ),
+        ));
+    }
+    Ok(())
 }
+
+/// The code and the advice for a template field that differs (`path` inside the template).
+fn template_refusal(path: &str) -> (RefusalCode, &'static str) {
+    let is = |field: &str| {
+        path == field
+            || path.starts_with(&format!("{field}."))
+            || path.starts_with(&format!("{field}["))
+    };
+    if is("spec.storageClassName") {
+        (
+            RefusalCode::StorageClassChanged,
+            "existing claims cannot change class: revert it in git; moving the data to another \
+             class is a migration (new claims, copy, switch) made by hand",
+        )
+    } else if is("spec.accessModes") {
+        (
+            RefusalCode::AccessModesChanged,
+            "existing claims cannot change access modes: revert them in git; other modes need new \
+             claims, a migration made by hand",
+        )
+    } else if is("spec.volumeMode") {
+        (
+            RefusalCode::VolumeModeChanged,
+            "existing volumes cannot change between Filesystem and Block: revert it in git; \
+             another mode needs new volumes, a migration made by hand",
+        )
+    } else {
+        (
+            RefusalCode::OtherImmutable,
+            "only a growth of spec.resources.requests.storage, the labels and the annotations of \
+             a template can be converged: revert this field in git",
+        )
+    }
+}
+
+/// Printed for a value that is absent.
+const UNSET: &str = "<unset>";
 
 /// The spec fields an update may not change, with the server's defaults applied, so a desired
 /// object that leaves a field to its default equals the live object that shows it.
@@ -428,6 +635,40 @@ fn immutable_spec(sts: &StatefulSet) -> Value {
     }
     strip_empty(&mut spec);
     spec
+}
+
+/// [`immutable_spec`] without the fields that have a refusal code of their own (`selector`,
+/// `serviceName`) and those a re-create carries (`podManagementPolicy`,
+/// `revisionHistoryLimit`).
+fn other_immutable_spec(sts: &StatefulSet) -> Value {
+    let mut spec = immutable_spec(sts);
+    if let Value::Object(m) = &mut spec {
+        for f in [
+            "selector",
+            "serviceName",
+            "podManagementPolicy",
+            "revisionHistoryLimit",
+        ] {
+            m.remove(f);
+        }
+    }
+    spec
+}
+
+/// A normalised template split into everything but its labels and annotations (must not
+/// change), and those (carried by a re-create).
+fn split_template(t: &PersistentVolumeClaim) -> (Value, Value) {
+    let mut fields = normalised_template(t);
+    let mut meta = Map::new();
+    if let Some(Value::Object(m)) = fields.get_mut("metadata") {
+        for key in ["labels", "annotations"] {
+            if let Some(v) = m.remove(key) {
+                meta.insert(key.to_owned(), v);
+            }
+        }
+    }
+    strip_empty(&mut fields);
+    (fields, Value::Object(meta))
 }
 
 /// A volumeClaimTemplate without what the server adds (`apiVersion`, `kind`, `status`,
@@ -510,12 +751,25 @@ struct Difference {
     desired: Option<Value>,
 }
 
+fn show(v: &Option<Value>) -> String {
+    match v {
+        None => UNSET.to_owned(),
+        Some(v) => v.to_string(),
+    }
+}
+
 impl Difference {
+    fn change(&self, class: ChangeClass, note: Option<String>) -> Change {
+        Change {
+            class,
+            field: self.path.clone(),
+            live: show(&self.live),
+            declared: show(&self.desired),
+            note,
+        }
+    }
+
     fn describe(&self) -> String {
-        let show = |v: &Option<Value>| match v {
-            None => "<unset>".to_owned(),
-            Some(v) => v.to_string(),
-        };
         format!(
             "{} differs: live {}, desired {}",
             self.path,

@@ -346,8 +346,6 @@ async fn every_refusal_writes_nothing() {
     fixed["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = json!("fixed");
     let mut service = statefulset("2Gi", "1Gi");
     service["spec"]["serviceName"] = json!("other");
-    let mut policy = statefulset("2Gi", "1Gi");
-    policy["spec"]["podManagementPolicy"] = json!("OrderedReady");
     let mut selector = statefulset("2Gi", "1Gi");
     selector["spec"]["selector"]["matchLabels"]["tier"] = json!("db");
     selector["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
@@ -358,11 +356,10 @@ async fn every_refusal_writes_nothing() {
 
     let cases = [
         ("shrink", shrink, RefusalCode::Shrink),
-        ("template renamed", renamed, RefusalCode::TemplateChanged),
-        ("class changed", fixed, RefusalCode::TemplateChanged),
-        ("serviceName", service, RefusalCode::OtherImmutable),
-        ("podManagementPolicy", policy, RefusalCode::OtherImmutable),
-        ("selector", selector, RefusalCode::OtherImmutable),
+        ("template renamed", renamed, RefusalCode::TemplateRemoved),
+        ("class changed", fixed, RefusalCode::StorageClassChanged),
+        ("serviceName", service, RefusalCode::ServiceNameChanged),
+        ("selector", selector, RefusalCode::SelectorChanged),
         ("updateStrategy OnDelete", on_delete, RefusalCode::Rejected),
     ];
     let fake = world().await;
@@ -396,12 +393,197 @@ async fn every_refusal_writes_nothing() {
     }
 }
 
+/// `sts` with one more volumeClaimTemplate, `name`, like `logs` (the pods do not mount it).
+fn with_template(mut sts: Value, name: &str) -> Value {
+    let mut t = sts["spec"]["volumeClaimTemplates"][1].clone();
+    t["metadata"]["name"] = json!(name);
+    if let Some(ts) = sts["spec"]["volumeClaimTemplates"].as_array_mut() {
+        ts.push(t);
+    }
+    sts
+}
+
+/// Each immutable change a re-create carries, alone and mixed with a growth, converges on a
+/// server that forbids it in place (the real 422): the StatefulSet is re-created carrying
+/// it, the pods are the same and adopted, no claim is replaced or relabelled.
+#[tokio::test]
+async fn every_change_a_recreate_carries_converges_with_pods_and_claims_kept() {
+    let policy = |mut v: Value| {
+        v["spec"]["podManagementPolicy"] = json!("OrderedReady");
+        v
+    };
+    let history = |mut v: Value| {
+        v["spec"]["revisionHistoryLimit"] = json!(3);
+        v
+    };
+    let labels = |mut v: Value| {
+        v["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"] =
+            json!({"helm.sh/chart": "db-1.2.3"});
+        v
+    };
+    let cases: Vec<(&str, Value, Vec<&str>)> = vec![
+        (
+            "podManagementPolicy",
+            policy(statefulset("1Gi", "1Gi")),
+            vec!["pod-management-policy"],
+        ),
+        (
+            "revisionHistoryLimit",
+            history(statefulset("1Gi", "1Gi")),
+            vec!["revision-history-limit"],
+        ),
+        (
+            "template labels",
+            labels(statefulset("1Gi", "1Gi")),
+            vec!["claim-metadata"],
+        ),
+        (
+            "template added",
+            with_template(statefulset("1Gi", "1Gi"), "cache"),
+            vec!["template-added"],
+        ),
+        (
+            "all of them with a growth",
+            with_template(labels(history(policy(statefulset("2Gi", "1Gi")))), "cache"),
+            vec![
+                "pod-management-policy",
+                "revision-history-limit",
+                "claim-metadata",
+                "storage-grown",
+                "template-added",
+            ],
+        ),
+    ];
+    for (what, object, classes) in cases {
+        let fake = world().await;
+        let (c, j) = cluster(&fake);
+        let before = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+        let before_uids = uids(&fake);
+        let desired: StatefulSet = serde_json::from_value(object.clone()).unwrap();
+
+        let report = run_converge(&c, &j, &desired, &opts()).await.unwrap();
+
+        assert_eq!(report.outcome, Outcome::Converged, "{what}: {report:?}");
+        assert!(report.recreated, "{what}");
+        let plan = report.plan.as_ref().unwrap();
+        let got: Vec<&str> = plan.changes.iter().map(|c| c.class.as_str()).collect();
+        assert_eq!(got, classes, "{what}");
+        let after = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+        assert_ne!(uid(&before), uid(&after), "{what}: not re-created");
+        for field in ["podManagementPolicy", "revisionHistoryLimit"] {
+            if let Some(want) = object["spec"].get(field) {
+                assert_eq!(&after["spec"][field], want, "{what}: {field}");
+            }
+        }
+        let templates = after["spec"]["volumeClaimTemplates"].as_array().unwrap();
+        let want_templates = object["spec"]["volumeClaimTemplates"].as_array().unwrap();
+        assert_eq!(templates.len(), want_templates.len(), "{what}");
+        for (t, w) in templates.iter().zip(want_templates) {
+            assert_eq!(t["metadata"]["name"], w["metadata"]["name"], "{what}");
+            assert_eq!(
+                t["metadata"].get("labels"),
+                w["metadata"].get("labels"),
+                "{what}"
+            );
+        }
+        settle(&fake).await;
+        let state = end_state(&fake, &before_uids);
+        for i in 0..3 {
+            let p = &state["pods"][format!("web-{i}")];
+            assert_eq!(p["kept"], true, "{what}: web-{i} replaced: {state}");
+            assert_eq!(
+                p["ownedByLive"], true,
+                "{what}: web-{i} not adopted: {state}"
+            );
+        }
+        for n in CLAIMS {
+            assert_eq!(state["claims"][n]["kept"], true, "{what}: {n}: {state}");
+            let labels = fake
+                .get("v1", "PersistentVolumeClaim", Some(NS), n)
+                .unwrap()["metadata"]["labels"]
+                .clone();
+            assert!(
+                labels.get("helm.sh/chart").is_none(),
+                "{what}: {n} relabelled"
+            );
+        }
+        assert_eq!(state["intents"], 0, "{what}");
+        let deletes: Vec<String> = fake
+            .requests()
+            .iter()
+            .filter(|r| r.method == Method::DELETE && r.path.contains("/statefulsets/"))
+            .map(|r| r.path.clone())
+            .collect();
+        assert_eq!(deletes.len(), 1, "{what}: {deletes:?}");
+    }
+}
+
+/// A server with KEP-4650's gate takes a template's growth and labels in place: nothing is
+/// re-created or applied by the converger, the claims the server leaves small are grown.
+#[tokio::test]
+async fn a_server_that_takes_the_change_in_place_is_not_recreated() {
+    let fake = world().await;
+    fake.enable_claim_template_updates();
+    let (c, j) = cluster(&fake);
+    let before = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    let mut object = statefulset("2Gi", "1Gi");
+    object["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"] = json!({"tier": "db"});
+    let desired: StatefulSet = serde_json::from_value(object).unwrap();
+
+    let dry = Options {
+        dry_run: true,
+        ..opts()
+    };
+    let report = run_converge(&c, &j, &desired, &dry).await.unwrap();
+    assert_eq!(report.outcome, Outcome::AcceptedByServer, "{report:?}");
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+
+    let report = run_converge(&c, &j, &desired, &opts()).await.unwrap();
+    assert_eq!(report.outcome, Outcome::AcceptedByServer, "{report:?}");
+    assert_eq!(report.outcome.as_str(), "accepted-by-server");
+    assert!(!report.recreated);
+    assert!(!report.plan.as_ref().unwrap().recreate);
+    let after = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert_eq!(uid(&before), uid(&after));
+    // Flux applies the object; the converger only grew the claims.
+    assert_eq!(
+        after["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "1Gi"
+    );
+    for (claim, want) in [
+        ("data-web-0", "2Gi"),
+        ("data-web-1", "5Gi"),
+        ("data-web-2", "2Gi"),
+        ("data-web-3", "2Gi"),
+    ] {
+        assert_eq!(storage(&fake, claim), want, "{claim}");
+    }
+    let writes = writes(&fake);
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.starts_with("PATCH /api/v1/namespaces/default/persistentvolumeclaims/")),
+        "{writes:?}"
+    );
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.method == Method::POST && r.path.contains("/statefulsets")),
+        "a pre-flight was sent"
+    );
+}
+
 /// `decide` already knows these fields; the server must agree, through the very dry run the
-/// converge sends (the proof object), and the answer must read as `other-immutable`.
+/// converge sends (the proof object, the carried fields put back live): the fields a
+/// re-create cannot carry are refused, the carried ones pass the proof and are forbidden in
+/// place (the real server's 422), and mutable ones pass both.
 #[tokio::test]
 async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
     use flux_converger::cluster::Cluster as _;
-    use flux_converger::converge::prove::{Verdict, classify, proof_object};
+    use flux_converger::converge::prove::{
+        InPlace, Verdict, classify, classify_in_place, proof_object,
+    };
     let fake = world().await;
     let (c, _) = cluster(&fake);
     let live = c.get_statefulset(NS, "web").await.unwrap().unwrap();
@@ -412,17 +594,22 @@ async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
     let mut selector = statefulset("2Gi", "1Gi");
     selector["spec"]["selector"]["matchLabels"]["tier"] = json!("db");
     selector["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
-    let mut image = statefulset("2Gi", "1Gi");
+    let mut image = statefulset("1Gi", "1Gi");
     image["spec"]["template"]["spec"]["containers"][0]["image"] = json!("busybox:1.37");
     image["spec"]["replicas"] = json!(5);
+    let mut history = statefulset("1Gi", "1Gi");
+    history["spec"]["revisionHistoryLimit"] = json!(3);
+    let mut labels = statefulset("1Gi", "1Gi");
+    labels["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"] =
+        json!({"helm.sh/chart": "db-1.2.3"});
+    let added = with_template(statefulset("1Gi", "1Gi"), "cache");
     for (what, object, want) in [
         ("serviceName", service, Some(RefusalCode::OtherImmutable)),
-        (
-            "podManagementPolicy",
-            policy,
-            Some(RefusalCode::OtherImmutable),
-        ),
         ("selector", selector, Some(RefusalCode::OtherImmutable)),
+        ("podManagementPolicy", policy, None),
+        ("revisionHistoryLimit", history, None),
+        ("template labels", labels, None),
+        ("template added", added, None),
         ("image and replicas only", image, None),
     ] {
         fake.clear_requests();
@@ -447,6 +634,16 @@ async fn the_server_proves_other_immutable_changes_through_the_dry_run() {
         let log = fake.requests();
         assert_eq!(log.len(), 1);
         assert!(log[0].dry_run && log[0].is_apply(), "{what}: {log:?}");
+        if want.is_none() {
+            let in_place =
+                classify_in_place(NS, "web", c.dry_run_apply(&desired).await.map(|_| ()));
+            let want_in_place = if what == "image and replicas only" {
+                InPlace::Accepted
+            } else {
+                InPlace::Forbidden
+            };
+            assert_eq!(in_place, want_in_place, "{what}");
+        }
         assert!(writes(&fake).is_empty());
     }
 }
@@ -470,23 +667,28 @@ async fn the_dry_run_object_is_the_desired_one_with_the_live_templates_and_a_dry
     assert_eq!(report.outcome, Outcome::Proven);
     assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
     let dry: Vec<_> = fake.requests().into_iter().filter(|r| r.dry_run).collect();
-    assert_eq!(dry.len(), 2, "the proof, then the pre-flight: {dry:#?}");
-    assert!(dry[0].is_apply());
     assert_eq!(
-        dry[0].field_manager.as_deref(),
-        Some("kustomize-controller")
+        dry.len(),
+        3,
+        "the proof, the desired object in place, then the pre-flight: {dry:#?}"
     );
-    assert_eq!(dry[0].query_param("force").as_deref(), Some("true"));
+    for proof in &dry[..2] {
+        assert!(proof.is_apply());
+        assert_eq!(proof.field_manager.as_deref(), Some("kustomize-controller"));
+        assert_eq!(proof.query_param("force").as_deref(), Some("true"));
+    }
+    // The proof passes; the desired object as it is gets the real server's 422.
+    assert_eq!((dry[0].code, dry[1].code), (Some(200), Some(422)));
     // The pre-flight is a dry run too: a dry-run create, as Flux's field manager, answered
     // 409 AlreadyExists (existence is checked after authorization, admission, validation).
-    assert_eq!(dry[1].method, Method::POST);
-    assert_eq!(dry[1].path, "/apis/apps/v1/namespaces/default/statefulsets");
-    assert_eq!(dry[1].query_param("dryRun").as_deref(), Some("All"));
+    assert_eq!(dry[2].method, Method::POST);
+    assert_eq!(dry[2].path, "/apis/apps/v1/namespaces/default/statefulsets");
+    assert_eq!(dry[2].query_param("dryRun").as_deref(), Some("All"));
     assert_eq!(
-        dry[1].field_manager.as_deref(),
+        dry[2].field_manager.as_deref(),
         Some("kustomize-controller")
     );
-    assert_eq!(dry[1].code, Some(409));
+    assert_eq!(dry[2].code, Some(409));
     assert_eq!(storage(&fake, "data-web-0"), "1Gi");
 }
 
@@ -634,8 +836,8 @@ async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_
         fake.add_fault(FaultRule {
             method: Some(Method::PATCH),
             path_contains: "/statefulsets/web".into(),
-            // 0: the dry run; 1: the re-apply.
-            nth: 1,
+            // 0: the proof; 1: the desired object in place; 2: the re-apply.
+            nth: 2,
             action: Fault::Drop,
         });
         let e = run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
@@ -737,18 +939,18 @@ async fn a_stuck_orphan_finalizer_times_out_naming_the_statefulset_and_a_later_r
 }
 
 #[tokio::test]
-async fn the_request_budget_is_claims_to_grow_plus_six_beyond_the_reads() {
+async fn the_request_budget_is_claims_to_grow_plus_eight_beyond_the_reads() {
     let (_, log) = reference().await;
     let grown = 3; // data-web-0, data-web-2, data-web-3
     let watches = log.iter().filter(|r| r.watch).count();
     assert_eq!(watches, 1, "the wait is one watch: {log:#?}");
-    // Beyond the reads: dry run, pre-flight, record, the grows, delete, the watch, re-apply,
-    // clear.
+    // Beyond the reads: the proof, the dry run in place, pre-flight, record, the grows,
+    // delete, the watch, re-apply, clear.
     let beyond_reads = log
         .iter()
         .filter(|r| r.method != Method::GET || r.watch)
         .count();
-    assert!(beyond_reads <= grown + 7, "{beyond_reads}: {log:#?}");
+    assert!(beyond_reads <= grown + 8, "{beyond_reads}: {log:#?}");
     let preflights = log
         .iter()
         .filter(|r| r.method == Method::POST && r.dry_run)
@@ -760,6 +962,75 @@ async fn the_request_budget_is_claims_to_grow_plus_six_beyond_the_reads() {
     // Reads: the journal's intent, the StatefulSet, the claims, the StorageClasses.
     let reads = log.len() - beyond_reads;
     assert!(reads <= 4, "{reads}: {log:#?}");
+}
+
+/// The command carries the same classes: a policy and claim-label change converges (exit 0, the
+/// report's plan lists the changes), a selector change is refused (exit 3, nothing written),
+/// and on a server that takes a template change in place the outcome is `accepted-by-server`.
+#[tokio::test]
+async fn the_command_converges_carried_changes_and_refuses_the_rest() {
+    let fake = world().await;
+    let served = fake.serve().await;
+    let kc = served.kubeconfig.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, v: &Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, serde_json::to_string(v).unwrap()).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let mut selector = statefulset("1Gi", "1Gi");
+    selector["spec"]["selector"]["matchLabels"]["tier"] = json!("db");
+    selector["spec"]["template"]["metadata"]["labels"]["tier"] = json!("db");
+    let selector = write("selector.yaml", &selector);
+    let (code, out, err) = cli(&kc, &["converge", "-f", &selector, "-o", "json"]).await;
+    assert_eq!(code, 3, "{out}\n{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        summary["statefulsets"][0]["refusal"]["code"], "selector-changed",
+        "{out}"
+    );
+    assert!(writes(&fake).is_empty(), "{:?}", writes(&fake));
+
+    let mut carried = statefulset("1Gi", "1Gi");
+    carried["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    carried["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"] =
+        json!({"helm.sh/chart": "db-1.2.3"});
+    let carried = write("carried.yaml", &carried);
+    let (code, out, err) = cli(&kc, &["converge", "-f", &carried, "-o", "json"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    let report = &summary["statefulsets"][0];
+    assert_eq!(report["outcome"], "converged", "{out}");
+    assert_eq!(report["recreated"], true, "{out}");
+    let classes: Vec<&str> = report["plan"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["class"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        classes,
+        ["pod-management-policy", "claim-metadata"],
+        "{out}"
+    );
+    let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    assert_eq!(live["spec"]["podManagementPolicy"], "OrderedReady");
+
+    fake.enable_claim_template_updates();
+    fake.clear_requests();
+    let mut grown = statefulset("2Gi", "1Gi");
+    grown["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    grown["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"] =
+        json!({"helm.sh/chart": "db-1.2.3"});
+    let grown = write("grown.yaml", &grown);
+    let (code, out, err) = cli(&kc, &["converge", "-f", &grown]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("takes the declared changes in place"), "{out}");
+    assert_eq!(
+        uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap()),
+        uid(&live)
+    );
+    assert_eq!(storage(&fake, "data-web-0"), "2Gi");
 }
 
 /// Runs the binary against the fake on a socket.
@@ -1308,7 +1579,7 @@ async fn a_crash_after_our_delete_is_reapplied_and_the_intent_names_the_revision
     fake.add_fault(FaultRule {
         method: Some(Method::PATCH),
         path_contains: "/statefulsets/web".into(),
-        nth: 1, // 0: the dry run; 1: the re-apply
+        nth: 2, // 0: the proof; 1: the desired object in place; 2: the re-apply
         action: Fault::Drop,
     });
     let with_revision = Options {
@@ -1391,7 +1662,7 @@ async fn nothing_was_written_is_only_said_when_true() {
     fake.add_fault(FaultRule {
         method: Some(Method::PATCH),
         path_contains: "/statefulsets/web".into(),
-        nth: 1,
+        nth: 2, // 0: the proof; 1: the desired object in place; 2: the re-apply
         action: Fault::Drop,
     });
     run_converge(&c, &j, &desired(), &opts()).await.unwrap_err();
@@ -1510,10 +1781,10 @@ async fn storage_classes_from_the_services_cache_cost_no_request() {
         !log.iter().any(|r| r.path.contains("/storageclasses")),
         "{log:#?}"
     );
-    // N claims to grow: journal load, get, list claims, dry run, pre-flight, N grows, record,
-    // delete, watch, re-apply, clear.
+    // N claims to grow: journal load, get, list claims, the proof, the dry run in place,
+    // pre-flight, N grows, record, delete, watch, re-apply, clear.
     let grown = 3;
-    assert_eq!(log.len(), grown + 10, "{log:#?}");
+    assert_eq!(log.len(), grown + 11, "{log:#?}");
 }
 
 /// A loopback TCP proxy in front of the fake that numbers the connections the client opens
@@ -1702,13 +1973,14 @@ async fn an_admission_webhook_denying_the_recreate_is_refused_before_any_write()
         refusal.message
     );
     assert!(real_writes(&fake).is_empty(), "{:?}", real_writes(&fake));
-    // The proof's dry-run UPDATE passed the webhook (it matches CREATE only); the pre-flight
-    // caught it.
+    // The proof's dry-run UPDATE passed the webhook (it matches CREATE only), the desired
+    // object in place is forbidden (422); the pre-flight caught it.
     let dry: Vec<_> = fake.requests().into_iter().filter(|r| r.dry_run).collect();
-    assert_eq!(dry.len(), 2, "{dry:#?}");
+    assert_eq!(dry.len(), 3, "{dry:#?}");
     assert!(dry[0].is_apply() && dry[0].code == Some(200), "{dry:#?}");
+    assert!(dry[1].is_apply() && dry[1].code == Some(422), "{dry:#?}");
     assert!(
-        dry[1].method == Method::POST && dry[1].code == Some(400),
+        dry[2].method == Method::POST && dry[2].code == Some(400),
         "{dry:#?}"
     );
     let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
@@ -1941,7 +2213,7 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
     fake.add_fault(FaultRule {
         method: Some(Method::PATCH),
         path_contains: "/statefulsets/web".into(),
-        nth: 1, // 0: the proof; 1: the re-apply
+        nth: 2, // 0: the proof; 1: the desired object in place; 2: the re-apply
         action: Fault::Status {
             code: 500,
             reason: "InternalError".into(),

@@ -112,6 +112,13 @@ enum Expect {
     },
     /// The code and words the message must contain.
     Refused(RefusalCode, Vec<&'static str>),
+    /// A re-create carrying these change classes (in plan order); `words` must appear in the
+    /// plan's JSON (fields, both values, notes); `resize` the claims grown.
+    Changes {
+        classes: Vec<&'static str>,
+        words: Vec<&'static str>,
+        resize: Vec<&'static str>,
+    },
 }
 
 struct Case {
@@ -158,6 +165,14 @@ fn grow_1_to_2(resize: Vec<&'static str>, deferred: Vec<&'static str>) -> Expect
             .map(|c| (c, "expandable", "1Gi", "2Gi"))
             .collect(),
         deferred,
+    }
+}
+
+fn changes(classes: &[&'static str], words: &[&'static str]) -> Expect {
+    Expect::Changes {
+        classes: classes.to_vec(),
+        words: words.to_vec(),
+        resize: vec![],
     }
 }
 
@@ -541,7 +556,7 @@ fn cases() -> Vec<Case> {
             Some(live("1Gi")),
             vec![],
             refused(
-                TemplateChanged,
+                StorageClassChanged,
                 &[
                     "template \"data\"",
                     "spec.storageClassName",
@@ -558,7 +573,10 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(TemplateChanged, &["spec.storageClassName", "<unset>"]),
+            refused(
+                StorageClassChanged,
+                &["spec.storageClassName", "<unset>", "revert"],
+            ),
         ),
         case(
             "access modes changed",
@@ -569,7 +587,7 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(TemplateChanged, &["spec.accessModes", "ReadOnlyMany"]),
+            refused(AccessModesChanged, &["spec.accessModes", "ReadOnlyMany"]),
         ),
         case(
             "access mode replaced",
@@ -581,7 +599,7 @@ fn cases() -> Vec<Case> {
             Some(live("1Gi")),
             vec![],
             refused(
-                TemplateChanged,
+                AccessModesChanged,
                 &[
                     "spec.accessModes[0]",
                     "\"ReadWriteOnce\"",
@@ -599,8 +617,8 @@ fn cases() -> Vec<Case> {
             Some(live("1Gi")),
             vec![],
             refused(
-                TemplateChanged,
-                &["spec.volumeMode", "\"Filesystem\"", "\"Block\""],
+                VolumeModeChanged,
+                &["spec.volumeMode", "\"Filesystem\"", "\"Block\"", "revert"],
             ),
         ),
         case(
@@ -623,7 +641,7 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(TemplateChanged, &["spec.selector", "gold"]),
+            refused(OtherImmutable, &["spec.selector", "gold"]),
         ),
         case(
             "data source added",
@@ -634,7 +652,7 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(TemplateChanged, &["spec.dataSource", "snap"]),
+            refused(OtherImmutable, &["spec.dataSource", "snap"]),
         ),
         case(
             "data source mirrored by the server is equal",
@@ -663,11 +681,17 @@ fn cases() -> Vec<Case> {
                 json!("daily"),
             ),
             Some(live("1Gi")),
-            vec![],
-            refused(
-                TemplateChanged,
-                &["metadata.labels.backup", "<unset>", "\"daily\""],
-            ),
+            vec![bound("data-web-0", "1Gi")],
+            Expect::Changes {
+                classes: vec!["claim-metadata", "storage-grown"],
+                words: vec![
+                    "spec.volumeClaimTemplates[data].metadata.labels.backup",
+                    "<unset>",
+                    "daily",
+                    "keep their old labels",
+                ],
+                resize: vec!["data-web-0"],
+            },
         ),
         case(
             "template annotations changed",
@@ -682,9 +706,9 @@ fn cases() -> Vec<Case> {
                 json!("1"),
             )),
             vec![],
-            refused(
-                TemplateChanged,
-                &["metadata.annotations.a", "\"1\"", "\"2\""],
+            changes(
+                &["claim-metadata"],
+                &["metadata.annotations.a", "\\\"1\\\"", "\\\"2\\\""],
             ),
         ),
         case(
@@ -697,7 +721,7 @@ fn cases() -> Vec<Case> {
             Some(live("1Gi")),
             vec![],
             refused(
-                TemplateChanged,
+                OtherImmutable,
                 &["spec.resources.limits.storage", "\"4Gi\""],
             ),
         ),
@@ -751,14 +775,25 @@ fn cases() -> Vec<Case> {
             with_logs(desired("1Gi"), "1Gi"),
             Some(live("1Gi")),
             vec![],
-            refused(TemplateChanged, &["template \"logs\" added"]),
+            changes(
+                &["template-added"],
+                &[
+                    "spec.volumeClaimTemplates[logs]",
+                    "1Gi",
+                    "logs-web-N",
+                    "roll",
+                ],
+            ),
         ),
         case(
             "template removed",
             desired("1Gi"),
             Some(with_logs(live("1Gi"), "1Gi")),
             vec![],
-            refused(TemplateChanged, &["template \"logs\" removed"]),
+            refused(
+                TemplateRemoved,
+                &["template \"logs\" removed", "--cascade=orphan"],
+            ),
         ),
         case(
             "template renamed",
@@ -769,7 +804,7 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(TemplateChanged, &["template \"data\" renamed to \"store\""]),
+            refused(TemplateRemoved, &["template \"data\" renamed to \"store\""]),
         ),
         case(
             "templates reordered",
@@ -783,7 +818,7 @@ fn cases() -> Vec<Case> {
             },
             Some(with_logs(live("1Gi"), "1Gi")),
             vec![],
-            refused(TemplateChanged, &["reordered"]),
+            refused(OtherImmutable, &["reordered"]),
         ),
         case(
             "two templates, one grows",
@@ -830,12 +865,12 @@ fn cases() -> Vec<Case> {
             Some(live("1Gi")),
             vec![],
             refused(
-                OtherImmutable,
+                ServiceNameChanged,
                 &[
                     "spec.serviceName",
                     "\"web\"",
                     "\"web-headless\"",
-                    "'replicas'",
+                    "DNS subdomain",
                 ],
             ),
         ),
@@ -848,12 +883,12 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(
-                OtherImmutable,
+            changes(
+                &["pod-management-policy"],
                 &[
                     "spec.podManagementPolicy",
-                    "\"Parallel\"",
-                    "\"OrderedReady\"",
+                    "\\\"Parallel\\\"",
+                    "\\\"OrderedReady\\\"",
                 ],
             ),
         ),
@@ -862,7 +897,7 @@ fn cases() -> Vec<Case> {
             unset(desired("1Gi"), "/spec/podManagementPolicy"),
             Some(live("1Gi")),
             vec![],
-            refused(OtherImmutable, &["spec.podManagementPolicy"]),
+            changes(&["pod-management-policy"], &["spec.podManagementPolicy"]),
         ),
         case(
             "podManagementPolicy default equals live OrderedReady",
@@ -885,8 +920,13 @@ fn cases() -> Vec<Case> {
             Some(live("1Gi")),
             vec![],
             refused(
-                OtherImmutable,
-                &["spec.selector.matchLabels.app", "\"web\"", "\"db\""],
+                SelectorChanged,
+                &[
+                    "spec.selector.matchLabels.app",
+                    "\"web\"",
+                    "\"db\"",
+                    "not be adopted",
+                ],
             ),
         ),
         case(
@@ -901,7 +941,10 @@ fn cases() -> Vec<Case> {
             set(desired("1Gi"), "/spec/revisionHistoryLimit", json!(5)),
             Some(live("1Gi")),
             vec![],
-            refused(OtherImmutable, &["spec.revisionHistoryLimit", "10", "5"]),
+            changes(
+                &["revision-history-limit"],
+                &["spec.revisionHistoryLimit", "10", "5", "1.33"],
+            ),
         ),
         case(
             "mutable fields may change with a growth",
@@ -926,7 +969,7 @@ fn cases() -> Vec<Case> {
             grow_1_to_2(vec!["data-web-0"], vec![]),
         ),
         case(
-            "other-immutable is reported before a template change",
+            "serviceName is reported before a template change",
             set(
                 set(desired("2Gi"), "/spec/serviceName", json!("x")),
                 "/spec/volumeClaimTemplates/0/spec/storageClassName",
@@ -934,7 +977,63 @@ fn cases() -> Vec<Case> {
             ),
             Some(live("1Gi")),
             vec![],
-            refused(OtherImmutable, &["spec.serviceName"]),
+            refused(ServiceNameChanged, &["spec.serviceName"]),
+        ),
+        case(
+            "policy, claim labels, an added template and growth in one re-create",
+            {
+                let d = with_logs(desired("2Gi"), "500Mi");
+                let d = set(d, "/spec/podManagementPolicy", json!("OrderedReady"));
+                set(
+                    d,
+                    "/spec/volumeClaimTemplates/0/metadata/labels/helm.sh~1chart",
+                    json!("db-1.2.3"),
+                )
+            },
+            Some(live("1Gi")),
+            vec![bound("data-web-0", "1Gi"), bound("data-web-1", "1Gi")],
+            Expect::Changes {
+                classes: vec![
+                    "pod-management-policy",
+                    "claim-metadata",
+                    "storage-grown",
+                    "template-added",
+                ],
+                words: vec!["helm.sh/chart", "db-1.2.3", "500Mi", "OrderedReady"],
+                resize: vec!["data-web-0", "data-web-1"],
+            },
+        ),
+        case(
+            "an added template next to a removed one is a removal",
+            with_logs(
+                set(
+                    desired("1Gi"),
+                    "/spec/volumeClaimTemplates/0/metadata/name",
+                    json!("store"),
+                ),
+                "1Gi",
+            ),
+            Some(live("1Gi")),
+            vec![],
+            refused(TemplateRemoved, &["\"data\"", "removed"]),
+        ),
+        case(
+            "an added template with a bad size is rejected",
+            with_logs(desired("1Gi"), "lots"),
+            Some(live("1Gi")),
+            vec![],
+            refused(Rejected, &["desired template \"logs\""]),
+        ),
+        case(
+            "a shrink next to a label change is still a shrink",
+            set(
+                desired("1Gi"),
+                "/spec/volumeClaimTemplates/0/metadata/labels/v",
+                json!("2"),
+            ),
+            Some(live("2Gi")),
+            vec![],
+            refused(Shrink, &["2Gi (live)", "1Gi (desired)", "revert"]),
         ),
         // --- namespaces
         case(
@@ -1030,6 +1129,22 @@ fn decide_table() {
                     && d == *deferred
                     && templates_ok
                     && p.name == c.desired["metadata"]["name"]
+            }
+            (
+                Expect::Changes {
+                    classes,
+                    words,
+                    resize,
+                },
+                Ok(p),
+            ) => {
+                let json = serde_json::to_string(&p.changes).expect("changes serialise");
+                let got_classes: Vec<&str> = p.changes.iter().map(|c| c.class.as_str()).collect();
+                let got_resize: Vec<&str> = p.resize.iter().map(|r| r.claim.as_str()).collect();
+                p.recreate
+                    && got_classes == *classes
+                    && got_resize == *resize
+                    && words.iter().all(|w| json.contains(w))
             }
             (Expect::Refused(code, words), Err(r)) => {
                 r.code == *code && words.iter().all(|w| r.message.contains(w))

@@ -1091,8 +1091,8 @@ fn converge_requests(fake: &FakeApiServer) -> Vec<String> {
 }
 
 /// With the service's StorageClass cache the converge inside the gate lists no StorageClasses:
-/// N+10 requests for N claims (journal load, StatefulSet get, claim list, dry run, pre-flight,
-/// N grows, intent, orphan delete, watch, re-apply, intent cleared), one fewer than without it.
+/// N+11 requests for N claims (journal load, StatefulSet get, claim list, the proof, the dry
+/// run in place, pre-flight, N grows, intent, orphan delete, watch, re-apply, intent cleared), one fewer than without it.
 #[tokio::test]
 async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
     const CLAIMS: usize = 2;
@@ -1127,7 +1127,7 @@ async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
         assert_eq!(storage_class_lists, usize::from(!cached), "{requests:#?}");
         counted.push(requests.len());
     }
-    assert_eq!(counted, [CLAIMS + 11, CLAIMS + 10]);
+    assert_eq!(counted, [CLAIMS + 12, CLAIMS + 11]);
 }
 
 /// `name`: one template `data` at `size`, no replicas (no pods, no claims), running `image`.

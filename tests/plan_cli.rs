@@ -113,6 +113,12 @@ fn example_json_is_the_contract() {
                 "namespace": "default",
                 "name": "web",
                 "recreate": true,
+                "changes": [{
+                    "class": "storage-grown",
+                    "field": "spec.volumeClaimTemplates[data].spec.resources.requests.storage",
+                    "live": "1Gi",
+                    "declared": "2Gi"
+                }],
                 "grown": [{"template": "data", "from": "1Gi", "to": "2Gi"}],
                 "resize": [
                     {"claim": "data-web-0", "template": "data", "storageClass": "expandable", "from": "1Gi", "to": "2Gi"},
@@ -128,6 +134,7 @@ fn example_json_is_the_contract() {
                 "namespace": "default",
                 "name": "cache",
                 "recreate": false,
+                "changes": [],
                 "grown": [],
                 "resize": [
                     {"claim": "data-cache-1", "template": "data", "storageClass": "expandable", "from": "256Mi", "to": "0.5Gi"}
@@ -357,6 +364,125 @@ fn refusals_exit_3_and_keep_the_other_plans() {
     assert!(!commands.stdout.contains("kubectl "), "{}", commands.stdout);
 }
 
+/// Every immutable change a re-create carries is planned (json: `changes`, each naming field,
+/// both values and the note; text: the notes; commands: orphan delete with the uid
+/// precondition, then the re-apply), and its refused neighbours print no script.
+#[test]
+fn carried_changes_are_planned_in_every_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = file(&dir, "cluster.yaml", &captured_cluster());
+    let carried = fixture("v1.28/desired-statefulset-1Gi.yaml")
+        .replace(
+            "podManagementPolicy: Parallel",
+            "podManagementPolicy: OrderedReady",
+        )
+        .replace(
+            "      name: data\n",
+            "      name: data\n      labels:\n        helm.sh/chart: db-1.2.3\n",
+        );
+    let desired = file(&dir, "d.yaml", &carried);
+    let args = |output: &'static str| {
+        vec![
+            "--desired".to_string(),
+            desired.clone(),
+            "--cluster-state".to_string(),
+            cluster.clone(),
+            "-o".to_string(),
+            output.to_string(),
+        ]
+    };
+    let run_with = |output: &'static str| {
+        let a = args(output);
+        plan(&a.iter().map(String::as_str).collect::<Vec<_>>(), None)
+    };
+
+    let json = run_with("json");
+    assert_eq!(json.code, 0, "{}", json.stdout);
+    let v = json_of(&json);
+    let planned = &v["plans"][0];
+    assert_eq!(planned["recreate"], true, "{}", json.stdout);
+    let classes: Vec<&str> = planned["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| c["class"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(classes, ["pod-management-policy", "claim-metadata"]);
+    let labels = &planned["changes"][1];
+    assert_eq!(
+        labels["field"],
+        "spec.volumeClaimTemplates[data].metadata.labels.helm.sh/chart"
+    );
+    assert_eq!(
+        (labels["live"].as_str(), labels["declared"].as_str()),
+        (Some("<unset>"), Some("\"db-1.2.3\""))
+    );
+    assert!(
+        labels["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("keep their old labels")),
+        "{labels}"
+    );
+
+    let text = run_with("text");
+    assert_eq!(text.code, 0);
+    assert!(
+        text.stdout.contains("orphan-delete and re-apply the StatefulSet to carry")
+            && text
+                .stdout
+                .contains("change pod-management-policy spec.podManagementPolicy: \"Parallel\" -> \"OrderedReady\"")
+            && text.stdout.contains("keep their old labels"),
+        "{}",
+        text.stdout
+    );
+
+    let commands = run_with("commands");
+    assert_eq!(commands.code, 0);
+    let script = &commands.stdout;
+    let delete = script
+        .find("\"propagationPolicy\":\"Orphan\",\"preconditions\":{\"uid\"")
+        .unwrap_or_else(|| panic!("no orphan delete with the uid: {script}"));
+    let apply = script
+        .find("kubectl apply --server-side --field-manager=kustomize-controller")
+        .unwrap_or_else(|| panic!("no re-apply: {script}"));
+    assert!(delete < apply, "{script}");
+    assert!(
+        script.contains("podManagementPolicy: OrderedReady"),
+        "{script}"
+    );
+    assert!(
+        script.contains("# pod-management-policy spec.podManagementPolicy"),
+        "{script}"
+    );
+    assert!(!script.contains("kubectl patch pvc"), "{script}");
+
+    // A refused neighbour: exit 3, and no command for it.
+    let refused = file(
+        &dir,
+        "r.yaml",
+        &carried.replace("serviceName: web", "serviceName: web-headless"),
+    );
+    let run = plan(
+        &[
+            "--desired",
+            &refused,
+            "--cluster-state",
+            &cluster,
+            "-o",
+            "commands",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 3, "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("# StatefulSet default/web: refused (service-name-changed)"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("kubectl "), "{}", run.stdout);
+}
+
 #[test]
 fn each_refusal_code_reaches_the_json() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -365,12 +491,38 @@ fn each_refusal_code_reaches_the_json() {
     let cases = [
         ("shrink", grown.replace("storage: 2Gi", "storage: 1G")),
         (
-            "template-changed",
+            "storage-class-changed",
             grown.replace("storageClassName: expandable", "storageClassName: fixed"),
         ),
         (
-            "other-immutable",
+            "access-modes-changed",
+            grown.replace("[\"ReadWriteOnce\"]", "[\"ReadWriteOncePod\"]"),
+        ),
+        (
+            "volume-mode-changed",
+            grown.replace(
+                "storageClassName: expandable",
+                "storageClassName: expandable\n      volumeMode: Block",
+            ),
+        ),
+        (
+            "service-name-changed",
             grown.replace("serviceName: web", "serviceName: web-headless"),
+        ),
+        (
+            "selector-changed",
+            grown.replace("      app: web", "      app: web2"),
+        ),
+        (
+            "template-removed",
+            grown.replace("      name: data\n", "      name: store\n"),
+        ),
+        (
+            "other-immutable",
+            grown.replace(
+                "    spec:\n      accessModes",
+                "    spec:\n      volumeAttributesClassName: gold\n      accessModes",
+            ),
         ),
         ("not-expandable", grown.clone()),
     ];
@@ -450,7 +602,7 @@ fn namespace_flag_defaults_objects_without_one() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(
         json_of(&run),
-        json!({"plans": [{"namespace": "default", "name": "web", "recreate": false, "grown": [], "resize": [], "deferred": []}], "refusals": []})
+        json!({"plans": [{"namespace": "default", "name": "web", "recreate": false, "changes": [], "grown": [], "resize": [], "deferred": []}], "refusals": []})
     );
     let text = plan(&["--desired", &desired, "--cluster-state", &cluster], None);
     assert!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use flux_converger::commands::{self, Planned};
-use flux_converger::decide::{Plan, Refusal, decide};
+use flux_converger::decide::{ChangeClass, Plan, Refusal, decide};
 use flux_converger::manifest::{Objects, read_documents};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -216,7 +216,14 @@ fn render_text(outcomes: &[Outcome]) -> String {
             plan.deferred.is_empty(),
         ) {
             (false, true, true) => writeln!(s, "nothing to do"),
-            (true, _, _) => writeln!(s, "grow claims, orphan-delete and re-apply the StatefulSet"),
+            (true, _, _) if plan.grown.len() == plan.changes.len() => {
+                writeln!(s, "grow claims, orphan-delete and re-apply the StatefulSet")
+            }
+            (true, _, _) => writeln!(
+                s,
+                "orphan-delete and re-apply the StatefulSet to carry its immutable changes \
+                 (pods and claims kept; claims grown first where a template grew)"
+            ),
             (false, _, _) => writeln!(
                 s,
                 "grow lagging claims only (the StatefulSet already declares their size)"
@@ -224,6 +231,20 @@ fn render_text(outcomes: &[Outcome]) -> String {
         };
         for g in &plan.grown {
             let _ = writeln!(s, "  template {}: {} -> {}", g.template, g.from, g.to);
+        }
+        for c in plan
+            .changes
+            .iter()
+            .filter(|c| c.class != ChangeClass::StorageGrown)
+        {
+            let _ = writeln!(
+                s,
+                "  change {} {}: {} -> {}",
+                c.class, c.field, c.live, c.declared
+            );
+            if let Some(note) = &c.note {
+                let _ = writeln!(s, "    note: {note}");
+            }
         }
         for r in &plan.resize {
             let _ = writeln!(

@@ -1,9 +1,13 @@
-//! The proof step, pure parts: the object to dry-run, and what the server's answer means.
+//! The proof step, pure parts: the objects to dry-run, and what the server's answers mean.
 //!
-//! `decide` only knows the volumeClaimTemplates may not change; the server knows every other
+//! `decide` knows which immutable changes a re-create carries; the server knows every other
 //! immutable field (and they vary with the Kubernetes version). Dry-running the desired object
-//! with the live templates put back asks the server exactly one question: "apart from the
-//! templates, would Flux's apply pass?"
+//! with the live values of exactly the carried fields put back (the volumeClaimTemplates, the
+//! pod management policy, the revision history limit) asks the server one question: "apart
+//! from what the re-create carries, would Flux's apply pass?" Anything else immutable is still
+//! refused there (`other-immutable`). A second dry run, of the desired object as it is, asks
+//! whether the server takes the carried changes in place (a newer server, a feature gate):
+//! then nothing is re-created.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -14,15 +18,16 @@ use crate::decide::{Refusal, RefusalCode};
 /// (the field list that follows varies with the Kubernetes version).
 pub const IMMUTABLE_PREFIX: &str = "updates to statefulset spec for fields other than";
 
-/// The desired object with the live `volumeClaimTemplates` put back.
+/// The desired object with the live values of the fields a re-create carries put back:
+/// `volumeClaimTemplates`, `podManagementPolicy` and `revisionHistoryLimit` (each as the live
+/// object has it, absent when it is absent there).
 ///
 /// The templates lose `status` and `metadata.creationTimestamp` (server output, not intent);
 /// the server accepts them either way.
 pub fn proof_object(desired: &StatefulSet, live: &StatefulSet) -> StatefulSet {
     let mut proof = desired.clone();
-    let templates = live
-        .spec
-        .as_ref()
+    let live_spec = live.spec.as_ref();
+    let templates = live_spec
         .and_then(|s| s.volume_claim_templates.clone())
         .map(|ts| {
             ts.into_iter()
@@ -35,9 +40,36 @@ pub fn proof_object(desired: &StatefulSet, live: &StatefulSet) -> StatefulSet {
         });
     if let Some(spec) = proof.spec.as_mut() {
         spec.volume_claim_templates = templates;
+        spec.pod_management_policy = live_spec.and_then(|s| s.pod_management_policy.clone());
+        spec.revision_history_limit = live_spec.and_then(|s| s.revision_history_limit);
     }
     proof.status = None;
     proof
+}
+
+/// What the dry run of the desired object as it is (carried fields included) says, once the
+/// proof passed.
+#[derive(Debug, PartialEq)]
+pub enum InPlace {
+    /// The server takes every change in place (KEP-4650's `StatefulSetUpdateVolumeClaimTemplate`
+    /// gate, `revisionHistoryLimit` on 1.33 and later): Flux's apply passes, nothing is
+    /// re-created.
+    Accepted,
+    /// The server forbids the carried changes in place: the re-create carries them.
+    Forbidden,
+    /// Any other answer, read as the proof's.
+    Other(Verdict),
+}
+
+/// Reads the answer to the dry run of the desired object as it is.
+pub fn classify_in_place(namespace: &str, name: &str, answer: Result<(), CallError>) -> InPlace {
+    match answer {
+        Ok(()) => InPlace::Accepted,
+        Err(e) if e.code() == Some(422) && e.server_text().contains(IMMUTABLE_PREFIX) => {
+            InPlace::Forbidden
+        }
+        Err(e) => InPlace::Other(classify(namespace, name, e)),
+    }
 }
 
 /// What a failed dry run means.
@@ -71,9 +103,10 @@ pub fn classify(namespace: &str, name: &str, error: CallError) -> Verdict {
         Some(422) if text.contains(IMMUTABLE_PREFIX) => refusal(
             RefusalCode::OtherImmutable,
             format!(
-                "a field other than the volumeClaimTemplates cannot change in place: the server's \
-                 dry run of the desired object with the live volumeClaimTemplates put back says \
-                 \"{text}\""
+                "a field the converger does not carry changed and cannot change in place: the \
+                 server's dry run of the desired object with the live volumeClaimTemplates, \
+                 podManagementPolicy and revisionHistoryLimit put back says \"{text}\"; revert \
+                 that field in git, or re-create the StatefulSet by hand"
             ),
         ),
         Some(401) => Verdict::Denied {
@@ -199,6 +232,39 @@ mod tests {
     }
 
     #[test]
+    fn the_dry_run_as_declared_tells_in_place_from_re_create() {
+        let api = |code: u16, reason: &str, message: &str| {
+            CallError::api("dry run", "StatefulSet default/web", code, reason, message)
+        };
+        assert_eq!(
+            classify_in_place("default", "web", Ok(())),
+            InPlace::Accepted
+        );
+        assert_eq!(
+            classify_in_place(
+                "default",
+                "web",
+                Err(fixture_error("error-statefulset-update-forbidden.json"))
+            ),
+            InPlace::Forbidden
+        );
+        let rejected = classify_in_place(
+            "default",
+            "web",
+            Err(fixture_error("error-statefulset-dryrun-invalid-other.json")),
+        );
+        assert!(
+            matches!(&rejected, InPlace::Other(Verdict::Refused(r)) if r.code == RefusalCode::Rejected),
+            "{rejected:?}"
+        );
+        let busy = classify_in_place("default", "web", Err(api(503, "ServiceUnavailable", "x")));
+        assert!(
+            matches!(busy, InPlace::Other(Verdict::Failed(_))),
+            "{busy:?}"
+        );
+    }
+
+    #[test]
     fn access_failures_are_not_refusals_and_name_what_to_fix() {
         let api = |code: u16, reason: &str, message: &str| {
             CallError::api("dry run", "StatefulSet default/web", code, reason, message)
@@ -288,14 +354,30 @@ mod tests {
             .as_ref()
             .unwrap()["storage"];
         assert_eq!(storage.0, "1Gi");
+        // The other carried fields are the live object's, whatever the desired one says.
+        let (proof_spec, live_spec) = (proof.spec.as_ref().unwrap(), live.spec.as_ref().unwrap());
+        assert_eq!(
+            (
+                &proof_spec.pod_management_policy,
+                proof_spec.revision_history_limit
+            ),
+            (
+                &live_spec.pod_management_policy,
+                live_spec.revision_history_limit
+            )
+        );
+        let mut changed = desired.clone();
+        let spec = changed.spec.as_mut().unwrap();
+        spec.pod_management_policy = Some("OrderedReady".into());
+        spec.revision_history_limit = Some(3);
+        assert_eq!(proof_object(&changed, &live), proof);
         // Everything else is the desired object's.
         let mut back = proof.clone();
-        back.spec.as_mut().unwrap().volume_claim_templates = desired
-            .spec
-            .as_ref()
-            .unwrap()
-            .volume_claim_templates
-            .clone();
+        let back_spec = back.spec.as_mut().unwrap();
+        let desired_spec = desired.spec.as_ref().unwrap();
+        back_spec.volume_claim_templates = desired_spec.volume_claim_templates.clone();
+        back_spec.pod_management_policy = desired_spec.pod_management_policy.clone();
+        back_spec.revision_history_limit = desired_spec.revision_history_limit;
         assert_eq!(back, desired);
         assert!(proof.metadata.uid.is_none());
     }

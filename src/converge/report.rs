@@ -99,6 +99,12 @@ pub enum Outcome {
     /// file) was refused or failed: a revision is converged all or nothing (`held_by` says
     /// which one). The next run decides again.
     Held,
+    /// The server takes the declared immutable changes in place (a server with KEP-4650's
+    /// `StatefulSetUpdateVolumeClaimTemplate` gate, `revisionHistoryLimit` on 1.33 and later):
+    /// nothing re-created, nothing applied by the converger (Flux's apply passes); claims the
+    /// server leaves small were grown (`claims` says which). Converged, as far as the
+    /// converger is concerned.
+    AcceptedByServer,
 }
 
 impl Outcome {
@@ -114,6 +120,7 @@ impl Outcome {
             Outcome::ReplacedElsewhere => "replaced-elsewhere",
             Outcome::DeletedElsewhere => "deleted-elsewhere",
             Outcome::Held => "held",
+            Outcome::AcceptedByServer => "accepted-by-server",
         }
     }
 }
@@ -330,6 +337,10 @@ impl Report {
                 "deleted by someone else before our orphan delete: not re-applied"
             }
             Outcome::Held => "held",
+            Outcome::AcceptedByServer => {
+                "the server takes the declared changes in place: not re-created (Flux's apply \
+                 passes), only claims it leaves small grown"
+            }
         };
         line(format!(
             "StatefulSet {}/{}: {what}",

@@ -288,13 +288,11 @@ async fn template_equal_but_claims_smaller_grows_without_recreating() {
 
 #[tokio::test]
 async fn every_refusal_writes_nothing() {
-    // shrink, not expandable, template changed: decided; other-immutable, rejected: proven.
+    // shrink, not expandable, template removed, serviceName, selector: decided; rejected: proven.
     let shrink = statefulset(&[("data", "512Mi"), ("logs", "1Gi")]);
     let renamed = statefulset(&[("data", "2Gi"), ("cache", "1Gi")]);
     let mut service = desired();
     service.spec.as_mut().unwrap().service_name = Some("other".into());
-    let mut policy = desired();
-    policy.spec.as_mut().unwrap().pod_management_policy = Some("OrderedReady".into());
     let mut selector = desired();
     selector.spec.as_mut().unwrap().selector.match_labels =
         Some([("app".to_string(), "other".to_string())].into());
@@ -305,16 +303,15 @@ async fn every_refusal_writes_nothing() {
             "template renamed",
             renamed,
             None,
-            RefusalCode::TemplateChanged,
+            RefusalCode::TemplateRemoved,
         ),
-        ("serviceName", service, None, RefusalCode::OtherImmutable),
         (
-            "podManagementPolicy",
-            policy,
+            "serviceName",
+            service,
             None,
-            RefusalCode::OtherImmutable,
+            RefusalCode::ServiceNameChanged,
         ),
-        ("selector", selector, None, RefusalCode::OtherImmutable),
+        ("selector", selector, None, RefusalCode::SelectorChanged),
         (
             "rejected",
             desired(),

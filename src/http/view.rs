@@ -119,9 +119,21 @@ pub fn advice(code: &str) -> &'static str {
             "The claim's StorageClass does not allow expansion. Set allowVolumeExpansion: true on it if \
              its CSI driver can expand volumes, or keep the old size in git."
         }
-        "template-changed" => {
-            "A volumeClaimTemplate was added, removed or changed beyond its size (class, access modes, \
-             selector). Only storage requests grow in place: revert that change in git."
+        "selector-changed" => {
+            "The selector changed: the re-created StatefulSet would not adopt its pods and its new pods \
+             would collide with them. Revert it in git; a new selector needs a new StatefulSet."
+        }
+        "service-name-changed" => {
+            "The serviceName changed: the pods would keep their old DNS subdomain. Revert it in git, or \
+             change it by hand (orphan-delete, apply, then delete the pods one at a time)."
+        }
+        "storage-class-changed" | "access-modes-changed" | "volume-mode-changed" => {
+            "A volumeClaimTemplate's class, access modes or volume mode changed: existing claims cannot \
+             follow. Revert it in git; moving the data to new claims is a migration made by hand."
+        }
+        "template-removed" => {
+            "A volumeClaimTemplate was removed or renamed: the pods would lose that volume. Keep it in \
+             git, or remove it by hand (orphan-delete, apply, delete the old claims once unneeded)."
         }
         "other-immutable" => {
             "Another immutable StatefulSet field changed (the message names it). Revert it in git, or \
@@ -459,6 +471,7 @@ mod tests {
             old_uid: None,
             new_uid: None,
             templates: Vec::new(),
+            changes: Vec::new(),
             claims: Vec::new(),
             deferred: Vec::new(),
             refusal: None,
@@ -650,7 +663,10 @@ mod tests {
         let codes = [
             "shrink",
             "not-expandable",
-            "template-changed",
+            "selector-changed",
+            "service-name-changed",
+            "storage-class-changed",
+            "template-removed",
             "other-immutable",
             "rejected",
             "create-refused",

@@ -844,6 +844,7 @@ mod tests {
                 old_uid: Some("u1".into()),
                 new_uid: Some("u2".into()),
                 templates: Vec::new(),
+                changes: Vec::new(),
                 claims: Vec::new(),
                 deferred: Vec::new(),
                 refusal: None,

@@ -134,7 +134,8 @@ pub struct DeferredClaim {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusalEntry {
-    /// `shrink`, `not-expandable`, `template-changed`, `other-immutable`, `rejected`, ...
+    /// `shrink`, `not-expandable`, `selector-changed`, `storage-class-changed`,
+    /// `other-immutable`, `rejected`, ... (docs/http-api.md)
     pub code: String,
     pub message: String,
 }
@@ -161,6 +162,10 @@ pub struct StatefulSetEntry {
     pub new_uid: Option<String>,
     #[serde(default)]
     pub templates: Vec<TemplateChange>,
+    /// The immutable changes a re-create carried (or the server took in place) besides the
+    /// storage growth `templates` lists, each with its note; absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<crate::decide::Change>,
     #[serde(default)]
     pub claims: Vec<ClaimChange>,
     #[serde(default)]

@@ -625,6 +625,7 @@ mod tests {
                 old_uid: None,
                 new_uid: None,
                 templates: Vec::new(),
+                changes: Vec::new(),
                 claims: Vec::new(),
                 deferred: Vec::new(),
                 refusal: None,

@@ -156,6 +156,7 @@ pub fn set(namespace: &str, name: &str, outcome: StatefulSetOutcome) -> Stateful
         old_uid: None,
         new_uid: None,
         templates: Vec::new(),
+        changes: Vec::new(),
         claims: Vec::new(),
         deferred: Vec::new(),
         refusal: None,

@@ -435,6 +435,15 @@ impl FakeApiServer {
         }
     }
 
+    /// Emulates a server with KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` feature gate:
+    /// an update may change the labels, annotations, storage request and
+    /// `volumeAttributesClassName` of an existing volumeClaimTemplate (the server then takes
+    /// such a change in place and, with the default `OnClaimDelete`, leaves existing claims as
+    /// they are); every other template change is still forbidden.
+    pub fn enable_claim_template_updates(&self) {
+        self.lock().claim_template_updates = true;
+    }
+
     /// Turns on the minimal StatefulSet controller (claims, pods, ControllerRevisions,
     /// adoption of orphans, status) and reconciles what is already stored.
     pub fn enable_statefulset_controller(&self) {

@@ -323,7 +323,7 @@ pub fn update_object(
     crd_schema::admit(rt, &mut new)?;
     if !on_status {
         semantics::default(rt, &mut new);
-        semantics::validate_update(rt, &new, old, state.version)?;
+        semantics::validate_update(rt, &new, old, state.version, state.claim_template_updates)?;
         semantics::admit_update(state, rt, &new, old)?;
     }
     if let Managed::Update(manager) = &opts.managed {

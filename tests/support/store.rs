@@ -139,6 +139,9 @@ pub struct State {
     pub rbac_log: Vec<super::authz::RbacRequest>,
     /// Validating admission on CREATE a test installed (see `admission`).
     pub create_denials: Vec<super::admission::CreateDenial>,
+    /// KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` gate is on (see
+    /// `FakeApiServer::enable_claim_template_updates`).
+    pub claim_template_updates: bool,
 }
 
 impl State {
@@ -164,6 +167,7 @@ impl State {
             default_user: None,
             rbac_log: Vec::new(),
             create_denials: Vec::new(),
+            claim_template_updates: false,
         }
     }
 

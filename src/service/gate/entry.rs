@@ -22,6 +22,12 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
                 to: g.to.as_str().to_string(),
             })
             .collect();
+        entry.changes = plan
+            .changes
+            .iter()
+            .filter(|c| c.class != crate::decide::ChangeClass::StorageGrown)
+            .cloned()
+            .collect();
     }
     for c in &report.claims {
         match c.action {
@@ -56,10 +62,14 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
     }
     entry.outcome = match report.outcome {
         Outcome::Refused => StatefulSetOutcome::Refused,
-        Outcome::Converged | Outcome::RecreatedElsewhere if !entry.deferred.is_empty() => {
+        Outcome::Converged | Outcome::RecreatedElsewhere | Outcome::AcceptedByServer
+            if !entry.deferred.is_empty() =>
+        {
             StatefulSetOutcome::Deferred
         }
-        Outcome::Converged | Outcome::RecreatedElsewhere => StatefulSetOutcome::Converged,
+        Outcome::Converged | Outcome::RecreatedElsewhere | Outcome::AcceptedByServer => {
+            StatefulSetOutcome::Converged
+        }
         Outcome::Unchanged | Outcome::Absent if !entry.deferred.is_empty() => {
             StatefulSetOutcome::Deferred
         }
@@ -145,6 +155,7 @@ fn empty(namespace: &str, name: &str) -> StatefulSetEntry {
         old_uid: None,
         new_uid: None,
         templates: Vec::new(),
+        changes: Vec::new(),
         claims: Vec::new(),
         deferred: Vec::new(),
         refusal: None,
@@ -270,6 +281,39 @@ mod tests {
     }
 
     #[test]
+    fn carried_changes_reach_the_record_and_a_change_taken_in_place_is_converged() {
+        use crate::decide::{Change, ChangeClass, Plan};
+        let change = |class| Change {
+            class,
+            field: "spec.podManagementPolicy".into(),
+            live: "\"Parallel\"".into(),
+            declared: "\"OrderedReady\"".into(),
+            note: None,
+        };
+        for outcome in [Outcome::Converged, Outcome::AcceptedByServer] {
+            let mut report = Report::new("ns", "db", false);
+            report.outcome = outcome;
+            report.plan = Some(Plan {
+                namespace: "ns".into(),
+                name: "db".into(),
+                recreate: outcome == Outcome::Converged,
+                changes: vec![
+                    change(ChangeClass::PodManagementPolicy),
+                    change(ChangeClass::StorageGrown),
+                ],
+                grown: Vec::new(),
+                resize: Vec::new(),
+                deferred: Vec::new(),
+            });
+            let e = from_report(&report);
+            assert_eq!(e.outcome, StatefulSetOutcome::Converged, "{outcome:?}");
+            assert!(e.error.is_none(), "{outcome:?}: {:?}", e.error);
+            // Storage growth is listed in `templates`; the record lists the others.
+            assert_eq!(e.changes, vec![change(ChangeClass::PodManagementPolicy)]);
+        }
+    }
+
+    #[test]
     fn a_held_report_is_a_held_entry_naming_why_and_nothing_grown() {
         let mut report = Report::new("ns", "a-db", false);
         report.outcome = Outcome::Held;
@@ -280,6 +324,7 @@ mod tests {
             namespace: "ns".into(),
             name: "a-db".into(),
             recreate: true,
+            changes: Vec::new(),
             grown: vec![crate::decide::TemplateGrowth {
                 template: "data".into(),
                 from: "1Gi".parse().unwrap(),

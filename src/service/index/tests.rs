@@ -272,6 +272,7 @@ fn due_given_the_last_record() {
         old_uid: None,
         new_uid: None,
         templates: Vec::new(),
+        changes: Vec::new(),
         claims: Vec::new(),
         deferred: Vec::new(),
         refusal: None,

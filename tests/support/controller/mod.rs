@@ -4,8 +4,8 @@
 //! Per StatefulSet: one ControllerRevision per distinct pod template (an orphaned one with the
 //! same template is adopted instead of a new one), the claims `<template>-<set>-<ordinal>` from
 //! `volumeClaimTemplates` (never recreated while they exist, so a grown template does not touch
-//! existing claims), and the pods `<set>-<ordinal>`: a missing pod is created, an orphaned pod
-//! matching the selector is adopted (same uid, no restart), a pod of an older revision is
+//! existing claims), and the pods `<set>-<ordinal>`: every orphaned pod matching the selector
+//! is adopted first, whatever the policy (same uid, no restart), a missing pod is created, a pod of an older revision is
 //! replaced under `RollingUpdate` (all at once, without waiting for readiness), pods above
 //! `replicas` are deleted. Status follows. Pods stay Pending (no nodes, as when the fixtures
 //! were captured) unless `set_pods_ready(true)`; with `podManagementPolicy: OrderedReady` the
@@ -142,6 +142,18 @@ fn reconcile(state: &mut State, set: &Value) {
         .and_then(Value::as_i64)
         .unwrap_or(0);
 
+    // Adoption comes first and ignores the policy, as the real controller's ClaimPods does:
+    // every orphan matching the selector is adopted before any pod is created or waited on.
+    for ordinal in start..start + replicas {
+        let key = Key::new(&resources::POD, Some(&ns), &format!("{name}-{ordinal}"));
+        if let Some(pod) = state.get(&key).cloned()
+            && controller_uid(&pod).is_none()
+            && selector.matches(&pod)
+            && pod["metadata"].get("deletionTimestamp").is_none()
+        {
+            adopt(state, resources::POD, pod, set);
+        }
+    }
     let ordered = set.pointer("/spec/podManagementPolicy") != Some(&json!("Parallel"));
     for ordinal in start..start + replicas {
         claims::ensure_claims(state, set, ordinal);

@@ -513,9 +513,10 @@ pub fn validate_update(
     new: &Value,
     old: &Value,
     version: KubeVersion,
+    claim_template_updates: bool,
 ) -> Result<(), ApiError> {
     let mut causes = if *rt == resources::STATEFULSET {
-        statefulset::validate_update(new, old)
+        statefulset::validate_update(new, old, claim_template_updates)
     } else if *rt == resources::PVC {
         pvc::validate_update(new, old, version)
     } else {

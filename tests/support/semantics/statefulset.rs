@@ -175,14 +175,39 @@ pub fn validate_create(obj: &Value) -> Vec<Cause> {
     validate_spec(obj)
 }
 
-/// Spec validation, then the immutability rule (after defaults, by semantic equality).
-pub fn validate_update(new: &Value, old: &Value) -> Vec<Cause> {
+/// The template fields KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` gate lets an update
+/// change (as JSON pointers inside a template).
+const GATED_TEMPLATE_FIELDS: &[&str] = &[
+    "/metadata/labels",
+    "/metadata/annotations",
+    "/spec/resources/requests/storage",
+    "/spec/volumeAttributesClassName",
+];
+
+/// Spec validation, then the immutability rule (after defaults, by semantic equality);
+/// `claim_template_updates`: the KEP-4650 gate is on.
+pub fn validate_update(new: &Value, old: &Value, claim_template_updates: bool) -> Vec<Cause> {
     let mut causes = validate_spec(new);
     let strip = |spec: &Value| {
         let mut s = spec.clone();
         if let Some(m) = s.as_object_mut() {
             for f in MUTABLE {
                 m.remove(*f);
+            }
+        }
+        if claim_template_updates {
+            for t in s
+                .get_mut("volumeClaimTemplates")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                for field in GATED_TEMPLATE_FIELDS {
+                    let (parent, key) = field.rsplit_once('/').unwrap_or(("", field));
+                    if let Some(m) = t.pointer_mut(parent).and_then(Value::as_object_mut) {
+                        m.remove(key);
+                    }
+                }
             }
         }
         s
