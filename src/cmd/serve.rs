@@ -457,8 +457,12 @@ mod tests {
         use clap::Parser as _;
         let kube = KubeArgs::default();
         let kustomize = |args: &[&str]| {
-            let parsed =
-                Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied())).unwrap();
+            let parsed = Cli::try_parse_from(
+                ["serve", "--allow-unauthenticated-hooks"]
+                    .into_iter()
+                    .chain(args.iter().copied()),
+            )
+            .unwrap();
             let k = config(&parsed.args, &kube).unwrap().kustomize;
             (k.timeout, k.max_output)
         };
