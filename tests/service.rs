@@ -1928,7 +1928,7 @@ fn base64_encode(bytes: &[u8]) -> String {
 
 /// The resync's own stamp, read from `/metrics`.
 async fn last_resync(running: &Running) -> Option<String> {
-    let body = reqwest::get(format!("http://{}/metrics", running.addr))
+    let body = reqwest::get(format!("http://{}/metrics", running.metrics_addr))
         .await
         .ok()?
         .text()
