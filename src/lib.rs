@@ -15,4 +15,5 @@ pub mod journal;
 pub mod manifest;
 pub mod quantity;
 pub mod service;
+pub mod storage;
 pub mod tls;
