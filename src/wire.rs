@@ -41,12 +41,9 @@ pub fn kube_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
     if config.proxy_url.is_some() {
         return kube::Client::try_from(config);
     }
-    let mut http = HttpConnector::new();
-    // The cluster URL may be https: the TLS layer below takes it.
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    let https = config.rustls_https_connector_with_connector(http)?;
-    let mut connector = TimeoutConnector::new(TracedConnector { inner: https });
+    let mut connector = TimeoutConnector::new(TracedConnector {
+        inner: connector(&config)?,
+    });
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
@@ -66,6 +63,19 @@ pub fn kube_client(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .layer(tower::layer::layer_fn(|inner| TracedRequests { inner }))
         .service(hyper.map_err(BoxError::from));
     Ok(kube::Client::new(service, config.default_namespace))
+}
+
+/// The connector under every client [`kube_client`] builds: TCP with `TCP_NODELAY`, then
+/// kube's rustls for the config (its roots, client identity, server name) when the URL is
+/// https. Public so a test can open a connection with it and look at the socket.
+pub fn connector(
+    config: &kube::Config,
+) -> Result<hyper_rustls::HttpsConnector<HttpConnector>, kube::Error> {
+    let mut http = HttpConnector::new();
+    // The cluster URL may be https: the TLS layer takes it.
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    config.rustls_https_connector_with_connector(http)
 }
 
 /// Logs each request at `debug` when its response head arrives (or it fails).
