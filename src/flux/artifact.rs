@@ -348,6 +348,9 @@ impl Fetcher {
     /// (`tls::install_crypto_provider`).
     pub fn new(options: FetchOptions) -> Result<Self, ArtifactError> {
         let client = reqwest::Client::builder()
+            // Explicit, as on the kube client (`wire::kube_client`): no Nagle stall on a
+            // request written in more than one TLS record.
+            .tcp_nodelay(true)
             .timeout(options.timeout)
             .connect_timeout(Duration::from_secs(10))
             .build()
