@@ -542,3 +542,164 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     )
         .into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(namespace: Option<&str>, state: Option<&str>, page: Option<&str>) -> DashboardQuery {
+        DashboardQuery {
+            namespace: namespace.map(String::from),
+            state: state.map(String::from),
+            page: page.map(String::from),
+        }
+    }
+
+    #[test]
+    fn wanted_is_normalised_by_table() {
+        let cases = [
+            ((None, None, None), (None, None, 1)),
+            ((Some(""), Some(""), Some("")), (None, None, 1)),
+            (
+                (Some("apps"), Some("refused"), Some("3")),
+                (Some("apps"), Some("refused"), 3),
+            ),
+            ((None, Some("<b>"), Some("0")), (None, None, 1)),
+            ((None, Some("none"), Some("-2")), (None, Some("none"), 1)),
+            ((None, None, Some(" 7 ")), (None, None, 7)),
+            (
+                (None, None, Some("99999999999999999999999")),
+                (None, None, 1),
+            ),
+        ];
+        for ((ns, state, page), (want_ns, want_state, want_page)) in cases {
+            let wanted = Wanted::of(&query(ns, state, page));
+            assert_eq!(
+                wanted,
+                Wanted {
+                    namespace: want_ns.map(String::from),
+                    state: want_state,
+                    page: want_page
+                },
+                "{ns:?} {state:?} {page:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn list_href_by_table() {
+        let cases = [
+            ((None, None, 1), "/"),
+            ((None, None, 2), "/?page=2"),
+            ((Some("apps"), None, 1), "/?namespace=apps"),
+            ((None, Some("failed"), 1), "/?state=failed"),
+            (
+                (Some("apps"), Some("failed"), 4),
+                "/?namespace=apps&state=failed&page=4",
+            ),
+        ];
+        for ((ns, state, page), want) in cases {
+            assert_eq!(list_href(ns, state, page), want);
+        }
+    }
+
+    #[test]
+    fn not_modified_by_table() {
+        let etag = HeaderValue::from_static("\"0123456789abcdef\"");
+        let cases: [(&[&str], bool); 8] = [
+            (&[], false),
+            (&["\"0123456789abcdef\""], true),
+            (&["W/\"0123456789abcdef\""], true),
+            (&["\"ffff\", \"0123456789abcdef\""], true),
+            (&["\"ffff\"", "\"0123456789abcdef\""], true),
+            (&["*"], true),
+            (&["\"ffff\""], false),
+            (&["0123456789abcdef"], false),
+        ];
+        for (values, want) in cases {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append(
+                    header::IF_NONE_MATCH,
+                    HeaderValue::from_str(value).expect("a header value"),
+                );
+            }
+            assert_eq!(not_modified(&headers, &etag), want, "{values:?}");
+        }
+    }
+
+    #[test]
+    fn stamp_etag_writes_the_digest_into_the_slot() {
+        let page = |text: &str| format!("<main data-etag=\"{ETAG_SLOT}\">{text}</main>");
+        let mut one = page("one").into_bytes();
+        let mut same = page("one").into_bytes();
+        let mut two = page("two").into_bytes();
+        let tag = stamp_etag(&mut one).expect("a slot");
+        assert_eq!(
+            stamp_etag(&mut same),
+            Some(tag.clone()),
+            "same bytes, same tag"
+        );
+        assert_ne!(
+            stamp_etag(&mut two),
+            Some(tag.clone()),
+            "other bytes, other tag"
+        );
+        let text = String::from_utf8(one).expect("utf-8");
+        let quoted = tag.to_str().expect("ascii");
+        assert_eq!(
+            text,
+            format!("<main data-etag={quoted}>one</main>"),
+            "the page carries its tag"
+        );
+        assert_eq!(stamp_etag(&mut b"<main>no slot</main>".to_vec()), None);
+        assert_eq!(
+            stamp_etag(&mut b"<main data-etag=\"short\">".to_vec()),
+            None
+        );
+    }
+
+    fn encoded(tag: &str) -> Encoded {
+        Encoded {
+            etag: HeaderValue::from_str(tag).expect("a header value"),
+            body: Bytes::from(tag.to_string()),
+        }
+    }
+
+    fn wanted(page: usize) -> Wanted {
+        Wanted {
+            namespace: None,
+            state: None,
+            page,
+        }
+    }
+
+    #[test]
+    fn pages_answer_only_their_version_and_drop_the_least_recently_used() {
+        let pages = Pages::default();
+        pages.put(wanted(1), 7, encoded("a"));
+        assert_eq!(
+            pages.get(&wanted(1), 7).map(|p| p.body),
+            Some(Bytes::from("a"))
+        );
+        assert!(pages.get(&wanted(1), 8).is_none(), "another version");
+        assert!(pages.get(&wanted(2), 7).is_none(), "another page");
+
+        // A new version drops every page of the old one.
+        pages.put(wanted(2), 8, encoded("b"));
+        assert!(pages.get(&wanted(1), 7).is_none());
+        assert_eq!(pages.kept().pages.len(), 1);
+
+        for page in 3..2 + KEPT_PAGES {
+            pages.put(wanted(page), 8, encoded("c"));
+        }
+        assert_eq!(pages.kept().pages.len(), KEPT_PAGES);
+        // Page 2 is used again, so page 3 is now the least recently used.
+        assert!(pages.get(&wanted(2), 8).is_some());
+        pages.put(wanted(1000), 8, encoded("d"));
+        assert_eq!(pages.kept().pages.len(), KEPT_PAGES);
+        assert!(pages.get(&wanted(2), 8).is_some());
+        assert!(pages.get(&wanted(3), 8).is_none());
+        assert!(pages.get(&wanted(1000), 8).is_some());
+    }
+}
