@@ -5,7 +5,15 @@
 //! Kustomizations, each with 20 revision records; the gate is replaced by a no-op (nothing is
 //! due, so it is never called in steady state).
 //!
-//! `cargo bench --bench service` (env `RATE`, `SECONDS`, `KUSTOMIZATIONS` to change the load).
+//! The dashboard: CPU per page of `/` (a repeated page from the kept encoding, a 304 for an
+//! unchanged page, a page rendered after a change, and a page rendered per request as before
+//! the cache), measured through the router in process (thread CPU time, no socket); then
+//! `/status` at `RATE` with the dashboard polled alongside (tabs revalidating, full pages,
+//! records changing) and the peak resident memory (`VmHWM`) of the whole process, an upper
+//! bound of the service's own (the fake API server and the load generator live in it too).
+//!
+//! `cargo bench --bench service` (env `RATE`, `SECONDS`, `KUSTOMIZATIONS`, `DASHBOARD_RATE`
+//! to change the load).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -14,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flux_converger::flux::render::KustomizeCommand;
-use flux_converger::http::{AppState, HookAuth, metrics_router, router};
+use flux_converger::http::{AppState, Backend, HookAuth, metrics_router, router};
 use flux_converger::service::leader::LeaseSettings;
 use flux_converger::service::queue::BackoffPolicy;
 use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
@@ -97,7 +105,11 @@ async fn load(
         set.spawn(async move {
             let t = Instant::now();
             let ok = match request.send().await {
-                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                // A 304 is the answer a revalidating dashboard tab wants.
+                Ok(r) => {
+                    (r.status().is_success() || r.status() == reqwest::StatusCode::NOT_MODIFIED)
+                        && r.bytes().await.is_ok()
+                }
                 Err(_) => false,
             };
             (t.elapsed(), ok)
@@ -125,16 +137,135 @@ fn report(name: &str, rate: u64, (latencies, failures): &(Vec<Duration>, usize))
     );
 }
 
-fn rss_mb() -> f64 {
+/// A `/proc/self/status` figure in kB (`VmRSS`, `VmHWM`), as MB.
+fn proc_status_mb(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn rss_mb() -> f64 {
+    proc_status_mb("VmRSS:")
+}
+
+fn cpu_clock(clock: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock ids are the constants libc names.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of the whole process (every thread).
+fn process_cpu() -> Duration {
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// One request through the router in process: status, ETag, body length.
+async fn dashboard_get(
+    app: &axum::Router,
+    uri: &str,
+    if_none_match: Option<&str>,
+) -> (axum::http::StatusCode, String, usize) {
+    use tower::ServiceExt;
+    let mut request = axum::http::Request::get(uri);
+    if let Some(tag) = if_none_match {
+        request = request.header("if-none-match", tag);
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(axum::body::Body::empty()).expect("a request"))
+        .await
+        .expect("the router is infallible");
+    let status = response.status();
+    let etag = response
+        .headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("a body");
+    (status, etag, body.len())
+}
+
+/// The CPU one request of `uri` costs when answered from the kept page (nothing spawned, so
+/// all of it runs on this thread): `n` requests on a thread of their own, its CPU time / n.
+fn cpu_per_kept_request(
+    app: &axum::Router,
+    uri: &str,
+    if_none_match: Option<&str>,
+    n: u32,
+) -> (Duration, axum::http::StatusCode, usize) {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .expect("a runtime");
+                runtime.block_on(async {
+                    // Warm: the page is built (on the blocking pool) and kept.
+                    let (status, _, bytes) = dashboard_get(app, uri, if_none_match).await;
+                    let started = thread_cpu();
+                    for _ in 0..n {
+                        dashboard_get(app, uri, if_none_match).await;
+                    }
+                    ((thread_cpu() - started) / n, status, bytes)
+                })
+            })
+            .join()
+            .expect("the measuring thread")
+    })
+}
+
+/// The dashboard as a backend that tracks no version: a render for every request, as every
+/// request cost before the pages were kept.
+struct Untracked(flux_converger::service::backend::ServiceBackend);
+impl Backend for Untracked {
+    fn hook(&self, event: &flux_converger::flux::event::Event) -> Vec<String> {
+        self.0.hook(event)
+    }
+    fn kustomizations(
+        &self,
+        namespace: Option<&str>,
+    ) -> Vec<flux_converger::service::record::KustomizationSummary> {
+        self.0.kustomizations(namespace)
+    }
+    fn kustomization(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<flux_converger::service::record::KustomizationDetail> {
+        self.0.kustomization(namespace, name)
+    }
+    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.0.last_record(namespace, name)
+    }
+    fn ready(&self) -> Result<(), String> {
+        self.0.ready()
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
 fn main() {
@@ -215,6 +346,7 @@ async fn run() {
         reload: Duration::from_secs(15),
         shutdown_grace: Duration::from_secs(5),
     };
+    let records = results.clone();
     let parts = Parts {
         runner: Arc::new(Noop),
         store: Arc::new(results),
@@ -239,7 +371,7 @@ async fn run() {
     let ready = Instant::now();
     while running.backend.queue.depth() > 0
         || running.backend.queue.running() > 0
-        || flux_converger::http::backend::Backend::ready(&running.backend).is_err()
+        || Backend::ready(&running.backend).is_err()
     {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -258,16 +390,122 @@ async fn run() {
         requests.len() - other
     );
 
+    // The dashboard's CPU per page, in process through the router.
+    let dashboard_app = |backend: Arc<dyn Backend>| {
+        let (_registry, metrics) = metrics::registry();
+        router(AppState {
+            backend,
+            metrics,
+            auth: HookAuth::default(),
+        })
+    };
+    let kept = dashboard_app(Arc::new(running.backend.clone()));
+    let n = env("DASHBOARD_REQUESTS", 2000) as u32;
+    let (cpu, status, bytes) = cpu_per_kept_request(&kept, "/", None, n);
+    println!(
+        "dashboard /, a repeated page ({status}, {bytes} bytes, 200 of {kustomizations} rows): {:.1} µs CPU",
+        cpu.as_secs_f64() * 1e6
+    );
+    let mut whole = Duration::ZERO;
+    let pages = kustomizations.div_ceil(200).max(1);
+    for page in 1..=pages {
+        whole += cpu_per_kept_request(&kept, &format!("/?page={page}"), None, n / 4).0;
+    }
+    println!(
+        "dashboard, all {kustomizations} rows repeated ({pages} pages): {:.1} µs CPU",
+        whole.as_secs_f64() * 1e6
+    );
+    let (_, etag, _) = dashboard_get(&kept, "/", None).await;
+    let (cpu, status, bytes) = cpu_per_kept_request(&kept, "/", Some(&etag), n);
+    println!(
+        "dashboard /, revalidated unchanged ({status}, {bytes} bytes): {:.1} µs CPU",
+        cpu.as_secs_f64() * 1e6
+    );
+    // After a change: one record more moves the version, the next request builds the page
+    // (on the blocking pool: the process's CPU, the service idle around it).
+    let mut rebuilds = Vec::new();
+    for r in 0..20 {
+        records
+            .put(
+                NS,
+                &format!("app-{:04}", r % kustomizations),
+                record(r, head + 1 + r),
+            )
+            .await
+            .expect("memory results");
+        let started = process_cpu();
+        let (status, _, _) = dashboard_get(&kept, "/", Some(&etag)).await;
+        assert_eq!(
+            status,
+            axum::http::StatusCode::OK,
+            "a change gives a new page"
+        );
+        rebuilds.push(process_cpu() - started);
+    }
+    println!(
+        "dashboard /, the first request after a change (a render): median {:.2} ms CPU",
+        median(rebuilds).as_secs_f64() * 1e3
+    );
+    let per_request = dashboard_app(Arc::new(Untracked(running.backend.clone())));
+    let mut renders = Vec::new();
+    for _ in 0..20 {
+        let started = process_cpu();
+        dashboard_get(&per_request, "/", None).await;
+        renders.push(process_cpu() - started);
+    }
+    println!(
+        "dashboard /, rendered for every request (no kept pages, 200 rows): median {:.2} ms CPU",
+        median(renders).as_secs_f64() * 1e3
+    );
+
     let base = format!("http://{}", running.addr);
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)
         .build()
         .expect("an HTTP client");
-    let list = {
-        let (http, base) = (http.clone(), base.clone());
-        load(rate, seconds, move |_| http.get(format!("{base}/status"))).await
+    // `/status` at `rate` while the dashboard is polled alongside: tabs revalidating (most
+    // answered 304), full pages of every page number, and a record changing every 500 ms so
+    // the pages are rebuilt under load.
+    let dashboard_rate = env("DASHBOARD_RATE", 100);
+    let (_, first_etag, _) = dashboard_get(&kept, "/", None).await;
+    let changing = {
+        let records = records.clone();
+        tokio::spawn(async move {
+            let mut r = 0;
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                r += 1;
+                let _ = records
+                    .put(
+                        NS,
+                        &format!("app-{:04}", r % kustomizations),
+                        record(r, 100 + r),
+                    )
+                    .await;
+            }
+        })
     };
+    let (list, dashboard) = tokio::join!(
+        {
+            let (http, base) = (http.clone(), base.clone());
+            load(rate, seconds, move |_| http.get(format!("{base}/status")))
+        },
+        {
+            let (http, base) = (http.clone(), base.clone());
+            load(dashboard_rate, seconds, move |i| {
+                let page = i % pages + 1;
+                let request = http.get(format!("{base}/?page={page}"));
+                if i % 4 == 0 {
+                    request
+                } else {
+                    request.header("if-none-match", first_etag.clone())
+                }
+            })
+        }
+    );
+    changing.abort();
     report("GET /status (1,000 rows)", rate, &list);
+    report("GET /?page=N alongside", dashboard_rate, &dashboard);
     let one = {
         let (http, base) = (http.clone(), base.clone());
         load(rate, seconds, move |i| {
@@ -294,8 +532,9 @@ async fn run() {
     };
     report("POST /hook", rate, &hook);
     println!(
-        "resident memory: {rss_start:.1} MB at start, {rss_seeded:.1} MB seeded (fake + records), {:.1} MB after the load (fake + service + load generator in one process)",
-        rss_mb()
+        "resident memory: {rss_start:.1} MB at start, {rss_seeded:.1} MB seeded (fake + records), {:.1} MB after the load, peak (VmHWM) {:.1} MB (fake + service + load generator in one process)",
+        rss_mb(),
+        proc_status_mb("VmHWM:")
     );
     running.shutdown().await;
 }

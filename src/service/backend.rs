@@ -113,6 +113,12 @@ impl Backend for ServiceBackend {
         self.records.last(namespace, name)
     }
 
+    /// Both generations only grow, so their sum changes whenever either does.
+    fn version(&self) -> Option<u64> {
+        let records = self.records.generation()?;
+        Some(records.wrapping_add(self.index().generation()))
+    }
+
     fn ready(&self) -> Result<(), String> {
         // First: a missing permission is often why a cache never syncs.
         self.readiness.access()?;
