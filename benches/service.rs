@@ -198,6 +198,7 @@ async fn run() {
         hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Off,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_millis(500),
         handoff_timeout: Duration::from_secs(60),
@@ -212,12 +213,11 @@ async fn run() {
     let tuning = Tuning {
         lease: LeaseSettings::new("bench"),
         backoff: BackoffPolicy::default(),
-        reload: Duration::from_secs(15),
         shutdown_grace: Duration::from_secs(5),
     };
     let parts = Parts {
         runner: Arc::new(Noop),
-        store: Arc::new(results),
+        results,
         resume: Arc::new(Noop),
         app: Box::new(move |backend| {
             router(AppState {
