@@ -329,6 +329,7 @@ async fn run() {
         hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Off,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_millis(500),
         handoff_timeout: Duration::from_secs(60),
@@ -343,13 +344,12 @@ async fn run() {
     let tuning = Tuning {
         lease: LeaseSettings::new("bench"),
         backoff: BackoffPolicy::default(),
-        reload: Duration::from_secs(15),
         shutdown_grace: Duration::from_secs(5),
     };
     let records = results.clone();
     let parts = Parts {
         runner: Arc::new(Noop),
-        store: Arc::new(results),
+        results,
         resume: Arc::new(Noop),
         app: Box::new(move |backend| {
             router(AppState {

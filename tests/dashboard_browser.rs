@@ -370,6 +370,7 @@ fn service_config() -> Config {
         hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Suspend,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_secs(3600),
         handoff_timeout: Duration::from_secs(60),

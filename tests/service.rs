@@ -14,58 +14,18 @@ use flux_converger::flux::event::{Event, InvolvedObject};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::backend::Backend;
 use flux_converger::http::{AppState, HookAuth, metrics_router, router};
-use flux_converger::service::index::Records;
 use flux_converger::service::leader::LeaseSettings;
 use flux_converger::service::queue::BackoffPolicy;
 use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
+use flux_converger::service::results::Results;
 use flux_converger::service::{
-    Config, Parts, Resume, RunOutcome, Runner, Running, Store, Tuning, metrics, start_with,
+    Config, Parts, Resume, RunOutcome, Runner, Running, Tuning, metrics, start_with,
 };
 use futures::future::BoxFuture;
 use serde_json::json;
 use support::FakeApiServer;
 
 const NS: &str = "flux-system";
-
-/// Records in memory, as the results store keeps them.
-#[derive(Default)]
-struct MemoryStore {
-    records: Mutex<HashMap<(String, String), Vec<RevisionRecord>>>,
-    loads: Mutex<u32>,
-}
-
-impl MemoryStore {
-    fn put(&self, ns: &str, name: &str, record: RevisionRecord) {
-        let mut records = self.records.lock().unwrap();
-        records
-            .entry((ns.to_string(), name.to_string()))
-            .or_default()
-            .insert(0, record);
-    }
-}
-
-impl Records for MemoryStore {
-    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.history(namespace, name).into_iter().next()
-    }
-    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
-        let records = self.records.lock().unwrap();
-        records
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
-            .unwrap_or_default()
-    }
-    fn is_loaded(&self) -> bool {
-        *self.loads.lock().unwrap() > 0
-    }
-}
-
-impl Store for MemoryStore {
-    fn load(&self) -> BoxFuture<'_, Result<(), String>> {
-        *self.loads.lock().unwrap() += 1;
-        Box::pin(async { Ok(()) })
-    }
-}
 
 struct NoResume;
 impl Resume for NoResume {
@@ -78,7 +38,7 @@ impl Resume for NoResume {
 /// and answers what the test scripted for that Kustomization (converged by default).
 struct StandInRunner {
     fake: FakeApiServer,
-    store: Arc<MemoryStore>,
+    store: Results,
     calls: Mutex<Vec<(String, Trigger, String)>>,
     script: Mutex<HashMap<String, Vec<RunOutcome>>>,
     /// While held, runs wait (to make triggers arrive during a run).
@@ -152,7 +112,9 @@ impl Runner for StandInRunner {
                 RunOutcome::NotHandled => return outcome,
             };
             self.store
-                .put(namespace, name, record(&revision, state, trigger));
+                .put(namespace, name, record(&revision, state, trigger))
+                .await
+                .expect("results in memory");
             outcome
         })
     }
@@ -189,6 +151,7 @@ fn config(default_gate: GateMode) -> Config {
         hook_min_interval: Duration::ZERO,
         default_gate,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_secs(3600),
         handoff_timeout: Duration::from_secs(10),
@@ -214,7 +177,6 @@ fn tuning() -> Tuning {
             max: Duration::from_secs(3600),
             jitter: 0.0,
         },
-        reload: Duration::from_millis(100),
         shutdown_grace: Duration::from_secs(30),
     }
 }
@@ -264,14 +226,14 @@ fn set_revision(fake: &FakeApiServer, name: &str, revision: &str) {
 
 struct Harness {
     fake: FakeApiServer,
-    store: Arc<MemoryStore>,
+    store: Results,
     runner: Arc<StandInRunner>,
 }
 
 impl Harness {
     fn new() -> Self {
         let fake = FakeApiServer::new();
-        let store = Arc::new(MemoryStore::default());
+        let store = Results::memory();
         let runner = Arc::new(StandInRunner {
             fake: fake.clone(),
             store: store.clone(),
@@ -297,7 +259,7 @@ impl Harness {
         let app_metrics = metrics.clone();
         let parts = Parts {
             runner: self.runner.clone(),
-            store: self.store.clone(),
+            results: self.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(move |backend| {
                 router(AppState {
@@ -355,11 +317,14 @@ async fn startup_runs_what_is_due_and_only_that() {
     seed_ks(&h.fake, "defaulted", None, "repo", json!({}));
     seed_ks(&h.fake, "opted-out", Some("off"), "repo", json!({}));
     seed_ks(&h.fake, "finished", Some("reconcile"), "repo", json!({}));
-    h.store.put(
-        NS,
-        "finished",
-        record("main@sha1:1", RevisionState::Converged, Trigger::Webhook),
-    );
+    h.store
+        .put(
+            NS,
+            "finished",
+            record("main@sha1:1", RevisionState::Converged, Trigger::Webhook),
+        )
+        .await
+        .unwrap();
 
     let running = h.start(config(GateMode::Reconcile)).await;
     ready(&running).await;
@@ -454,17 +419,20 @@ async fn the_periodic_resync_rechecks_deferred_claims_and_nothing_else() {
     settled(&running).await;
     // The stand-in's record of a deferred run carries no deferred claim, so mark it as the
     // gate would; the next resync re-checks it.
-    h.store.put(NS, "deferred", {
-        let mut r = record("main@sha1:1", RevisionState::Converged, Trigger::Startup);
-        r.statefulsets.push(
-            serde_json::from_value(json!({
-                "namespace": "apps", "name": "web", "outcome": "deferred",
-                "deferred": [{"claim": "data-web-4", "reason": "Pending"}]
-            }))
-            .unwrap(),
-        );
-        r
-    });
+    h.store
+        .put(NS, "deferred", {
+            let mut r = record("main@sha1:1", RevisionState::Converged, Trigger::Startup);
+            r.statefulsets.push(
+                serde_json::from_value(json!({
+                    "namespace": "apps", "name": "web", "outcome": "deferred",
+                    "deferred": [{"claim": "data-web-4", "reason": "Pending"}]
+                }))
+                .unwrap(),
+            );
+            r
+        })
+        .await
+        .unwrap();
     h.fake.clear_requests();
     until(|| {
         h.runner
@@ -806,7 +774,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
         tuning(),
         Parts {
             runner: second_runner.clone(),
-            store: h.store.clone(),
+            results: h.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
             metrics_app: axum::Router::new(),
@@ -1575,7 +1543,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
     // StatefulSet write below is A's.
     let b_runner = Arc::new(StandInRunner {
         fake: fake.clone(),
-        store: Arc::new(MemoryStore::default()),
+        store: Results::memory(),
         calls: Mutex::new(Vec::new()),
         script: Mutex::new(HashMap::new()),
         hold: tokio::sync::RwLock::new(()),
@@ -1587,7 +1555,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
         tuning_as("replica-b"),
         Parts {
             runner: b_runner.clone(),
-            store: b_runner.store.clone(),
+            results: b_runner.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
             metrics_app: axum::Router::new(),

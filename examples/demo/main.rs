@@ -247,6 +247,7 @@ fn service_config(args: &Args) -> Config {
         hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Off,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_secs(30),
         handoff_timeout: args.step_timeout,

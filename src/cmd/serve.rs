@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::ValueEnum;
 use flux_converger::flux::render::{DEFAULT_KUSTOMIZE, KustomizeCommand};
+use flux_converger::service::leader::{check_election_id, default_election_id};
 use flux_converger::service::record::GateMode;
 use flux_converger::service::{self, Config};
 
@@ -72,6 +73,11 @@ pub struct Args {
         env = "FLUX_CONVERGER_WATCH_LABEL_SELECTOR"
     )]
     watch_label_selector: Option<String>,
+    /// The Lease `--leader-elect` contends for (Flux's flag), and a shard's label on its
+    /// results and intents. Default: `flux-converger`, or with `--watch-label-selector`
+    /// `flux-converger-<first 8 hex digits of sha256(selector)>`, so each shard leads on its own.
+    #[arg(long, value_name = "NAME", env = "FLUX_CONVERGER_LEADER_ELECTION_ID")]
+    leader_election_id: Option<String>,
     /// Revisions handled at once (one per Kustomization at a time).
     #[arg(long, default_value_t = 2, env = "FLUX_CONVERGER_WORKERS")]
     workers: usize,
@@ -188,6 +194,15 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         reqwest::Url::parse(addr)
             .map_err(|e| bad_input(anyhow::anyhow!("--events-addr {addr:?}: {e}")))?;
     }
+    let watch_label_selector = args.watch_label_selector.clone().filter(|s| !s.is_empty());
+    let leader_election_id = match args.leader_election_id.as_deref().filter(|s| !s.is_empty()) {
+        Some(id) => {
+            check_election_id(id)
+                .map_err(|e| bad_input(anyhow::anyhow!("--leader-election-id {e}")))?;
+            id.to_string()
+        }
+        None => default_election_id(watch_label_selector.as_deref()),
+    };
     Ok(Config {
         listen: args.listen,
         metrics_addr: args.metrics_addr,
@@ -200,7 +215,8 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         allow_unauthenticated_hooks: args.allow_unauthenticated_hooks,
         hook_min_interval: args.hook_min_interval,
         default_gate: args.default_gate.into(),
-        watch_label_selector: args.watch_label_selector.clone().filter(|s| !s.is_empty()),
+        watch_label_selector,
+        leader_election_id,
         workers: args.workers,
         resync: args.resync,
         handoff_timeout: args.handoff_timeout,
@@ -447,6 +463,60 @@ mod tests {
                     }
                 }
                 (got, want) => panic!("{case}: got {:?}, want {want:?}", got.map(|c| c.listen)),
+            }
+        }
+    }
+
+    /// The Lease (and a shard's record label) from `--leader-election-id` and
+    /// `--watch-label-selector`; a name that is no Lease name or label value is bad input.
+    #[test]
+    fn leader_election_id_table() {
+        use clap::Parser as _;
+        let kube = KubeArgs::default();
+        let cases: &[(&[&str], Result<&str, &str>)] = &[
+            (&[], Ok("flux-converger")),
+            (
+                &["--watch-label-selector", "shard=a"],
+                Ok("flux-converger-3d8dfb26"),
+            ),
+            (
+                &["--watch-label-selector", "shard=b"],
+                Ok("flux-converger-51051576"),
+            ),
+            // An empty selector is no selector.
+            (&["--watch-label-selector", ""], Ok("flux-converger")),
+            (
+                &[
+                    "--watch-label-selector",
+                    "shard=a",
+                    "--leader-election-id",
+                    "conv-a",
+                ],
+                Ok("conv-a"),
+            ),
+            (&["--leader-election-id", "mine"], Ok("mine")),
+            (
+                &["--leader-election-id", "Not_A_Name"],
+                Err("--leader-election-id"),
+            ),
+        ];
+        for (flags, want) in cases {
+            let parsed = Cli::try_parse_from(
+                ["serve", "--allow-unauthenticated-hooks"]
+                    .into_iter()
+                    .chain(flags.iter().copied()),
+            )
+            .unwrap();
+            match (config(&parsed.args, &kube), want) {
+                (Ok(c), Ok(id)) => assert_eq!(c.leader_election_id, *id, "{flags:?}"),
+                (Err(e), Err(word)) => {
+                    assert_eq!(super::super::exit_code_of(&e), Exit::BadInput, "{flags:?}");
+                    assert!(format!("{e:#}").contains(word), "{flags:?}: {e:#}");
+                }
+                (got, want) => panic!(
+                    "{flags:?}: got {:?}, want {want:?}",
+                    got.map(|c| c.leader_election_id)
+                ),
             }
         }
     }

@@ -122,6 +122,8 @@ pub const PERMISSIONS: &[Permission] = &[
     // The intents journal and the results, in its own namespace.
     p("get", "", "configmaps", Own, Always),
     p("list", "", "configmaps", Own, Always),
+    // The results are followed with a watch on every replica.
+    p("watch", "", "configmaps", Own, Always),
     p("create", "", "configmaps", Own, Always),
     p("update", "", "configmaps", Own, Always),
     p("patch", "", "configmaps", Own, Always),
@@ -378,6 +380,7 @@ mod tests {
             "create statefulsets.apps cluster-wide",
             "patch persistentvolumeclaims cluster-wide",
             "delete configmaps in flux-system",
+            "watch configmaps in flux-system",
             "create leases.coordination.k8s.io in flux-system",
             "impersonate serviceaccounts cluster-wide",
         ] {

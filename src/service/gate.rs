@@ -501,7 +501,9 @@ impl Gate {
         if let Some(store) = &self.storage_classes {
             cluster = cluster.with_storage_classes(store.clone());
         }
-        let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout);
+        // Recorded with the shard's label, so only this shard resumes it after a crash.
+        let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
+            .scoped(c.results.shard());
         let options = converge::Options {
             fence: c.fence.clone(),
             revision: Some(resolved.revision.clone()),

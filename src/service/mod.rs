@@ -41,6 +41,7 @@ use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
 use crate::service::metrics::Metrics;
 use crate::service::queue::{BackoffPolicy, Completion, Queue};
 use crate::service::record::{GateMode, RevisionState, Trigger};
+use crate::service::results::{Results, Shard};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
 use crate::service::windows::{RunWindows, WindowTracker};
 
@@ -61,6 +62,10 @@ pub struct Config {
     pub hook_min_interval: Duration,
     pub default_gate: GateMode,
     pub watch_label_selector: Option<String>,
+    /// The Lease this replica (with `leader_elect`) contends for, and with a
+    /// `watch_label_selector` the shard its results and intents are labelled with
+    /// (`leader::default_election_id` derives it from the selector by default).
+    pub leader_election_id: String,
     pub workers: usize,
     pub resync: Duration,
     pub handoff_timeout: Duration,
@@ -80,9 +85,6 @@ pub struct Tuning {
     /// The Lease (with `leader_elect`).
     pub lease: LeaseSettings,
     pub backoff: BackoffPolicy,
-    /// How often a replica that does not lead re-reads the results, so its `/status` follows
-    /// the leader's.
-    pub reload: Duration,
     /// How long shutdown waits for running revisions before it stops them. A converge between
     /// its orphan delete and its re-apply is waited for past it (bounded by its own orphan
     /// wait and call timeouts); any other run cut short is finished from its journal or run
@@ -109,7 +111,6 @@ impl Default for Tuning {
         Tuning {
             lease: LeaseSettings::new(leader::default_identity()),
             backoff: BackoffPolicy::default(),
-            reload: Duration::from_secs(15),
             shutdown_grace: Duration::from_secs(25),
         }
     }
@@ -138,11 +139,6 @@ pub trait Runner: Send + Sync + 'static {
     ) -> BoxFuture<'a, RunOutcome>;
 }
 
-/// The results store as the runtime needs it: readable at once, (re)loaded from the cluster.
-pub trait Store: Records {
-    fn load(&self) -> BoxFuture<'_, Result<(), String>>;
-}
-
 /// What finishes a previous process's unfinished converges when this one starts leading.
 pub trait Resume: Send + Sync + 'static {
     fn resume_all(&self) -> BoxFuture<'_, ()>;
@@ -151,7 +147,9 @@ pub trait Resume: Send + Sync + 'static {
 /// The parts [`start_with`] assembles: the gate, the results, the HTTP app, the resume.
 pub struct Parts {
     pub runner: Arc<dyn Runner>,
-    pub store: Arc<dyn Store>,
+    /// The results: [`start_with`] follows them from the cluster (on every replica) and reads
+    /// what is due from them.
+    pub results: Results,
     pub resume: Arc<dyn Resume>,
     /// Builds the HTTP app over the service's backend.
     pub app: Box<dyn FnOnce(Arc<dyn Backend>) -> axum::Router + Send>,
@@ -303,7 +301,7 @@ pub async fn start_with(
 ) -> Result<Running, ServiceError> {
     let Parts {
         runner,
-        store,
+        results,
         resume,
         app,
         metrics_app,
@@ -315,7 +313,7 @@ pub async fn start_with(
     // Nothing runs before this replica leads and has finished the previous one's intents.
     queue.pause(true);
     let readiness = Readiness::default();
-    let records: Arc<dyn Records> = Arc::new(StoreRecords(store.clone()));
+    let records: Arc<dyn Records> = Arc::new(results.clone());
     let feed = Feed {
         index: index.clone(),
         queue: queue.clone(),
@@ -338,6 +336,7 @@ pub async fn start_with(
         Leadership::elect(
             client.clone(),
             &config.namespace,
+            &config.leader_election_id,
             &tuning.lease,
             &fence.tenure,
         )
@@ -389,14 +388,14 @@ pub async fn start_with(
             config.call_timeout,
         )),
     ));
+    background.push(until_cancelled(&cancel, Box::pin(results.clone().follow())));
     background.push(until_cancelled(
         &cancel,
         Box::pin(lead(
             feed.clone(),
             leadership.subscribe(),
-            store.clone(),
+            results.clone(),
             resume,
-            tuning.reload,
         )),
     ));
 
@@ -404,7 +403,7 @@ pub async fn start_with(
     let workers = tokio::spawn(work(
         queue.clone(),
         index.clone(),
-        store.clone(),
+        results.clone(),
         runner,
         config.workers.max(1),
         cut.clone(),
@@ -424,6 +423,7 @@ pub async fn start_with(
     };
     tracing::info!(%addr, %metrics_addr, namespace = %config.namespace, workers = config.workers,
         default_gate = %config.default_gate, leader_elect = config.leader_elect,
+        lease = %config.leader_election_id, shard = ?results.shard(),
         hook_min_interval = ?config.hook_min_interval, "serving");
 
     Ok(Running {
@@ -469,69 +469,22 @@ async fn serve_http(
     stop.cancel();
 }
 
-/// Adapts a [`Store`] to the index's [`Records`].
-struct StoreRecords(Arc<dyn Store>);
-
-impl Records for StoreRecords {
-    fn last(&self, namespace: &str, name: &str) -> Option<record::RevisionRecord> {
-        self.0.last(namespace, name)
-    }
-    fn history(&self, namespace: &str, name: &str) -> Vec<record::RevisionRecord> {
-        self.0.history(namespace, name)
-    }
-    fn is_loaded(&self) -> bool {
-        self.0.is_loaded()
-    }
-    fn generation(&self) -> Option<u64> {
-        self.0.generation()
-    }
-    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
-        self.0.version(namespace, name)
-    }
-    fn keys(&self) -> Vec<Key> {
-        self.0.keys()
-    }
-    fn forget<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        self.0.forget(namespace, name)
-    }
-}
-
-/// Loads the results, retrying (they must be readable before anything is due).
-async fn load_records(store: &dyn Store) {
-    let mut wait = Duration::from_millis(200);
-    loop {
-        match store.load().await {
-            Ok(()) => return,
-            Err(error) => {
-                tracing::warn!(%error, "reading the results; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
-
-/// Follows leadership: on taking the lead, read the results, finish the previous leader's
-/// intents, queue whatever is due (trigger `startup`) and let the workers run; on losing it,
-/// pause them. While not leading, re-read the results now and then for `/status`.
+/// Follows leadership: on taking the lead (once the results are read), finish the previous
+/// leader's intents, queue whatever is due (trigger `startup`) and let the workers run; on
+/// losing it, pause them. The results need no re-reading on either side: [`Results::follow`]
+/// watches them on every replica, so a follower's `/status` follows the leader's writes and a
+/// new leader starts from its predecessor's last records.
 async fn lead(
     feed: Feed,
     mut leading: tokio::sync::watch::Receiver<bool>,
-    store: Arc<dyn Store>,
+    results: Results,
     resume: Arc<dyn Resume>,
-    reload: Duration,
 ) {
-    load_records(store.as_ref()).await;
+    results.loaded().await;
     loop {
         let is_leading = *leading.borrow_and_update();
         if is_leading {
             feed.readiness.wait_synced(Duration::from_millis(50)).await;
-            // The previous leader may have written records since they were last read.
-            load_records(store.as_ref()).await;
             resume.resume_all().await;
             let queued = feed.queue_due(Trigger::Startup);
             tracing::info!(queued, "leading: converging");
@@ -542,20 +495,8 @@ async fn lead(
         } else {
             feed.queue.pause(true);
             tracing::info!("not leading: serving status only");
-            loop {
-                tokio::select! {
-                    changed = leading.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        break;
-                    }
-                    _ = tokio::time::sleep(reload) => {
-                        if let Err(error) = store.load().await {
-                            tracing::warn!(%error, "re-reading the results");
-                        }
-                    }
-                }
+            if leading.changed().await.is_err() {
+                return;
             }
         }
     }
@@ -568,7 +509,7 @@ async fn lead(
 async fn work(
     queue: Queue<Key>,
     index: Arc<RwLock<Index>>,
-    store: Arc<dyn Store>,
+    store: Results,
     runner: Arc<dyn Runner>,
     workers: usize,
     cut: CancellationToken,
@@ -654,52 +595,6 @@ async fn work(
         .await;
 }
 
-impl Store for results::Results {
-    fn load(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            results::Results::load(self)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-}
-
-impl Records for results::Results {
-    fn last(&self, namespace: &str, name: &str) -> Option<record::RevisionRecord> {
-        results::Results::last(self, namespace, name)
-    }
-    fn history(&self, namespace: &str, name: &str) -> Vec<record::RevisionRecord> {
-        results::Results::history(self, namespace, name)
-    }
-    fn is_loaded(&self) -> bool {
-        results::Results::is_loaded(self)
-    }
-    fn generation(&self) -> Option<u64> {
-        Some(results::Results::generation(self))
-    }
-    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
-        results::Results::version(self, namespace, name)
-    }
-    fn keys(&self) -> Vec<Key> {
-        results::Results::keys(self)
-            .into_iter()
-            .map(|(namespace, name)| Key::new(namespace, name))
-            .collect()
-    }
-    fn forget<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            results::Results::remove(self, namespace, name)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
-    }
-}
-
 impl Runner for gate::Gate {
     fn run<'a>(
         &'a self,
@@ -747,10 +642,16 @@ pub async fn start_tuned(
             "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
     }
     let (registry, metrics) = metrics::registry();
-    let results = results::Results::new(
+    // A shard (`--watch-label-selector`) keeps to its own records, named by its Lease.
+    let shard = match &config.watch_label_selector {
+        Some(_) => Shard::Named(config.leader_election_id.clone()),
+        None => Shard::Unsharded,
+    };
+    let results = Results::sharded(
         client.clone(),
         config.namespace.clone(),
         config.call_timeout,
+        shard.clone(),
     );
     let fetcher =
         crate::flux::artifact::Fetcher::new(config.fetch.clone().with_env_host_override())
@@ -790,11 +691,12 @@ pub async fn start_tuned(
         call_timeout: config.call_timeout,
         wait_timeout: crate::converge::Options::default().wait_timeout,
         fence: Some(Arc::new(fence.clone())),
+        shard,
     };
     let app_metrics = metrics.clone();
     let parts = Parts {
         runner: Arc::new(gate),
-        store: Arc::new(results),
+        results,
         resume: Arc::new(resume),
         app: Box::new(move |backend| {
             crate::http::router(crate::http::AppState {
@@ -832,6 +734,8 @@ pub struct JournalResume {
     pub wait_timeout: Duration,
     /// Asked before each write of a resume (this replica's Lease, and the shutdown's windows).
     pub fence: Option<crate::converge::fence::SharedFence>,
+    /// Only this shard's intents are resumed: another shard's leader may be finishing its own.
+    pub shard: Shard,
 }
 
 impl Resume for JournalResume {
@@ -841,7 +745,8 @@ impl Resume for JournalResume {
                 self.client.clone(),
                 self.namespace.clone(),
                 self.call_timeout,
-            );
+            )
+            .scoped(self.shard.clone());
             let options = crate::converge::Options {
                 wait_timeout: self.wait_timeout,
                 fence: self.fence.clone(),

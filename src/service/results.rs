@@ -13,12 +13,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
 use sha2::{Digest, Sha256};
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::journal::RECORD_LABEL;
+pub use crate::journal::Shard;
+use crate::service::index::{Key, Records};
 use crate::service::record::{RevisionRecord, RevisionState};
 
 /// Value of [`RECORD_LABEL`] on results ConfigMaps.
@@ -232,37 +236,80 @@ struct Entry {
     version: u64,
     /// Of the ConfigMap last read or written; `None` until one exists.
     resource_version: Option<String>,
+    /// resourceVersions this process wrote and the watch has not shown yet, oldest first.
+    /// A watch event is ordered after every earlier write of the object: while one of ours is
+    /// still to come, an event of someone else's is older than it and is not applied, and the
+    /// echo of our own write brings nothing new. Without this, the leader's own echo could put
+    /// back its `running` record after the final one and make the revision due again.
+    pending: Vec<String>,
 }
 
-struct Store {
+/// Own writes remembered per Kustomization until the watch shows them (bounded: a watch that
+/// lost events relists, and the relist resets them).
+const PENDING: usize = 16;
+
+/// Results ConfigMaps per list page (the startup list and the watch's relists).
+pub const PAGE_SIZE: u32 = 500;
+
+/// Where the histories persist: ConfigMaps in the service's namespace, this shard's only.
+struct Cluster {
     client: kube::Client,
     namespace: String,
     call_timeout: Duration,
+    shard: Shard,
+}
+
+impl Cluster {
+    fn api(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn object(&self, cm_name: &str) -> String {
+        format!("ConfigMap {}/{cm_name}", self.namespace)
+    }
 }
 
 struct Inner {
-    store: Option<Store>,
+    cluster: Option<Cluster>,
     entries: Mutex<HashMap<(String, String), Entry>>,
     loaded: AtomicBool,
+    /// Told when `loaded` turns true.
+    loaded_signal: tokio::sync::Notify,
     budget: usize,
     /// Bumped by every change of any history (what `/status` caches against).
     generation: AtomicU64,
 }
 
-/// The revision history of every handled Kustomization. Cheap to clone (an `Arc` inside).
+/// The revision history of every Kustomization this replica handles: the one results store.
+/// The gate writes through [`Results::put`]; the index, `/status` and the dashboard read it
+/// (also as the index's [`Records`]); [`Results::follow`] keeps it current from the cluster, on
+/// the leader and on the followers alike, with one paged list and then a watch. Sharded, it
+/// reads and writes only its shard's ConfigMaps ([`Shard`]). Cheap to clone (an `Arc` inside).
 #[derive(Clone)]
 pub struct Results {
     inner: Arc<Inner>,
 }
 
 impl Results {
-    /// Persisted in ConfigMaps in `namespace`, written with `client`'s own identity.
+    /// Persisted in ConfigMaps in `namespace`, written with `client`'s own identity; unsharded.
     pub fn new(client: kube::Client, namespace: String, call_timeout: Duration) -> Self {
+        Self::sharded(client, namespace, call_timeout, Shard::Unsharded)
+    }
+
+    /// [`Results::new`] for one shard: its ConfigMaps carry the shard's label, and only those
+    /// are read, followed and deleted.
+    pub fn sharded(
+        client: kube::Client,
+        namespace: String,
+        call_timeout: Duration,
+        shard: Shard,
+    ) -> Self {
         Self::build(
-            Some(Store {
+            Some(Cluster {
                 client,
                 namespace,
                 call_timeout,
+                shard,
             }),
             BUDGET,
             false,
@@ -282,26 +329,37 @@ impl Results {
         budget: usize,
     ) -> Self {
         Self::build(
-            Some(Store {
+            Some(Cluster {
                 client,
                 namespace,
                 call_timeout,
+                shard: Shard::Unsharded,
             }),
             budget,
             false,
         )
     }
 
-    fn build(store: Option<Store>, budget: usize, loaded: bool) -> Self {
+    fn build(cluster: Option<Cluster>, budget: usize, loaded: bool) -> Self {
         Results {
             inner: Arc::new(Inner {
-                store,
+                cluster,
                 entries: Mutex::new(HashMap::new()),
                 loaded: AtomicBool::new(loaded),
+                loaded_signal: tokio::sync::Notify::new(),
                 budget,
                 generation: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The shard whose records these are (the intents journal is kept to the same one).
+    pub fn shard(&self) -> Shard {
+        self.inner
+            .cluster
+            .as_ref()
+            .map(|c| c.shard.clone())
+            .unwrap_or_default()
     }
 
     fn entries(&self) -> MutexGuard<'_, HashMap<(String, String), Entry>> {
@@ -309,44 +367,183 @@ impl Results {
         self.inner.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads every results ConfigMap. An unreadable one is logged and skipped (its
-    /// Kustomization starts a new history), so one bad record cannot keep the service unready.
+    /// Reads this shard's results ConfigMaps, [`PAGE_SIZE`] at a time, in place of what is in
+    /// memory. The service reads them through [`Results::follow`] instead; this is for a
+    /// one-off reader (a restarted store in a test, a tool).
     pub async fn load(&self) -> Result<(), ResultsError> {
-        let Some(store) = &self.inner.store else {
+        let Some(cluster) = &self.inner.cluster else {
             return Ok(());
         };
-        let api: Api<ConfigMap> = Api::namespaced(store.client.clone(), &store.namespace);
-        let params = ListParams::default().labels(&format!("{RECORD_LABEL}={RESULTS_RECORD}"));
-        let list = with_deadline(
-            store.call_timeout,
-            "list",
-            &format!("results ConfigMaps of namespace {}", store.namespace),
-            api.list(&params),
-        )
-        .await?;
+        let api = cluster.api();
+        let mut params = ListParams::default()
+            .labels(&cluster.shard.selector(RESULTS_RECORD))
+            .limit(PAGE_SIZE);
+        let what = format!("results ConfigMaps of namespace {}", cluster.namespace);
+        let mut items = Vec::new();
+        loop {
+            let page =
+                with_deadline(cluster.call_timeout, "list", &what, api.list(&params)).await?;
+            items.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        self.replace_all(items);
+        Ok(())
+    }
+
+    /// Keeps the histories current from the cluster until dropped: a kube-runtime watcher on
+    /// this shard's results ConfigMaps, whose first (paged) list is the startup read (the
+    /// store counts as loaded once it is in), and whose events bring what the leader writes
+    /// to every follower's `/status`, and a takeover its predecessor's last records. A watch
+    /// that breaks is resumed, relisting only when the server has compacted past it.
+    pub async fn follow(self) {
+        let Some(cluster) = &self.inner.cluster else {
+            return;
+        };
+        let selector = cluster.shard.selector(RESULTS_RECORD);
+        let config = watcher::Config::default()
+            .labels(&selector)
+            .page_size(PAGE_SIZE);
+        let mut stream = watcher(cluster.api(), config).default_backoff().boxed();
+        let mut listed = Vec::new();
+        loop {
+            match stream.try_next().await {
+                Ok(Some(watcher::Event::Init)) => listed.clear(),
+                Ok(Some(watcher::Event::InitApply(cm))) => listed.push(cm),
+                Ok(Some(watcher::Event::InitDone)) => {
+                    let count = listed.len();
+                    self.replace_all(std::mem::take(&mut listed));
+                    tracing::info!(configmaps = count, selector = %selector, "results listed");
+                }
+                Ok(Some(watcher::Event::Apply(cm))) => self.apply(&cm),
+                Ok(Some(watcher::Event::Delete(cm))) => self.deleted(&cm),
+                Ok(None) => return,
+                Err(error) => tracing::warn!(%error, "watching the results; retrying"),
+            }
+        }
+    }
+
+    /// Resolves once the results have been read (at once in memory).
+    pub async fn loaded(&self) {
+        loop {
+            let notified = self.inner.loaded_signal.notified();
+            if self.is_loaded() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// What a (re)list found, in place of what is in memory. An unreadable record is logged and
+    /// skipped (its Kustomization starts a new history), so one bad record cannot keep the
+    /// service unready. Kept from memory: a history whose newest write the list predates, and
+    /// one never persisted (the in-memory history shows a record even when persisting failed).
+    fn replace_all(&self, items: Vec<ConfigMap>) {
+        let shard = self.shard();
         let mut read = HashMap::new();
-        let version = self.bump();
-        for cm in &list.items {
+        for cm in &items {
+            if !shard.owns(cm.metadata.labels.as_ref()) {
+                continue;
+            }
             match from_configmap(cm) {
                 Ok((namespace, name, records)) => {
                     read.insert(
                         (namespace, name),
-                        Entry {
-                            records,
-                            version,
-                            resource_version: cm.metadata.resource_version.clone(),
-                        },
+                        (records, cm.metadata.resource_version.clone()),
                     );
                 }
                 Err(e) => tracing::warn!(error = %e, "skipping an unreadable results record"),
             }
         }
-        *self.entries() = read;
+        {
+            let mut entries = self.entries();
+            let version = self.bump();
+            let mut next = HashMap::with_capacity(read.len());
+            for (key, (records, resource_version)) in read {
+                let entry = match entries.remove(&key) {
+                    // Unchanged: keeps its version, so nothing built from it is thrown away.
+                    Some(old) if old.resource_version == resource_version => old,
+                    Some(mut old)
+                        if resource_version
+                            .as_ref()
+                            .is_some_and(|rv| old.pending.contains(rv)) =>
+                    {
+                        // Our own write, and maybe a newer one of ours is still to come.
+                        if let Some(rv) = &resource_version {
+                            old.pending.retain(|p| p != rv);
+                        }
+                        old
+                    }
+                    _ => Entry {
+                        records,
+                        version,
+                        resource_version,
+                        pending: Vec::new(),
+                    },
+                };
+                next.insert(key, entry);
+            }
+            for (key, old) in entries.drain() {
+                if old.resource_version.is_none() || !old.pending.is_empty() {
+                    next.insert(key, old);
+                }
+            }
+            *entries = next;
+        }
         // After the swap as well: a reader that saw the first bump with the old entries must
         // not keep what it built from them.
         self.bump();
         self.inner.loaded.store(true, Ordering::SeqCst);
-        Ok(())
+        self.inner.loaded_signal.notify_waiters();
+    }
+
+    /// A results ConfigMap added or changed, as the watch shows it.
+    fn apply(&self, cm: &ConfigMap) {
+        if !self.shard().owns(cm.metadata.labels.as_ref()) {
+            return;
+        }
+        let (namespace, name, records) = match from_configmap(cm) {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping an unreadable results record");
+                return;
+            }
+        };
+        let rv = cm.metadata.resource_version.clone();
+        let mut entries = self.entries();
+        let entry = entries.entry((namespace, name)).or_default();
+        if let Some(at) = rv
+            .as_ref()
+            .and_then(|rv| entry.pending.iter().position(|p| p == rv))
+        {
+            entry.pending.drain(..=at);
+            return;
+        }
+        if !entry.pending.is_empty() || (entry.resource_version == rv && rv.is_some()) {
+            return;
+        }
+        entry.records = records;
+        entry.resource_version = rv;
+        entry.version = self.bump();
+    }
+
+    /// A results ConfigMap deleted (by the leader, for a Kustomization that is gone), or no
+    /// longer this shard's, as the watch shows it.
+    fn deleted(&self, cm: &ConfigMap) {
+        let key = match (
+            cm.data.as_ref().and_then(|d| d.get("namespace")),
+            cm.data.as_ref().and_then(|d| d.get("name")),
+        ) {
+            (Some(namespace), Some(name)) => (namespace.clone(), name.clone()),
+            _ => return,
+        };
+        let mut entries = self.entries();
+        if entries.get(&key).is_some_and(|e| e.pending.is_empty()) {
+            entries.remove(&key);
+            self.bump();
+        }
     }
 
     pub fn is_loaded(&self) -> bool {
@@ -394,34 +591,64 @@ impl Results {
 
     /// Forgets the history of a Kustomization that is gone: from memory (so `/status` drops it)
     /// and its ConfigMap (already gone is fine). Returns whether there was one; a Kustomization
-    /// without records costs no request.
+    /// without records costs no request. The delete is conditional on the ConfigMap being the
+    /// one last seen (or, never seen, on its carrying this shard's label): a ConfigMap another
+    /// shard has written since (its Kustomization moved there) is left alone.
     pub async fn remove(&self, namespace: &str, name: &str) -> Result<bool, ResultsError> {
         let removed = {
             let mut entries = self.entries();
-            let removed = entries
-                .remove(&(namespace.to_string(), name.to_string()))
-                .is_some();
-            if removed {
+            let removed = entries.remove(&(namespace.to_string(), name.to_string()));
+            if removed.is_some() {
                 self.bump();
             }
             removed
         };
-        let Some(store) = self.inner.store.as_ref().filter(|_| removed) else {
-            return Ok(removed);
+        let Some(removed) = removed else {
+            return Ok(false);
         };
-        let api: Api<ConfigMap> = Api::namespaced(store.client.clone(), &store.namespace);
+        let Some(cluster) = &self.inner.cluster else {
+            return Ok(true);
+        };
+        let api = cluster.api();
         let cm_name = results_configmap_name(namespace, name);
-        let object = format!("ConfigMap {}/{cm_name}", store.namespace);
+        let object = cluster.object(&cm_name);
+        let resource_version = match removed.resource_version {
+            Some(rv) => rv,
+            None => {
+                let found =
+                    with_deadline(cluster.call_timeout, "get", &object, api.get_opt(&cm_name))
+                        .await?;
+                match found {
+                    Some(cm) if cluster.shard.owns(cm.metadata.labels.as_ref()) => {
+                        cm.metadata.resource_version.unwrap_or_default()
+                    }
+                    _ => return Ok(true),
+                }
+            }
+        };
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(resource_version),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
         let deleted = with_deadline(
-            store.call_timeout,
+            cluster.call_timeout,
             "delete",
             &object,
-            api.delete(&cm_name, &DeleteParams::default()),
+            api.delete(&cm_name, &params),
         )
         .await;
         match deleted {
             Ok(_) => Ok(true),
             Err(e) if e.code() == Some(404) => Ok(true),
+            // Written since: by another shard (kept), or by this one for a Kustomization of
+            // the same name created again (kept, it is current).
+            Err(e) if e.code() == Some(409) => {
+                tracing::debug!(object = %object, error = %e, "results written since: not deleted");
+                Ok(true)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -463,18 +690,25 @@ impl Results {
             (entry.records.clone(), entry.resource_version.clone())
         };
         let (mut records, mut version) = merged(self.entries().entry(key.clone()).or_default());
-        let Some(store) = &self.inner.store else {
+        let Some(store) = &self.inner.cluster else {
             return Ok(());
         };
-        let api: Api<ConfigMap> = Api::namespaced(store.client.clone(), &store.namespace);
+        let api = store.api();
         let cm_name = results_configmap_name(namespace, name);
-        let object = format!("ConfigMap {}/{cm_name}", store.namespace);
+        let object = store.object(&cm_name);
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PostParams::default()
         };
         for _ in 0..ATTEMPTS {
-            let cm = to_configmap(&store.namespace, namespace, name, &records, version.clone())?;
+            let mut cm =
+                to_configmap(&store.namespace, namespace, name, &records, version.clone())?;
+            if let Some((label, value)) = store.shard.label() {
+                cm.metadata
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(label, value);
+            }
             let written = match &version {
                 None => {
                     with_deadline(
@@ -497,8 +731,20 @@ impl Results {
             };
             match written {
                 Ok(cm) => {
+                    // What was written is what the cluster holds now, whatever the watch
+                    // applied meanwhile.
                     let mut entries = self.entries();
                     let entry = entries.entry(key).or_default();
+                    if entry.records != records {
+                        entry.records = records;
+                        entry.version = self.bump();
+                    }
+                    if let Some(rv) = &cm.metadata.resource_version {
+                        entry.pending.push(rv.clone());
+                        if entry.pending.len() > PENDING {
+                            entry.pending.remove(0);
+                        }
+                    }
                     entry.resource_version = cm.metadata.resource_version;
                     return Ok(());
                 }
@@ -525,11 +771,13 @@ impl Results {
                             // Set by `merged` below, which bumps it.
                             version: 0,
                             resource_version: cm.metadata.resource_version,
+                            pending: std::mem::take(&mut entry.pending),
                         },
                         None => Entry {
                             records: std::mem::take(&mut entry.records),
                             version: 0,
                             resource_version: None,
+                            pending: std::mem::take(&mut entry.pending),
                         },
                     };
                     (records, version) = merged(entry);
@@ -540,6 +788,43 @@ impl Results {
         Err(ResultsError::Conflict {
             object,
             attempts: ATTEMPTS,
+        })
+    }
+}
+
+/// The index, `/status` and the dashboard read the histories through [`Records`].
+impl Records for Results {
+    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        Results::last(self, namespace, name)
+    }
+    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
+        Results::history(self, namespace, name)
+    }
+    fn is_loaded(&self) -> bool {
+        Results::is_loaded(self)
+    }
+    fn generation(&self) -> Option<u64> {
+        Some(Results::generation(self))
+    }
+    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        Results::version(self, namespace, name)
+    }
+    fn keys(&self) -> Vec<Key> {
+        Results::keys(self)
+            .into_iter()
+            .map(|(namespace, name)| Key::new(namespace, name))
+            .collect()
+    }
+    fn forget<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            Results::remove(self, namespace, name)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         })
     }
 }
