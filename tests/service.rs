@@ -173,6 +173,7 @@ fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRec
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 

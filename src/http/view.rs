@@ -460,6 +460,7 @@ mod tests {
             error: None,
             generation: None,
             gate: None,
+            attempts: 1,
         }
     }
 

@@ -235,6 +235,7 @@ impl Gate {
                     error: None,
                     generation: resolved.kustomization.metadata.generation,
                     gate: Some(mode),
+                    attempts: 1,
                 };
                 self.save(namespace, name, &record).await;
                 record
@@ -427,6 +428,7 @@ impl Gate {
             }),
             generation: ks.metadata.generation,
             gate: Some(mode),
+            attempts: 1,
         };
         let outcome = if refused {
             GateOutcome::Done(RevisionState::Refused)
@@ -869,6 +871,7 @@ mod tests {
             error: None,
             generation: None,
             gate: Some(GateMode::Reconcile),
+            attempts: 1,
         }
     }
 
