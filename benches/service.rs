@@ -28,7 +28,7 @@ use flux_converger::service::queue::BackoffPolicy;
 use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
 use flux_converger::service::results::Results;
 use flux_converger::service::{
-    Config, Parts, Resume, RunOutcome, Runner, Tuning, metrics, start_with,
+    Config, GateOutcome, Parts, Resume, Runner, Tuning, metrics, start_with,
 };
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -39,8 +39,8 @@ const TOKEN: &str = "bench-token";
 
 struct Noop;
 impl Runner for Noop {
-    fn run<'a>(&'a self, _: &'a str, _: &'a str, _: Trigger) -> BoxFuture<'a, RunOutcome> {
-        Box::pin(async { RunOutcome::Done(RevisionState::Converged) })
+    fn run<'a>(&'a self, _: &'a str, _: &'a str, _: Trigger) -> BoxFuture<'a, GateOutcome> {
+        Box::pin(async { GateOutcome::Done(RevisionState::Converged) })
     }
 }
 impl Resume for Noop {

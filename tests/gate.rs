@@ -791,6 +791,7 @@ fn record(revision: &str, message_len: usize) -> RevisionRecord {
         }),
         generation: Some(1),
         gate: Some(GateMode::Suspend),
+        attempts: 1,
     }
 }
 

@@ -19,7 +19,7 @@ use flux_converger::service::queue::BackoffPolicy;
 use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
 use flux_converger::service::results::Results;
 use flux_converger::service::{
-    Config, Parts, Resume, RunOutcome, Runner, Running, Tuning, metrics, start_with,
+    Config, GateOutcome, Parts, Resume, Runner, Running, Tuning, metrics, start_with,
 };
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -40,7 +40,7 @@ struct StandInRunner {
     fake: FakeApiServer,
     store: Results,
     calls: Mutex<Vec<(String, Trigger, String)>>,
-    script: Mutex<HashMap<String, Vec<RunOutcome>>>,
+    script: Mutex<HashMap<String, Vec<GateOutcome>>>,
     /// While held, runs wait (to make triggers arrive during a run).
     hold: tokio::sync::RwLock<()>,
 }
@@ -49,7 +49,7 @@ impl StandInRunner {
     fn calls(&self) -> Vec<(String, Trigger, String)> {
         self.calls.lock().unwrap().clone()
     }
-    fn script(&self, key: &str, outcomes: Vec<RunOutcome>) {
+    fn script(&self, key: &str, outcomes: Vec<GateOutcome>) {
         self.script
             .lock()
             .unwrap()
@@ -63,7 +63,7 @@ impl Runner for StandInRunner {
         namespace: &'a str,
         name: &'a str,
         trigger: Trigger,
-    ) -> BoxFuture<'a, RunOutcome> {
+    ) -> BoxFuture<'a, GateOutcome> {
         Box::pin(async move {
             let _held = self.hold.read().await;
             let key = format!("{namespace}/{name}");
@@ -102,14 +102,14 @@ impl Runner for StandInRunner {
                 let mut script = self.script.lock().unwrap();
                 match script.get_mut(&key) {
                     Some(list) if !list.is_empty() => list.remove(0),
-                    _ => RunOutcome::Done(RevisionState::Converged),
+                    _ => GateOutcome::Done(RevisionState::Converged),
                 }
             };
             let state = match &outcome {
-                RunOutcome::Done(state) => *state,
-                RunOutcome::Failed { .. } => RevisionState::Failed,
-                RunOutcome::Deferred => RevisionState::Converged,
-                RunOutcome::NotHandled => return outcome,
+                GateOutcome::Done(state) => *state,
+                GateOutcome::Failed { .. } => RevisionState::Failed,
+                GateOutcome::Deferred => RevisionState::Converged,
+                GateOutcome::NotHandled => return outcome,
             };
             self.store
                 .put(namespace, name, record(&revision, state, trigger))
@@ -135,6 +135,7 @@ fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRec
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 
@@ -409,7 +410,7 @@ async fn the_periodic_resync_rechecks_deferred_claims_and_nothing_else() {
     seed_ks(&h.fake, "deferred", Some("suspend"), "repo", json!({}));
     seed_ks(&h.fake, "done", Some("suspend"), "repo", json!({}));
     h.runner
-        .script("flux-system/deferred", vec![RunOutcome::Deferred]);
+        .script("flux-system/deferred", vec![GateOutcome::Deferred]);
     // A converged record with a deferred claim is what the gate writes for claims not Bound.
     let mut cfg = config(GateMode::Off);
     cfg.resync = Duration::from_millis(200);
@@ -516,7 +517,7 @@ async fn a_refused_revision_is_not_retried_until_the_revision_or_spec_changes() 
     seed_ks(&h.fake, "a", Some("suspend"), "repo", json!({}));
     h.runner.script(
         "flux-system/a",
-        vec![RunOutcome::Done(RevisionState::Refused)],
+        vec![GateOutcome::Done(RevisionState::Refused)],
     );
     let mut cfg = config(GateMode::Off);
     cfg.resync = Duration::from_millis(100);
@@ -574,14 +575,16 @@ async fn a_refused_revision_is_not_retried_until_the_revision_or_spec_changes() 
     running.shutdown().await;
 }
 
+/// A failure waits out its backoff in the retry lane: a resync does not cut it short, but a
+/// webhook (any admitted hook, not only Flux's wedge event) runs it now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failure_is_retried_after_backoff_and_a_wedge_event_skips_it() {
+async fn a_failure_is_retried_after_backoff_and_a_webhook_runs_it_now() {
     let h = Harness::new();
     seed_git(&h.fake, "repo", "main@sha1:1");
     seed_ks(&h.fake, "a", Some("reconcile"), "repo", json!({}));
     h.runner.script(
         "flux-system/a",
-        vec![RunOutcome::Failed {
+        vec![GateOutcome::Failed {
             message: "the API server timed out".into(),
         }],
     );
@@ -589,17 +592,17 @@ async fn a_failure_is_retried_after_backoff_and_a_wedge_event_skips_it() {
     ready(&running).await;
     until(|| h.runner.calls().len() == 1).await;
     until(|| running.backend.queue.failures(&key("a")) == 1).await;
-    // The retry waits an hour (this test's backoff); an ordinary event does not cut it short.
+    // The retry waits an hour (this test's backoff); what the resync queues does not cut it.
+    running.backend.queue.push(key("a"), Trigger::Resync);
+    assert_eq!(running.backend.queue.waiting().backing_off, 1);
+    assert_eq!(h.runner.calls().len(), 1);
+    // An ordinary webhook (the source stored an artifact) does.
     running
         .backend
         .hook(&event("GitRepository", "repo", "stored artifact"));
-    assert_eq!(running.backend.queue.depth(), 1);
-    assert_eq!(h.runner.calls().len(), 1);
-    // Flux reporting the wedge does.
-    let wedge = "dry-run failed, reason: Invalid, error: StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas'";
-    running.backend.hook(&event("Kustomization", "a", wedge));
     until(|| h.runner.calls().len() == 2).await;
     settled(&running).await;
+    assert_eq!(h.runner.calls()[1].1, Trigger::Webhook);
     assert_eq!(running.backend.queue.failures(&key("a")), 0);
     running.shutdown().await;
 }
@@ -613,7 +616,7 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
     let h = Harness::new();
     seed_git(&h.fake, "repo", "main@sha1:1");
     seed_ks(&h.fake, "a", Some("reconcile"), "repo", json!({}));
-    let failed = || RunOutcome::Failed {
+    let failed = || GateOutcome::Failed {
         message: "the API server timed out".into(),
     };
     h.runner

@@ -391,10 +391,12 @@ impl Fetcher {
         for attempt in 1..=attempts {
             match self.attempt(url, expected).await? {
                 Attempt::Done(file) => return Ok(file),
-                Attempt::Retry(message) => {
+                Attempt::Retry(message) if attempt < attempts => {
                     tracing::warn!(url = %url, attempt, error = %message, "artifact download failed, retrying");
                     last = message;
                 }
+                // The last attempt's error is returned: whoever retries logs it.
+                Attempt::Retry(message) => last = message,
             }
             if attempt < attempts {
                 tokio::time::sleep(backoff).await;

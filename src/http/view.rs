@@ -485,6 +485,7 @@ mod tests {
             error: None,
             generation: None,
             gate: None,
+            attempts: 1,
         }
     }
 

@@ -47,11 +47,9 @@ impl Backend for ServiceBackend {
             }
             tracing::info!(kustomization = %key, kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name),
                 reason = %event.reason, wedged = route.wedged, "queued by webhook");
-            if route.wedged {
-                self.queue.push_now(key, Trigger::Webhook);
-            } else {
-                self.queue.push(key, Trigger::Webhook);
-            }
+            // New work, and a hook runs now even on backoff: the limiter above is what
+            // keeps a replayed or forged hook from turning into a retry storm.
+            self.queue.push_now(key, Trigger::Webhook);
         }
         queued.sort();
         queued

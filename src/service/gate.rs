@@ -69,13 +69,16 @@ pub struct GateConfig {
     pub fence: Option<crate::converge::fence::SharedFence>,
 }
 
-/// How a run ended, for the queue.
+/// How a run ended: the one outcome type from the gate to the queue. [`Gate::run`] returns it,
+/// the worker passes it as it is to `Queue::complete`, which decides what follows
+/// (`queue::After`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GateOutcome {
     /// Converged (handed off), refused, or superseded (too many restarts): nothing to retry
     /// until the revision or the Kustomization's spec changes.
     Done(RevisionState),
-    /// A step failed: retry with backoff.
+    /// A step failed (one attempt: nothing inside the run waits to retry): the queue retries
+    /// it with backoff, in its retry lane, so no worker is held while it waits.
     Failed { message: String },
     /// Nothing wrong, but not finished either (the source has no artifact yet, claims wait to
     /// bind): re-check at the next resync.
@@ -232,6 +235,7 @@ impl Gate {
                     error: None,
                     generation: resolved.kustomization.metadata.generation,
                     gate: Some(mode),
+                    attempts: 1,
                 };
                 self.save(namespace, name, &record).await;
                 record
@@ -424,6 +428,7 @@ impl Gate {
             }),
             generation: ks.metadata.generation,
             gate: Some(mode),
+            attempts: 1,
         };
         let outcome = if refused {
             GateOutcome::Done(RevisionState::Refused)
@@ -712,8 +717,14 @@ impl Gate {
                 c.events.publish(ks, &event).await;
             }
         }
-        tracing::info!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
-            state = record.state.as_str(), "revision finished");
+        // A failure is logged once, by the worker, with its attempt and its retry.
+        if record.state == RevisionState::Failed {
+            tracing::debug!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
+                state = record.state.as_str(), "revision finished");
+        } else {
+            tracing::info!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
+                state = record.state.as_str(), "revision finished");
+        }
         outcome
     }
 
@@ -862,6 +873,7 @@ mod tests {
             error: None,
             generation: None,
             gate: Some(GateMode::Reconcile),
+            attempts: 1,
         }
     }
 

@@ -35,12 +35,13 @@ use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
 use crate::service::backend::ServiceBackend;
 use crate::service::fence::ServiceFence;
+pub use crate::service::gate::GateOutcome;
 use crate::service::hook_limit::HookLimit;
 use crate::service::index::{Index, Key, Records};
 use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
 use crate::service::metrics::Metrics;
-use crate::service::queue::{BackoffPolicy, Completion, Queue};
-use crate::service::record::{GateMode, RevisionState, Trigger};
+use crate::service::queue::{BackoffPolicy, Queue};
+use crate::service::record::{GateMode, Trigger};
 use crate::service::results::{Results, Shard};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
 use crate::service::windows::{RunWindows, WindowTracker};
@@ -116,27 +117,15 @@ impl Default for Tuning {
     }
 }
 
-/// How one run of a revision ended, as the runtime needs it (the gate's outcome).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RunOutcome {
-    /// Converged, refused or superseded: finished.
-    Done(RevisionState),
-    /// A step failed: retried with backoff.
-    Failed { message: String },
-    /// Claims not yet Bound: re-checked at every resync.
-    Deferred,
-    /// The annotation says `off` now, or the Kustomization is gone.
-    NotHandled,
-}
-
-/// One revision of one Kustomization: render → converge → hand off → observe (the gate).
+/// One revision of one Kustomization: render → converge → hand off → observe (the gate). Its
+/// outcome goes to the queue as it is ([`Queue::complete`]).
 pub trait Runner: Send + Sync + 'static {
     fn run<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
         trigger: Trigger,
-    ) -> BoxFuture<'a, RunOutcome>;
+    ) -> BoxFuture<'a, GateOutcome>;
 }
 
 /// What finishes a previous process's unfinished converges when this one starts leading.
@@ -486,8 +475,16 @@ async fn lead(
         if is_leading {
             feed.readiness.wait_synced(Duration::from_millis(50)).await;
             resume.resume_all().await;
-            let queued = feed.queue_due(Trigger::Startup);
-            tracing::info!(queued, "leading: converging");
+            let due = feed.queue_due(Trigger::Startup);
+            tracing::info!(
+                queued = due.total(),
+                never_run = due.never_run,
+                new_revision = due.new_revision,
+                unfinished = due.unfinished,
+                deferred = due.deferred,
+                spec_changed = due.spec_changed,
+                "leading: converging"
+            );
             feed.queue.pause(false);
             if leading.changed().await.is_err() {
                 return;
@@ -535,10 +532,18 @@ async fn work(
                 };
                 let Some(due) = due else {
                     tracing::debug!(kustomization = %key, trigger = ?trigger, "not due; skipped");
-                    queue.complete(&key, Completion::Done);
+                    // Nothing to do: what the last record says stands (or nothing does).
+                    let outcome = last.map_or(GateOutcome::NotHandled, |r| GateOutcome::Done(r.state));
+                    queue.complete(&key, &outcome);
                     return;
                 };
-                tracing::info!(kustomization = %key, trigger = ?trigger, due = due.as_str(), "run");
+                // The attempt this run is: a retry logs only its end (one line per attempt).
+                let attempt = queue.failures(&key) + 1;
+                if attempt == 1 {
+                    tracing::info!(kustomization = %key, trigger = ?trigger, due = due.as_str(), "run");
+                } else {
+                    tracing::debug!(kustomization = %key, trigger = ?trigger, due = due.as_str(), attempt, "run");
+                }
                 let windows = RunWindows::default();
                 let outcome = tokio::select! {
                     biased;
@@ -549,26 +554,12 @@ async fn work(
                     } => {
                         tracing::warn!(kustomization = %key,
                             "stopped by the shutdown outside a window: run again by the next leader");
-                        queue.complete(&key, Completion::Retry);
+                        let stopped = GateOutcome::Failed { message: "stopped by the shutdown".into() };
+                        queue.complete(&key, &stopped);
                         return;
                     }
                 };
-                let completion = match &outcome {
-                    RunOutcome::Done(state) => {
-                        tracing::info!(kustomization = %key, state = state.as_str(), "finished");
-                        Completion::Done
-                    }
-                    RunOutcome::Deferred => {
-                        tracing::info!(kustomization = %key, "deferred: claims grow once Bound");
-                        Completion::Deferred
-                    }
-                    RunOutcome::NotHandled => Completion::Done,
-                    RunOutcome::Failed { message } => {
-                        tracing::warn!(kustomization = %key, error = %message, failures = queue.failures(&key) + 1, "failed; retrying with backoff");
-                        Completion::Retry
-                    }
-                };
-                if matches!(outcome, RunOutcome::Done(_) | RunOutcome::Deferred)
+                if matches!(outcome, GateOutcome::Done(_) | GateOutcome::Deferred)
                     && let Some(spec) = spec
                 {
                     index
@@ -576,10 +567,23 @@ async fn work(
                         .unwrap_or_else(|e| e.into_inner())
                         .note_finished(&key, spec);
                 }
-                queue.complete(&key, completion);
-                if completion == Completion::Retry {
-                    // The source moved on while the failed run ran: the new revision need
-                    // not wait for the old one's backoff.
+                let retry_in = queue.complete(&key, &outcome);
+                match (&outcome, retry_in) {
+                    (GateOutcome::Done(state), _) => {
+                        tracing::info!(kustomization = %key, state = state.as_str(), "finished");
+                    }
+                    (GateOutcome::Deferred, _) => {
+                        tracing::info!(kustomization = %key, "deferred: claims grow once Bound");
+                    }
+                    (GateOutcome::NotHandled, _) => {}
+                    (GateOutcome::Failed { message }, retry_in) => {
+                        tracing::warn!(kustomization = %key, error = %message, attempt,
+                            retry_in = ?retry_in.unwrap_or_default(), "failed; retrying with backoff");
+                    }
+                }
+                if retry_in.is_some() {
+                    // The source moved on while the failed run ran: the new revision is new
+                    // work, and need not wait for the old one's backoff.
                     let failed = store.last(&key.namespace, &key.name).map(|r| r.revision);
                     let now = index
                         .read()
@@ -587,7 +591,7 @@ async fn work(
                         .source_revision(&key)
                         .map(String::from);
                     if now.is_some() && failed.is_some() && now != failed {
-                        queue.push_now(key, Trigger::Resync);
+                        queue.push_now(key, Trigger::Watch);
                     }
                 }
             }
@@ -601,15 +605,8 @@ impl Runner for gate::Gate {
         namespace: &'a str,
         name: &'a str,
         trigger: Trigger,
-    ) -> BoxFuture<'a, RunOutcome> {
-        Box::pin(async move {
-            match gate::Gate::run(self, namespace, name, trigger).await {
-                gate::GateOutcome::Done(state) => RunOutcome::Done(state),
-                gate::GateOutcome::Failed { message } => RunOutcome::Failed { message },
-                gate::GateOutcome::Deferred => RunOutcome::Deferred,
-                gate::GateOutcome::NotHandled => RunOutcome::NotHandled,
-            }
-        })
+    ) -> BoxFuture<'a, GateOutcome> {
+        Box::pin(gate::Gate::run(self, namespace, name, trigger))
     }
 }
 
@@ -653,9 +650,14 @@ pub async fn start_tuned(
         config.call_timeout,
         shard.clone(),
     );
-    let fetcher =
-        crate::flux::artifact::Fetcher::new(config.fetch.clone().with_env_host_override())
-            .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
+    // One attempt per fetch: a failing download must not hold a worker through sleeps; its
+    // retries go back through the queue's backoff, behind new work (docs/service.md, queue).
+    let fetch = crate::flux::artifact::FetchOptions {
+        retries: 0,
+        ..config.fetch.clone().with_env_host_override()
+    };
+    let fetcher = crate::flux::artifact::Fetcher::new(fetch)
+        .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
     let resolver = crate::flux::render::resolve::Resolver {
         client: client.clone(),
         fetcher,

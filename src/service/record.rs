@@ -246,6 +246,20 @@ pub struct RevisionRecord {
     /// The gate mode the revision was handed off with.
     #[serde(default)]
     pub gate: Option<GateMode>,
+    /// How many consecutive failed attempts of this revision (at this generation) the record
+    /// stands for: a retry that fails again updates the record (this count, its error, its
+    /// times) instead of adding one, so a failing Kustomization keeps its history. 1, and
+    /// absent from the JSON, for every record that is not such a repeat.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub attempts: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl RevisionRecord {

@@ -72,16 +72,45 @@ pub fn results_configmap_name(namespace: &str, name: &str) -> String {
 }
 
 /// Puts `record` into `records` (newest first): replaces the record with the same revision and
-/// start time, else goes in front. Keeps at most [`HISTORY`].
-pub fn insert(records: &mut Vec<RevisionRecord>, record: RevisionRecord) {
-    match records
+/// start time (keeping the larger attempt count), else goes in front. Then a failed record
+/// right behind a failed record of the same revision and generation ([`is_repeat`]) is folded
+/// into it: one record whose `attempts` adds both, with the newer error and times. Keeps at
+/// most [`HISTORY`].
+///
+/// Why fold: a Kustomization failing on every retry (an unreachable artifact) would otherwise
+/// push its whole history out with identical records, one per backoff.
+pub fn insert(records: &mut Vec<RevisionRecord>, mut record: RevisionRecord) {
+    let at = match records
         .iter()
         .position(|r| r.revision == record.revision && r.started_at == record.started_at)
     {
-        Some(i) => records[i] = record,
-        None => records.insert(0, record),
+        Some(i) => {
+            record.attempts = record.attempts.max(records[i].attempts);
+            records[i] = record;
+            i
+        }
+        None => {
+            records.insert(0, record);
+            0
+        }
+    };
+    if records
+        .get(at + 1)
+        .is_some_and(|older| is_repeat(&records[at], older))
+    {
+        let older = records.remove(at + 1);
+        records[at].attempts = records[at].attempts.saturating_add(older.attempts);
     }
     records.truncate(HISTORY);
+}
+
+/// Whether `newer` is one more failed attempt at what `older` failed: both failed, on the same
+/// revision at the same generation (a new spec is a new attempt at something else).
+pub fn is_repeat(newer: &RevisionRecord, older: &RevisionRecord) -> bool {
+    newer.state == RevisionState::Failed
+        && older.state == RevisionState::Failed
+        && newer.revision == older.revision
+        && newer.generation == older.generation
 }
 
 /// Cuts `text` to at most `max` bytes (on a character boundary), saying how much was cut.
@@ -849,6 +878,7 @@ mod tests {
             error: None,
             generation: None,
             gate: None,
+            attempts: 1,
         }
     }
 
@@ -870,6 +900,142 @@ mod tests {
         insert(&mut records, record("r24", "t25"));
         assert_eq!(records[0].started_at, "t25");
         assert_eq!(records[1].started_at, "t24");
+    }
+
+    fn failed(revision: &str, started: &str, generation: i64, error: &str) -> RevisionRecord {
+        let mut r = record(revision, started);
+        r.state = RevisionState::Failed;
+        r.generation = Some(generation);
+        r.error = Some(StepError {
+            step: "resolve".into(),
+            message: error.into(),
+            hint: None,
+        });
+        r
+    }
+
+    fn running(revision: &str, started: &str, generation: i64) -> RevisionRecord {
+        let mut r = record(revision, started);
+        r.generation = Some(generation);
+        r
+    }
+
+    #[test]
+    fn failed_attempts_of_one_revision_fold_into_one_record_by_table() {
+        // (case, records put in order, expected (revision, started, state, attempts, error))
+        type Want = (
+            &'static str,
+            &'static str,
+            RevisionState,
+            u32,
+            Option<&'static str>,
+        );
+        let f = RevisionState::Failed;
+        let cases: Vec<(&str, Vec<RevisionRecord>, Vec<Want>)> = vec![
+            (
+                "a run writes running, then failed; the next attempt folds into it",
+                vec![
+                    running("r1", "t1", 1),
+                    failed("r1", "t1", 1, "e1"),
+                    running("r1", "t2", 1),
+                    failed("r1", "t2", 1, "e2"),
+                    running("r1", "t3", 1),
+                    failed("r1", "t3", 1, "e3"),
+                ],
+                vec![("r1", "t3", f, 3, Some("e3"))],
+            ),
+            (
+                "a failure before the running record (resolve) folds too",
+                vec![failed("r1", "t1", 1, "e1"), failed("r1", "t2", 1, "e2")],
+                vec![("r1", "t2", f, 2, Some("e2"))],
+            ),
+            (
+                "while the next attempt runs, the folded record stays behind it",
+                vec![
+                    failed("r1", "t1", 1, "e1"),
+                    failed("r1", "t2", 1, "e2"),
+                    running("r1", "t3", 1),
+                ],
+                vec![
+                    ("r1", "t3", RevisionState::Running, 1, None),
+                    ("r1", "t2", f, 2, Some("e2")),
+                ],
+            ),
+            (
+                "the final record written twice keeps its count",
+                vec![
+                    failed("r1", "t1", 1, "e1"),
+                    failed("r1", "t2", 1, "e2"),
+                    failed("r1", "t2", 1, "e2"),
+                ],
+                vec![("r1", "t2", f, 2, Some("e2"))],
+            ),
+            (
+                "another revision is another record",
+                vec![failed("r1", "t1", 1, "e1"), failed("r2", "t2", 1, "e2")],
+                vec![
+                    ("r2", "t2", f, 1, Some("e2")),
+                    ("r1", "t1", f, 1, Some("e1")),
+                ],
+            ),
+            (
+                "a new generation is another record",
+                vec![failed("r1", "t1", 1, "e1"), failed("r1", "t2", 2, "e2")],
+                vec![
+                    ("r1", "t2", f, 1, Some("e2")),
+                    ("r1", "t1", f, 1, Some("e1")),
+                ],
+            ),
+            (
+                "a success between failures ends the run of failures",
+                vec![
+                    failed("r1", "t1", 1, "e1"),
+                    {
+                        let mut r = running("r1", "t2", 1);
+                        r.state = RevisionState::Converged;
+                        r
+                    },
+                    failed("r1", "t3", 1, "e3"),
+                ],
+                vec![
+                    ("r1", "t3", f, 1, Some("e3")),
+                    ("r1", "t2", RevisionState::Converged, 1, None),
+                    ("r1", "t1", f, 1, Some("e1")),
+                ],
+            ),
+        ];
+        for (case, puts, want) in cases {
+            let mut records = Vec::new();
+            for r in puts {
+                insert(&mut records, r);
+            }
+            let got: Vec<(&str, &str, RevisionState, u32, Option<&str>)> = records
+                .iter()
+                .map(|r| {
+                    let error = r.error.as_ref().map(|e| e.message.as_str());
+                    (
+                        r.revision.as_str(),
+                        r.started_at.as_str(),
+                        r.state,
+                        r.attempts,
+                        error,
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn attempts_is_absent_from_the_json_unless_repeated() {
+        let mut r = failed("r1", "t1", 1, "e1");
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("attempts").is_none(), "{json}");
+        let back: RevisionRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back.attempts, 1);
+        r.attempts = 4;
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["attempts"], 4);
     }
 
     #[test]

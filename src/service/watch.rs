@@ -152,18 +152,21 @@ impl Feed {
         }
     }
 
-    /// Queues every handled Kustomization that is due, for any reason; returns how many.
-    /// Reads only the index and the records in memory: no API request.
-    pub fn queue_due(&self, trigger: Trigger) -> usize {
+    /// Queues every handled Kustomization that is due, for any reason; returns how many, by
+    /// reason. Reads only the index and the records in memory: no API request. Logs nothing
+    /// above debug: with a thousand Kustomizations failing, a line per key at every resync
+    /// drowns the log, so the caller logs the counts in one line.
+    pub fn queue_due(&self, trigger: Trigger) -> DueCounts {
         let due = self
             .index()
             .due_keys(|key| self.records.last(&key.namespace, &key.name));
-        let count = due.len();
+        let mut counts = DueCounts::default();
         for (key, why) in due {
-            tracing::info!(kustomization = %key, due = why.as_str(), trigger = ?trigger, "queued");
+            tracing::debug!(kustomization = %key, due = why.as_str(), trigger = ?trigger, "queued");
+            counts.add(why);
             self.queue.push(key, trigger);
         }
-        count
+        counts
     }
 
     /// Forgets the records of Kustomizations that are gone (their results ConfigMap and their
@@ -319,7 +322,7 @@ impl Feed {
             if !self.readiness.synced() {
                 continue;
             }
-            let queued = self.queue_due(Trigger::Resync);
+            let due = self.queue_due(Trigger::Resync);
             // A delete the watch missed (a relist, a restart) is found here.
             let gone = self.index().gone(self.records.keys());
             if !gone.is_empty() {
@@ -327,8 +330,53 @@ impl Feed {
             }
             let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
             metrics.last_resync.set(now);
-            tracing::debug!(queued, "resync");
+            // One line per resync, however many are due; at debug when nothing is.
+            let waiting = self.queue.waiting();
+            if due.total() > 0 {
+                tracing::info!(
+                    due = due.total(),
+                    never_run = due.never_run,
+                    new_revision = due.new_revision,
+                    unfinished = due.unfinished,
+                    deferred = due.deferred,
+                    spec_changed = due.spec_changed,
+                    ready_new = waiting.new,
+                    ready_retry = waiting.retry,
+                    backing_off = waiting.backing_off,
+                    running = self.queue.running(),
+                    "resync"
+                );
+            } else {
+                tracing::debug!(due = 0, "resync");
+            }
         }
+    }
+}
+
+/// How many Kustomizations one pass found due, by reason ([`Feed::queue_due`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DueCounts {
+    pub never_run: usize,
+    pub new_revision: usize,
+    pub unfinished: usize,
+    pub deferred: usize,
+    pub spec_changed: usize,
+}
+
+impl DueCounts {
+    pub fn add(&mut self, due: Due) {
+        let slot = match due {
+            Due::NeverRun => &mut self.never_run,
+            Due::NewRevision => &mut self.new_revision,
+            Due::Unfinished => &mut self.unfinished,
+            Due::Deferred => &mut self.deferred,
+            Due::SpecChanged => &mut self.spec_changed,
+        };
+        *slot += 1;
+    }
+
+    pub fn total(&self) -> usize {
+        self.never_run + self.new_revision + self.unfinished + self.deferred + self.spec_changed
     }
 }
 

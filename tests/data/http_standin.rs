@@ -146,6 +146,7 @@ pub fn record(
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 

@@ -252,6 +252,7 @@ mod tests {
             error: None,
             generation,
             gate: None,
+            attempts: 1,
         }
     }
 

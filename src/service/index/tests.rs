@@ -50,6 +50,7 @@ fn record(revision: &str, state: RevisionState) -> RevisionRecord {
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 
