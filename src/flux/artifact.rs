@@ -166,13 +166,19 @@ impl Default for UnpackLimits {
 
 /// How artifacts are fetched.
 ///
-/// A fetch is a single download attempt: a failure goes back to the caller, and the service
-/// retries it through its queue's backoff, so a failing source never holds a worker while it
-/// waits ([`ArtifactError::is_bad_input`] tells a retryable failure from a bad artifact).
+/// By default a fetch is a single download attempt: a failure goes back to the caller, and
+/// the service retries it through its queue's backoff, so a failing source never holds a
+/// worker while it waits ([`ArtifactError::is_bad_input`] tells a retryable failure from a bad
+/// artifact). The CLI, which has no queue, asks for retries (`render --fetch-retries`).
 #[derive(Clone, Debug)]
 pub struct FetchOptions {
     pub max_download_bytes: u64,
     pub unpack: UnpackLimits,
+    /// Attempts after the first one, on connection errors and 5xx (default none).
+    pub retries: u32,
+    /// First backoff between attempts; doubles each retry up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
     /// Per-request timeout (whole download).
     pub timeout: Duration,
     /// `SOURCE_CONTROLLER_LOCALHOST`: replaces the URL's host (and port), as Flux does.
@@ -184,6 +190,9 @@ impl Default for FetchOptions {
         Self {
             max_download_bytes: DEFAULT_MAX_DOWNLOAD_BYTES,
             unpack: UnpackLimits::default(),
+            retries: 0,
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(10),
             timeout: Duration::from_secs(300),
             host_override: None,
         }
@@ -291,6 +300,15 @@ impl ArtifactError {
             self,
             Self::Connection { .. } | Self::Io { .. } | Self::Http { .. }
         )
+    }
+
+    /// A failed download that may pass at the next attempt: the connection, or a 5xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Connection { .. } => true,
+            Self::Http { status, .. } => *status >= 500,
+            _ => false,
+        }
     }
 
     /// A copy of this error, for every caller that shared one download (an I/O error keeps
@@ -456,6 +474,22 @@ impl Fetcher {
     /// Downloads `url` (or takes it from the store), checks it against `digest` and unpacks it
     /// into a fresh temporary root.
     pub async fn fetch(&self, url: &str, digest: &str) -> Result<UnpackedArtifact, ArtifactError> {
+        let mut backoff = self.options.backoff;
+        let mut attempt: u32 = 0;
+        loop {
+            match self.fetch_once(url, digest).await {
+                Err(error) if error.is_retryable() && attempt < self.options.retries => {
+                    attempt += 1;
+                    tracing::warn!(url, attempt, %error, "artifact download failed, retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.options.max_backoff);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn fetch_once(&self, url: &str, digest: &str) -> Result<UnpackedArtifact, ArtifactError> {
         let expected = Digest::parse(digest)?;
         let target = rewrite_host(url, self.options.host_override.as_deref())?;
         let name = target.to_string();
