@@ -112,6 +112,15 @@ impl Store {
         )
     }
 
+    /// How many callers wait on the download of `digest` in flight (0: none in flight): lets
+    /// a test hold an upstream until every concurrent fetch has joined the one download.
+    pub fn waiting(&self, digest: &Digest) -> usize {
+        self.flights()
+            .get(&digest.to_string())
+            .and_then(Shared::strong_count)
+            .map_or(0, |n| n.saturating_sub(1))
+    }
+
     pub fn contains(&self, digest: &Digest) -> bool {
         self.blobs().contains(digest)
     }
