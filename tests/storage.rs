@@ -5,6 +5,7 @@
 
 #[path = "data/render/flux_archive.rs"]
 mod flux_archive;
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use flux_archive::{ArtifactServer, flux_artifact, sha256};
 use flux_converger::flux::artifact::{Digest, FetchOptions, PEER_HEADER};
 use flux_converger::storage::host::{ArtifactHost, ArtifactKey};
 use flux_converger::storage::{Expected, Storage, StorageConfig};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n";
@@ -410,4 +412,90 @@ async fn a_failed_download_is_shared_and_not_cached() {
             .join(Digest::parse(&wrong).unwrap().hex)
             .exists()
     );
+}
+
+fn git_repository(name: &str, url: &str, digest: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": {"interval": "1m", "url": "https://example.com/repo.git", "ref": {"branch": "main"}},
+        "status": {"artifact": {"url": url, "digest": digest, "revision": "main@sha1:0123abcd",
+            "path": "gitrepository/apps/repo/1.tar.gz", "size": 1,
+            "lastUpdateTime": "2026-11-29T00:00:00Z"}}
+    })
+}
+
+fn external_artifact(
+    name: &str,
+    source: &str,
+    url: &str,
+    path: &str,
+    digest: &str,
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
+        "metadata": {"name": name, "namespace": "apps"},
+        "spec": {"sourceRef": {"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository", "name": source}},
+        "status": {"artifact": {"url": url, "digest": digest, "revision": "main@sha1:0123abcd",
+            "path": path, "size": 1, "lastUpdateTime": "2026-11-29T00:00:00Z"}}
+    })
+}
+
+/// A follower (or a replica restarted on an empty volume) watches the ExternalArtifacts and
+/// fetches what they say this storage publishes, from the upstream source that still has the
+/// digest; an ExternalArtifact another producer serves is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_follower_fetches_what_the_external_artifacts_publish() {
+    let upstream = ArtifactServer::start().await;
+    let data = revision(7);
+    let digest = sha256(&data);
+    let upstream_url = upstream.put("gitrepository/apps/repo/7.tar.gz", data.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path()).await;
+    let hex = Digest::parse(&digest).unwrap().hex;
+    let path = format!("externalartifact/apps/db/{hex}.tar.gz");
+    let fake = support::FakeApiServer::new();
+    fake.seed(git_repository("repo", &upstream_url, &digest));
+    fake.seed(external_artifact(
+        "db",
+        "repo",
+        &served.storage.url_of(&path),
+        &path,
+        &digest,
+    ));
+    let other = format!("externalartifact/apps/other/{hex}.tar.gz");
+    fake.seed(external_artifact(
+        "other",
+        "repo",
+        &format!("http://source-watcher.flux-system.svc/{other}"),
+        &other,
+        &digest,
+    ));
+    let follow = tokio::spawn(flux_converger::storage::follow::follow(
+        served.storage.clone(),
+        fake.client(),
+    ));
+    let url = format!("http://{}/{path}", served.addr);
+    // Asked as a peer would: served only once the follower has fetched it.
+    loop {
+        let response = reqwest::Client::new()
+            .get(&url)
+            .header(PEER_HEADER, "1")
+            .send()
+            .await
+            .unwrap();
+        if response.status() == StatusCode::OK {
+            assert_eq!(response.bytes().await.unwrap().as_ref(), data.as_slice());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        upstream.requests(),
+        vec!["gitrepository/apps/repo/7.tar.gz".to_string()]
+    );
+    assert!(!served.storage.lost(&key("db")));
+    let other_url = format!("http://{}/{other}", served.addr);
+    assert_eq!(get(&other_url).await.status(), StatusCode::NOT_FOUND);
+    follow.abort();
 }
