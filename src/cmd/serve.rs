@@ -400,6 +400,73 @@ mod tests {
         assert_eq!(fetch.unpack.max_entries, 50);
     }
 
+    /// The storage flags as source-controller's: defaults, an advertised address given with
+    /// or without a scheme, and what is refused.
+    #[test]
+    fn storage_flags_table() {
+        use clap::Parser as _;
+        let kube = KubeArgs::default();
+        let base = ["serve", "--allow-unauthenticated-hooks"];
+        let parsed = Cli::try_parse_from(base).unwrap();
+        let storage = config(&parsed.args, &kube).unwrap().storage;
+        assert_eq!(storage.path, Some(PathBuf::from("/data")));
+        assert_eq!(storage.addr, "0.0.0.0:9090".parse::<SocketAddr>().unwrap());
+        assert!(storage.adv_addr.ends_with(":9090"), "{}", storage.adv_addr);
+        assert_eq!(
+            storage.max_cache_bytes,
+            flux_converger::storage::DEFAULT_MAX_CACHE_BYTES
+        );
+        let cases: &[(&[&str], Result<&str, &str>)] = &[
+            (
+                &[
+                    "--storage-adv-addr",
+                    "converger.flux-system.svc.cluster.local.",
+                ],
+                Ok("converger.flux-system.svc.cluster.local."),
+            ),
+            (
+                &["--storage-adv-addr", "http://converger:9090/"],
+                Ok("converger:9090"),
+            ),
+            (&["--storage-addr", "127.0.0.1:9191"], Ok("127.0.0.1:9191")),
+            (
+                &["--storage-adv-addr", "converger/artifacts"],
+                Err("--storage-adv-addr"),
+            ),
+            (
+                &["--storage-adv-addr", "https://x:1"],
+                Err("--storage-adv-addr"),
+            ),
+            (&["--storage-addr", ":8080"], Err("same port 8080")),
+            (&["--storage-addr", ":9292"], Err("same port 9292")),
+        ];
+        for (args, want) in cases {
+            let parsed = Cli::try_parse_from(base.iter().chain(args.iter())).unwrap();
+            match (config(&parsed.args, &kube), want) {
+                (Ok(config), Ok(adv)) => assert_eq!(config.storage.adv_addr, *adv, "{args:?}"),
+                (Err(error), Err(word)) => {
+                    assert!(format!("{error:#}").contains(word), "{args:?}: {error:#}")
+                }
+                (got, want) => panic!("{args:?}: {:?} vs {want:?}", got.map(|c| c.storage)),
+            }
+        }
+        let parsed = Cli::try_parse_from(
+            base.iter().chain(
+                [
+                    "--storage-cache-max-size",
+                    "64Mi",
+                    "--storage-path",
+                    "/var/x",
+                ]
+                .iter(),
+            ),
+        )
+        .unwrap();
+        let storage = config(&parsed.args, &kube).unwrap().storage;
+        assert_eq!(storage.max_cache_bytes, 64 << 20);
+        assert_eq!(storage.path, Some(PathBuf::from("/var/x")));
+    }
+
     /// What reaches the service from the webhook and port flags, and which combinations are
     /// bad input (exit 2, before any client is built).
     #[test]
