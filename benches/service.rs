@@ -340,6 +340,7 @@ async fn run() {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(10),
         fetch: Default::default(),
+        storage: Default::default(),
     };
     let tuning = Tuning {
         lease: LeaseSettings::new("bench"),
@@ -364,6 +365,7 @@ async fn run() {
         metrics_app: metrics_router(registry),
         metrics,
         fence: Default::default(),
+        storage: None,
     };
     let running = start_with(config, fake.client(), tuning, parts)
         .await

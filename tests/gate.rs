@@ -161,12 +161,7 @@ impl World {
     fn resolver(&self, allow_cross_namespace: bool) -> Resolver {
         Resolver {
             client: self.fake.client(),
-            fetcher: Fetcher::new(FetchOptions {
-                retries: 1,
-                backoff: Duration::from_millis(10),
-                ..FetchOptions::default()
-            })
-            .unwrap(),
+            fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
             kustomize: KustomizeCommand::default(),
             strict: true,
             allow_cross_namespace,

@@ -552,6 +552,7 @@ fn service_config() -> flux_converger::service::Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        storage: Default::default(),
     }
 }
 

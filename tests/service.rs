@@ -163,6 +163,7 @@ fn config(default_gate: GateMode) -> Config {
         kustomize: KustomizeCommand::parse("kubectl kustomize").unwrap(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        storage: Default::default(),
     }
 }
 
@@ -272,6 +273,7 @@ impl Harness {
             metrics_app: metrics_router(Arc::new(registry)),
             metrics,
             fence: Default::default(),
+            storage: None,
         };
         start_with(config, self.fake.client(), tuning(), parts)
             .await
@@ -783,6 +785,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             metrics_app: axum::Router::new(),
             metrics,
             fence: Default::default(),
+            storage: None,
         },
     )
     .await
@@ -913,12 +916,7 @@ async fn flux_in(
 fn resolver(client: kube::Client) -> Resolver {
     Resolver {
         client,
-        fetcher: Fetcher::new(FetchOptions {
-            retries: 1,
-            backoff: Duration::from_millis(10),
-            ..FetchOptions::default()
-        })
-        .unwrap(),
+        fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
         kustomize: KustomizeCommand::default(),
         strict: true,
         allow_cross_namespace: true,
@@ -1564,6 +1562,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
             metrics_app: axum::Router::new(),
             metrics,
             fence: Default::default(),
+            storage: None,
         },
     )
     .await

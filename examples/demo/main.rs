@@ -258,6 +258,7 @@ fn service_config(args: &Args) -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(10),
         fetch: Default::default(),
+        storage: Default::default(),
     }
 }
 

@@ -78,6 +78,9 @@ pub struct Config {
     pub call_timeout: Duration,
     /// Download and unpack caps of an artifact (`--max-*`; Flux's untar defaults).
     pub fetch: crate::flux::artifact::FetchOptions,
+    /// The artifact storage (`--storage-*`): the render cache and what the `artifact` gate
+    /// publishes. `StorageConfig::default()` has none.
+    pub storage: crate::storage::StorageConfig,
 }
 
 /// Knobs that are not flags: defaults suit a cluster; tests shorten them.
@@ -148,6 +151,9 @@ pub struct Parts {
     /// The fence the runner's and the resume's converges ask: [`start_with`] binds it to the
     /// leadership it sets up and waits for its windows at shutdown.
     pub fence: ServiceFence,
+    /// The artifact storage, when `--storage-path` is set and writable: [`start_with`] serves
+    /// it on `--storage-addr` and keeps it following the ExternalArtifacts.
+    pub storage: Option<Arc<crate::storage::Storage>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +176,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The address `--metrics-addr` bound.
     pub metrics_addr: SocketAddr,
+    /// The address `--storage-addr` bound (with a storage).
+    pub storage_addr: Option<SocketAddr>,
     pub backend: ServiceBackend,
     queue: Queue<Key>,
     cancel: CancellationToken,
@@ -296,6 +304,7 @@ pub async fn start_with(
         metrics_app,
         metrics,
         fence,
+        storage,
     } = parts;
     let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
     let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -320,6 +329,10 @@ pub async fn start_with(
 
     let (listener, addr) = bind("--listen", config.listen).await?;
     let (metrics_listener, metrics_addr) = bind("--metrics-addr", config.metrics_addr).await?;
+    let storage_listener = match &storage {
+        Some(_) => Some(bind("--storage-addr", config.storage.addr).await?),
+        None => None,
+    };
 
     let leadership = if config.leader_elect {
         Leadership::elect(
@@ -388,6 +401,28 @@ pub async fn start_with(
         )),
     ));
 
+    let storage_addr = storage_listener.as_ref().map(|(_, addr)| *addr);
+    if let (Some(storage), Some((listener, storage_addr))) = (storage, storage_listener) {
+        // Every replica serves and follows, leader or not: a failover never makes Flux's
+        // fetch of a published artifact fail.
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(crate::storage::follow::follow(
+                storage.clone(),
+                client.clone(),
+            )),
+        ));
+        let stop = cancel.child_token();
+        background.push(tokio::spawn(async move {
+            if let Err(error) =
+                crate::storage::server::run(listener, storage, stop.cancelled_owned()).await
+            {
+                tracing::error!(%error, port = "--storage-addr", "artifact server stopped");
+            }
+        }));
+        tracing::info!(%storage_addr, "serving artifacts");
+    }
+
     let cut = CancellationToken::new();
     let workers = tokio::spawn(work(
         queue.clone(),
@@ -418,6 +453,7 @@ pub async fn start_with(
     Ok(Running {
         addr,
         metrics_addr,
+        storage_addr,
         backend,
         queue,
         cancel,
@@ -656,8 +692,31 @@ pub async fn start_tuned(
         retries: 0,
         ..config.fetch.clone().with_env_host_override()
     };
-    let fetcher = crate::flux::artifact::Fetcher::new(fetch)
-        .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
+    // Without a writable storage the service still renders (each one downloading to a
+    // temporary file); only the `artifact` gate needs it.
+    let storage = match &config.storage.path {
+        // The volume is mounted or not: a missing directory is no storage, not created on
+        // the root file system.
+        Some(path) if !path.is_dir() => {
+            tracing::info!(path = %path.display(),
+                "no artifact storage directory: no artifact server, renders download every time");
+            None
+        }
+        Some(path) => match crate::storage::Storage::open(&config.storage, fetch.clone()) {
+            Ok(storage) => Some(storage),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error,
+                    "artifact storage unusable: no artifact server, renders download every time");
+                None
+            }
+        },
+        None => None,
+    };
+    let fetcher = match &storage {
+        Some(storage) => storage.fetcher(),
+        None => crate::flux::artifact::Fetcher::new(fetch)
+            .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?,
+    };
     let resolver = crate::flux::render::resolve::Resolver {
         client: client.clone(),
         fetcher,
@@ -710,6 +769,7 @@ pub async fn start_tuned(
         metrics_app: crate::http::metrics_router(Arc::new(registry)),
         metrics,
         fence,
+        storage,
     };
     let mut running = start_with(config, client, tuning, parts).await?;
     // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
