@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What ships to clusters, rendered and checked (what .ci/run calls):
 #   1. `kubectl kustomize` of the install (manifests/), the Flux wiring examples
-#      (manifests/examples/) and the sidecar component over a minimal bootstrap flux-system
+#      (manifests/examples/), the sidecar component and the ExternalArtifact feature-gate component
+#      (manifests/examples/external-artifact/) over a minimal bootstrap flux-system
 #      (tests/data/flux-system/); each must render, and the results are left in
 #      target/manifests/ to read or to attach to a release;
 #   2. the checks on them, in Rust, where they are tested themselves: tests/manifests.rs
@@ -42,6 +43,17 @@ components:
   - flux-converger
 YAML
 render sidecar-over-flux-system "$WORK/flux-system"
+
+cat > "$WORK/flux-system/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - gotk-components.yaml
+components:
+  - external-artifact
+YAML
+cp -r "$ROOT/manifests/examples/external-artifact" "$WORK/flux-system/external-artifact"
+render external-artifact-over-flux-system "$WORK/flux-system"
 
 cd "$ROOT"
 cargo test --locked --test manifests --test rbac
