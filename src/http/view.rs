@@ -105,6 +105,10 @@ pub fn flux_badge(outcome: FluxOutcome) -> Badge {
             key: "running",
             label: "pending",
         },
+        FluxOutcome::Raced => Badge {
+            key: "failed",
+            label: "raced",
+        },
     }
 }
 
@@ -273,6 +277,8 @@ pub struct Row {
     pub flux: Option<FluxView>,
     pub problem: Option<Problem>,
     pub warnings: Vec<String>,
+    /// Why nothing runs for it (the hold annotation, or `spec.suspend` in reconcile mode).
+    pub hold: Option<String>,
 }
 
 impl Row {
@@ -302,6 +308,7 @@ impl Row {
             flux: last.and_then(|r| r.flux.as_ref()).map(FluxView::of),
             problem: last.and_then(problem),
             warnings: last.map(|r| r.warnings.clone()).unwrap_or_default(),
+            hold: summary.hold.clone(),
         }
     }
 
@@ -638,6 +645,7 @@ mod tests {
             gate: GateMode::Suspend,
             source_revision: Some("main@sha1:def".into()),
             last: None,
+            hold: None,
         };
         let now: Timestamp = "2026-11-30T08:05:00Z".parse().expect("timestamp");
         let last = record(RevisionState::Converged);

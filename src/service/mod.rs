@@ -136,7 +136,17 @@ pub trait Runner: Send + Sync + 'static {
         name: &'a str,
         trigger: Trigger,
     ) -> BoxFuture<'a, RunOutcome>;
+
+    /// What follows the hand-offs of its runs from the watches (`None`: a runner that hands
+    /// nothing off and waits for nothing).
+    fn observer(&self) -> Option<gate::observe::Observer> {
+        None
+    }
 }
+
+/// How often the observer closes gates past `--handoff-timeout` and re-opens the ones Flux's
+/// retry schedule makes due.
+const OBSERVE_TICK: Duration = Duration::from_secs(1);
 
 /// The results store as the runtime needs it: readable at once, (re)loaded from the cluster.
 pub trait Store: Records {
@@ -316,11 +326,13 @@ pub async fn start_with(
     queue.pause(true);
     let readiness = Readiness::default();
     let records: Arc<dyn Records> = Arc::new(StoreRecords(store.clone()));
+    let observer = runner.observer();
     let feed = Feed {
         index: index.clone(),
         queue: queue.clone(),
         records: records.clone(),
         readiness: readiness.clone(),
+        observer: observer.clone(),
     };
     let backend = ServiceBackend {
         index: index.clone(),
@@ -375,6 +387,12 @@ pub async fn start_with(
         &cancel,
         Box::pin(feed.clone().resync(config.resync, metrics.clone())),
     ));
+    if let Some(observer) = observer {
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(observer.run_ticks(OBSERVE_TICK)),
+        ));
+    }
     background.push(until_cancelled(
         &cancel,
         Box::pin(access::check(
@@ -715,6 +733,10 @@ impl Runner for gate::Gate {
                 gate::GateOutcome::NotHandled => RunOutcome::NotHandled,
             }
         })
+    }
+
+    fn observer(&self) -> Option<gate::observe::Observer> {
+        Some(gate::Gate::observer(self))
     }
 }
 
