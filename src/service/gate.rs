@@ -403,7 +403,9 @@ impl Gate {
         let outcome = self.finish_with(ks, record, outcome, publish).await;
         // Registered once the record is saved, so the observer's update finds it final.
         if let Some(open) = open {
-            self.observer.opened(Key::new(namespace, name), open);
+            let key = Key::new(namespace, name);
+            self.observer.opened(key.clone(), open);
+            self.observer.check_soon(key);
         }
         Pass::Finished(outcome)
     }

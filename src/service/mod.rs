@@ -551,6 +551,18 @@ async fn lead(
             // The previous leader may have written records since they were last read.
             load_records(store.as_ref()).await;
             resume.resume_all().await;
+            if let Some(observer) = &feed.observer {
+                let open = feed
+                    .records
+                    .keys()
+                    .into_iter()
+                    .filter_map(|key| {
+                        let last = feed.records.last(&key.namespace, &key.name)?;
+                        index::gate_open(&last).then_some((key, last))
+                    })
+                    .collect();
+                observer.recover(open).await;
+            }
             let queued = feed.queue_due(Trigger::Startup);
             tracing::info!(queued, "leading: converging");
             feed.queue.pause(false);

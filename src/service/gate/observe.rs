@@ -235,6 +235,20 @@ impl Observer {
         }
     }
 
+    /// Reads the Kustomization once, in a task, as if a watch event had brought it: an answer
+    /// Flux gave between the hand-off's write and [`Observer::opened`] is not missed.
+    pub fn check_soon(&self, key: Key) {
+        let observer = self.clone();
+        tokio::spawn(async move {
+            match observer.read(&key).await {
+                Ok(ks) => observer.kustomization(&ks),
+                Err(error) => {
+                    tracing::debug!(kustomization = %key, %error, "re-reading after the hand-off; the watch and the tick follow it")
+                }
+            }
+        });
+    }
+
     /// A Kustomization event (the service's watch): holds, and Flux's answer to an open gate.
     pub fn kustomization(&self, ks: &Kustomization) {
         let (Some(namespace), Some(name)) = (&ks.metadata.namespace, &ks.metadata.name) else {
@@ -312,6 +326,55 @@ impl Observer {
             tracing::info!(kustomization = %key, revision = %open.revision,
                 to = revision.unwrap_or("no artifact"), "the source moved on while the gate was open: closing it");
             self.spawn_close(key, open, Closing::SourceMoved(revision.map(String::from)));
+        }
+    }
+
+    /// Taking the lead: the gates a previous process left open (its newest record handed off,
+    /// Flux's answer pending) are followed again, from the Kustomization as it is now, so none
+    /// is left open for ever; an answer Flux gave meanwhile closes it at once.
+    pub async fn recover(&self, records: Vec<(Key, RevisionRecord)>) {
+        let c = &self.inner.config;
+        for (key, record) in records {
+            let Some(handoff) = record.handoff.as_ref().filter(|_| {
+                record.state == crate::service::record::RevisionState::Converged
+                    && crate::service::index::gate_open(&record)
+            }) else {
+                continue;
+            };
+            if self.gates().contains_key(&key) {
+                continue;
+            }
+            let ks = match self.read(&key).await {
+                Ok(ks) => ks,
+                Err(error) => {
+                    tracing::warn!(kustomization = %key, %error, "reading a Kustomization whose gate was left open");
+                    continue;
+                }
+            };
+            let since = match (handoff.mode, &handoff.requested_at) {
+                (GateMode::Suspend, _) if !ks.spec.suspend => {
+                    Since::Generation(ks.metadata.generation.unwrap_or(0))
+                }
+                (GateMode::Reconcile, Some(token)) => Since::Token(token.clone()),
+                _ => continue,
+            };
+            tracing::info!(kustomization = %key, revision = %record.revision, "following a gate a previous process left open");
+            self.opened(
+                key,
+                Open {
+                    mode: handoff.mode,
+                    revision: record.revision.clone(),
+                    started_at: record.started_at.clone(),
+                    since,
+                    attempted_before: ks
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.last_attempted_revision.clone()),
+                    deadline: Instant::now() + c.handoff_timeout,
+                    attempt: handoff.attempts.len().max(1) as u32,
+                },
+            );
+            self.kustomization(&ks);
         }
     }
 
