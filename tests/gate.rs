@@ -14,10 +14,13 @@ use std::time::Duration;
 use flux_archive::{ArtifactServer, flux_artifact, sha256};
 use flux_converger::cluster::{Cluster as _, KubeCluster};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::objects::Kustomization;
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::service::events::EventSink;
+use flux_converger::service::gate::state::GateState;
 use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
+use flux_converger::service::index::Key;
 use flux_converger::service::metrics::Metrics;
 use flux_converger::service::record::{
     FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
@@ -293,6 +296,59 @@ fn last(results: &Results) -> RevisionRecord {
     results.last(FLUX_NS, "apps").expect("a record")
 }
 
+/// Plays the service's watches and tick for the gate's observer: every 10 ms the Kustomization
+/// as the fake holds it is given to the observer (as a watch event would), then it ticks.
+struct Follow(tokio::task::JoinHandle<()>);
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn follow(fake: &FakeApiServer, gate: &Gate) -> Follow {
+    let observer = gate.observer();
+    let fake = fake.clone();
+    Follow(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if let Some(value) = fake.get(KS_API, "Kustomization", Some(FLUX_NS), "apps")
+                && let Ok(ks) = serde_json::from_value::<Kustomization>(value)
+            {
+                observer.kustomization(&ks);
+            }
+            observer.tick().await;
+        }
+    }))
+}
+
+/// Waits (polling, at most 30 s) until `cond` holds.
+async fn until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..3000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition never held");
+}
+
+/// The newest record once Flux's answer (or the gate's timeout) closed the gate.
+async fn answered(results: &Results) -> RevisionRecord {
+    for _ in 0..3000 {
+        let record = last(results);
+        if record
+            .flux
+            .as_ref()
+            .is_some_and(|f| f.outcome != FluxOutcome::Pending)
+        {
+            return record;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the gate never closed: {:#?}", last(results));
+}
+
 /// How many times Events were published, counting the repeats kube's recorder folds into one
 /// Event's `series`.
 fn event_occurrences(fake: &FakeApiServer) -> u64 {
@@ -330,6 +386,15 @@ async fn suspend_mode_suspends_converges_hands_off_and_suspends_again() {
 
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    // The run ends at the hand-off: converged, the gate open, Flux's answer pending.
+    let handed = last(&results);
+    assert_eq!(handed.state, RevisionState::Converged);
+    assert_eq!(handed.handoff.as_ref().unwrap().action, "unsuspended");
+    assert_eq!(handed.flux.as_ref().unwrap().outcome, FluxOutcome::Pending);
+    assert_eq!(w.ks_writes(), 2);
+    // The watch brings Flux's answer: the observer closes the gate and records it.
+    let _follow = follow(&w.fake, &gate);
+    answered(&results).await;
     assert_eq!(
         w.sts()["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
         "2Gi"
@@ -352,6 +417,9 @@ async fn suspend_mode_suspends_converges_hands_off_and_suspends_again() {
     let handoff = record.handoff.as_ref().unwrap();
     assert_eq!(handoff.action, "resuspended");
     assert!(handoff.resuspended_at.is_some());
+    assert_eq!(handoff.attempts.len(), 1);
+    assert_eq!(handoff.attempts[0].outcome, FluxOutcome::Applied);
+    assert_eq!(handoff.retry_at, None);
     let flux_result = record.flux.as_ref().unwrap();
     assert_eq!(flux_result.outcome, FluxOutcome::Applied);
     assert_eq!(flux_result.applied_revision.as_deref(), Some("main@sha1:2"));
@@ -396,11 +464,11 @@ async fn reconcile_mode_requests_a_reconcile_that_heals_flux_failing_first() {
     let flux = w.flux(false);
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Resync)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Resync).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
-    let record = last(&results);
+    let _follow = follow(&w.fake, &gate);
+    let record = answered(&results).await;
     let handoff = record.handoff.as_ref().unwrap();
     assert_eq!(handoff.mode, GateMode::Reconcile);
     assert_eq!(handoff.action, "reconcile-requested");
@@ -428,14 +496,24 @@ async fn flux_failing_after_the_hand_off_is_recorded() {
     let _flux = w.flux(true);
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Webhook)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
-    let flux = last(&results).flux.unwrap();
+    let _follow = follow(&w.fake, &gate);
+    let record = answered(&results).await;
+    let flux = record.flux.unwrap();
     assert_eq!(flux.outcome, FluxOutcome::Failed);
     assert!(flux.message.unwrap().contains("dry-run failed"));
-    assert_eq!(w.ks()["spec"]["suspend"], true);
+    until(|| w.ks()["spec"]["suspend"] == true).await;
+    // Not frozen: the gate re-opens on Flux's retry schedule (interval 10m, no retryInterval).
+    let handoff = record.handoff.unwrap();
+    assert_eq!(handoff.attempts.len(), 1);
+    assert_eq!(handoff.attempts[0].outcome, FluxOutcome::Failed);
+    assert!(handoff.retry_at.is_some(), "{handoff:?}");
+    assert!(matches!(
+        gate.observer().state(&Key::new(FLUX_NS, "apps")),
+        GateState::Closed { reopen: Some(_) }
+    ));
 }
 
 #[tokio::test]
@@ -697,18 +775,18 @@ async fn a_hand_off_flux_does_not_answer_is_a_warning_and_the_kustomization_is_s
     let mut config = w.config(EventSink::disabled());
     config.handoff_timeout = Duration::from_millis(300);
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Webhook)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
-    let record = last(&results);
+    let _follow = follow(&w.fake, &gate);
+    let record = answered(&results).await;
     assert_eq!(record.flux.as_ref().unwrap().outcome, FluxOutcome::Timeout);
     assert!(
         record.warnings.iter().any(|w| w.starts_with("hand-off:")),
         "{:?}",
         record.warnings
     );
-    assert_eq!(w.ks()["spec"]["suspend"], true);
+    until(|| w.ks()["spec"]["suspend"] == true).await;
 }
 
 #[tokio::test]

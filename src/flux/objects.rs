@@ -59,6 +59,17 @@ pub struct KustomizationSpec {
     pub service_account_name: Option<String>,
     pub suspend: bool,
     pub prune: bool,
+    /// How often Flux reconciles (a Go duration, e.g. `10m`): its retry schedule when
+    /// `retry_interval` is not set (the suspend gate re-opens on it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// How soon Flux retries a failed reconcile (a Go duration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_interval: Option<String>,
+    /// Flux re-creates what it cannot patch (a StatefulSet, pods and all): never combined
+    /// with the `reconcile` or `suspend` gate (the gate warns).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// `spec.sourceRef`; an empty namespace means the Kustomization's own.

@@ -105,6 +105,10 @@ pub fn flux_badge(outcome: FluxOutcome) -> Badge {
             key: "running",
             label: "pending",
         },
+        FluxOutcome::Raced => Badge {
+            key: "failed",
+            label: "raced",
+        },
     }
 }
 
@@ -303,6 +307,8 @@ pub struct Row {
     pub flux: Option<FluxView>,
     pub problem: Option<Problem>,
     pub warnings: Vec<String>,
+    /// Why nothing runs for it (the hold annotation, or `spec.suspend` in reconcile mode).
+    pub hold: Option<String>,
 }
 
 impl Row {
@@ -327,6 +333,7 @@ impl Row {
             flux: last.and_then(|r| r.flux.as_ref()).map(FluxView::of),
             problem: last.and_then(problem),
             warnings: last.map(|r| r.warnings.clone()).unwrap_or_default(),
+            hold: summary.hold.clone(),
         }
     }
 
@@ -664,6 +671,7 @@ mod tests {
             gate: GateMode::Suspend,
             source_revision: Some("main@sha1:def".into()),
             last: None,
+            hold: None,
         };
         let last = record(RevisionState::Converged);
         let row = Row::new(&summary, Some(&last));
@@ -726,6 +734,7 @@ mod tests {
             gate: GateMode::Suspend,
             source_revision: None,
             last,
+            hold: None,
         };
         for (state, want) in [
             (RevisionState::Converged, "converged"),

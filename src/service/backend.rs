@@ -64,6 +64,7 @@ impl Backend for ServiceBackend {
                 let gate = index.handled(&key)?;
                 Some(KustomizationSummary {
                     gate,
+                    hold: index.hold(&key).map(String::from),
                     source_revision: index.source_revision(&key).map(String::from),
                     last: self
                         .records
@@ -78,16 +79,21 @@ impl Backend for ServiceBackend {
 
     fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
         let key = Key::new(namespace, name);
-        let (gate, source_revision) = {
+        let (gate, source_revision, hold) = {
             let index = self.index();
             let gate = index.handled(&key)?;
-            (gate, index.source_revision(&key).map(String::from))
+            (
+                gate,
+                index.source_revision(&key).map(String::from),
+                index.hold(&key).map(String::from),
+            )
         };
         Some(KustomizationDetail {
             namespace: key.namespace,
             name: key.name,
             gate,
             source_revision,
+            hold,
             revisions: self.records.history(namespace, name),
         })
     }

@@ -15,7 +15,9 @@
 
 pub mod entry;
 pub mod handoff;
+pub mod observe;
 pub mod recheck;
+pub mod state;
 pub mod tenant;
 
 use std::time::{Duration, Instant};
@@ -33,15 +35,22 @@ use crate::journal::ConfigMapJournal;
 use crate::service::events::{
     EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
 };
+use crate::service::index::Key;
 use crate::service::metrics::Metrics;
 use crate::service::record::{
-    FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetEntry,
-    StatefulSetOutcome, StepError, Trigger,
+    FluxOutcome, FluxResult, GateMode, Handoff, HandoffAttempt, RevisionRecord, RevisionState,
+    StatefulSetEntry, StatefulSetOutcome, StepError, Trigger,
 };
 use crate::service::results::Results;
 use entry::Verdict;
 use handoff::Since;
+use observe::{Observer, ObserverConfig};
+use state::{Gating, Open};
 use tenant::TenantCluster;
+
+/// The warning a Kustomization with `spec.force: true` gets under the `suspend` or `reconcile`
+/// gate: Flux would re-create (pods and all) a StatefulSet whose unconverged revision it applies.
+pub const FORCE_WARNING: &str = "spec.force is true: with the suspend or reconcile gate, Flux re-creates a StatefulSet it cannot patch (pods and all) whenever it applies a revision the gate did not converge; remove spec.force";
 
 /// How many times a run starts over because the source moved on during the converge.
 const MAX_RESTARTS: usize = 3;
@@ -91,6 +100,8 @@ pub enum GateOutcome {
 #[derive(Clone)]
 pub struct Gate {
     config: std::sync::Arc<GateConfig>,
+    /// The open gates: a run hands off and registers here; the watches close them.
+    observer: Observer,
     /// The service's StorageClass cache; `None` lists them on every converge.
     storage_classes: Option<Store<StorageClass>>,
 }
@@ -112,10 +123,24 @@ fn ks_name(namespace: &str, name: &str) -> String {
 
 impl Gate {
     pub fn new(config: GateConfig) -> Self {
+        let observer = Observer::new(ObserverConfig {
+            client: config.client.clone(),
+            results: config.results.clone(),
+            call_timeout: config.call_timeout,
+            handoff_timeout: config.handoff_timeout,
+            default_gate: config.default_gate,
+            allow_cross_namespace: config.resolver.allow_cross_namespace,
+        });
         Gate {
             config: std::sync::Arc::new(config),
+            observer,
             storage_classes: None,
         }
+    }
+
+    /// The observer of this gate's hand-offs, for the watches to feed and the tick to drive.
+    pub fn observer(&self) -> Observer {
+        self.observer.clone()
     }
 
     /// Converges read StorageClasses from `store` (the service's reflector) instead of
@@ -149,7 +174,8 @@ impl Gate {
                     };
                 }
             };
-            let mode = match handoff::gate_mode(&ks, self.config.default_gate) {
+            let gating = Gating::of(&ks, self.config.default_gate);
+            let mode = match gating.mode() {
                 Ok(GateMode::Off) => return GateOutcome::NotHandled,
                 Ok(mode) => mode,
                 Err(message) => {
@@ -157,6 +183,14 @@ impl Gate {
                     return GateOutcome::NotHandled;
                 }
             };
+            if let Some(reason) = &gating.hold {
+                // Nothing at all while held; removing the hold makes it due again at once.
+                tracing::info!(kustomization = %key, %reason, "held: not run");
+                return GateOutcome::NotHandled;
+            }
+            if ks.spec.force {
+                tracing::warn!(kustomization = %key, mode = %mode, "{FORCE_WARNING}");
+            }
             if mode == GateMode::Suspend && !ks.spec.suspend {
                 // Kept suspended between revisions: Flux must not apply the pending revision
                 // before it is converged.
@@ -241,6 +275,10 @@ impl Gate {
                 record
             }
         };
+        if resolved.kustomization.spec.force && !record.warnings.iter().any(|w| w == FORCE_WARNING)
+        {
+            record.warnings.push(FORCE_WARNING.to_string());
+        }
         tracing::info!(kustomization = %key, revision = %record.revision, recheck = recheck.is_some(),
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 
@@ -258,7 +296,11 @@ impl Gate {
             }
             None => {
                 record.statefulsets = entries;
+                let force = record.warnings.iter().any(|w| w == FORCE_WARNING);
                 record.warnings = entry::deferred_warnings(&record.statefulsets);
+                if force {
+                    record.warnings.push(FORCE_WARNING.to_string());
+                }
             }
         }
         let ks = &resolved.kustomization;
@@ -318,6 +360,7 @@ impl Gate {
         }
 
         let t = Instant::now();
+        let mut open = None;
         let handed = if applied_already(ks, &record.revision) {
             // Flux applied this revision before (the converge found nothing, or only lagging
             // claims, to do): unsuspending or requesting a reconcile would only make it
@@ -329,11 +372,14 @@ impl Gate {
                     message: Some(
                         "Flux had already applied this revision: not handed off again".into(),
                     ),
+                    attempted_revision: None,
                 });
             }
             Ok(())
         } else {
-            self.hand_off(namespace, name, mode, &mut record).await
+            self.hand_off(namespace, name, mode, ks, &mut record)
+                .await
+                .map(|o| open = Some(o))
         };
         c.metrics.step("handoff", t.elapsed().as_secs_f64());
         if let Err(message) = handed {
@@ -358,7 +404,14 @@ impl Gate {
         } else {
             GateOutcome::Done(RevisionState::Converged)
         };
-        Pass::Finished(self.finish_with(ks, record, outcome, publish).await)
+        let outcome = self.finish_with(ks, record, outcome, publish).await;
+        // Registered once the record is saved, so the observer's update finds it final.
+        if let Some(open) = open {
+            let key = Key::new(namespace, name);
+            self.observer.opened(key.clone(), open);
+            self.observer.check_soon(key);
+        }
+        Pass::Finished(outcome)
     }
 
     /// A revision that could not be resolved or rendered: gone Kustomizations are not handled,
@@ -611,81 +664,83 @@ impl Gate {
         }))
     }
 
-    /// Hands the revision to Flux and, in suspend mode, suspends again once Flux answered.
+    /// Hands the revision to Flux (suspend: `spec.suspend=false`; reconcile: the requestedAt
+    /// token) and returns the open gate for the observer. The run ends here: the observer
+    /// closes the gate and records Flux's answer from the watches. A hold set during the
+    /// converge (seen by the watch) stops it before the write: the revision is recorded
+    /// failed, due again once the hold is removed.
     async fn hand_off(
         &self,
         namespace: &str,
         name: &str,
         mode: GateMode,
+        ks: &Kustomization,
         record: &mut RevisionRecord,
-    ) -> Result<(), String> {
+    ) -> Result<Open, String> {
         let c = &self.config;
         let key = ks_name(namespace, name);
-        let since = match mode {
+        if let Some(reason) = self.observer.held(&Key::new(namespace, name)) {
+            return Err(format!(
+                "held ({reason}): not handed off; handed off once the hold is removed"
+            ));
+        }
+        let attempted_before = ks
+            .status
+            .as_ref()
+            .and_then(|s| s.last_attempted_revision.clone());
+        let at = now();
+        let (since, action, requested_at) = match mode {
             GateMode::Suspend => {
                 let ks = handoff::set_suspend(&c.client, namespace, name, false, c.call_timeout)
                     .await
                     .map_err(|e| e.to_string())?;
-                record.handoff = Some(Handoff {
-                    mode,
-                    at: now(),
-                    action: "unsuspended".into(),
-                    requested_at: None,
-                    resuspended_at: None,
-                });
-                Since::Generation(ks.metadata.generation.unwrap_or(0))
+                (
+                    Since::Generation(ks.metadata.generation.unwrap_or(0)),
+                    "unsuspended",
+                    None,
+                )
             }
             GateMode::Reconcile => {
-                let token = now();
-                handoff::request_reconcile(&c.client, namespace, name, &token, c.call_timeout)
+                handoff::request_reconcile(&c.client, namespace, name, &at, c.call_timeout)
                     .await
                     .map_err(|e| e.to_string())?;
-                record.handoff = Some(Handoff {
-                    mode,
-                    at: token.clone(),
-                    action: "reconcile-requested".into(),
-                    requested_at: Some(token.clone()),
-                    resuspended_at: None,
-                });
-                Since::Token(token)
+                (
+                    Since::Token(at.clone()),
+                    "reconcile-requested",
+                    Some(at.clone()),
+                )
             }
-            GateMode::Off => return Ok(()),
+            GateMode::Off => return Err("gate off: not handed off".into()),
         };
+        record.handoff = Some(Handoff {
+            mode,
+            at: at.clone(),
+            action: action.into(),
+            requested_at,
+            resuspended_at: None,
+            attempts: vec![HandoffAttempt {
+                at,
+                outcome: FluxOutcome::Pending,
+                message: None,
+            }],
+            retry_at: None,
+        });
+        record.flux = Some(FluxResult {
+            outcome: FluxOutcome::Pending,
+            applied_revision: None,
+            message: Some("the gate is open: waiting for Flux's answer".into()),
+            attempted_revision: None,
+        });
         tracing::info!(kustomization = %key, revision = %record.revision, mode = %mode, "handed off");
-        self.save(namespace, name, record).await;
-
-        let t = Instant::now();
-        let flux = handoff::observe(
-            &c.client,
-            namespace,
-            name,
-            &record.revision,
-            &since,
-            c.handoff_timeout,
-        )
-        .await;
-        c.metrics.step("observe", t.elapsed().as_secs_f64());
-        tracing::info!(kustomization = %key, revision = %record.revision, flux = ?flux.outcome, "Flux answered");
-        if matches!(flux.outcome, FluxOutcome::Timeout | FluxOutcome::Pending) {
-            record.warnings.push(format!(
-                "hand-off: {}",
-                flux.message
-                    .clone()
-                    .unwrap_or_else(|| "no answer from Flux".into())
-            ));
-        }
-        record.flux = Some(flux);
-
-        if mode == GateMode::Suspend {
-            handoff::set_suspend(&c.client, namespace, name, true, c.call_timeout)
-                .await
-                .map_err(|e| format!("suspending again after the hand-off: {e}"))?;
-            if let Some(h) = &mut record.handoff {
-                h.action = "resuspended".into();
-                h.resuspended_at = Some(now());
-            }
-        }
-        Ok(())
+        Ok(Open {
+            mode,
+            revision: record.revision.clone(),
+            started_at: record.started_at.clone(),
+            since,
+            attempted_before,
+            deadline: tokio::time::Instant::now() + c.handoff_timeout,
+            attempt: 1,
+        })
     }
 
     /// Writes the final record, counts it, and publishes its event; returns `outcome`.
@@ -801,6 +856,12 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
                     ),
                     FluxOutcome::Timeout => "Flux has not applied it yet (timed out)".into(),
                     FluxOutcome::Pending => "Flux's answer is pending".into(),
+                    FluxOutcome::Raced => format!(
+                        "Flux attempted {} instead",
+                        f.attempted_revision
+                            .as_deref()
+                            .unwrap_or("another revision")
+                    ),
                 },
                 None => "handed off".into(),
             };
@@ -868,6 +929,7 @@ mod tests {
                 outcome,
                 applied_revision: None,
                 message: Some("boom".into()),
+                attempted_revision: None,
             }),
             warnings: Vec::new(),
             error: None,

@@ -11,8 +11,10 @@ use crate::flux::event::Event;
 use crate::flux::objects::{Kustomization, SourceKind};
 use crate::service::record::{GateMode, RevisionRecord, RevisionState, StatefulSetOutcome};
 
-/// The annotation that opts a Kustomization in (`suspend`, `reconcile`) or out (`off`).
-pub const GATE_ANNOTATION: &str = "flux-converger.io/gate";
+/// The annotation that opts a Kustomization in (`suspend`, `reconcile`) or out (`off`),
+/// parsed with the hold annotation in one place ([`Gating`]).
+pub use crate::service::gate::state::GATE_ANNOTATION;
+use crate::service::gate::state::Gating;
 
 /// What kustomize-controller reports when a grown volume size wedges a Kustomization (the
 /// field list after it varies with the Kubernetes version, so only the prefix is matched).
@@ -88,6 +90,8 @@ pub struct Entry {
     /// An annotation value that is none of `suspend|reconcile|off` (treated as `off`: a typo
     /// must not hand a Kustomization to the service).
     pub invalid_gate: Option<String>,
+    /// Why nothing runs for it ([`Gating::hold`]): not due, whatever changes, until removed.
+    pub hold: Option<String>,
     /// `None` when `spec.sourceRef.kind` is not a kind Flux renders from.
     pub source: Option<SourceKey>,
     /// A digest of the spec without `spec.suspend`: the suspend gate toggles that field
@@ -150,7 +154,7 @@ pub struct Route {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     pub handled: bool,
-    /// First seen, or its gate, source or spec (but `suspend`) changed.
+    /// First seen, or its gate, hold, source or spec (but `suspend`) changed.
     pub changed: bool,
 }
 
@@ -193,6 +197,7 @@ impl Index {
             Some(old) => {
                 entry.finished_spec = old.finished_spec;
                 old.gate != entry.gate
+                    || old.hold != entry.hold
                     || old.source != entry.source
                     || old.spec_digest != entry.spec_digest
             }
@@ -308,6 +313,11 @@ impl Index {
             .map(|e| e.gate)
     }
 
+    /// Why a handled Kustomization is held, if it is.
+    pub fn hold(&self, key: &Key) -> Option<&str> {
+        self.kustomizations.get(key)?.hold.as_deref()
+    }
+
     /// The revision the Kustomization's source publishes now, as last seen.
     pub fn source_revision(&self, key: &Key) -> Option<&str> {
         let source = self.kustomizations.get(key)?.source.as_ref()?;
@@ -374,7 +384,10 @@ impl Index {
     /// Whether a handled Kustomization is due, given its newest record. A Kustomization
     /// whose source publishes no revision yet is not due (there is nothing to render).
     pub fn due(&self, key: &Key, last: Option<&RevisionRecord>) -> Option<Due> {
-        let entry = self.kustomizations.get(key).filter(|e| e.handled())?;
+        let entry = self
+            .kustomizations
+            .get(key)
+            .filter(|e| e.handled() && e.hold.is_none())?;
         let revision = self.source_revision(key)?;
         let Some(last) = last else {
             return Some(Due::NeverRun);
@@ -389,7 +402,10 @@ impl Index {
         match last.state {
             RevisionState::Running | RevisionState::Failed => return Some(Due::Unfinished),
             RevisionState::Superseded => return Some(Due::Unfinished),
-            RevisionState::Converged if has_deferred(last) => return Some(Due::Deferred),
+            // Not while the gate is open: the re-check would close it under Flux.
+            RevisionState::Converged if has_deferred(last) && !gate_open(last) => {
+                return Some(Due::Deferred);
+            }
             RevisionState::Converged | RevisionState::Refused => {}
         }
         match entry.finished_spec {
@@ -423,6 +439,15 @@ impl Index {
     }
 }
 
+/// Whether the record's revision is handed off and Flux has not answered yet.
+pub fn gate_open(record: &RevisionRecord) -> bool {
+    record.handoff.is_some()
+        && record
+            .flux
+            .as_ref()
+            .is_some_and(|f| f.outcome == crate::service::record::FluxOutcome::Pending)
+}
+
 /// Claims left to grow once Bound make a converged revision worth re-checking.
 pub fn has_deferred(record: &RevisionRecord) -> bool {
     record
@@ -435,18 +460,7 @@ pub fn has_deferred(record: &RevisionRecord) -> bool {
 fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> {
     let namespace = ks.metadata.namespace.clone()?;
     let name = ks.metadata.name.clone()?;
-    let annotation = ks
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(GATE_ANNOTATION));
-    let (gate, invalid_gate) = match annotation {
-        None => (default_gate, None),
-        Some(text) => match GateMode::parse(text.trim()) {
-            Some(mode) => (mode, None),
-            None => (GateMode::Off, Some(text.clone())),
-        },
-    };
+    let gating = Gating::of(ks, default_gate);
     let source_ref = &ks.spec.source_ref;
     let source = SourceKind::parse(&source_ref.kind).map(|kind| SourceKey {
         kind,
@@ -460,8 +474,9 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
     Some((
         Key::new(namespace, name),
         Entry {
-            gate,
-            invalid_gate,
+            gate: gating.mode,
+            invalid_gate: gating.invalid,
+            hold: gating.hold,
             source,
             spec_digest: spec_digest(ks),
             generation: ks.metadata.generation,

@@ -129,7 +129,17 @@ pub trait Runner: Send + Sync + 'static {
         name: &'a str,
         trigger: Trigger,
     ) -> BoxFuture<'a, GateOutcome>;
+
+    /// What follows the hand-offs of its runs from the watches (`None`: a runner that hands
+    /// nothing off and waits for nothing).
+    fn observer(&self) -> Option<gate::observe::Observer> {
+        None
+    }
 }
+
+/// How often the observer closes gates past `--handoff-timeout` and re-opens the ones Flux's
+/// retry schedule makes due.
+const OBSERVE_TICK: Duration = Duration::from_secs(1);
 
 /// What finishes a previous process's unfinished converges when this one starts leading.
 pub trait Resume: Send + Sync + 'static {
@@ -312,11 +322,13 @@ pub async fn start_with(
     queue.pause(true);
     let readiness = Readiness::default();
     let records: Arc<dyn Records> = Arc::new(results.clone());
+    let observer = runner.observer();
     let feed = Feed {
         index: index.clone(),
         queue: queue.clone(),
         records: records.clone(),
         readiness: readiness.clone(),
+        observer: observer.clone(),
     };
     let backend = ServiceBackend {
         index: index.clone(),
@@ -376,6 +388,12 @@ pub async fn start_with(
         &cancel,
         Box::pin(feed.clone().resync(config.resync, metrics.clone())),
     ));
+    if let Some(observer) = observer {
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(observer.run_ticks(OBSERVE_TICK)),
+        ));
+    }
     background.push(until_cancelled(
         &cancel,
         Box::pin(access::check(
@@ -511,6 +529,18 @@ async fn lead(
         if is_leading {
             feed.readiness.wait_synced(Duration::from_millis(50)).await;
             resume.resume_all().await;
+            if let Some(observer) = &feed.observer {
+                let open = feed
+                    .records
+                    .keys()
+                    .into_iter()
+                    .filter_map(|key| {
+                        let last = feed.records.last(&key.namespace, &key.name)?;
+                        index::gate_open(&last).then_some((key, last))
+                    })
+                    .collect();
+                observer.recover(open).await;
+            }
             let due = feed.queue_due(Trigger::Startup);
             tracing::info!(
                 queued = due.total(),
@@ -643,6 +673,10 @@ impl Runner for gate::Gate {
         trigger: Trigger,
     ) -> BoxFuture<'a, GateOutcome> {
         Box::pin(gate::Gate::run(self, namespace, name, trigger))
+    }
+
+    fn observer(&self) -> Option<gate::observe::Observer> {
+        Some(gate::Gate::observer(self))
     }
 }
 

@@ -20,6 +20,9 @@ pub enum GateMode {
 }
 
 impl GateMode {
+    /// Every value of the annotation, as an unknown one's message lists them.
+    pub const VALUES: &'static [&'static str] = &["suspend", "reconcile", "off"];
+
     pub fn as_str(self) -> &'static str {
         match self {
             GateMode::Suspend => "suspend",
@@ -191,6 +194,28 @@ pub struct Handoff {
     /// RFC 3339 time the Kustomization was suspended again (suspend mode).
     #[serde(default)]
     pub resuspended_at: Option<String>,
+    /// Every time the gate opened for this revision, oldest first, with Flux's answer to each:
+    /// the first hand-off, then each re-open on Flux's retry schedule after Flux failed or
+    /// did not answer (suspend mode). Absent in records of earlier versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<HandoffAttempt>,
+    /// RFC 3339 time the gate opens again for this revision (suspend mode, after a failure or
+    /// a timeout, while the source still publishes it and Flux has not applied it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+}
+
+/// One opening of the gate for a revision and what Flux answered to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffAttempt {
+    /// RFC 3339 time the gate opened.
+    pub at: String,
+    /// `pending` while open, then Flux's answer (`applied`, `failed`, `raced`, `timeout`).
+    pub outcome: FluxOutcome,
+    /// Flux's message (its Ready condition), or why the gate closed without an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -199,7 +224,23 @@ pub enum FluxOutcome {
     Applied,
     Failed,
     Timeout,
+    /// The gate is open: Flux has not answered yet (or the gate closed before it could).
     Pending,
+    /// Flux attempted another revision than the handed-off one (`attemptedRevision`): it
+    /// raced the gate (reconcile mode, or a source that moved on while the gate was open).
+    Raced,
+}
+
+impl FluxOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FluxOutcome::Applied => "applied",
+            FluxOutcome::Failed => "failed",
+            FluxOutcome::Timeout => "timeout",
+            FluxOutcome::Pending => "pending",
+            FluxOutcome::Raced => "raced",
+        }
+    }
 }
 
 /// What Flux did with the handed-off revision.
@@ -211,6 +252,9 @@ pub struct FluxResult {
     pub applied_revision: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The revision Flux attempted when it raced the gate (`status.lastAttemptedRevision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempted_revision: Option<String>,
 }
 
 /// One revision of one Kustomization, as the service handled it.
@@ -284,6 +328,10 @@ pub struct KustomizationSummary {
     pub source_revision: Option<String>,
     /// The newest record without its StatefulSets ([`RevisionRecord::summary`]).
     pub last: Option<serde_json::Value>,
+    /// Why nothing runs for it: the `flux-converger.io/hold` annotation's reason, or, in
+    /// reconcile mode, `spec.suspend` ([`crate::service::gate::state::Gating`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
 }
 
 /// One handled Kustomization with its history, newest first (`GET /status/{ns}/{name}`).
@@ -294,5 +342,8 @@ pub struct KustomizationDetail {
     pub name: String,
     pub gate: GateMode,
     pub source_revision: Option<String>,
+    /// As [`KustomizationSummary::hold`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
     pub revisions: Vec<RevisionRecord>,
 }

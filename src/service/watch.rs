@@ -20,6 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::flux::objects::{Kustomization, SourceKind};
+use crate::service::gate::observe::Observer;
 use crate::service::index::{Due, Index, Key, Records, SourceKey};
 use crate::service::metrics::Metrics;
 use crate::service::queue::Queue;
@@ -123,6 +124,9 @@ pub struct Feed {
     pub queue: Queue<Key>,
     pub records: Arc<dyn Records>,
     pub readiness: Readiness,
+    /// The open gates, told of every Kustomization and source event before anything is
+    /// queued, so a gate closes before the run of a newer revision starts.
+    pub observer: Option<Observer>,
 }
 
 impl Feed {
@@ -212,6 +216,12 @@ impl Feed {
                             index.reset_kustomizations(listed.iter());
                             index.handled_keys(None)
                         };
+                        // An answer or a hold the watch missed while it was down.
+                        if let Some(observer) = &self.observer {
+                            for ks in &listed {
+                                observer.kustomization(ks);
+                            }
+                        }
                         listed = Vec::new();
                         self.readiness.mark_kustomizations();
                         tracing::info!(handled = keys.len(), "Kustomizations listed");
@@ -221,6 +231,9 @@ impl Feed {
                     }
                     watcher::Event::Apply(ks) => {
                         let applied = self.index_mut().apply_kustomization(&ks);
+                        if let Some(observer) = &self.observer {
+                            observer.kustomization(&ks);
+                        }
                         if let Some((key, applied)) = applied
                             && applied.handled
                         {
@@ -232,6 +245,9 @@ impl Feed {
                         {
                             let key = Key::new(ns, name);
                             self.index_mut().delete_kustomization(&key);
+                            if let Some(observer) = &self.observer {
+                                observer.forget(&key);
+                            }
                             // Off the watch's loop: the delete is an API call.
                             tokio::spawn(self.clone().forget_gone(vec![key]));
                         }
@@ -278,7 +294,11 @@ impl Feed {
                     }
                     watcher::Event::Apply(obj) => {
                         if let Some((source, revision)) = source_of(kind, &obj) {
-                            let keys = self.index_mut().apply_source(source, revision);
+                            let keys = self.index_mut().apply_source(source, revision.clone());
+                            // Closed before the new revision's run is queued.
+                            if let Some(observer) = &self.observer {
+                                observer.source_moved(&keys, revision.as_deref());
+                            }
                             for key in keys {
                                 self.offer(key, true);
                             }

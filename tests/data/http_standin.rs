@@ -53,6 +53,7 @@ impl StandIn {
                 name: name.to_string(),
                 gate,
                 source_revision: source_revision.map(str::to_string),
+                hold: None,
                 revisions,
             },
         );
@@ -100,6 +101,7 @@ impl Backend for StandIn {
                 gate: d.gate,
                 source_revision: d.source_revision.clone(),
                 last: d.revisions.first().map(RevisionRecord::summary),
+                hold: d.hold.clone(),
             })
             .collect()
     }
@@ -191,6 +193,7 @@ fn applied(revision: &str) -> FluxResult {
         outcome: FluxOutcome::Applied,
         applied_revision: Some(revision.to_string()),
         message: Some(format!("Applied revision: {revision}")),
+        attempted_revision: None,
     }
 }
 
@@ -201,6 +204,8 @@ fn handoff(at: &str) -> Handoff {
         action: "unsuspended".into(),
         requested_at: None,
         resuspended_at: Some(at.replace(":02Z", ":40Z")),
+        attempts: Vec::new(),
+        retry_at: None,
     }
 }
 
@@ -304,11 +309,14 @@ pub fn seeded() -> StandIn {
         action: "reconcile-requested".into(),
         requested_at: Some("2026-11-30T06:00:05.123456789Z".into()),
         resuspended_at: None,
+        attempts: Vec::new(),
+        retry_at: None,
     });
     search.flux = Some(FluxResult {
         outcome: FluxOutcome::Failed,
         applied_revision: Some("main@sha1:0000000000000000000000000000000000000000".into()),
         message: Some("HealthCheckFailed: timeout waiting for: [StatefulSet/team-b/search status: 'InProgress']".into()),
+        attempted_revision: None,
     });
 
     StandIn::new()
