@@ -285,6 +285,11 @@ async fn run() {
     let kustomizations = env("KUSTOMIZATIONS", 1000) as usize;
     let rate = env("RATE", 2000);
     let seconds = env("SECONDS", 3);
+    if env("ONLY_PROCESS", 0) == 1 {
+        let dashboard_rate = env("DASHBOARD_RATE", 100);
+        serve_process_memory(kustomizations, 20, rate, seconds, dashboard_rate).await;
+        return;
+    }
     let rss_start = rss_mb();
 
     let fake = FakeApiServer::new();
@@ -666,7 +671,10 @@ async fn serve_process_memory(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (idle, _) = process_mb(pid);
+    let (idle, startup_peak) = process_mb(pid);
+    println!(
+        "serve process ready ({kustomizations} x {head} records): {idle:.1} MB resident, peak so far (VmHWM) {startup_peak:.1} MB"
+    );
     let pages = kustomizations.div_ceil(200).max(1);
     let etag = http
         .get(format!("{base}/"))
