@@ -285,6 +285,11 @@ async fn run() {
     let kustomizations = env("KUSTOMIZATIONS", 1000) as usize;
     let rate = env("RATE", 2000);
     let seconds = env("SECONDS", 3);
+    if env("ONLY_PROCESS", 0) == 1 {
+        let dashboard_rate = env("DASHBOARD_RATE", 100);
+        serve_process_memory(kustomizations, 20, rate, seconds, dashboard_rate).await;
+        return;
+    }
     let rss_start = rss_mb();
 
     let fake = FakeApiServer::new();
@@ -539,4 +544,197 @@ async fn run() {
         proc_status_mb("VmHWM:")
     );
     running.shutdown().await;
+    drop(fake);
+
+    serve_process_memory(kustomizations, head, rate, seconds, dashboard_rate).await;
+}
+
+/// `VmRSS` and `VmHWM` of another process, in MB.
+fn process_mb(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The memory figure of `serve` alone: the release binary as its own process against the
+/// fake API server (served over HTTP by this process), the 1,000 Kustomizations' results
+/// seeded as the results ConfigMaps a leader writes, loaded with `/status` at `rate`, every
+/// detail, and the dashboard (every page, revalidating tabs), then its `VmHWM` read from
+/// `/proc/<pid>/status`.
+async fn serve_process_memory(
+    kustomizations: usize,
+    head: usize,
+    rate: u64,
+    seconds: u64,
+    dashboard_rate: u64,
+) {
+    use tokio::io::AsyncBufReadExt;
+
+    let fake = FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"namespace": NS, "name": "repo"},
+        "spec": {"url": "https://example.com/repo.git", "interval": "1m"},
+        "status": {"artifact": {"url": "http://source-controller/repo.tar.gz",
+            "revision": format!("main@sha1:{:040x}", head), "digest": "sha256:00", "path": "x"}}
+    }));
+    for i in 0..kustomizations {
+        let name = format!("app-{i:04}");
+        fake.seed(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"namespace": NS, "name": name,
+                         "annotations": {"flux-converger.io/gate": "suspend"}},
+            "spec": {"sourceRef": {"kind": "GitRepository", "name": "repo"}, "path": "./",
+                     "interval": "10m", "prune": true, "suspend": true}
+        }));
+        // Newest first, as `Results` keeps them.
+        let history: Vec<RevisionRecord> = (1..=head).rev().map(|r| record(i, r)).collect();
+        let cm = flux_converger::service::results::to_configmap(NS, NS, &name, &history, None)
+            .expect("20 records fit a ConfigMap");
+        fake.seed(serde_json::to_value(cm).expect("a ConfigMap"));
+    }
+    let served = fake.serve().await;
+    let token = tempfile::NamedTempFile::new().expect("a token file");
+    std::fs::write(token.path(), TOKEN).expect("the token");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+        .args(["serve", "--kubeconfig"])
+        .arg(&served.kubeconfig)
+        .args([
+            "-n",
+            NS,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--hook-token-file")
+        .arg(token.path())
+        .args(["--log-format", "json"])
+        .env("RUST_LOG", "warn,flux_converger=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("serve starts");
+    let pid = child.id().expect("a pid");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let Ok(Some(line)) = lines.next_line().await else {
+            println!("serve stopped before serving: no memory figure");
+            return;
+        };
+        if let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line)
+            && entry["message"] == "serving"
+        {
+            break entry["addr"].as_str().unwrap_or_default().to_string();
+        }
+    };
+    // Keep reading its log, so a full pipe never blocks it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let base = format!("http://{addr}");
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .build()
+        .expect("an HTTP client");
+    let started = Instant::now();
+    loop {
+        let status = http.get(format!("{base}/status")).send().await;
+        let rows = match status {
+            Ok(r) if r.status().is_success() => r
+                .bytes()
+                .await
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|v| v["kustomizations"].as_array().map(Vec::len))
+                .unwrap_or(0),
+            _ => 0,
+        };
+        let ready = http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ready && rows == kustomizations {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            println!(
+                "serve not ready with {kustomizations} rows after 2 minutes: no memory figure"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (idle, startup_peak) = process_mb(pid);
+    println!(
+        "serve process ready ({kustomizations} x {head} records): {idle:.1} MB resident, peak so far (VmHWM) {startup_peak:.1} MB"
+    );
+    let pages = kustomizations.div_ceil(200).max(1);
+    let etag = http
+        .get(format!("{base}/"))
+        .send()
+        .await
+        .ok()
+        .and_then(|r| {
+            r.headers()
+                .get("etag")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        })
+        .unwrap_or_default();
+    let dashboard = |http: reqwest::Client, base: String, etag: String| {
+        load(dashboard_rate, seconds, move |i| {
+            // Every page and state filter, a quarter of them full pages, the rest revalidating.
+            let page = i % pages + 1;
+            let state = ["", "&state=converged", "&state=failed"][i % 3];
+            let request = http.get(format!("{base}/?page={page}{state}"));
+            if i % 4 == 0 {
+                request
+            } else {
+                request.header("if-none-match", etag.clone())
+            }
+        })
+    };
+    let (list, board) = tokio::join!(
+        {
+            let (http, base) = (http.clone(), base.clone());
+            load(rate, seconds, move |_| http.get(format!("{base}/status")))
+        },
+        dashboard(http.clone(), base.clone(), etag.clone())
+    );
+    report("serve process: GET /status", rate, &list);
+    report(
+        "serve process: GET /?page=N alongside",
+        dashboard_rate,
+        &board,
+    );
+    let (one, board) = tokio::join!(
+        {
+            let (http, base) = (http.clone(), base.clone());
+            load(rate, seconds, move |i| {
+                http.get(format!("{base}/status/{NS}/app-{:04}", i % kustomizations))
+            })
+        },
+        dashboard(http.clone(), base.clone(), etag.clone())
+    );
+    report("serve process: GET /status/{ns}/{name}", rate, &one);
+    report(
+        "serve process: GET /?page=N alongside",
+        dashboard_rate,
+        &board,
+    );
+    let (rss, hwm) = process_mb(pid);
+    println!(
+        "serve process memory ({kustomizations} x {head} records): {idle:.1} MB ready and idle, {rss:.1} MB after the load, peak (VmHWM) {hwm:.1} MB"
+    );
+    let _ = child.start_kill();
+    let _ = child.wait().await;
 }

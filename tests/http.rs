@@ -908,6 +908,11 @@ async fn dashboard_is_built_once_per_change_and_answers_304_while_unchanged() {
     assert_eq!(refused.matches("<tr class=\"row ").count(), 1);
     let _ = send_to(&app, "/?state=refused", &[]).await;
     assert_eq!(backend.lists(), 2);
+    // A page past the last shows the last, and is kept too: polling it renders nothing.
+    let past = send_to(&app, "/?page=9", &[]).await;
+    assert_eq!(header_of(&past, header::ETAG), etag, "the same page as /");
+    let _ = send_to(&app, "/?page=9", &[]).await;
+    assert_eq!(backend.lists(), 3);
 
     // A change: the old tag gets the new page, built once.
     backend.replace(seeded().with(
@@ -924,7 +929,7 @@ async fn dashboard_is_built_once_per_change_and_answers_304_while_unchanged() {
     let page = body_of(changed).await;
     assert_eq!(page.matches("<tr class=\"row ").count(), 7);
     assert!(page.contains("data-name=\"zz-new\""));
-    assert_eq!(backend.lists(), 3);
+    assert_eq!(backend.lists(), 4);
 
     // A change elsewhere that leaves this page as it was: rebuilt, but the same bytes keep
     // the same tag, so the tab still gets a 304.
@@ -937,7 +942,7 @@ async fn dashboard_is_built_once_per_change_and_answers_304_while_unchanged() {
     ));
     let same = send_to(&app, "/", &[("if-none-match", &new_etag)]).await;
     assert_eq!(same.status(), StatusCode::NOT_MODIFIED);
-    assert_eq!(backend.lists(), 4);
+    assert_eq!(backend.lists(), 5);
 }
 
 /// A backend that does not track a version is rendered per request, with the same ETag.

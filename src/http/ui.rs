@@ -40,7 +40,8 @@ pub const REFRESH_SECONDS: u32 = 10;
 pub const PAGE_ROWS: usize = 200;
 
 /// Pages kept encoded at once (each filter × page number asked for since the last change);
-/// the least recently used goes first. At most ~160 kB each.
+/// the least recently used goes first. At most ~180 kB each, and two keys of one page (asked
+/// past the last, and the last) share its bytes.
 const KEPT_PAGES: usize = 32;
 
 /// What the page's `data-etag` holds before its digest is written into it: as long as the
@@ -329,10 +330,10 @@ fn stamp_etag(body: &mut [u8]) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!("\"{tag}\"")).ok()
 }
 
-/// Renders one page of `/`; `cacheable` is false for what should not take a kept page's place
-/// (an unknown namespace, a page past the last).
-fn build(state: &AppState, wanted: &Wanted) -> Result<(Encoded, bool), String> {
-    let (page, cacheable) = dashboard_page(state, wanted);
+/// Renders one page of `/`; also returns the page number it shows (a page past the last
+/// shows the last).
+fn build(state: &AppState, wanted: &Wanted) -> Result<(Encoded, usize), String> {
+    let (page, shown) = dashboard_page(state, wanted);
     let mut body = page.render().map_err(|e| e.to_string())?.into_bytes();
     let etag = stamp_etag(&mut body).ok_or("the page has no data-etag slot")?;
     Ok((
@@ -340,7 +341,7 @@ fn build(state: &AppState, wanted: &Wanted) -> Result<(Encoded, bool), String> {
             etag,
             body: Bytes::from(body),
         },
-        cacheable,
+        shown,
     ))
 }
 
@@ -371,10 +372,18 @@ pub(super) async fn dashboard(
         tokio::task::spawn_blocking(move || build(&state, &wanted)).await
     };
     match built {
-        Ok(Ok((page, cacheable))) => {
-            if let Some(version) = version
-                && cacheable
-            {
+        Ok(Ok((page, shown))) => {
+            if let Some(version) = version {
+                // Kept under the page it shows too: the same bytes, shared. Whatever was
+                // asked for is kept (the kept pages are bounded), so no request renders at
+                // every poll.
+                if shown != wanted.page {
+                    let shown = Wanted {
+                        page: shown,
+                        ..wanted.clone()
+                    };
+                    pages.put(shown, version, page.clone());
+                }
                 pages.put(wanted, version, page.clone());
             }
             answer(page, &headers)
@@ -384,7 +393,7 @@ pub(super) async fn dashboard(
     }
 }
 
-fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, bool) {
+fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
     let mut summaries = state.backend.kustomizations(None);
     summaries.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut namespaces: Vec<String> = summaries.iter().map(|s| s.namespace.clone()).collect();
@@ -447,8 +456,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, bool) {
     } else {
         Vec::new()
     };
-    let cacheable = page == wanted.page && namespace == known_namespace;
-    let page = DashboardPage {
+    let dashboard = DashboardPage {
         title: "Kustomizations".to_string(),
         refresh_seconds: REFRESH_SECONDS,
         etag_slot: ETAG_SLOT,
@@ -470,7 +478,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, bool) {
         page_count,
         pages,
     };
-    (page, cacheable)
+    (dashboard, page)
 }
 
 fn badge_of(key: &str) -> Badge {
