@@ -1130,7 +1130,9 @@ mod tests {
             Relist(&'static [(&'static [&'static str], &'static str)]),
         }
         use Step::*;
-        let cases: &[(&str, &[Step], Option<&[&str]>)] = &[
+        /// (what, the events in order, the history after them: `None` when forgotten)
+        type Case<'a> = (&'a str, &'a [Step], Option<&'a [&'a str]>);
+        let cases: &[Case] = &[
             (
                 "another writer's record is taken",
                 &[Apply(&["r1"], "5")],
