@@ -390,6 +390,14 @@ fn images_are_the_crate_version() {
     let patch = flux_converger::flux::render::parse_stream(&patch).unwrap();
     let sidecar = container(&patch[0]["spec"]["template"]["spec"], "flux-converger");
     assert_eq!(sidecar["image"], tag.as_str());
+    // The sharding component sets the tag of every shard.
+    for deploy in sharded_objects()
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+    {
+        let pod = &deploy["spec"]["template"]["spec"];
+        assert_eq!(container(pod, "manager")["image"], tag.as_str());
+    }
 }
 
 #[test]
@@ -1040,6 +1048,90 @@ fn sidecar_serves_artifacts_on_localhost() {
             .unwrap()
             .iter()
             .any(|m| m["mountPath"] == path.as_str())
+    );
+}
+
+// ---- the sharding component over the install ----
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// The install with the sharding component (manifests/examples/sharding), rendered as a fleet
+/// repository would use it (kustomize refuses a component inside the base it patches).
+fn sharded_objects() -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&repo("manifests"), &dir.path().join("flux-converger"));
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - flux-converger\ncomponents:\n  - flux-converger/examples/sharding\n",
+    )
+    .unwrap();
+    kustomize(dir.path())
+}
+
+/// One Deployment per shard, as Flux shards its controllers: each hardened, watching its own
+/// Kustomizations, with a selector of its own and a Service of its own; the second is the
+/// first with only its shard changed (so the copy cannot drift from the install).
+#[test]
+fn sharding_component_runs_one_deployment_per_shard() {
+    let objects = sharded_objects();
+    let deployments: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        deployments,
+        ["flux-converger-shard1", "flux-converger-shard2"]
+    );
+    let mut pods = Vec::new();
+    for shard in ["shard1", "shard2"] {
+        let deploy = find(&objects, "Deployment", &format!("flux-converger-{shard}"));
+        assert_eq!(deploy["metadata"]["namespace"], "flux-system", "{shard}");
+        let pod = &deploy["spec"]["template"]["spec"];
+        let c = container(pod, "manager");
+        assert_eq!(hardening_problems(pod, c), Vec::<String>::new(), "{shard}");
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let selectors: Vec<&&str> = args
+            .iter()
+            .filter(|a| a.starts_with("--watch-label-selector"))
+            .collect();
+        assert_eq!(
+            selectors,
+            [&format!("--watch-label-selector=sharding.fluxcd.io/key={shard}").as_str()],
+            "{shard}"
+        );
+        assert!(args.contains(&"--leader-elect"), "{shard}");
+        // Its own pods only: the two Deployments' selectors do not overlap.
+        let labels = json!({"app": "flux-converger", "sharding.fluxcd.io/key": shard});
+        assert_eq!(deploy["spec"]["selector"]["matchLabels"], labels, "{shard}");
+        let template_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(template_labels["sharding.fluxcd.io/key"], shard, "{shard}");
+        let svc = find(&objects, "Service", &format!("flux-converger-{shard}"));
+        assert_eq!(svc["metadata"]["namespace"], "flux-system", "{shard}");
+        assert_eq!(svc["spec"]["selector"], labels, "{shard}");
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http", "{shard}");
+        pods.push(deploy.clone());
+    }
+    let second_as_first: Value =
+        serde_json::from_str(&pods[1].to_string().replace("shard2", "shard1")).unwrap();
+    assert_eq!(
+        second_as_first, pods[0],
+        "shard2 differs from shard1 beyond its shard"
     );
 }
 
