@@ -186,7 +186,8 @@ fn event(kind: &str, ns: &str, name: &str) -> Event {
 async fn post_hook(http: &reqwest::Client, service: &str, event: Event) -> anyhow::Result<()> {
     let response = http
         .post(format!("{service}/hook"))
-        .json(&event)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&event)?)
         .send()
         .await?;
     anyhow::ensure!(
@@ -199,14 +200,15 @@ async fn post_hook(http: &reqwest::Client, service: &str, event: Event) -> anyho
 
 /// The newest record of one Kustomization, from `/status/{ns}/{name}`.
 async fn newest(http: &reqwest::Client, service: &str, ns: &str, name: &str) -> Option<Value> {
-    let body: Value = http
+    let bytes = http
         .get(format!("{service}/status/{ns}/{name}"))
         .send()
         .await
         .ok()?
-        .json()
+        .bytes()
         .await
         .ok()?;
+    let body: Value = serde_json::from_slice(&bytes).ok()?;
     body["revisions"].get(0).cloned()
 }
 
@@ -214,7 +216,8 @@ async fn count_failed(http: &reqwest::Client, service: &str) -> usize {
     let Ok(response) = http.get(format!("{service}/status")).send().await else {
         return 0;
     };
-    let body: Value = response.json().await.unwrap_or_default();
+    let bytes = response.bytes().await.unwrap_or_default();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let rows = body
         .get("kustomizations")
         .or(Some(&body))
