@@ -693,6 +693,28 @@ pub async fn start_tuned(
     client: kube::Client,
     tuning: Tuning,
 ) -> Result<Running, ServiceError> {
+    let (parts, storage_class_watch) = build_parts(&config, &client, &tuning)?;
+    let mut running = start_with(config, client, tuning, parts).await?;
+    // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
+    let cancel = running.cancel.clone();
+    running.background.push(tokio::spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = storage_class_watch => {}
+        }
+    }));
+    Ok(running)
+}
+
+/// The parts [`start_tuned`] starts (the gate over the results, the resume, the HTTP apps),
+/// and the StorageClass watch the gate's converges read, to be run beside them. Public so a
+/// test can wrap one (the runner, to see the order in which runs start) before
+/// [`start_with`].
+pub fn build_parts(
+    config: &Config,
+    client: &kube::Client,
+    tuning: &Tuning,
+) -> Result<(Parts, BoxFuture<'static, ()>), ServiceError> {
     // Decided before anything else: the webhook is never open by accident.
     let auth = crate::http::HookAuth {
         hmac_key: config.hmac_key.clone(),
@@ -805,16 +827,7 @@ pub async fn start_tuned(
         fence,
         storage,
     };
-    let mut running = start_with(config, client, tuning, parts).await?;
-    // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
-    let cancel = running.cancel.clone();
-    running.background.push(tokio::spawn(async move {
-        tokio::select! {
-            _ = cancel.cancelled() => {}
-            _ = storage_class_watch => {}
-        }
-    }));
-    Ok(running)
+    Ok((parts, Box::pin(storage_class_watch)))
 }
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):

@@ -275,7 +275,12 @@ fn lanes_and_what_follows_a_run_by_table() {
 async fn new_work_is_handed_out_before_retries_by_table() {
     use Trigger::*;
     // (case, pushes in order, keys in the order they are handed out)
-    let cases: [(&str, &[(&str, Trigger)], &[&str]); 6] = [
+    type Case = (
+        &'static str,
+        &'static [(&'static str, Trigger)],
+        &'static [&'static str],
+    );
+    let cases: [Case; 6] = [
         (
             "first in, first out within a lane",
             &[("a", Resync), ("b", Resync), ("c", Startup)],
