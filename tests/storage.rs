@@ -499,3 +499,46 @@ async fn the_follower_fetches_what_the_external_artifacts_publish() {
     assert_eq!(get(&other_url).await.status(), StatusCode::NOT_FOUND);
     follow.abort();
 }
+
+/// A request from Flux that misses before the watch has caught up (a replica just started):
+/// the ExternalArtifact the path names is read, and its artifact fetched before the answer.
+/// A peer's request never makes a replica fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_looks_the_external_artifact_up() {
+    let upstream = ArtifactServer::start().await;
+    let data = revision(8);
+    let digest = sha256(&data);
+    let upstream_url = upstream.put("gitrepository/apps/repo/8.tar.gz", data.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path()).await;
+    let hex = Digest::parse(&digest).unwrap().hex;
+    let path = format!("externalartifact/apps/db/{hex}.tar.gz");
+    let fake = support::FakeApiServer::new();
+    fake.seed(git_repository("repo", &upstream_url, &digest));
+    fake.seed(external_artifact(
+        "db",
+        "repo",
+        &served.storage.url_of(&path),
+        &path,
+        &digest,
+    ));
+    flux_converger::storage::follow::set_lookup(&served.storage, fake.client());
+    let url = format!("http://{}/{path}", served.addr);
+    let from_peer = reqwest::Client::new()
+        .get(&url)
+        .header(PEER_HEADER, "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_peer.status(), StatusCode::NOT_FOUND);
+    assert!(upstream.requests().is_empty());
+    let response = get(&url).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.bytes().await.unwrap().as_ref(), data.as_slice());
+    let unknown = format!(
+        "http://{}/externalartifact/apps/nope/{hex}.tar.gz",
+        served.addr
+    );
+    assert_eq!(get(&unknown).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(upstream.requests().len(), 1);
+}
