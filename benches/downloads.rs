@@ -8,7 +8,6 @@
 //! `cargo bench --bench downloads` (prints a table; not a criterion bench).
 
 #[path = "../tests/data/render/flux_archive.rs"]
-#[allow(dead_code)]
 mod flux_archive;
 
 use std::time::Instant;
