@@ -499,3 +499,97 @@ async fn the_follower_fetches_what_the_external_artifacts_publish() {
     assert_eq!(get(&other_url).await.status(), StatusCode::NOT_FOUND);
     follow.abort();
 }
+
+/// A request from Flux that misses before the watch has caught up (a replica just started):
+/// the ExternalArtifact the path names is read, and its artifact fetched before the answer.
+/// A peer's request never makes a replica fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_looks_the_external_artifact_up() {
+    let upstream = ArtifactServer::start().await;
+    let data = revision(8);
+    let digest = sha256(&data);
+    let upstream_url = upstream.put("gitrepository/apps/repo/8.tar.gz", data.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve(dir.path()).await;
+    let hex = Digest::parse(&digest).unwrap().hex;
+    let path = format!("externalartifact/apps/db/{hex}.tar.gz");
+    let fake = support::FakeApiServer::new();
+    fake.seed(git_repository("repo", &upstream_url, &digest));
+    fake.seed(external_artifact(
+        "db",
+        "repo",
+        &served.storage.url_of(&path),
+        &path,
+        &digest,
+    ));
+    flux_converger::storage::follow::set_lookup(&served.storage, fake.client());
+    let url = format!("http://{}/{path}", served.addr);
+    let from_peer = reqwest::Client::new()
+        .get(&url)
+        .header(PEER_HEADER, "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_peer.status(), StatusCode::NOT_FOUND);
+    assert!(upstream.requests().is_empty());
+    let response = get(&url).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.bytes().await.unwrap().as_ref(), data.as_slice());
+    let unknown = format!(
+        "http://{}/externalartifact/apps/nope/{hex}.tar.gz",
+        served.addr
+    );
+    assert_eq!(get(&unknown).await.status(), StatusCode::NOT_FOUND);
+    assert_eq!(upstream.requests().len(), 1);
+}
+
+/// `serve` with a storage directory serves it on `--storage-addr` (bound, port known for
+/// `:0`) and renders through its store; without one, no artifact port is bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_serves_its_storage_only_when_the_directory_exists() {
+    flux_converger::tls::install_crypto_provider();
+    let fake = support::FakeApiServer::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = |path: Option<std::path::PathBuf>| flux_converger::service::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        namespace: "flux-system".into(),
+        hmac_key: None,
+        hook_token: Some("t0ken".into()),
+        allow_unauthenticated_hooks: false,
+        hook_min_interval: std::time::Duration::from_secs(10),
+        default_gate: flux_converger::service::record::GateMode::Off,
+        watch_label_selector: None,
+        workers: 1,
+        resync: std::time::Duration::from_secs(3600),
+        handoff_timeout: std::time::Duration::from_secs(60),
+        leader_elect: false,
+        no_cross_namespace_refs: false,
+        default_service_account: None,
+        events_addr: None,
+        kustomize: Default::default(),
+        call_timeout: std::time::Duration::from_secs(5),
+        fetch: Default::default(),
+        storage: StorageConfig {
+            path,
+            addr: "127.0.0.1:0".parse().unwrap(),
+            adv_addr: "converger.flux-system.svc".into(),
+            max_cache_bytes: 1 << 20,
+        },
+    };
+    let with = flux_converger::service::start(config(Some(dir.path().into())), fake.client())
+        .await
+        .unwrap();
+    let addr = with.storage_addr.expect("the artifact port is bound");
+    let response = get(&format!("http://{addr}/externalartifact/apps/db/x.tar.gz")).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert!(dir.path().join("blobs/sha256").is_dir());
+    with.shutdown().await;
+    let without =
+        flux_converger::service::start(config(Some(dir.path().join("missing"))), fake.client())
+            .await
+            .unwrap();
+    assert_eq!(without.storage_addr, None);
+    assert!(!dir.path().join("missing").exists());
+    without.shutdown().await;
+}

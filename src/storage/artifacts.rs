@@ -28,8 +28,14 @@ pub struct Expected {
     pub urls: Vec<String>,
 }
 
+/// Reads the ExternalArtifact `namespace/name` from the cluster and says what its status
+/// publishes (set by [`super::follow`]): a request that misses before the watch has caught up
+/// still finds what the leader published.
+pub type Lookup = Arc<dyn Fn(String, String) -> BoxFuture<'static, Option<Expected>> + Send + Sync>;
+
 /// The artifact storage of one replica.
 pub struct Storage {
+    lookup: std::sync::OnceLock<Lookup>,
     fetcher: Fetcher,
     store: Store,
     index: tokio::sync::Mutex<Index>,
@@ -73,6 +79,7 @@ impl Storage {
         tracing::info!(path = %root.display(), published = index.entries().count(),
             adv_addr = %config.adv_addr, "artifact storage opened");
         Ok(Arc::new(Self {
+            lookup: std::sync::OnceLock::new(),
             fetcher,
             store,
             served: Mutex::new(index.clone()),
@@ -81,6 +88,38 @@ impl Storage {
             adv_addr: config.adv_addr.clone(),
             lost: Mutex::new(HashSet::new()),
         }))
+    }
+
+    /// Sets how a request that misses the index looks the ExternalArtifact up (once).
+    pub fn set_lookup(&self, lookup: Lookup) {
+        let _ = self.lookup.set(lookup);
+    }
+
+    /// On a miss: the ExternalArtifact the path names (`externalartifact/<ns>/<name>/…`), if
+    /// its status says this storage publishes exactly that path.
+    async fn look_up(&self, path: &str) -> Option<()> {
+        let lookup = self.lookup.get()?.clone();
+        let mut parts = path.split('/');
+        let (Some("externalartifact"), Some(namespace), Some(name), Some(_), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return None;
+        };
+        let expected = lookup(namespace.to_string(), name.to_string()).await?;
+        if expected.path != path || !expected.urls.contains(&self.url_of(path)) {
+            return None;
+        }
+        match self.expect(namespace, name, expected).await {
+            Ok(()) => Some(()),
+            Err(error) => {
+                tracing::warn!(path, %error, "a published artifact is missing and could not be fetched");
+                None
+            }
+        }
     }
 
     /// The artifact client the renders use: it downloads through this storage's store.
@@ -245,7 +284,15 @@ impl Storage {
     /// it must not make this one ask back), the blob is fetched from where the index says it
     /// came from, so a follower serves what the leader published.
     pub async fn open_path(&self, path: &str, from_peer: bool) -> Option<(Lease, String)> {
-        let entry = self.served().by_path(path).cloned()?;
+        let known = self.served().by_path(path).cloned();
+        let entry = match known {
+            Some(entry) => entry,
+            None if from_peer => return None,
+            None => {
+                self.look_up(path).await?;
+                self.served().by_path(path).cloned()?
+            }
+        };
         let digest = Digest::parse(&entry.digest).ok()?;
         if let Some(lease) = self.store.get(&digest).await {
             return Some((lease, entry.digest));

@@ -100,18 +100,50 @@ async fn upstream_url(client: &Client, followed: &Followed) -> Option<String> {
     artifact.get("url")?.as_str().map(str::to_string)
 }
 
-async fn keep(storage: Arc<Storage>, client: Client, followed: Followed) {
+/// What to keep for `followed`, with where to fetch it from: the upstream first (while it
+/// still publishes the digest), then the published URL (a peer).
+async fn expected_of(client: &Client, followed: &Followed) -> Expected {
     let mut urls = Vec::new();
-    if let Some(url) = upstream_url(&client, &followed).await {
+    if let Some(url) = upstream_url(client, followed).await {
         urls.push(url);
     }
     urls.push(followed.url.clone());
-    let expected = Expected {
+    Expected {
         path: followed.path.clone(),
         digest: followed.digest.clone(),
         size: followed.size,
         urls,
-    };
+    }
+}
+
+fn external_artifacts(client: Client) -> Api<DynamicObject> {
+    Api::all_with(client, &resource("ExternalArtifact", "externalartifacts"))
+}
+
+/// Gives `storage` a lookup of one ExternalArtifact by name, for a request that misses.
+pub fn set_lookup(storage: &Arc<Storage>, client: Client) {
+    let weak = Arc::downgrade(storage);
+    storage.set_lookup(Arc::new(move |namespace: String, name: String| {
+        let (weak, client) = (weak.clone(), client.clone());
+        Box::pin(async move {
+            let storage = weak.upgrade()?;
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                &namespace,
+                &resource("ExternalArtifact", "externalartifacts"),
+            );
+            let obj = tokio::time::timeout(Duration::from_secs(15), api.get(&name))
+                .await
+                .ok()?
+                .ok()?;
+            let followed = followed(&storage, &obj)?;
+            Some(expected_of(&client, &followed).await)
+        })
+    }));
+}
+
+async fn keep(storage: Arc<Storage>, client: Client, followed: Followed) {
+    let expected = expected_of(&client, &followed).await;
     if let Err(error) = storage
         .expect(&followed.namespace, &followed.name, expected)
         .await
@@ -124,6 +156,7 @@ async fn keep(storage: Arc<Storage>, client: Client, followed: Followed) {
 /// Restores what the volume lost, then follows the ExternalArtifacts forever (every replica,
 /// leader or not), trying lost artifacts again every [`RETRY_LOST`].
 pub async fn follow(storage: Arc<Storage>, client: Client) {
+    set_lookup(&storage, client.clone());
     storage.restore().await;
     let retry = {
         let storage = storage.clone();
@@ -136,10 +169,7 @@ pub async fn follow(storage: Arc<Storage>, client: Client) {
             }
         }
     };
-    let api: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &resource("ExternalArtifact", "externalartifacts"),
-    );
+    let api = external_artifacts(client.clone());
     let watch = async move {
         let mut stream = watcher(api, watcher::Config::default())
             .default_backoff()
