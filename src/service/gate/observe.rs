@@ -121,10 +121,9 @@ pub fn retry_delay(
     interval: Option<&str>,
     attempts: u32,
 ) -> Duration {
-    let base = retry_interval
-        .and_then(parse_go_duration)
-        .or_else(|| interval.and_then(parse_go_duration))
-        .filter(|d| !d.is_zero())
+    let parse = |text: Option<&str>| text.and_then(parse_go_duration).filter(|d| !d.is_zero());
+    let base = parse(retry_interval)
+        .or_else(|| parse(interval))
         .unwrap_or(DEFAULT_RETRY);
     let cap = RETRY_CAP.max(base);
     let doublings = attempts.saturating_sub(1).min(20);
