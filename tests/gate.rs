@@ -4,14 +4,14 @@
 //! tenant's identity on every StatefulSet and claim call, a 403 under it, results persisted
 //! and read back, records cut to fit, Kubernetes Events and Flux events.
 
-#[path = "data/render/flux_archive.rs"]
-mod flux_archive;
+#[path = "data/flux_standin.rs"]
+mod flux_standin;
 mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flux_archive::{ArtifactServer, flux_artifact, sha256};
+use flux_standin::flux_archive::{ArtifactServer, flux_artifact, sha256};
 use flux_converger::cluster::{Cluster as _, KubeCluster};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::objects::Kustomization;
@@ -1615,12 +1615,9 @@ async fn spec_force_with_the_suspend_gate_is_a_warning_on_the_record() {
 
 // ------------------------------------------------ the whole service with Flux's stand-ins
 
-#[path = "data/flux_standin.rs"]
-mod flux_standin;
-
 mod e2e {
     use super::flux_standin::{
-        ArtifactServer, Behaviour, GitSource, KustomizeController, KustomizeOptions,
+        Behaviour, GitSource, KustomizeController, KustomizeOptions,
         create_kustomization, kustomization, web_statefulset,
     };
     use super::*;

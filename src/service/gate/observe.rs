@@ -462,12 +462,9 @@ impl Observer {
                 Err(error) => {
                     // Still open: the next tick tries again (and re-reads Flux's answer).
                     tracing::warn!(kustomization = %key, %error, "closing the gate failed; retried at the next tick");
-                    let mut gates = self.gates();
-                    if !gates.contains_key(&key) {
-                        let mut open = open;
-                        open.deadline = Instant::now();
-                        gates.insert(key, GateState::Open(open));
-                    }
+                    let mut open = open;
+                    open.deadline = Instant::now();
+                    self.gates().entry(key).or_insert(GateState::Open(open));
                     return;
                 }
             }
@@ -505,22 +502,16 @@ impl Observer {
         })
         .await;
         if let Some((delay, generation)) = retry {
-            let mut gates = self.gates();
             // Only when nothing newer took the key meanwhile (a hand-off, a hold).
-            if !gates.contains_key(&key) {
-                gates.insert(
-                    key,
-                    GateState::Closed {
-                        reopen: Some(Reopen {
-                            revision: open.revision.clone(),
-                            started_at: open.started_at.clone(),
-                            at: Instant::now() + delay,
-                            generation,
-                            attempts: open.attempt,
-                        }),
-                    },
-                );
-            }
+            self.gates().entry(key).or_insert(GateState::Closed {
+                reopen: Some(Reopen {
+                    revision: open.revision.clone(),
+                    started_at: open.started_at.clone(),
+                    at: Instant::now() + delay,
+                    generation,
+                    attempts: open.attempt,
+                }),
+            });
         }
     }
 
