@@ -29,8 +29,8 @@ pub enum Since {
 
 /// Flux's answer for `revision`, if it has given one: applied when `lastAppliedRevision` is the
 /// revision; failed when `Ready=False` for an attempt of the revision made after the hand-off;
-/// raced when a finished attempt made after the hand-off (or any attempt of a revision other
-/// than the one attempted before it, `attempted_before`) was of another revision.
+/// raced when Flux finished an attempt of another revision than both this one and the one it
+/// had attempted before the hand-off (`attempted_before`).
 pub fn flux_verdict(
     status: Option<&KustomizationStatus>,
     revision: &str,
@@ -67,18 +67,12 @@ pub fn flux_verdict(
             attempted_revision: None,
         });
     }
-    // Another revision: only a finished attempt (Ready decided) counts, since Flux writes
-    // `lastAttemptedRevision` with its verdict, and a status still showing the attempt from
-    // before the hand-off is no answer at all.
+    // Another revision: only a finished attempt (Ready decided) of a revision other than the
+    // one attempted before the hand-off counts, since Flux writes `lastAttemptedRevision` with
+    // its verdict, and a status still showing the attempt from before is no answer at all.
     let other = attempted.filter(|a| !a.is_empty())?;
     let finished = ready.status == "True" || ready.status == "False";
-    let after = match since {
-        // The condition's generation moves at the start of a reconcile; the status's only
-        // at its end, with the revision it attempted.
-        Since::Generation(g) => status.observed_generation.unwrap_or(0) >= *g,
-        Since::Token(_) => after,
-    };
-    (finished && (after || attempted != attempted_before)).then(|| FluxResult {
+    (finished && attempted != attempted_before).then(|| FluxResult {
         outcome: FluxOutcome::Raced,
         applied_revision: status.last_applied_revision.clone(),
         message: Some(format!(

@@ -121,10 +121,9 @@ pub fn retry_delay(
     interval: Option<&str>,
     attempts: u32,
 ) -> Duration {
-    let base = retry_interval
-        .and_then(parse_go_duration)
-        .or_else(|| interval.and_then(parse_go_duration))
-        .filter(|d| !d.is_zero())
+    let parse = |text: Option<&str>| text.and_then(parse_go_duration).filter(|d| !d.is_zero());
+    let base = parse(retry_interval)
+        .or_else(|| parse(interval))
         .unwrap_or(DEFAULT_RETRY);
     let cap = RETRY_CAP.max(base);
     let doublings = attempts.saturating_sub(1).min(20);
@@ -463,12 +462,9 @@ impl Observer {
                 Err(error) => {
                     // Still open: the next tick tries again (and re-reads Flux's answer).
                     tracing::warn!(kustomization = %key, %error, "closing the gate failed; retried at the next tick");
-                    let mut gates = self.gates();
-                    if !gates.contains_key(&key) {
-                        let mut open = open;
-                        open.deadline = Instant::now();
-                        gates.insert(key, GateState::Open(open));
-                    }
+                    let mut open = open;
+                    open.deadline = Instant::now();
+                    self.gates().entry(key).or_insert(GateState::Open(open));
                     return;
                 }
             }
@@ -506,22 +502,16 @@ impl Observer {
         })
         .await;
         if let Some((delay, generation)) = retry {
-            let mut gates = self.gates();
             // Only when nothing newer took the key meanwhile (a hand-off, a hold).
-            if !gates.contains_key(&key) {
-                gates.insert(
-                    key,
-                    GateState::Closed {
-                        reopen: Some(Reopen {
-                            revision: open.revision.clone(),
-                            started_at: open.started_at.clone(),
-                            at: Instant::now() + delay,
-                            generation,
-                            attempts: open.attempt,
-                        }),
-                    },
-                );
-            }
+            self.gates().entry(key).or_insert(GateState::Closed {
+                reopen: Some(Reopen {
+                    revision: open.revision.clone(),
+                    started_at: open.started_at.clone(),
+                    at: Instant::now() + delay,
+                    generation,
+                    attempts: open.attempt,
+                }),
+            });
         }
     }
 

@@ -446,3 +446,97 @@ fn after_a_restart_a_refusal_is_retried_only_at_a_new_generation() {
         assert_eq!(index.due(&key, Some(&last)), None);
     }
 }
+
+#[test]
+fn a_held_kustomization_is_never_due_and_its_release_is_a_change() {
+    let mut index = Index::new(GateMode::Suspend);
+    index.apply_source(git("flux-system", "repo"), Some("main@sha1:2".into()));
+    let key = Key::new("flux-system", "apps");
+    let mut held = ks("flux-system", "apps", None, ("GitRepository", "repo", None));
+    held.metadata.annotations = Some(
+        [(
+            crate::service::gate::state::HOLD_ANNOTATION.to_string(),
+            "db migration".to_string(),
+        )]
+        .into(),
+    );
+    let free = ks("flux-system", "apps", None, ("GitRepository", "repo", None));
+    index.apply_kustomization(&free);
+    let old = record("main@sha1:1", RevisionState::Converged);
+    for (object, last, hold, due, changed) in [
+        (&held, None, Some("db migration"), None, true),
+        (&held, Some(&old), Some("db migration"), None, false),
+        (&free, Some(&old), None, Some(Due::NewRevision), true),
+        (&free, None, None, Some(Due::NeverRun), false),
+    ] {
+        let (_, applied) = index.apply_kustomization(object).unwrap();
+        assert_eq!(applied.changed, changed, "{hold:?}");
+        assert_eq!(index.hold(&key), hold);
+        assert_eq!(index.due(&key, last), due, "{hold:?}");
+    }
+    // A reconcile-mode Kustomization a person suspended is held too.
+    let mut suspended = ks(
+        "flux-system",
+        "apps",
+        Some("reconcile"),
+        ("GitRepository", "repo", None),
+    );
+    suspended.spec.suspend = true;
+    index.apply_kustomization(&suspended);
+    assert_eq!(
+        index.hold(&key),
+        Some(crate::service::gate::state::SUSPENDED_IN_FLUX)
+    );
+    assert_eq!(index.due(&key, None), None);
+}
+
+#[test]
+fn a_deferred_recheck_waits_while_the_gate_is_open() {
+    let mut index = Index::new(GateMode::Suspend);
+    index.apply_source(git("flux-system", "repo"), Some("main@sha1:2".into()));
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "apps",
+        None,
+        ("GitRepository", "repo", None),
+    ));
+    let key = Key::new("flux-system", "apps");
+    let mut last = record("main@sha1:2", RevisionState::Converged);
+    last.statefulsets.push(StatefulSetEntry {
+        namespace: "apps".into(),
+        name: "web".into(),
+        outcome: StatefulSetOutcome::Deferred,
+        old_uid: None,
+        new_uid: None,
+        templates: Vec::new(),
+        changes: Vec::new(),
+        claims: Vec::new(),
+        deferred: Vec::new(),
+        refusal: None,
+        error: None,
+    });
+    last.handoff = Some(crate::service::record::Handoff {
+        mode: GateMode::Suspend,
+        at: "t".into(),
+        action: "unsuspended".into(),
+        requested_at: None,
+        resuspended_at: None,
+        attempts: Vec::new(),
+        retry_at: None,
+    });
+    for (outcome, due) in [
+        (crate::service::record::FluxOutcome::Pending, None),
+        (
+            crate::service::record::FluxOutcome::Applied,
+            Some(Due::Deferred),
+        ),
+    ] {
+        last.flux = Some(crate::service::record::FluxResult {
+            outcome,
+            applied_revision: None,
+            message: None,
+            attempted_revision: None,
+        });
+        assert_eq!(index.due(&key, Some(&last)), due, "{outcome:?}");
+    }
+}
