@@ -15,6 +15,7 @@
 
 pub mod entry;
 pub mod handoff;
+pub mod publish;
 pub mod recheck;
 pub mod tenant;
 
@@ -39,6 +40,7 @@ use crate::service::record::{
     StatefulSetOutcome, StepError, Trigger,
 };
 use crate::service::results::Results;
+use crate::storage::host::ArtifactHost;
 use entry::Verdict;
 use handoff::Since;
 use tenant::TenantCluster;
@@ -90,6 +92,9 @@ pub struct Gate {
     config: std::sync::Arc<GateConfig>,
     /// The service's StorageClass cache; `None` lists them on every converge.
     storage_classes: Option<Store<StorageClass>>,
+    /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
+    /// artifact mode fails its hand-off naming the missing storage.
+    artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
 }
 
 /// How one pass over a revision ended.
@@ -112,7 +117,16 @@ impl Gate {
         Gate {
             config: std::sync::Arc::new(config),
             storage_classes: None,
+            artifact_host: None,
         }
+    }
+
+    /// The storage the `artifact` gate publishes through (the service's artifact server).
+    /// Kept out of [`GateConfig`], as the StorageClass cache is, so that existing literal
+    /// configs stay valid.
+    pub fn with_artifact_host(mut self, host: std::sync::Arc<dyn ArtifactHost>) -> Self {
+        self.artifact_host = Some(host);
+        self
     }
 
     /// Converges read StorageClasses from `store` (the service's reflector) instead of
@@ -154,6 +168,30 @@ impl Gate {
                     return GateOutcome::NotHandled;
                 }
             };
+            // Artifact mode: the ExternalArtifact the Kustomization reads, and the upstream it
+            // names. Wrong objects are refused before anything is read or written.
+            let target = if mode == GateMode::Artifact {
+                match publish::target(
+                    &self.config.client,
+                    &ks,
+                    self.config.resolver.allow_cross_namespace,
+                    self.config.call_timeout,
+                )
+                .await
+                {
+                    Ok(t) => Some(t),
+                    Err(e) if e.is_bad_input() => {
+                        return self.refuse_target(&ks, trigger, &e).await;
+                    }
+                    Err(e) => {
+                        return GateOutcome::Failed {
+                            message: e.to_string(),
+                        };
+                    }
+                }
+            } else {
+                None
+            };
             if mode == GateMode::Suspend && !ks.spec.suspend {
                 // Kept suspended between revisions: Flux must not apply the pending revision
                 // before it is converged.
@@ -172,7 +210,10 @@ impl Gate {
                     };
                 }
             }
-            match self.pass(namespace, name, mode, trigger).await {
+            match self
+                .pass(namespace, name, mode, trigger, target.as_ref())
+                .await
+            {
                 Pass::Finished(outcome) => return outcome,
                 Pass::Superseded => {
                     tracing::info!(kustomization = %key, "source moved on: starting over");
@@ -182,22 +223,31 @@ impl Gate {
         GateOutcome::Done(RevisionState::Superseded)
     }
 
-    async fn pass(&self, namespace: &str, name: &str, mode: GateMode, trigger: Trigger) -> Pass {
+    async fn pass(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: GateMode,
+        trigger: Trigger,
+        target: Option<&publish::Target>,
+    ) -> Pass {
         let c = &self.config;
         let key = ks_name(namespace, name);
         self.close_interrupted(namespace, name).await;
         let started_at = now();
         let t = Instant::now();
+        // Artifact mode renders the upstream's artifact: the ExternalArtifact holds only what
+        // was converged already.
         let resolved = c
             .resolver
-            .resolve_within(namespace, name, c.call_timeout)
+            .resolve_from_within(namespace, name, target.map(|t| &t.upstream), c.call_timeout)
             .await;
         c.metrics.step("resolve", t.elapsed().as_secs_f64());
         let resolved = match resolved {
             Ok(r) => r,
             Err(e) => {
                 return Pass::Finished(
-                    self.unresolved(namespace, name, mode, trigger, started_at, e)
+                    self.unresolved(namespace, name, mode, trigger, started_at, e, target)
                         .await,
                 );
             }
@@ -265,11 +315,13 @@ impl Gate {
         match entry::verdict(&record.statefulsets) {
             Verdict::Refused => {
                 record.state = RevisionState::Refused;
+                self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Done(RevisionState::Refused);
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
             Verdict::Failed => {
                 record.state = RevisionState::Failed;
+                self.report_not_published(target, &record).await;
                 let message = entry::describe(&record.statefulsets);
                 let outcome = GateOutcome::Failed { message };
                 return Pass::Finished(self.finish(ks, record, outcome).await);
@@ -277,16 +329,27 @@ impl Gate {
             Verdict::HandOff => {}
         }
 
-        // The result is only worth handing off if it is still the revision Flux will apply.
-        match objects::get_source_within(
-            &c.client,
-            ks,
-            c.resolver.allow_cross_namespace,
-            c.call_timeout,
-        )
-        .await
-        {
+        // The result is only worth handing off if it is still the revision Flux will apply
+        // (artifact mode: the revision the upstream publishes, which is what would be
+        // published).
+        let reread = match target {
+            Some(t) => {
+                let (kind, ns, n) = &t.upstream;
+                objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+            }
+            None => {
+                objects::get_source_within(
+                    &c.client,
+                    ks,
+                    c.resolver.allow_cross_namespace,
+                    c.call_timeout,
+                )
+                .await
+            }
+        };
+        let upstream_artifact = match reread {
             Ok(source) => {
+                let artifact = source.status.artifact.clone();
                 let now_published = source.status.artifact.map(|a| a.revision);
                 if now_published.as_deref() != Some(record.revision.as_str()) {
                     record.state = RevisionState::Superseded;
@@ -298,6 +361,7 @@ impl Gate {
                         .await;
                     return Pass::Superseded;
                 }
+                artifact
             }
             Err(e) => {
                 record.state = RevisionState::Failed;
@@ -306,15 +370,28 @@ impl Gate {
                     message: format!("re-reading the source before the hand-off: {e}"),
                     hint: None,
                 });
+                self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Failed {
                     message: e.to_string(),
                 };
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
-        }
+        };
 
         let t = Instant::now();
-        let handed = if applied_already(ks, &record.revision) {
+        let handed = if let Some(target) = target {
+            // Always through the publish, even when Flux applied the revision already: every
+            // consumer's converge counts, and a publish that changes nothing writes nothing.
+            self.publish_revision(
+                namespace,
+                name,
+                target,
+                upstream_artifact.as_ref(),
+                ks,
+                &mut record,
+            )
+            .await
+        } else if applied_already(ks, &record.revision) {
             // Flux applied this revision before (the converge found nothing, or only lagging
             // claims, to do): unsuspending or requesting a reconcile would only make it
             // apply the same revision again. A re-check keeps what the hand-off recorded.
@@ -339,6 +416,7 @@ impl Gate {
                 message: message.clone(),
                 hint: None,
             });
+            self.report_not_published(target, &record).await;
             return Pass::Finished(
                 self.finish(ks, record, GateOutcome::Failed { message })
                     .await,
@@ -368,6 +446,7 @@ impl Gate {
         trigger: Trigger,
         started_at: String,
         error: ResolveError,
+        target: Option<&publish::Target>,
     ) -> GateOutcome {
         let c = &self.config;
         match &error {
@@ -378,6 +457,16 @@ impl Gate {
             }
             ResolveError::Objects(ObjectsError::NoArtifact { .. }) => {
                 tracing::info!(kustomization = %ks_name(namespace, name), error = %error, "waiting for an artifact");
+                if let Some(t) = target {
+                    self.write_artifact_status(
+                        t,
+                        &publish::Update::NotPublished {
+                            reason: publish::REASON_SOURCE_NOT_READY,
+                            message: error.to_string(),
+                        },
+                    )
+                    .await;
+                }
                 return GateOutcome::Deferred;
             }
             _ => {}
@@ -394,10 +483,15 @@ impl Gate {
         // kustomize-controller's rule for what a Kustomization may apply from, not for what
         // the service may read to record. With the revision recorded, the index does not
         // find the same refusal due again at the next resync.
-        let source = objects::get_source_within(&c.client, &ks, true, c.call_timeout)
-            .await
-            .ok()
-            .and_then(|s| s.status.artifact);
+        let source = match target {
+            Some(t) => {
+                let (kind, ns, n) = &t.upstream;
+                objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+            }
+            None => objects::get_source_within(&c.client, &ks, true, c.call_timeout).await,
+        }
+        .ok()
+        .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
         let record = RevisionRecord {
             revision: source
@@ -432,6 +526,7 @@ impl Gate {
                 message: error.to_string(),
             }
         };
+        self.report_not_published(target, &record).await;
         self.finish(&ks, record, outcome).await
     }
 
@@ -642,18 +737,43 @@ impl Gate {
                 });
                 Since::Token(token)
             }
-            GateMode::Off => return Ok(()),
+            // Artifact mode publishes instead ([`Gate::publish_revision`]).
+            GateMode::Artifact | GateMode::Off => return Ok(()),
         };
         tracing::info!(kustomization = %key, revision = %record.revision, mode = %mode, "handed off");
         self.save(namespace, name, record).await;
+        self.observe_flux(namespace, name, &since, record).await;
 
+        if mode == GateMode::Suspend {
+            handoff::set_suspend(&c.client, namespace, name, true, c.call_timeout)
+                .await
+                .map_err(|e| format!("suspending again after the hand-off: {e}"))?;
+            if let Some(h) = &mut record.handoff {
+                h.action = "resuspended".into();
+                h.resuspended_at = Some(now());
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for Flux's answer to the hand-off (at most `--handoff-timeout`) and records it;
+    /// no answer in time is a warning, not a failure.
+    async fn observe_flux(
+        &self,
+        namespace: &str,
+        name: &str,
+        since: &Since,
+        record: &mut RevisionRecord,
+    ) {
+        let c = &self.config;
+        let key = ks_name(namespace, name);
         let t = Instant::now();
         let flux = handoff::observe(
             &c.client,
             namespace,
             name,
             &record.revision,
-            &since,
+            since,
             c.handoff_timeout,
         )
         .await;
@@ -668,17 +788,6 @@ impl Gate {
             ));
         }
         record.flux = Some(flux);
-
-        if mode == GateMode::Suspend {
-            handoff::set_suspend(&c.client, namespace, name, true, c.call_timeout)
-                .await
-                .map_err(|e| format!("suspending again after the hand-off: {e}"))?;
-            if let Some(h) = &mut record.handoff {
-                h.action = "resuspended".into();
-                h.resuspended_at = Some(now());
-            }
-        }
-        Ok(())
     }
 
     /// Writes the final record, counts it, and publishes its event; returns `outcome`.

@@ -85,7 +85,7 @@ pub struct SourceKey {
 pub struct Entry {
     /// The gate in force: the annotation's, else the default; `Off` when not handled.
     pub gate: GateMode,
-    /// An annotation value that is none of `suspend|reconcile|off` (treated as `off`: a typo
+    /// An annotation value that is none of `suspend|reconcile|artifact|off` (treated as `off`: a typo
     /// must not hand a Kustomization to the service).
     pub invalid_gate: Option<String>,
     /// `None` when `spec.sourceRef.kind` is not a kind Flux renders from.

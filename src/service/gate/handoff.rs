@@ -31,7 +31,7 @@ pub fn gate_mode(kustomization: &Kustomization, default: GateMode) -> Result<Gat
     match value {
         None => Ok(default),
         Some(v) => GateMode::parse(v.trim()).ok_or_else(|| {
-            format!("annotation {GATE_ANNOTATION}: {v:?} is not one of suspend, reconcile, off")
+            format!("annotation {GATE_ANNOTATION}: {v:?} is not one of suspend, reconcile, artifact, off")
         }),
     }
 }
@@ -283,7 +283,7 @@ mod tests {
             (Some("off"), GateMode::Reconcile, Ok(GateMode::Off)),
             (Some(" suspend "), GateMode::Off, Ok(GateMode::Suspend)),
             (Some("yes"), GateMode::Suspend, Err(
-                "annotation flux-converger.io/gate: \"yes\" is not one of suspend, reconcile, off".to_string())),
+                "annotation flux-converger.io/gate: \"yes\" is not one of suspend, reconcile, artifact, off".to_string())),
         ] {
             assert_eq!(gate_mode(&ks(annotation), default), expected, "{annotation:?}");
         }
