@@ -202,7 +202,12 @@ impl World {
             .map(|(path, object)| (*path, serde_saphyr::to_string(object).unwrap()))
             .collect();
         let entries: Vec<(&str, &str)> = yamls.iter().map(|(p, y)| (*p, y.as_str())).collect();
-        let archive = flux_artifact(&entries);
+        self.publish_files(revision, &entries)
+    }
+
+    /// source-controller publishing `revision` of these files (path, text).
+    fn publish_files(&self, revision: &str, entries: &[(&str, &str)]) -> Upstream {
+        let archive = flux_artifact(entries);
         let path = format!(
             "gitrepository/{FLUX_NS}/repo/{}.tar.gz",
             revision.replace(':', "-")
@@ -658,4 +663,84 @@ async fn an_upstream_without_artifact_is_source_not_ready_and_wrong_references_a
         assert_eq!(w.object_writes(), Vec::<String>::new(), "{name}");
     }
     assert_eq!(w.host.publishes(), 0);
+
+    // A render Flux would fail too (invalid YAML) is refused at resolve; the ExternalArtifact
+    // says so, naming the upstream's revision.
+    w.publish_files("main@sha1:bad", &[("apps/web.yaml", "kind: [unclosed")]);
+    let outcome = gate
+        .run(
+            FLUX_NS,
+            "apps",
+            flux_converger::service::record::Trigger::Watch,
+        )
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
+    let ea = w.external_artifact();
+    assert!(ea["status"]["artifact"].is_null());
+    let r = ready(&ea);
+    assert_eq!(r["reason"], "ConvergeRefused", "{ea:#}");
+    let message = r["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "revision main@sha1:bad refused at resolve: Kustomization flux-system/apps: "
+        ),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn the_fake_serves_external_artifact_status_as_a_subresource() {
+    let w = World::new().await;
+    let api: kube::Api<flux_converger::flux::objects::ExternalArtifact> =
+        kube::Api::namespaced(w.fake.client(), FLUX_NS);
+    let before = w.external_artifact();
+    // A status patch changes only status: spec and generation stay.
+    let status = json!({"spec": {"sourceRef": {"kind": "Bucket", "name": "other"}},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "SourceNotReady",
+            "message": "m", "lastTransitionTime": "2026-12-01T00:00:00Z"}]}});
+    api.patch_status(
+        "apps",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+    let after = w.external_artifact();
+    assert_eq!(after["spec"], before["spec"]);
+    assert_eq!(
+        after["metadata"]["generation"],
+        before["metadata"]["generation"]
+    );
+    assert_eq!(ready(&after)["reason"], "SourceNotReady");
+    // A patch of the main resource ignores status.
+    let main = json!({"spec": {"sourceRef": {"kind": "GitRepository", "name": "repo2"}},
+        "status": {"conditions": []}});
+    api.patch(
+        "apps",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&main),
+    )
+    .await
+    .unwrap();
+    let last = w.external_artifact();
+    assert_eq!(last["spec"]["sourceRef"]["name"], "repo2");
+    assert_eq!(ready(&last)["reason"], "SourceNotReady", "{last:#}");
+    assert_eq!(
+        last["metadata"]["generation"].as_i64(),
+        before["metadata"]["generation"].as_i64().map(|g| g + 1)
+    );
+    // The CRD's schema holds for status too: a condition without its required fields is 422.
+    let bad = json!({"status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}});
+    let err = api
+        .patch_status(
+            "apps",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&bad),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err}"
+    );
 }
