@@ -97,6 +97,14 @@ pub struct Gate {
     artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
 }
 
+/// What a pass was started with: the mode, the trigger, and (artifact mode) the
+/// ExternalArtifact and its upstream.
+struct Attempt<'a> {
+    mode: GateMode,
+    trigger: Trigger,
+    target: Option<&'a publish::Target>,
+}
+
 /// How one pass over a revision ended.
 enum Pass {
     Finished(GateOutcome),
@@ -247,8 +255,18 @@ impl Gate {
             Ok(r) => r,
             Err(e) => {
                 return Pass::Finished(
-                    self.unresolved(namespace, name, mode, trigger, started_at, e, target)
-                        .await,
+                    self.unresolved(
+                        namespace,
+                        name,
+                        Attempt {
+                            mode,
+                            trigger,
+                            target,
+                        },
+                        started_at,
+                        e,
+                    )
+                    .await,
                 );
             }
         };
@@ -442,12 +460,15 @@ impl Gate {
         &self,
         namespace: &str,
         name: &str,
-        mode: GateMode,
-        trigger: Trigger,
+        attempt: Attempt<'_>,
         started_at: String,
         error: ResolveError,
-        target: Option<&publish::Target>,
     ) -> GateOutcome {
+        let Attempt {
+            mode,
+            trigger,
+            target,
+        } = attempt;
         let c = &self.config;
         match &error {
             ResolveError::Objects(ObjectsError::NotFound { kind, .. })

@@ -872,11 +872,8 @@ mod tests {
             Some(r)
         };
         type Last = fn(&str, &str) -> Option<RevisionRecord>;
-        let cases: Vec<(
-            &str,
-            Box<dyn Fn(&str, &str) -> Option<RevisionRecord>>,
-            Vec<&str>,
-        )> = vec![
+        type AnyLast = Box<dyn Fn(&str, &str) -> Option<RevisionRecord>>;
+        let cases: Vec<(&str, AnyLast, Vec<&str>)> = vec![
             (
                 "all converged the revision",
                 Box::new(move |_: &str, _: &str| with("R", RevisionState::Converged)),
