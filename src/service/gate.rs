@@ -922,14 +922,31 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
                 None => "handed off".into(),
             };
             let mode = record.gate.map(GateMode::as_str).unwrap_or("off");
-            (
-                Severity::Info,
-                REASON_CONVERGED,
-                join(format!(
+            let waiting = record
+                .handoff
+                .as_ref()
+                .is_some_and(|h| h.mode == GateMode::Artifact && h.action == "waiting");
+            let head = if waiting {
+                // Artifact mode, other consumers of the ExternalArtifact still to converge it:
+                // the warnings name them.
+                let whom: Vec<&str> = record
+                    .warnings
+                    .iter()
+                    .filter(|w| w.starts_with(publish::WAITING_PREFIX))
+                    .map(String::as_str)
+                    .collect();
+                format!(
+                    "revision {} converged, not published yet: {}",
+                    record.revision,
+                    whom.join("; ")
+                )
+            } else {
+                format!(
                     "revision {} converged, handed off ({mode}): {flux}",
                     record.revision
-                )),
-            )
+                )
+            };
+            (Severity::Info, REASON_CONVERGED, join(head))
         }
         RevisionState::Refused => (
             Severity::Error,
@@ -1045,5 +1062,34 @@ mod tests {
             let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
             assert_eq!(got, expected, "{state:?}");
         }
+    }
+
+    #[test]
+    fn an_artifact_revision_waiting_for_other_consumers_says_so() {
+        let mut r = record(RevisionState::Converged, None);
+        r.gate = Some(GateMode::Artifact);
+        r.handoff = Some(Handoff {
+            mode: GateMode::Artifact,
+            at: "t".into(),
+            action: "waiting".into(),
+            requested_at: None,
+            resuspended_at: None,
+        });
+        r.warnings = vec![publish::waiting_warning("team", "db", "main@sha1:2")];
+        let e = revision_event(&r).unwrap();
+        assert_eq!(
+            e.message,
+            "revision main@sha1:2 converged, not published yet: waiting for team/db to converge main@sha1:2 before publishing\nStatefulSet apps/web: recreated without restarting pods"
+        );
+        r.handoff.as_mut().unwrap().action = "published".into();
+        r.flux = Some(FluxResult {
+            outcome: FluxOutcome::Applied,
+            applied_revision: None,
+            message: None,
+        });
+        assert_eq!(
+            revision_event(&r).unwrap().message,
+            "revision main@sha1:2 converged, handed off (artifact): Flux applied it\nStatefulSet apps/web: recreated without restarting pods"
+        );
     }
 }
