@@ -1691,6 +1691,7 @@ mod e2e {
             listen: "127.0.0.1:0".parse().unwrap(),
             metrics_addr: "127.0.0.1:0".parse().unwrap(),
             namespace: FLUX_NS.to_string(),
+            leader_election_id: "flux-converger".into(),
             hmac_key: None,
             hook_token: None,
             allow_unauthenticated_hooks: true,
@@ -1707,6 +1708,7 @@ mod e2e {
             kustomize: KustomizeCommand::default(),
             call_timeout: Duration::from_secs(5),
             fetch: Default::default(),
+            storage: Default::default(),
         };
         start_tuned(config, fake.client(), Tuning::default())
             .await

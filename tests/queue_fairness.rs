@@ -75,6 +75,7 @@ fn config() -> Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
         namespace: NS.to_string(),
+        leader_election_id: "flux-converger".into(),
         hmac_key: None,
         hook_token: None,
         allow_unauthenticated_hooks: true,
@@ -94,6 +95,7 @@ fn config() -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        storage: Default::default(),
     }
 }
 
@@ -108,7 +110,6 @@ fn tuning() -> Tuning {
             max: Duration::from_millis(40),
             jitter: 0.0,
         },
-        reload: Duration::from_secs(15),
         shutdown_grace: Duration::from_secs(30),
     }
 }

@@ -89,6 +89,7 @@ fn shard_config(selector: &str) -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: T,
         fetch: Default::default(),
+        storage: Default::default(),
     }
 }
 
@@ -337,6 +338,7 @@ fn record(revision: &str) -> RevisionRecord {
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 

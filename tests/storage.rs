@@ -554,6 +554,7 @@ async fn the_service_serves_its_storage_only_when_the_directory_exists() {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
         namespace: "flux-system".into(),
+        leader_election_id: "flux-converger".into(),
         hmac_key: None,
         hook_token: Some("t0ken".into()),
         allow_unauthenticated_hooks: false,

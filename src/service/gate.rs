@@ -16,6 +16,7 @@
 pub mod entry;
 pub mod handoff;
 pub mod observe;
+pub mod publish;
 pub mod recheck;
 pub mod state;
 pub mod tenant;
@@ -42,6 +43,7 @@ use crate::service::record::{
     StatefulSetEntry, StatefulSetOutcome, StepError, Trigger,
 };
 use crate::service::results::Results;
+use crate::storage::host::ArtifactHost;
 use entry::Verdict;
 use handoff::Since;
 use observe::{Observer, ObserverConfig};
@@ -104,6 +106,17 @@ pub struct Gate {
     observer: Observer,
     /// The service's StorageClass cache; `None` lists them on every converge.
     storage_classes: Option<Store<StorageClass>>,
+    /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
+    /// artifact mode fails its hand-off naming the missing storage.
+    artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
+}
+
+/// What a pass was started with: the mode, the trigger, and (artifact mode) the
+/// ExternalArtifact and its upstream.
+struct Attempt<'a> {
+    mode: GateMode,
+    trigger: Trigger,
+    target: Option<&'a publish::Target>,
 }
 
 /// How one pass over a revision ended.
@@ -135,12 +148,21 @@ impl Gate {
             config: std::sync::Arc::new(config),
             observer,
             storage_classes: None,
+            artifact_host: None,
         }
     }
 
     /// The observer of this gate's hand-offs, for the watches to feed and the tick to drive.
     pub fn observer(&self) -> Observer {
         self.observer.clone()
+    }
+
+    /// The storage the `artifact` gate publishes through (the service's artifact server).
+    /// Kept out of [`GateConfig`], as the StorageClass cache is, so that existing literal
+    /// configs stay valid.
+    pub fn with_artifact_host(mut self, host: std::sync::Arc<dyn ArtifactHost>) -> Self {
+        self.artifact_host = Some(host);
+        self
     }
 
     /// Converges read StorageClasses from `store` (the service's reflector) instead of
@@ -191,6 +213,30 @@ impl Gate {
             if ks.spec.force {
                 tracing::warn!(kustomization = %key, mode = %mode, "{FORCE_WARNING}");
             }
+            // Artifact mode: the ExternalArtifact the Kustomization reads, and the upstream it
+            // names. Wrong objects are refused before anything is read or written.
+            let target = if mode == GateMode::Artifact {
+                match publish::target(
+                    &self.config.client,
+                    &ks,
+                    self.config.resolver.allow_cross_namespace,
+                    self.config.call_timeout,
+                )
+                .await
+                {
+                    Ok(t) => Some(t),
+                    Err(e) if e.is_bad_input() => {
+                        return self.refuse_target(&ks, trigger, &e).await;
+                    }
+                    Err(e) => {
+                        return GateOutcome::Failed {
+                            message: e.to_string(),
+                        };
+                    }
+                }
+            } else {
+                None
+            };
             if mode == GateMode::Suspend && !ks.spec.suspend {
                 // Kept suspended between revisions: Flux must not apply the pending revision
                 // before it is converged.
@@ -209,7 +255,10 @@ impl Gate {
                     };
                 }
             }
-            match self.pass(namespace, name, mode, trigger).await {
+            match self
+                .pass(namespace, name, mode, trigger, target.as_ref())
+                .await
+            {
                 Pass::Finished(outcome) => return outcome,
                 Pass::Superseded => {
                     tracing::info!(kustomization = %key, "source moved on: starting over");
@@ -219,23 +268,42 @@ impl Gate {
         GateOutcome::Done(RevisionState::Superseded)
     }
 
-    async fn pass(&self, namespace: &str, name: &str, mode: GateMode, trigger: Trigger) -> Pass {
+    async fn pass(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: GateMode,
+        trigger: Trigger,
+        target: Option<&publish::Target>,
+    ) -> Pass {
         let c = &self.config;
         let key = ks_name(namespace, name);
         self.close_interrupted(namespace, name).await;
         let started_at = now();
         let t = Instant::now();
+        // Artifact mode renders the upstream's artifact: the ExternalArtifact holds only what
+        // was converged already.
         let resolved = c
             .resolver
-            .resolve_within(namespace, name, c.call_timeout)
+            .resolve_from_within(namespace, name, target.map(|t| &t.upstream), c.call_timeout)
             .await;
         c.metrics.step("resolve", t.elapsed().as_secs_f64());
         let resolved = match resolved {
             Ok(r) => r,
             Err(e) => {
                 return Pass::Finished(
-                    self.unresolved(namespace, name, mode, trigger, started_at, e)
-                        .await,
+                    self.unresolved(
+                        namespace,
+                        name,
+                        Attempt {
+                            mode,
+                            trigger,
+                            target,
+                        },
+                        started_at,
+                        e,
+                    )
+                    .await,
                 );
             }
         };
@@ -311,11 +379,13 @@ impl Gate {
         match entry::verdict(&record.statefulsets) {
             Verdict::Refused => {
                 record.state = RevisionState::Refused;
+                self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Done(RevisionState::Refused);
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
             Verdict::Failed => {
                 record.state = RevisionState::Failed;
+                self.report_not_published(target, &record).await;
                 let message = entry::describe(&record.statefulsets);
                 let outcome = GateOutcome::Failed { message };
                 return Pass::Finished(self.finish(ks, record, outcome).await);
@@ -323,16 +393,27 @@ impl Gate {
             Verdict::HandOff => {}
         }
 
-        // The result is only worth handing off if it is still the revision Flux will apply.
-        match objects::get_source_within(
-            &c.client,
-            ks,
-            c.resolver.allow_cross_namespace,
-            c.call_timeout,
-        )
-        .await
-        {
+        // The result is only worth handing off if it is still the revision Flux will apply
+        // (artifact mode: the revision the upstream publishes, which is what would be
+        // published).
+        let reread = match target {
+            Some(t) => {
+                let (kind, ns, n) = &t.upstream;
+                objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+            }
+            None => {
+                objects::get_source_within(
+                    &c.client,
+                    ks,
+                    c.resolver.allow_cross_namespace,
+                    c.call_timeout,
+                )
+                .await
+            }
+        };
+        let upstream_artifact = match reread {
             Ok(source) => {
+                let artifact = source.status.artifact.clone();
                 let now_published = source.status.artifact.map(|a| a.revision);
                 if now_published.as_deref() != Some(record.revision.as_str()) {
                     record.state = RevisionState::Superseded;
@@ -344,6 +425,7 @@ impl Gate {
                         .await;
                     return Pass::Superseded;
                 }
+                artifact
             }
             Err(e) => {
                 record.state = RevisionState::Failed;
@@ -352,16 +434,30 @@ impl Gate {
                     message: format!("re-reading the source before the hand-off: {e}"),
                     hint: None,
                 });
+                self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Failed {
                     message: e.to_string(),
                 };
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
-        }
+        };
 
         let t = Instant::now();
         let mut open = None;
-        let handed = if applied_already(ks, &record.revision) {
+        let handed = if let Some(target) = target {
+            // Always through the publish, even when Flux applied the revision already: every
+            // consumer's converge counts, and a publish that changes nothing writes nothing.
+            self.publish_revision(
+                namespace,
+                name,
+                target,
+                upstream_artifact.as_ref(),
+                ks,
+                &mut record,
+            )
+            .await
+            .map(|o| open = o)
+        } else if applied_already(ks, &record.revision) {
             // Flux applied this revision before (the converge found nothing, or only lagging
             // claims, to do): unsuspending or requesting a reconcile would only make it
             // apply the same revision again. A re-check keeps what the hand-off recorded.
@@ -389,6 +485,7 @@ impl Gate {
                 message: message.clone(),
                 hint: None,
             });
+            self.report_not_published(target, &record).await;
             return Pass::Finished(
                 self.finish(ks, record, GateOutcome::Failed { message })
                     .await,
@@ -421,11 +518,15 @@ impl Gate {
         &self,
         namespace: &str,
         name: &str,
-        mode: GateMode,
-        trigger: Trigger,
+        attempt: Attempt<'_>,
         started_at: String,
         error: ResolveError,
     ) -> GateOutcome {
+        let Attempt {
+            mode,
+            trigger,
+            target,
+        } = attempt;
         let c = &self.config;
         match &error {
             ResolveError::Objects(ObjectsError::NotFound { kind, .. })
@@ -435,6 +536,16 @@ impl Gate {
             }
             ResolveError::Objects(ObjectsError::NoArtifact { .. }) => {
                 tracing::info!(kustomization = %ks_name(namespace, name), error = %error, "waiting for an artifact");
+                if let Some(t) = target {
+                    self.write_artifact_status(
+                        t,
+                        &publish::Update::NotPublished {
+                            reason: publish::REASON_SOURCE_NOT_READY,
+                            message: error.to_string(),
+                        },
+                    )
+                    .await;
+                }
                 return GateOutcome::Deferred;
             }
             _ => {}
@@ -451,10 +562,15 @@ impl Gate {
         // kustomize-controller's rule for what a Kustomization may apply from, not for what
         // the service may read to record. With the revision recorded, the index does not
         // find the same refusal due again at the next resync.
-        let source = objects::get_source_within(&c.client, &ks, true, c.call_timeout)
-            .await
-            .ok()
-            .and_then(|s| s.status.artifact);
+        let source = match target {
+            Some(t) => {
+                let (kind, ns, n) = &t.upstream;
+                objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+            }
+            None => objects::get_source_within(&c.client, &ks, true, c.call_timeout).await,
+        }
+        .ok()
+        .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
         let record = RevisionRecord {
             revision: source
@@ -490,6 +606,7 @@ impl Gate {
                 message: error.to_string(),
             }
         };
+        self.report_not_published(target, &record).await;
         self.finish(&ks, record, outcome).await
     }
 
@@ -710,7 +827,8 @@ impl Gate {
                     Some(at.clone()),
                 )
             }
-            GateMode::Off => return Err("gate off: not handed off".into()),
+            // Artifact mode publishes instead ([`Gate::publish_revision`]).
+            GateMode::Artifact | GateMode::Off => return Err("not a hand-off mode".into()),
         };
         record.handoff = Some(Handoff {
             mode,
@@ -866,14 +984,31 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
                 None => "handed off".into(),
             };
             let mode = record.gate.map(GateMode::as_str).unwrap_or("off");
-            (
-                Severity::Info,
-                REASON_CONVERGED,
-                join(format!(
+            let waiting = record
+                .handoff
+                .as_ref()
+                .is_some_and(|h| h.mode == GateMode::Artifact && h.action == "waiting");
+            let head = if waiting {
+                // Artifact mode, other consumers of the ExternalArtifact still to converge it:
+                // the warnings name them.
+                let whom: Vec<&str> = record
+                    .warnings
+                    .iter()
+                    .filter(|w| w.starts_with(publish::WAITING_PREFIX))
+                    .map(String::as_str)
+                    .collect();
+                format!(
+                    "revision {} converged, not published yet: {}",
+                    record.revision,
+                    whom.join("; ")
+                )
+            } else {
+                format!(
                     "revision {} converged, handed off ({mode}): {flux}",
                     record.revision
-                )),
-            )
+                )
+            };
+            (Severity::Info, REASON_CONVERGED, join(head))
         }
         RevisionState::Refused => (
             Severity::Error,
@@ -991,5 +1126,37 @@ mod tests {
             let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
             assert_eq!(got, expected, "{state:?}");
         }
+    }
+
+    #[test]
+    fn an_artifact_revision_waiting_for_other_consumers_says_so() {
+        let mut r = record(RevisionState::Converged, None);
+        r.gate = Some(GateMode::Artifact);
+        r.handoff = Some(Handoff {
+            mode: GateMode::Artifact,
+            at: "t".into(),
+            action: "waiting".into(),
+            requested_at: None,
+            resuspended_at: None,
+            attempts: Vec::new(),
+            retry_at: None,
+        });
+        r.warnings = vec![publish::waiting_warning("team", "db", "main@sha1:2")];
+        let e = revision_event(&r).unwrap();
+        assert_eq!(
+            e.message,
+            "revision main@sha1:2 converged, not published yet: waiting for team/db to converge main@sha1:2 before publishing\nStatefulSet apps/web: recreated without restarting pods"
+        );
+        r.handoff.as_mut().unwrap().action = "published".into();
+        r.flux = Some(FluxResult {
+            outcome: FluxOutcome::Applied,
+            applied_revision: None,
+            message: None,
+            attempted_revision: None,
+        });
+        assert_eq!(
+            revision_event(&r).unwrap().message,
+            "revision main@sha1:2 converged, handed off (artifact): Flux applied it\nStatefulSet apps/web: recreated without restarting pods"
+        );
     }
 }

@@ -87,7 +87,7 @@ pub struct SourceKey {
 pub struct Entry {
     /// The gate in force: the annotation's, else the default; `Off` when not handled.
     pub gate: GateMode,
-    /// An annotation value that is none of `suspend|reconcile|off` (treated as `off`: a typo
+    /// An annotation value that is none of `suspend|reconcile|artifact|off` (treated as `off`: a typo
     /// must not hand a Kustomization to the service).
     pub invalid_gate: Option<String>,
     /// Why nothing runs for it ([`Gating::hold`]): not due, whatever changes, until removed.
@@ -165,6 +165,10 @@ pub struct Index {
     kustomizations: BTreeMap<Key, Entry>,
     revisions: HashMap<SourceKey, Option<String>>,
     by_source: HashMap<SourceKey, BTreeSet<Key>>,
+    /// ExternalArtifact → the upstream its `spec.sourceRef` names: a Kustomization in
+    /// `artifact` mode is due on the upstream's revisions (what it converges), not on the
+    /// ExternalArtifact's (what the service itself published).
+    upstreams: HashMap<SourceKey, SourceKey>,
     /// Bumped by every change `/status` shows (a gate, a source, a revision, a Kustomization
     /// added or gone), never by an update that changes none of them.
     generation: u64,
@@ -177,6 +181,7 @@ impl Index {
             kustomizations: BTreeMap::new(),
             revisions: HashMap::new(),
             by_source: HashMap::new(),
+            upstreams: HashMap::new(),
             generation: 0,
         }
     }
@@ -253,12 +258,32 @@ impl Index {
     }
 
     /// Records what a source publishes now; returns the handled Kustomizations that read it
-    /// when the revision changed (they are due).
+    /// when the revision changed (they are due): the ones reading it directly (but not those
+    /// in artifact mode reading an ExternalArtifact: its revision is what the service
+    /// published), and those in artifact mode whose ExternalArtifact names it as upstream.
     pub fn apply_source(&mut self, source: SourceKey, revision: Option<String>) -> Vec<Key> {
         let changed = self.revisions.get(&source) != Some(&revision);
         let keys = if changed {
             self.generation += 1;
-            self.handled_keys_of(&source)
+            let mut keys: Vec<Key> = self
+                .handled_keys_of(&source)
+                .into_iter()
+                .filter(|k| {
+                    self.kustomizations
+                        .get(k)
+                        .is_some_and(|e| self.effective_source(e) == Some(&source))
+                })
+                .collect();
+            for (artifact, _) in self.upstreams.iter().filter(|(_, up)| **up == source) {
+                keys.extend(self.handled_keys_of(artifact).into_iter().filter(|k| {
+                    self.kustomizations
+                        .get(k)
+                        .is_some_and(|e| e.gate == GateMode::Artifact)
+                }));
+            }
+            keys.sort();
+            keys.dedup();
+            keys
         } else {
             Vec::new()
         };
@@ -266,8 +291,50 @@ impl Index {
         keys
     }
 
+    /// Records the upstream an ExternalArtifact names (`None`: none, or not a kind the
+    /// artifact gate publishes from); returns the Kustomizations in artifact mode reading it
+    /// when the link changed (due: their upstream, so their revision, changed).
+    pub fn apply_upstream(&mut self, artifact: SourceKey, upstream: Option<SourceKey>) -> Vec<Key> {
+        if self.upstreams.get(&artifact) == upstream.as_ref() {
+            return Vec::new();
+        }
+        self.generation += 1;
+        match upstream {
+            Some(up) => self.upstreams.insert(artifact.clone(), up),
+            None => self.upstreams.remove(&artifact),
+        };
+        self.handled_keys_of(&artifact)
+            .into_iter()
+            .filter(|k| {
+                self.kustomizations
+                    .get(k)
+                    .is_some_and(|e| e.gate == GateMode::Artifact)
+            })
+            .collect()
+    }
+
+    /// Replaces every ExternalArtifact's upstream (a relist of ExternalArtifacts).
+    pub fn reset_upstreams(&mut self, all: impl IntoIterator<Item = (SourceKey, SourceKey)>) {
+        self.upstreams = all.into_iter().collect();
+        self.generation += 1;
+    }
+
+    /// The source whose revisions a Kustomization converges: its `sourceRef`, or for the
+    /// artifact gate reading an ExternalArtifact, the upstream that ExternalArtifact names
+    /// (`None` until known).
+    fn effective_source<'a>(&'a self, entry: &'a Entry) -> Option<&'a SourceKey> {
+        let source = entry.source.as_ref()?;
+        if entry.gate == GateMode::Artifact && source.kind == SourceKind::ExternalArtifact {
+            return self.upstreams.get(source);
+        }
+        Some(source)
+    }
+
     pub fn delete_source(&mut self, source: &SourceKey) {
         if self.revisions.remove(source).is_some() {
+            self.generation += 1;
+        }
+        if self.upstreams.remove(source).is_some() {
             self.generation += 1;
         }
     }
@@ -318,9 +385,10 @@ impl Index {
         self.kustomizations.get(key)?.hold.as_deref()
     }
 
-    /// The revision the Kustomization's source publishes now, as last seen.
+    /// The revision the Kustomization's source publishes now, as last seen (artifact mode:
+    /// the revision of the upstream its ExternalArtifact names, the one it converges).
     pub fn source_revision(&self, key: &Key) -> Option<&str> {
-        let source = self.kustomizations.get(key)?.source.as_ref()?;
+        let source = self.effective_source(self.kustomizations.get(key)?)?;
         self.revisions.get(source)?.as_deref()
     }
 

@@ -802,6 +802,12 @@ pub fn build_parts(
         fence: Some(Arc::new(fence.clone())),
     })
     .with_storage_classes(storage_classes);
+    // The `artifact` gate publishes through the storage; without one, a Kustomization in that
+    // mode fails its hand-off naming the missing storage.
+    let gate = match &storage {
+        Some(storage) => gate.with_artifact_host(storage.clone()),
+        None => gate,
+    };
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),

@@ -15,6 +15,9 @@ pub enum GateMode {
     Suspend,
     /// `reconcile.fluxcd.io/requestedAt` after the converge.
     Reconcile,
+    /// The Kustomization reads an ExternalArtifact the service publishes only once the
+    /// revision of its upstream is converged (docs/gate.md, the artifact gate).
+    Artifact,
     /// Not handled.
     Off,
 }
@@ -27,15 +30,17 @@ impl GateMode {
         match self {
             GateMode::Suspend => "suspend",
             GateMode::Reconcile => "reconcile",
+            GateMode::Artifact => "artifact",
             GateMode::Off => "off",
         }
     }
 
-    /// `suspend`, `reconcile` or `off`; anything else is `None`.
+    /// `suspend`, `reconcile`, `artifact` or `off`; anything else is `None`.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "suspend" => Some(GateMode::Suspend),
             "reconcile" => Some(GateMode::Reconcile),
+            "artifact" => Some(GateMode::Artifact),
             "off" => Some(GateMode::Off),
             _ => None,
         }
@@ -186,7 +191,9 @@ pub struct Handoff {
     pub mode: GateMode,
     /// RFC 3339 time of the hand-off write.
     pub at: String,
-    /// `unsuspended` or `reconcile-requested`; `resuspended` once suspended again.
+    /// `unsuspended` or `reconcile-requested`; `resuspended` once suspended again. Artifact
+    /// mode: `waiting` (converged, other consumers of the ExternalArtifact have not converged
+    /// the revision yet), `published` once the ExternalArtifact's status names the revision.
     pub action: String,
     /// The `reconcile.fluxcd.io/requestedAt` token written (reconcile mode).
     #[serde(default)]

@@ -272,6 +272,7 @@ impl Feed {
         };
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
         let mut listed: Vec<(SourceKey, Option<String>)> = Vec::new();
+        let mut listed_upstreams: Vec<(SourceKey, SourceKey)> = Vec::new();
         let mut stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
@@ -279,12 +280,26 @@ impl Feed {
         loop {
             match stream.try_next().await {
                 Ok(Some(event)) => match event {
-                    watcher::Event::Init => listed.clear(),
-                    watcher::Event::InitApply(obj) => listed.extend(source_of(kind, &obj)),
+                    watcher::Event::Init => {
+                        listed.clear();
+                        listed_upstreams.clear();
+                    }
+                    watcher::Event::InitApply(obj) => {
+                        if let Some((source, revision)) = source_of(kind, &obj) {
+                            if let Some(up) = upstream_of(kind, &obj) {
+                                listed_upstreams.push((source.clone(), up));
+                            }
+                            listed.push((source, revision));
+                        }
+                    }
                     watcher::Event::InitDone => {
                         let all = std::mem::take(&mut listed);
                         let count = all.len();
                         self.index_mut().reset_sources(kind, all);
+                        if kind == SourceKind::ExternalArtifact {
+                            let upstreams = std::mem::take(&mut listed_upstreams);
+                            self.index_mut().reset_upstreams(upstreams);
+                        }
                         self.readiness.mark_source(kind);
                         tracing::info!(kind = kind.as_str(), sources = count, "sources listed");
                         let keys = self.index().handled_keys(None);
@@ -294,11 +309,17 @@ impl Feed {
                     }
                     watcher::Event::Apply(obj) => {
                         if let Some((source, revision)) = source_of(kind, &obj) {
-                            let keys = self.index_mut().apply_source(source, revision.clone());
+                            let mut keys = Vec::new();
+                            if kind == SourceKind::ExternalArtifact {
+                                let up = upstream_of(kind, &obj);
+                                keys = self.index_mut().apply_upstream(source.clone(), up);
+                            }
+                            let moved = self.index_mut().apply_source(source, revision.clone());
                             // Closed before the new revision's run is queued.
                             if let Some(observer) = &self.observer {
-                                observer.source_moved(&keys, revision.as_deref());
+                                observer.source_moved(&moved, revision.as_deref());
                             }
+                            keys.extend(moved);
                             for key in keys {
                                 self.offer(key, true);
                             }
@@ -398,6 +419,30 @@ impl DueCounts {
     pub fn total(&self) -> usize {
         self.never_run + self.new_revision + self.unfinished + self.deferred + self.spec_changed
     }
+}
+
+/// The upstream an ExternalArtifact names in `spec.sourceRef`, when it is a kind the
+/// `artifact` gate publishes from (GitRepository, OCIRepository, Bucket); namespace defaults
+/// to the ExternalArtifact's.
+fn upstream_of(kind: SourceKind, obj: &DynamicObject) -> Option<SourceKey> {
+    if kind != SourceKind::ExternalArtifact {
+        return None;
+    }
+    let reference = obj.data.pointer("/spec/sourceRef")?;
+    let up_kind = SourceKind::parse(reference.get("kind")?.as_str()?)
+        .filter(|k| *k != SourceKind::ExternalArtifact)?;
+    let name = reference.get("name")?.as_str()?.to_string();
+    let namespace = reference
+        .get("namespace")
+        .and_then(|n| n.as_str())
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .or_else(|| obj.metadata.namespace.clone())?;
+    Some(SourceKey {
+        kind: up_kind,
+        namespace,
+        name,
+    })
 }
 
 /// A source object's key and its artifact revision.

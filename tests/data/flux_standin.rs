@@ -9,8 +9,9 @@
 //!   as a tar.gz in Flux's layout on a local artifact server, then announced in the
 //!   GitRepository's `status.artifact` and `Ready` condition.
 //! - [`KustomizeController`] plays kustomize-controller: reconciles a Kustomization when it is
-//!   unsuspended, its spec changed, its source moved or `reconcile.fluxcd.io/requestedAt`
-//!   changed; renders with the crate's own `flux::render`, dry-runs then server-side applies
+//!   unsuspended, its spec changed, its source (a GitRepository or an ExternalArtifact, as
+//!   with `--feature-gates=ExternalArtifact=true`) moved or `reconcile.fluxcd.io/requestedAt`
+//!   changed; fetches the source's `status.artifact.url` and verifies its digest; renders with the crate's own `flux::render`, dry-runs then server-side applies
 //!   each stage as `kustomize-controller`, and reports in `status` with Flux's wording.
 //! - [`post_event`] plays notification-controller's `generic-hmac` provider.
 //!
@@ -90,6 +91,14 @@ pub fn git_repository_resource() -> ApiResource {
     flux_api(
         "GitRepository",
         "gitrepositories",
+        "source.toolkit.fluxcd.io",
+    )
+}
+
+pub fn external_artifact_resource() -> ApiResource {
+    flux_api(
+        "ExternalArtifact",
+        "externalartifacts",
         "source.toolkit.fluxcd.io",
     )
 }
@@ -573,13 +582,24 @@ async fn run(
         None => Api::all_with(client.clone(), &kustomization_resource()),
     };
     let git_api: Api<DynamicObject> = Api::all_with(client.clone(), &git_repository_resource());
-    // Any change to a Kustomization or a GitRepository wakes the loop; what to do is decided
-    // from a fresh list, so coalesced or missed events cost nothing.
+    let artifact_api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &external_artifact_resource());
+    // Any change to a Kustomization, a GitRepository or an ExternalArtifact wakes the loop;
+    // what to do is decided from a fresh list, so coalesced or missed events cost nothing.
+    // A Kustomization fed by an ExternalArtifact reconciles when the ExternalArtifact's
+    // `status.artifact.revision` changes (kustomize-controller with
+    // `--feature-gates=ExternalArtifact=true`), fetching `status.artifact.url` and checking
+    // its digest as for any source (the crate's resolver does both).
     let changes = futures::stream::select(
-        watcher(ks_api.clone(), watcher::Config::default())
-            .default_backoff()
-            .map(|_| ()),
-        watcher(git_api, watcher::Config::default())
+        futures::stream::select(
+            watcher(ks_api.clone(), watcher::Config::default())
+                .default_backoff()
+                .map(|_| ()),
+            watcher(git_api, watcher::Config::default())
+                .default_backoff()
+                .map(|_| ()),
+        ),
+        watcher(artifact_api, watcher::Config::default())
             .default_backoff()
             .map(|_| ()),
     );

@@ -540,3 +540,77 @@ fn a_deferred_recheck_waits_while_the_gate_is_open() {
         assert_eq!(index.due(&key, Some(&last)), due, "{outcome:?}");
     }
 }
+
+#[test]
+fn artifact_mode_is_due_on_the_upstream_its_external_artifact_names() {
+    let ea = SourceKey {
+        kind: SourceKind::ExternalArtifact,
+        namespace: "flux-system".into(),
+        name: "apps".into(),
+    };
+    let repo = git("flux-system", "repo");
+    let mut index = Index::new(GateMode::Off);
+    let gated = Key::new("flux-system", "gated");
+    let plain = Key::new("flux-system", "plain");
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "gated",
+        Some("artifact"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    // A suspend-mode reader of the same ExternalArtifact is due on the ExternalArtifact itself.
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "plain",
+        Some("suspend"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    // The upstream not known yet: no revision, so not due.
+    assert_eq!(
+        index.apply_source(repo.clone(), Some("main@sha1:1".into())),
+        Vec::<Key>::new()
+    );
+    assert_eq!(index.source_revision(&gated), None);
+    assert_eq!(index.due(&gated, None), None);
+    // The link makes the artifact-mode reader due on the upstream's revision.
+    assert_eq!(
+        index.apply_upstream(ea.clone(), Some(repo.clone())),
+        vec![gated.clone()]
+    );
+    assert_eq!(
+        index.apply_upstream(ea.clone(), Some(repo.clone())),
+        Vec::<Key>::new()
+    );
+    assert_eq!(index.source_revision(&gated), Some("main@sha1:1"));
+    assert_eq!(index.due(&gated, None), Some(Due::NeverRun));
+    // What the service publishes into the ExternalArtifact concerns only the plain reader.
+    assert_eq!(
+        index.apply_source(ea.clone(), Some("main@sha1:1".into())),
+        vec![plain.clone()]
+    );
+    assert_eq!(index.source_revision(&plain), Some("main@sha1:1"));
+    // A new upstream revision concerns only the artifact-mode reader, and makes it due even
+    // though the ExternalArtifact still publishes the old one.
+    assert_eq!(
+        index.apply_source(repo.clone(), Some("main@sha1:2".into())),
+        vec![gated.clone()]
+    );
+    let converged_1 = record("main@sha1:1", RevisionState::Converged);
+    assert_eq!(
+        index.due(&gated, Some(&converged_1)),
+        Some(Due::NewRevision)
+    );
+    let refused_2 = record("main@sha1:2", RevisionState::Refused);
+    index.note_finished(&gated, index.entry(&gated).unwrap().spec_digest);
+    assert_eq!(
+        index.due(&gated, Some(&refused_2)),
+        None,
+        "a refusal of the upstream's revision is not due again"
+    );
+    // Unlinked (the ExternalArtifact's sourceRef removed or deleted): no revision again.
+    assert_eq!(index.apply_upstream(ea.clone(), None), vec![gated.clone()]);
+    assert_eq!(index.source_revision(&gated), None);
+    index.apply_upstream(ea.clone(), Some(repo.clone()));
+    index.delete_source(&ea);
+    assert_eq!(index.source_revision(&gated), None);
+}
