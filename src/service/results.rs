@@ -746,6 +746,36 @@ mod tests {
         }
     }
 
+    /// A loaded history keeps no spare room: it is held for the life of the process.
+    #[test]
+    fn loaded_histories_hold_no_spare_room() {
+        let records: Vec<RevisionRecord> = (0..20)
+            .map(|i| RevisionRecord {
+                statefulsets: vec![StatefulSetEntry {
+                    namespace: "apps".into(),
+                    name: format!("db-{i}"),
+                    outcome: StatefulSetOutcome::Converged,
+                    old_uid: None,
+                    new_uid: None,
+                    templates: Vec::new(),
+                    changes: Vec::new(),
+                    claims: Vec::new(),
+                    deferred: Vec::new(),
+                    refusal: None,
+                    error: None,
+                }],
+                ..record(&format!("main@sha1:{i}"), "t")
+            })
+            .collect();
+        let cm = to_configmap("flux-system", "apps", "web", &records, None).unwrap();
+        let (_, _, loaded) = from_configmap(&cm).unwrap();
+        assert_eq!(loaded, records);
+        assert_eq!(loaded.capacity(), loaded.len());
+        for record in &loaded {
+            assert_eq!(record.statefulsets.capacity(), record.statefulsets.len());
+        }
+    }
+
     #[test]
     fn configmap_round_trip_and_names() {
         let records = vec![record("main@sha1:1", "t1"), record("main@sha1:0", "t0")];
