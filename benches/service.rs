@@ -603,7 +603,18 @@ async fn serve_process_memory(
     let served = fake.serve().await;
     let token = tempfile::NamedTempFile::new().expect("a token file");
     std::fs::write(token.path(), TOKEN).expect("the token");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+    // `SERVE_WRAPPER=heaptrack` runs serve under a profiler to see where its memory goes (the
+    // figures are then the wrapper's, not serve's).
+    let bin = env!("CARGO_BIN_EXE_flux-converger");
+    let mut command = match std::env::var("SERVE_WRAPPER") {
+        Ok(wrapper) if !wrapper.is_empty() => {
+            let mut command = tokio::process::Command::new(wrapper);
+            command.arg(bin);
+            command
+        }
+        _ => tokio::process::Command::new(bin),
+    };
+    let mut child = command
         .args(["serve", "--kubeconfig"])
         .arg(&served.kubeconfig)
         .args([
