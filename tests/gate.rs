@@ -11,7 +11,6 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flux_standin::flux_archive::{ArtifactServer, flux_artifact, sha256};
 use flux_converger::cluster::{Cluster as _, KubeCluster};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::objects::Kustomization;
@@ -28,6 +27,7 @@ use flux_converger::service::record::{
     StepError, Trigger,
 };
 use flux_converger::service::results::{Results, results_configmap_name};
+use flux_standin::flux_archive::{ArtifactServer, flux_artifact, sha256};
 use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
@@ -583,11 +583,12 @@ async fn a_source_that_moves_on_during_the_converge_supersedes_the_result() {
     });
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Webhook)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     mover.await.unwrap();
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let _follow = follow(&w.fake, &gate);
+    answered(&results).await;
     let history = results.history(FLUX_NS, "apps");
     let states: Vec<(&str, RevisionState)> = history
         .iter()
@@ -1373,7 +1374,9 @@ async fn a_deferred_recheck_updates_its_record_in_place_and_adds_none() {
         gate.run(FLUX_NS, "apps", Trigger::Watch).await,
         GateOutcome::Deferred
     );
-    let first = last(&results);
+    // Flux's answer closes the gate first (a re-check waits while it is open).
+    let _follow = follow(&w.fake, &gate);
+    let first = answered(&results).await;
     assert_eq!(first.statefulsets[0].deferred[0].claim, "data-web-5");
     assert_eq!(event_occurrences(&w.fake), 1);
 
@@ -1613,8 +1616,8 @@ async fn spec_force_with_the_suspend_gate_is_a_warning_on_the_record() {
 
 mod e2e {
     use super::flux_standin::{
-        Behaviour, GitSource, KustomizeController, KustomizeOptions,
-        create_kustomization, kustomization, web_statefulset,
+        Behaviour, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
+        kustomization, web_statefulset,
     };
     use super::*;
     use flux_converger::service::{Config, Running, Tuning, start_tuned};

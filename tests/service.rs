@@ -971,7 +971,11 @@ async fn finished(running: &Running, revision: &str) -> RevisionRecord {
         if let Some(detail) = running.backend.kustomization(NS, "apps")
             && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
             && r.state != RevisionState::Running
-            && (r.state != RevisionState::Converged || r.flux.is_some())
+            // Converged: once the observer recorded Flux's answer (the gate closed).
+            && (r.state != RevisionState::Converged
+                || r.flux.as_ref().is_some_and(|f| {
+                    f.outcome != flux_converger::service::record::FluxOutcome::Pending
+                }))
         {
             return r.clone();
         }
@@ -1145,7 +1149,14 @@ async fn status_contract(running: &Running, revision: &str) {
     assert_eq!(last["state"], "converged");
     assert_eq!(
         keys(&last["handoff"]),
-        ["action", "at", "mode", "requestedAt", "resuspendedAt"]
+        [
+            "action",
+            "at",
+            "attempts",
+            "mode",
+            "requestedAt",
+            "resuspendedAt"
+        ]
     );
     assert_eq!(last["handoff"]["mode"], "suspend");
     assert_eq!(
