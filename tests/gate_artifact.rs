@@ -291,6 +291,31 @@ impl World {
         self.results.last(FLUX_NS, name).expect("a record")
     }
 
+    /// Plays the service's Kustomization watch and tick for the gate's observer until Flux's
+    /// answer to the published revision is recorded on `name`'s newest record (at most 30 s).
+    async fn answered(&self, gate: &Gate, name: &str) -> RevisionRecord {
+        let observer = gate.observer();
+        for _ in 0..3000 {
+            if let Ok(ks) = serde_json::from_value(self.ks(name)) {
+                observer.kustomization(&ks);
+            }
+            observer.tick().await;
+            let record = self.last(name);
+            if record
+                .flux
+                .as_ref()
+                .is_some_and(|f| f.outcome != FluxOutcome::Pending)
+            {
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "no answer from Flux recorded for {name}: {:#?}",
+            self.last(name)
+        );
+    }
+
     fn claim_size(&self, claim: &str) -> String {
         self.fake
             .get("v1", "PersistentVolumeClaim", Some(NS), claim)
@@ -405,7 +430,7 @@ async fn converged_revisions_are_published_and_a_refused_one_never_reaches_flux(
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     assert_published(&w, &r1).await;
-    let record = w.last("apps");
+    let record = w.answered(&gate, "apps").await;
     assert_record_published(&record, &r1.revision);
     assert_eq!(record.digest.as_deref(), Some(r1.digest.as_str()));
     assert_eq!(

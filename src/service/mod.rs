@@ -141,6 +141,10 @@ pub trait Runner: Send + Sync + 'static {
 /// retry schedule makes due.
 const OBSERVE_TICK: Duration = Duration::from_secs(1);
 
+/// How often the leader says which published artifacts are lost (the storage tries to restore
+/// them every [`crate::storage::follow::RETRY_LOST`]).
+const LOST_REPORT: Duration = Duration::from_secs(15);
+
 /// What finishes a previous process's unfinished converges when this one starts leading.
 pub trait Resume: Send + Sync + 'static {
     fn resume_all(&self) -> BoxFuture<'_, ()>;
@@ -421,6 +425,24 @@ pub async fn start_with(
 
     let storage_addr = storage_listener.as_ref().map(|(_, addr)| *addr);
     if let (Some(storage), Some((listener, storage_addr))) = (storage, storage_listener) {
+        // The leader says on an ExternalArtifact when what it publishes is lost (an empty
+        // volume, the upstream moved on, no replica has it), after each restore attempt.
+        let reporter = {
+            let storage = storage.clone();
+            let client = client.clone();
+            let mut leading = leadership.subscribe();
+            let call_timeout = config.call_timeout;
+            async move {
+                let mut ticker = tokio::time::interval(LOST_REPORT);
+                loop {
+                    ticker.tick().await;
+                    if *leading.borrow_and_update() {
+                        gate::publish::report_lost(&client, &storage, call_timeout).await;
+                    }
+                }
+            }
+        };
+        background.push(until_cancelled(&cancel, Box::pin(reporter)));
         // Every replica serves and follows, leader or not: a failover never makes Flux's
         // fetch of a published artifact fail.
         background.push(until_cancelled(

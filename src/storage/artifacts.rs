@@ -150,6 +150,23 @@ impl Storage {
             .contains(&index::key_text(&key.namespace, &key.name))
     }
 
+    /// Every ExternalArtifact whose published artifact is lost (see [`Storage::lost`]).
+    pub fn lost_keys(&self) -> Vec<ArtifactKey> {
+        let mut keys: Vec<ArtifactKey> = self
+            .lost_set()
+            .iter()
+            .filter_map(|text| {
+                let (namespace, name) = text.split_once('/')?;
+                Some(ArtifactKey {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                })
+            })
+            .collect();
+        keys.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        keys
+    }
+
     fn lost_set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.lost.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -289,6 +289,45 @@ fn artifact_api(client: &kube::Client, namespace: &str) -> Api<ExternalArtifact>
 
 /// Writes `update` into the ExternalArtifact's status when it changes anything; returns
 /// whether it wrote.
+/// The ExternalArtifact's condition reason when the artifact it publishes is lost: the
+/// storage volume no longer holds it (a reschedule onto an empty volume) and neither the upstream
+/// nor another replica still has it. The next converged revision republishes.
+pub const REASON_ARTIFACT_LOST: &str = "ArtifactLost";
+
+/// What `Ready=False ArtifactLost` says.
+pub fn lost_message(key: &ArtifactKey) -> String {
+    format!(
+        "the artifact published for ExternalArtifact {}/{} is lost: the storage no longer holds it and neither its upstream nor another replica still has it; the next converged revision is published again",
+        key.namespace, key.name
+    )
+}
+
+/// Says on each lost artifact's ExternalArtifact that it is lost (leader only: followers never
+/// write). A status that says so already is not written again.
+pub async fn report_lost(
+    client: &kube::Client,
+    storage: &crate::storage::Storage,
+    deadline: Duration,
+) {
+    for key in storage.lost_keys() {
+        let update = Update::NotPublished {
+            reason: REASON_ARTIFACT_LOST,
+            message: lost_message(&key),
+        };
+        match write_status(client, &key, &update, deadline).await {
+            Ok(true) => {
+                tracing::warn!(externalartifact = %format!("{}/{}", key.namespace, key.name),
+                "published artifact lost: Ready=False ArtifactLost")
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(externalartifact = %format!("{}/{}", key.namespace, key.name),
+                %error, "cannot say the published artifact is lost; tried again later")
+            }
+        }
+    }
+}
+
 pub async fn write_status(
     client: &kube::Client,
     key: &ArtifactKey,
