@@ -308,6 +308,66 @@ async fn an_empty_volume_is_refilled_from_the_upstream_or_a_peer_or_is_lost() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 
+    // The leader says so on the ExternalArtifact: Ready=False ArtifactLost, the published
+    // artifact kept (Flux keeps applying what it has), written once.
+    flux_converger::tls::install_crypto_provider();
+    let fake = support::FakeApiServer::new();
+    fake.seed(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
+        "metadata": {"name": "db", "namespace": "apps"},
+        "spec": {"sourceRef": {"kind": "GitRepository", "name": "repo"}},
+        "status": {
+            "artifact": {"url": published.url, "path": published.path, "digest": published.digest,
+                         "revision": "main@sha1:1", "size": published.size,
+                         "lastUpdateTime": "2026-11-30T00:00:00Z"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                            "message": "stored artifact for converged revision 'main@sha1:1'",
+                            "lastTransitionTime": "2026-11-30T00:00:00Z"}]
+        }
+    }));
+    let client = fake.client();
+    let report = || {
+        flux_converger::service::gate::publish::report_lost(
+            &client,
+            &c.storage,
+            std::time::Duration::from_secs(5),
+        )
+    };
+    report().await;
+    let ea = fake
+        .get(
+            "source.toolkit.fluxcd.io/v1",
+            "ExternalArtifact",
+            Some("apps"),
+            "db",
+        )
+        .unwrap();
+    let ready = &ea["status"]["conditions"][0];
+    assert_eq!(
+        (&ready["type"], &ready["status"], &ready["reason"]),
+        (&json!("Ready"), &json!("False"), &json!("ArtifactLost")),
+        "{ea:#}"
+    );
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("apps/db is lost"),
+        "{ready}"
+    );
+    assert_eq!(ea["status"]["artifact"]["revision"], "main@sha1:1");
+    let writes = fake.requests().len();
+    report().await;
+    assert_eq!(
+        fake.requests()
+            .iter()
+            .skip(writes)
+            .filter(|r| r.method != support::Method::GET)
+            .count(),
+        0,
+        "said once"
+    );
+
     // A path that is not this storage's layout for the key is refused.
     let mut foreign = expected(vec![upstream_url]);
     foreign.path = "gitrepository/apps/db/x.tar.gz".into();
