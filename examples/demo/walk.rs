@@ -175,9 +175,11 @@ async fn publish(w: &World, p: &mut Progress, revision: &Revision) -> Option<Pub
         Ok(d) => {
             let queued = |ks: &str| d.body.contains(&format!("{FLUX_NS}/{ks}"));
             p.check(
-                // The hook queues what reads the GitRepository (`apps`); `cache` follows it
-                // through its ExternalArtifact's upstream, found by the service's watch.
-                (200..300).contains(&d.status) && queued(WEB.kustomization),
+                // The hook queues what reads the GitRepository: `apps`, and `cache` through
+                // its ExternalArtifact's upstream.
+                (200..300).contains(&d.status)
+                    && queued(WEB.kustomization)
+                    && queued(CACHE.kustomization),
                 &format!(
                     "notification-controller's signed NewArtifact hook was accepted: {} {}",
                     d.status,

@@ -360,6 +360,34 @@ impl Index {
             .collect()
     }
 
+    /// The handled Kustomizations a new revision of `source` concerns: those rendering from
+    /// it, through an ExternalArtifact naming it as its upstream too (artifact mode), but not
+    /// the artifact-mode readers of an ExternalArtifact itself (what it publishes is the
+    /// service's own doing, not news).
+    fn readers_of(&self, source: &SourceKey) -> Vec<Key> {
+        let direct = self.handled_keys_of(source).into_iter().filter(|k| {
+            self.kustomizations
+                .get(k)
+                .and_then(|e| self.effective_source(e))
+                == Some(source)
+        });
+        let through = self
+            .upstreams
+            .iter()
+            .filter(|(_, up)| *up == source)
+            .flat_map(|(external, _)| self.handled_keys_of(external))
+            .filter(|k| {
+                self.kustomizations
+                    .get(k)
+                    .and_then(|e| self.effective_source(e))
+                    == Some(source)
+            });
+        let mut keys: Vec<Key> = direct.chain(through).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     pub fn entry(&self, key: &Key) -> Option<&Entry> {
         self.kustomizations.get(key)
     }
@@ -424,7 +452,7 @@ impl Index {
     pub fn route(&self, event: &Event) -> Route {
         let object = &event.involved_object;
         let keys = match SourceKind::parse(&object.kind) {
-            Some(kind) => self.handled_keys_of(&SourceKey {
+            Some(kind) => self.readers_of(&SourceKey {
                 kind,
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),

@@ -614,3 +614,47 @@ fn artifact_mode_is_due_on_the_upstream_its_external_artifact_names() {
     index.delete_source(&ea);
     assert_eq!(index.source_revision(&gated), None);
 }
+
+#[test]
+fn a_hook_for_an_upstream_routes_to_the_artifact_mode_readers_of_its_external_artifacts() {
+    let ea = SourceKey {
+        kind: SourceKind::ExternalArtifact,
+        namespace: "flux-system".into(),
+        name: "apps".into(),
+    };
+    let repo = git("flux-system", "repo");
+    let mut index = Index::new(GateMode::Off);
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "gated",
+        Some("artifact"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "plain",
+        Some("suspend"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "direct",
+        Some("suspend"),
+        ("GitRepository", "repo", None),
+    ));
+    index.apply_upstream(ea, Some(repo));
+    let gated = Key::new("flux-system", "gated");
+    let plain = Key::new("flux-system", "plain");
+    let direct = Key::new("flux-system", "direct");
+    for (kind, name, want) in [
+        // A new commit concerns the readers of the repository, through an ExternalArtifact
+        // in artifact mode too.
+        ("GitRepository", "repo", vec![direct.clone(), gated.clone()]),
+        // What the service publishes into the ExternalArtifact is news only for its plain reader.
+        ("ExternalArtifact", "apps", vec![plain.clone()]),
+        ("GitRepository", "other", vec![]),
+    ] {
+        let route = index.route(&event(kind, "flux-system", name, "new revision"));
+        assert_eq!(route.keys, want, "{kind}/{name}");
+    }
+}
