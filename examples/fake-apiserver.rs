@@ -6,6 +6,9 @@
 //! kubectl --kubeconfig /tmp/fake.kubeconfig get statefulsets -A
 //! ```
 //! Every request is printed on stderr (method, path, query, field manager, dry run).
+//! `--tls` serves HTTPS with a self-signed certificate (written into the kubeconfig), as a real
+//! API server does: the wire of a TLS client (handshakes, records, Nagle) shows only then.
+//! `--quiet` prints no request (for timing runs, `hack/converge-wire.sh`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -39,6 +42,24 @@ struct Args {
     /// (e.g. `system:serviceaccount:flux-system:flux-converger`) instead of as the admin.
     #[arg(long)]
     authorize_default_as: Option<String>,
+    /// Serve HTTPS with a self-signed certificate for localhost and 127.0.0.1 (trusted by the
+    /// kubeconfig written with --kubeconfig-out).
+    #[arg(long)]
+    tls: bool,
+    /// Milliseconds the simulated garbage collector takes to finish an orphan delete (default:
+    /// the fake's own, ~0.15 s as measured on a real one). 0 isolates the wire in timing runs.
+    #[arg(long)]
+    orphan_gc_ms: Option<u64>,
+    /// Print no request.
+    #[arg(long)]
+    quiet: bool,
+    /// StatefulSets (one per file) to create through the server (a server-side apply by
+    /// `kustomize-controller`, defaulted as a real creation is), after the seed.
+    #[arg(long)]
+    apply: Vec<PathBuf>,
+    /// Set these StatefulSet claims (`NAMESPACE/NAME`) Bound once the controller has made them.
+    #[arg(long)]
+    bind: Vec<String>,
 }
 
 #[tokio::main]
@@ -58,11 +79,20 @@ async fn main() -> anyhow::Result<()> {
     if args.controllers {
         fake.enable_statefulset_controller();
     }
+    if let Some(ms) = args.orphan_gc_ms {
+        fake.set_orphan_gc(support::GcMode::After(Duration::from_millis(ms)));
+    }
     if let Some(user) = &args.authorize_default_as {
         fake.authorize_default_as(user);
     }
+    for file in &args.apply {
+        apply_statefulsets(&fake, file).await?;
+    }
+    if !args.bind.is_empty() {
+        bind_when_made(&fake, &args.bind).await?;
+    }
     let served = fake
-        .serve_on(&args.listen)
+        .serve_on_with(&args.listen, args.tls)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     if let Some(out) = &args.kubeconfig_out {
@@ -82,6 +112,9 @@ async fn main() -> anyhow::Result<()> {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
         let log = fake.requests();
+        if args.quiet {
+            continue;
+        }
         for r in &log[seen..] {
             eprintln!(
                 "{} {}{}{} manager={} dryRun={} -> {}",
@@ -97,6 +130,46 @@ async fn main() -> anyhow::Result<()> {
         seen = log.len();
     }
     drop(served);
+    Ok(())
+}
+
+/// Creates each StatefulSet of `file` as Flux would (server-side apply, field manager
+/// `kustomize-controller`), through the fake's own handler.
+async fn apply_statefulsets(fake: &FakeApiServer, file: &PathBuf) -> anyhow::Result<()> {
+    use flux_converger::cluster::{Cluster as _, KubeCluster};
+    let yaml =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let cluster = KubeCluster::new(fake.client(), Duration::from_secs(5));
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_saphyr::from_str(&yaml)
+        .with_context(|| format!("--apply {}: one StatefulSet", file.display()))?;
+    cluster
+        .apply(&sts)
+        .await
+        .with_context(|| format!("--apply {}", file.display()))?;
+    Ok(())
+}
+
+/// Waits (up to 10 s) for the StatefulSet controller to make each claim, then marks it Bound,
+/// so a converge can grow it at once.
+async fn bind_when_made(fake: &FakeApiServer, claims: &[String]) -> anyhow::Result<()> {
+    for claim in claims {
+        let (ns, name) = claim
+            .split_once('/')
+            .with_context(|| format!("--bind {claim:?}: expected NAMESPACE/NAME"))?;
+        let mut made = false;
+        for _ in 0..1000 {
+            if fake
+                .get("v1", "PersistentVolumeClaim", Some(ns), name)
+                .is_some()
+            {
+                made = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        anyhow::ensure!(made, "--bind {claim}: the claim was never made");
+        fake.set_pvc_phase(ns, name, "Bound");
+    }
     Ok(())
 }
 

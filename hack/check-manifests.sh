@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What ships to clusters, rendered and checked (what .ci/run calls):
 #   1. `kubectl kustomize` of the install (manifests/), the Flux wiring examples
-#      (manifests/examples/) and the sidecar component over a minimal bootstrap flux-system
-#      (tests/data/flux-system/); each must render, and the results are left in
+#      (manifests/examples/), the sidecar component and the ExternalArtifact feature-gate component
+#      (manifests/examples/external-artifact/) over a minimal bootstrap flux-system
+#      (tests/data/flux-system/), and the sharding component over the install; each must render, and the results are left in
 #      target/manifests/ to read or to attach to a release;
 #   2. the checks on them, in Rust, where they are tested themselves: tests/manifests.rs
 #      (hardening, wiring, Flux CRD schemas, the Dockerfile) and tests/rbac.rs (the RBAC against
@@ -42,6 +43,31 @@ components:
   - flux-converger
 YAML
 render sidecar-over-flux-system "$WORK/flux-system"
+
+cat > "$WORK/flux-system/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - gotk-components.yaml
+components:
+  - external-artifact
+YAML
+cp -r "$ROOT/manifests/examples/external-artifact" "$WORK/flux-system/external-artifact"
+render external-artifact-over-flux-system "$WORK/flux-system"
+
+# The sharding component over the install, as a fleet repository uses it (kustomize refuses a
+# component inside the base it patches, so the install is copied next to it).
+mkdir -p "$WORK/sharded"
+cp -r "$ROOT/manifests" "$WORK/sharded/flux-converger"
+cat > "$WORK/sharded/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - flux-converger
+components:
+  - flux-converger/examples/sharding
+YAML
+render sharded-install "$WORK/sharded"
 
 cd "$ROOT"
 cargo test --locked --test manifests --test rbac

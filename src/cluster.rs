@@ -349,7 +349,7 @@ pub fn impersonating_client(
     config.auth_info.impersonate = Some(format!(
         "system:serviceaccount:{namespace}:{service_account}"
     ));
-    kube::Client::try_from(config)
+    crate::wire::kube_client(config)
 }
 
 /// [`Cluster`] over a `kube::Client`; writes as the client's identity.

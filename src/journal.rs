@@ -25,6 +25,50 @@ use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 pub const RECORD_LABEL: &str = "flux-converger.io/record";
 /// Value of [`RECORD_LABEL`] on intents.
 pub const INTENT_RECORD: &str = "intent";
+/// Label on the records (results, intents) of a sharded replica: its Lease's name. Shards
+/// share one namespace, and each must read, resume and delete only its own records.
+pub const SHARD_LABEL: &str = "flux-converger.io/shard";
+
+/// Whose records a replica reads and writes. Flux shards its controllers by label selector, one
+/// Deployment (and Lease) per shard; the converger does the same, and each shard keeps to the
+/// records labelled [`SHARD_LABEL`]`=<its Lease>`. An unsharded install keeps to unlabelled
+/// records, which is what every earlier version wrote, so an upgrade keeps its history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Shard {
+    /// No `--watch-label-selector`: the one install, its records unlabelled.
+    #[default]
+    Unsharded,
+    /// The shard leading with this Lease (`--leader-election-id`).
+    Named(String),
+}
+
+impl Shard {
+    /// The label selector of this shard's records of kind `record` (a [`RECORD_LABEL`] value):
+    /// the shard's label, or its absence when unsharded.
+    pub fn selector(&self, record: &str) -> String {
+        match self {
+            Shard::Unsharded => format!("{RECORD_LABEL}={record},!{SHARD_LABEL}"),
+            Shard::Named(name) => format!("{RECORD_LABEL}={record},{SHARD_LABEL}={name}"),
+        }
+    }
+
+    /// The label this shard's records carry (none when unsharded).
+    pub fn label(&self) -> Option<(String, String)> {
+        match self {
+            Shard::Unsharded => None,
+            Shard::Named(name) => Some((SHARD_LABEL.to_string(), name.clone())),
+        }
+    }
+
+    /// Whether a record with these labels is this shard's.
+    pub fn owns(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let value = labels.and_then(|l| l.get(SHARD_LABEL));
+        match self {
+            Shard::Unsharded => value.is_none(),
+            Shard::Named(name) => value == Some(name),
+        }
+    }
+}
 
 /// What a converge of one StatefulSet set out to do (docs/converge.md, the journal).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -194,6 +238,9 @@ pub struct ConfigMapJournal {
     client: kube::Client,
     namespace: String,
     call_timeout: Duration,
+    /// `None`: every intent (the `converge` command, run by an operator, finishes whatever it
+    /// finds); a shard: only that shard's are listed, and the ones recorded carry its label.
+    shard: Option<Shard>,
 }
 
 const MAX_NAME: usize = 253;
@@ -218,7 +265,16 @@ impl ConfigMapJournal {
             client,
             namespace: namespace.into(),
             call_timeout,
+            shard: None,
         }
+    }
+
+    /// Kept to `shard`'s intents: a replica resumes only what its own shard left unfinished,
+    /// never another shard's (whose leader is alive and may be finishing it). `load` and
+    /// `clear` still go by name: a StatefulSet's intent is finished by whoever converges it next.
+    pub fn scoped(mut self, shard: Shard) -> Self {
+        self.shard = Some(shard);
+        self
     }
 
     pub fn namespace(&self) -> &str {
@@ -325,7 +381,13 @@ pub fn intent_from_configmap(cm: &ConfigMap) -> Result<Intent, JournalError> {
 
 impl Journal for ConfigMapJournal {
     async fn record(&self, intent: &Intent) -> Result<(), JournalError> {
-        let cm = intent_to_configmap(&self.namespace, intent)?;
+        let mut cm = intent_to_configmap(&self.namespace, intent)?;
+        if let Some((key, value)) = self.shard.as_ref().and_then(Shard::label) {
+            cm.metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(key, value);
+        }
         let cm_name = cm.metadata.name.clone().unwrap_or_default();
         // Server-side apply: recording the same intent twice (a retry after a lost answer) is a no-op.
         let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -352,7 +414,11 @@ impl Journal for ConfigMapJournal {
     }
 
     async fn list(&self) -> Result<Listing, JournalError> {
-        let params = ListParams::default().labels(&format!("{RECORD_LABEL}={INTENT_RECORD}"));
+        let selector = match &self.shard {
+            None => format!("{RECORD_LABEL}={INTENT_RECORD}"),
+            Some(shard) => shard.selector(INTENT_RECORD),
+        };
+        let params = ListParams::default().labels(&selector);
         let list = with_deadline(
             self.call_timeout,
             "list intents in",

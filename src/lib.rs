@@ -17,3 +17,4 @@ pub mod quantity;
 pub mod service;
 pub mod storage;
 pub mod tls;
+pub mod wire;

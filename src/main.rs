@@ -51,7 +51,8 @@ enum Command {
     /// Render a Kustomization's revision as kustomize-controller would.
     Render(cmd::render::Args),
     /// Serve: converge each handled Kustomization's new revision before Flux applies it.
-    Serve(cmd::serve::Args),
+    // Boxed: its flags make it much larger than the other commands.
+    Serve(Box<cmd::serve::Args>),
 }
 
 /// The log filter: `--log-level` (or its env var) wins; else `RUST_LOG`, as every Rust tool
@@ -124,7 +125,7 @@ fn main() -> ExitCode {
             Command::Plan(args) => cmd::plan::run(args, cli.kube).await,
             Command::Converge(args) => cmd::converge::run(args, cli.kube).await,
             Command::Render(args) => cmd::render::run(args, cli.kube).await,
-            Command::Serve(args) => cmd::serve::run(args, cli.kube).await,
+            Command::Serve(args) => cmd::serve::run(*args, cli.kube).await,
         }
     });
     match result {

@@ -1,5 +1,6 @@
-//! Fetching artifacts from a local stand-in for source-controller: digests, caps, retries,
-//! 404, host rewrite, and every kind of hostile archive.
+//! Fetching artifacts from a local stand-in for source-controller: digests, caps, a single
+//! attempt per fetch (retries are the service queue's), 404, host rewrite, and every kind of
+//! hostile archive.
 
 #[path = "data/render/flux_archive.rs"]
 mod flux_archive;
@@ -18,9 +19,7 @@ fn fetcher(options: FetchOptions) -> Fetcher {
 
 fn quick() -> FetchOptions {
     FetchOptions {
-        retries: 2,
-        backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(20),
+        timeout: Duration::from_secs(30),
         ..FetchOptions::default()
     }
 }
@@ -144,37 +143,53 @@ async fn oversize_is_refused_by_header_and_while_streaming() {
     );
 }
 
+/// One attempt: a 5xx is reported at once as transient (not bad input), and the next fetch
+/// (the queue's retry) succeeds.
 #[tokio::test]
-async fn server_errors_are_retried_then_succeed() {
+async fn a_server_error_is_one_transient_attempt() {
+    let server = ArtifactServer::start().await;
+    let data = flux_artifact(&[("a.yaml", CM)]);
+    let url = server.put("a.tar.gz", data.clone());
+    server.fail_first("a.tar.gz", &[503]);
+    let f = fetcher(quick());
+    let e = f.fetch(&url, &sha256(&data)).await.unwrap_err();
+    assert!(matches!(e, ArtifactError::Http { status: 503, .. }), "{e}");
+    assert!(e.to_string().contains("HTTP 503"), "{e}");
+    assert!(!e.is_bad_input());
+    assert_eq!(server.requests().len(), 1);
+    f.fetch(&url, &sha256(&data)).await.unwrap();
+    assert_eq!(server.requests().len(), 2);
+}
+
+/// The CLI's `--fetch-retries`: 5xx retried with backoff, then success; a 4xx is not retried.
+#[tokio::test]
+async fn retries_when_asked_for_then_succeed() {
     let server = ArtifactServer::start().await;
     let data = flux_artifact(&[("a.yaml", CM)]);
     let url = server.put("a.tar.gz", data.clone());
     server.fail_first("a.tar.gz", &[503, 500]);
-    fetcher(quick()).fetch(&url, &sha256(&data)).await.unwrap();
+    let retrying = FetchOptions {
+        retries: 2,
+        backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(20),
+        ..quick()
+    };
+    fetcher(retrying.clone())
+        .fetch(&url, &sha256(&data))
+        .await
+        .unwrap();
     assert_eq!(server.requests().len(), 3);
-}
-
-#[tokio::test]
-async fn retries_are_bounded() {
-    let server = ArtifactServer::start().await;
-    let data = flux_artifact(&[("a.yaml", CM)]);
-    let url = server.put("a.tar.gz", data.clone());
-    server.fail_first("a.tar.gz", &[502, 502, 502, 502]);
-    let e = fetcher(quick())
+    server.fail_first("a.tar.gz", &[403]);
+    let e = fetcher(retrying)
         .fetch(&url, &sha256(&data))
         .await
         .unwrap_err();
-    assert!(
-        matches!(e, ArtifactError::Connection { attempts: 3, .. }),
-        "{e}"
-    );
-    assert!(e.to_string().contains("HTTP 502"), "{e}");
-    assert_eq!(server.requests().len(), 3);
-    assert!(!e.is_bad_input());
+    assert!(matches!(e, ArtifactError::Http { status: 403, .. }), "{e}");
+    assert_eq!(server.requests().len(), 4);
 }
 
 #[tokio::test]
-async fn connection_refused_is_retried_and_reported() {
+async fn connection_refused_is_one_transient_attempt() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
@@ -183,10 +198,8 @@ async fn connection_refused_is_retried_and_reported() {
         .fetch(&url, &sha256(b""))
         .await
         .unwrap_err();
-    assert!(
-        matches!(e, ArtifactError::Connection { attempts: 3, .. }),
-        "{e}"
-    );
+    assert!(matches!(e, ArtifactError::Connection { .. }), "{e}");
+    assert!(!e.is_bad_input());
 }
 
 #[tokio::test]

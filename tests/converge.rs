@@ -2255,6 +2255,7 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         call_timeout: Duration::from_secs(5),
         wait_timeout: Duration::from_secs(5),
         fence: None,
+        shard: Default::default(),
     };
     resume.resume_all().await;
 

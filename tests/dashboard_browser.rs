@@ -370,6 +370,7 @@ fn service_config() -> Config {
         hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Suspend,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_secs(3600),
         handoff_timeout: Duration::from_secs(60),
@@ -380,6 +381,7 @@ fn service_config() -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        storage: Default::default(),
     }
 }
 
@@ -456,6 +458,163 @@ async fn dashboard_refreshes_itself_in_chromium() {
         "the page refreshed itself {} times, not twice",
         lists.saturating_sub(1)
     );
+}
+
+/// Serves `router` like [`serve`], counting the answers of `GET /` by status; `on_answer`
+/// runs after each with the counts so far (200s, 304s).
+async fn serve_counting(
+    backend: Arc<dyn Backend>,
+    on_answer: impl Fn(usize, usize) + Clone + Send + Sync + 'static,
+) -> (SocketAddr, Arc<(AtomicUsize, AtomicUsize)>) {
+    let counts = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let (_registry, metrics) = metrics::registry();
+    let state = AppState {
+        backend,
+        metrics,
+        auth: HookAuth::default(),
+    };
+    let counted = counts.clone();
+    let app = router(state).layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let (counted, on_answer) = (counted.clone(), on_answer.clone());
+            async move {
+                let listed = request.uri().path() == "/";
+                let response = next.run(request).await;
+                if listed {
+                    match response.status() {
+                        axum::http::StatusCode::OK => {
+                            counted.0.fetch_add(1, Ordering::SeqCst);
+                        }
+                        axum::http::StatusCode::NOT_MODIFIED => {
+                            counted.1.fetch_add(1, Ordering::SeqCst);
+                        }
+                        _ => {}
+                    }
+                    on_answer(
+                        counted.0.load(Ordering::SeqCst),
+                        counted.1.load(Ordering::SeqCst),
+                    );
+                }
+                response
+            }
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("loopback port");
+    let addr = listener.local_addr().expect("bound address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, counts)
+}
+
+/// The page's refresh revalidates with `If-None-Match`: while nothing changes the service
+/// answers 304 (no body, nothing rendered) and the page stays as it is; after a change the
+/// next refresh gets the new page and swaps its rows in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_refresh_revalidates_and_gets_304_until_a_change() {
+    let Some(path) = browser_or_skip() else {
+        return;
+    };
+    let backend = Arc::new(standin::Versioned::new(standin::seeded()));
+    let changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let on_answer = {
+        let (backend, changed) = (backend.clone(), changed.clone());
+        // After the second 304 a new Kustomization appears (a record moves the version).
+        move |_ok: usize, not_modified: usize| {
+            if not_modified >= 2 && !changed.swap(true, Ordering::SeqCst) {
+                backend.replace(standin::seeded().with(
+                    "apps",
+                    "zz-new",
+                    GateMode::Suspend,
+                    Some("main@sha1:0123456789012345678901234567890123456789"),
+                    Vec::new(),
+                ));
+            }
+        }
+    };
+    let (addr, counts) = serve_counting(backend.clone(), on_answer).await;
+    let browser = Browser { path };
+
+    // 45 s of the page's time: the load and four refreshes (10 s period).
+    let page = browser.dom(&format!("http://{addr}/"), 45_000).await;
+    let dom = &page.dom;
+    assert!(
+        dom.contains("<html lang=\"en\" class=\"live\">"),
+        "the script ran and no refresh failed:\n{dom}"
+    );
+    let (ok, not_modified) = (
+        counts.0.load(Ordering::SeqCst),
+        counts.1.load(Ordering::SeqCst),
+    );
+    assert!(
+        changed.load(Ordering::SeqCst),
+        "two refreshes got a 304 ({ok} 200s, {not_modified} 304s)"
+    );
+    assert_eq!(
+        ok, 2,
+        "the load and the refresh after the change got the page"
+    );
+    assert!(not_modified >= 2, "{not_modified} 304s");
+    assert_eq!(
+        backend.lists(),
+        2,
+        "one render per version: the 304s rendered nothing"
+    );
+    assert_eq!(
+        rows(dom),
+        7,
+        "the new row swapped in after the change:\n{dom}"
+    );
+    assert!(dom.contains("data-name=\"zz-new\""));
+    assert!(
+        dom.contains(" ago</time>"),
+        "the script shows record times relative to now"
+    );
+    assert!(
+        dom.contains("checked "),
+        "the header says when it last checked"
+    );
+}
+
+/// Past 200 rows the list is paged: each page is its own URL, refreshed in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_pages_in_chromium() {
+    let Some(path) = browser_or_skip() else {
+        return;
+    };
+    let backend = Arc::new(standin::Versioned::new(standin::scaled(450, 2)));
+    let addr = serve(backend.clone()).await;
+    let browser = Browser { path };
+
+    let page = browser.dom(&format!("http://{addr}/"), 3_000).await;
+    assert_eq!(rows(&page.dom), 200, "the first page");
+    assert!(page.dom.contains("rel=\"next\" href=\"/?page=2\""));
+    assert!(page.dom.contains("1–200 of 450 shown"));
+
+    // The last page, through a refresh (12 s: one refresh, answered 304).
+    let page = browser.dom(&format!("http://{addr}/?page=3"), 12_000).await;
+    let dom = &page.dom;
+    assert!(dom.contains("<html lang=\"en\" class=\"live\">"), "{dom}");
+    assert_eq!(rows(dom), 50, "the last page's rows");
+    assert!(dom.contains("401–450 of 450 shown"));
+    assert!(dom.contains("<span class=\"page current\" aria-current=\"page\">3</span>"));
+    assert!(dom.contains("rel=\"prev\" href=\"/?page=2\""));
+    assert!(!dom.contains("rel=\"next\""));
+    assert_eq!(
+        backend.lists(),
+        2,
+        "each page rendered once, its refresh answered from the kept page"
+    );
+    browser
+        .screenshot(
+            &format!("http://{addr}/?page=3"),
+            &out_dir().join("pages.png"),
+            1440,
+            900,
+        )
+        .await;
 }
 
 /// 1,000 Kustomizations × 20 revisions: server render time and Chromium's load, printed.
@@ -539,7 +698,7 @@ async fn dashboard_scale_figures() {
     let started = Instant::now();
     let page = browser.dom(&format!("http://{addr}/"), 1).await;
     let load = started.elapsed();
-    assert_eq!(rows(&page.dom), 1000);
+    assert_eq!(rows(&page.dom), 200, "the first page of 1000 rows");
     println!(
         "chromium --dump-dom of / with 1000 rows: {load:?} (about:blank: {blank:?}, so the page costs about {:?})",
         load.saturating_sub(blank)

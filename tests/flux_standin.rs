@@ -22,12 +22,7 @@ const WAIT: Duration = Duration::from_secs(60);
 fn resolver(client: kube::Client) -> Resolver {
     Resolver {
         client,
-        fetcher: Fetcher::new(FetchOptions {
-            retries: 1,
-            backoff: Duration::from_millis(10),
-            ..FetchOptions::default()
-        })
-        .unwrap(),
+        fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
         kustomize: KustomizeCommand::default(),
         strict: true,
         allow_cross_namespace: true,

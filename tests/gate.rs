@@ -4,26 +4,30 @@
 //! tenant's identity on every StatefulSet and claim call, a 403 under it, results persisted
 //! and read back, records cut to fit, Kubernetes Events and Flux events.
 
-#[path = "data/render/flux_archive.rs"]
-mod flux_archive;
+#[path = "data/flux_standin.rs"]
+mod flux_standin;
 mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use flux_archive::{ArtifactServer, flux_artifact, sha256};
 use flux_converger::cluster::{Cluster as _, KubeCluster};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::objects::Kustomization;
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
+use flux_converger::http::backend::Backend as _;
 use flux_converger::service::events::EventSink;
+use flux_converger::service::gate::state::GateState;
 use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
+use flux_converger::service::index::Key;
 use flux_converger::service::metrics::Metrics;
 use flux_converger::service::record::{
     FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
     StepError, Trigger,
 };
 use flux_converger::service::results::{Results, results_configmap_name};
+use flux_standin::flux_archive::{ArtifactServer, flux_artifact, sha256};
 use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
@@ -161,12 +165,7 @@ impl World {
     fn resolver(&self, allow_cross_namespace: bool) -> Resolver {
         Resolver {
             client: self.fake.client(),
-            fetcher: Fetcher::new(FetchOptions {
-                retries: 1,
-                backoff: Duration::from_millis(10),
-                ..FetchOptions::default()
-            })
-            .unwrap(),
+            fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
             kustomize: KustomizeCommand::default(),
             strict: true,
             allow_cross_namespace,
@@ -298,6 +297,59 @@ fn last(results: &Results) -> RevisionRecord {
     results.last(FLUX_NS, "apps").expect("a record")
 }
 
+/// Plays the service's watches and tick for the gate's observer: every 10 ms the Kustomization
+/// as the fake holds it is given to the observer (as a watch event would), then it ticks.
+struct Follow(tokio::task::JoinHandle<()>);
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn follow(fake: &FakeApiServer, gate: &Gate) -> Follow {
+    let observer = gate.observer();
+    let fake = fake.clone();
+    Follow(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if let Some(value) = fake.get(KS_API, "Kustomization", Some(FLUX_NS), "apps")
+                && let Ok(ks) = serde_json::from_value::<Kustomization>(value)
+            {
+                observer.kustomization(&ks);
+            }
+            observer.tick().await;
+        }
+    }))
+}
+
+/// Waits (polling, at most 30 s) until `cond` holds.
+async fn until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..3000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition never held");
+}
+
+/// The newest record once Flux's answer (or the gate's timeout) closed the gate.
+async fn answered(results: &Results) -> RevisionRecord {
+    for _ in 0..3000 {
+        let record = last(results);
+        if record
+            .flux
+            .as_ref()
+            .is_some_and(|f| f.outcome != FluxOutcome::Pending)
+        {
+            return record;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the gate never closed: {:#?}", last(results));
+}
+
 /// How many times Events were published, counting the repeats kube's recorder folds into one
 /// Event's `series`.
 fn event_occurrences(fake: &FakeApiServer) -> u64 {
@@ -335,6 +387,15 @@ async fn suspend_mode_suspends_converges_hands_off_and_suspends_again() {
 
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    // The run ends at the hand-off: converged, the gate open, Flux's answer pending.
+    let handed = last(&results);
+    assert_eq!(handed.state, RevisionState::Converged);
+    assert_eq!(handed.handoff.as_ref().unwrap().action, "unsuspended");
+    assert_eq!(handed.flux.as_ref().unwrap().outcome, FluxOutcome::Pending);
+    assert_eq!(w.ks_writes(), 2);
+    // The watch brings Flux's answer: the observer closes the gate and records it.
+    let _follow = follow(&w.fake, &gate);
+    answered(&results).await;
     assert_eq!(
         w.sts()["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
         "2Gi"
@@ -357,6 +418,9 @@ async fn suspend_mode_suspends_converges_hands_off_and_suspends_again() {
     let handoff = record.handoff.as_ref().unwrap();
     assert_eq!(handoff.action, "resuspended");
     assert!(handoff.resuspended_at.is_some());
+    assert_eq!(handoff.attempts.len(), 1);
+    assert_eq!(handoff.attempts[0].outcome, FluxOutcome::Applied);
+    assert_eq!(handoff.retry_at, None);
     let flux_result = record.flux.as_ref().unwrap();
     assert_eq!(flux_result.outcome, FluxOutcome::Applied);
     assert_eq!(flux_result.applied_revision.as_deref(), Some("main@sha1:2"));
@@ -401,11 +465,11 @@ async fn reconcile_mode_requests_a_reconcile_that_heals_flux_failing_first() {
     let flux = w.flux(false);
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Resync)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Resync).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
-    let record = last(&results);
+    let _follow = follow(&w.fake, &gate);
+    let record = answered(&results).await;
     let handoff = record.handoff.as_ref().unwrap();
     assert_eq!(handoff.mode, GateMode::Reconcile);
     assert_eq!(handoff.action, "reconcile-requested");
@@ -433,14 +497,24 @@ async fn flux_failing_after_the_hand_off_is_recorded() {
     let _flux = w.flux(true);
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Webhook)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
-    let flux = last(&results).flux.unwrap();
+    let _follow = follow(&w.fake, &gate);
+    let record = answered(&results).await;
+    let flux = record.flux.unwrap();
     assert_eq!(flux.outcome, FluxOutcome::Failed);
     assert!(flux.message.unwrap().contains("dry-run failed"));
-    assert_eq!(w.ks()["spec"]["suspend"], true);
+    until(|| w.ks()["spec"]["suspend"] == true).await;
+    // Not frozen: the gate re-opens on Flux's retry schedule (interval 10m, no retryInterval).
+    let handoff = record.handoff.unwrap();
+    assert_eq!(handoff.attempts.len(), 1);
+    assert_eq!(handoff.attempts[0].outcome, FluxOutcome::Failed);
+    assert!(handoff.retry_at.is_some(), "{handoff:?}");
+    assert!(matches!(
+        gate.observer().state(&Key::new(FLUX_NS, "apps")),
+        GateState::Closed { reopen: Some(_) }
+    ));
 }
 
 #[tokio::test]
@@ -509,11 +583,12 @@ async fn a_source_that_moves_on_during_the_converge_supersedes_the_result() {
     });
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Webhook)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     mover.await.unwrap();
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let _follow = follow(&w.fake, &gate);
+    answered(&results).await;
     let history = results.history(FLUX_NS, "apps");
     let states: Vec<(&str, RevisionState)> = history
         .iter()
@@ -702,18 +777,18 @@ async fn a_hand_off_flux_does_not_answer_is_a_warning_and_the_kustomization_is_s
     let mut config = w.config(EventSink::disabled());
     config.handoff_timeout = Duration::from_millis(300);
     let results = config.results.clone();
-    let outcome = Gate::new(config)
-        .run(FLUX_NS, "apps", Trigger::Webhook)
-        .await;
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
-    let record = last(&results);
+    let _follow = follow(&w.fake, &gate);
+    let record = answered(&results).await;
     assert_eq!(record.flux.as_ref().unwrap().outcome, FluxOutcome::Timeout);
     assert!(
         record.warnings.iter().any(|w| w.starts_with("hand-off:")),
         "{:?}",
         record.warnings
     );
-    assert_eq!(w.ks()["spec"]["suspend"], true);
+    until(|| w.ks()["spec"]["suspend"] == true).await;
 }
 
 #[tokio::test]
@@ -791,6 +866,7 @@ fn record(revision: &str, message_len: usize) -> RevisionRecord {
         }),
         generation: Some(1),
         gate: Some(GateMode::Suspend),
+        attempts: 1,
     }
 }
 
@@ -1298,7 +1374,9 @@ async fn a_deferred_recheck_updates_its_record_in_place_and_adds_none() {
         gate.run(FLUX_NS, "apps", Trigger::Watch).await,
         GateOutcome::Deferred
     );
-    let first = last(&results);
+    // Flux's answer closes the gate first (a re-check waits while it is open).
+    let _follow = follow(&w.fake, &gate);
+    let first = answered(&results).await;
     assert_eq!(first.statefulsets[0].deferred[0].claim, "data-web-5");
     assert_eq!(event_occurrences(&w.fake), 1);
 
@@ -1394,4 +1472,411 @@ async fn a_render_that_may_pass_at_the_next_try_fails_the_revision_instead_of_re
     let outcome = Gate::new(config).run(FLUX_NS, "apps", Trigger::Watch).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
     assert_eq!(last(&results).state, RevisionState::Refused);
+}
+
+#[tokio::test]
+async fn flux_attempting_another_revision_after_the_hand_off_is_recorded_raced() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    // Flux, unsuspended, attempted a revision the gate never converged (and failed it).
+    let generation = w.ks()["metadata"]["generation"].as_i64().unwrap();
+    w.fake
+        .modify(KS_API, "Kustomization", Some(FLUX_NS), "apps", |ks| {
+            let status = &mut ks["status"];
+            status["observedGeneration"] = json!(generation);
+            status["lastAttemptedRevision"] = json!("main@sha1:3");
+            status["conditions"] = json!([{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-30T00:00:00Z",
+                "reason": "ReconciliationFailed", "observedGeneration": generation,
+                "message": "StatefulSet/default/web dry-run failed (Invalid)"}]);
+        });
+    let _follow = follow(&w.fake, &gate);
+    let record = answered(&results).await;
+    let flux = record.flux.as_ref().unwrap();
+    assert_eq!(flux.outcome, FluxOutcome::Raced);
+    assert_eq!(flux.attempted_revision.as_deref(), Some("main@sha1:3"));
+    assert_eq!(record.state, RevisionState::Converged);
+    // The gate closed, and a race is not retried (the new revision is converged first).
+    until(|| w.ks()["spec"]["suspend"] == true).await;
+    let handoff = record.handoff.as_ref().unwrap();
+    assert_eq!(handoff.attempts[0].outcome, FluxOutcome::Raced);
+    assert_eq!(handoff.retry_at, None);
+    let json = serde_json::to_value(&record).unwrap();
+    assert_eq!(json["flux"]["outcome"], "raced");
+    assert_eq!(json["flux"]["attemptedRevision"], "main@sha1:3");
+}
+
+fn annotate(w: &World, key: &str, value: Option<&str>) {
+    w.fake.modify(
+        KS_API,
+        "Kustomization",
+        Some(FLUX_NS),
+        "apps",
+        |ks| match value {
+            Some(v) => ks["metadata"]["annotations"][key] = json!(v),
+            None => {
+                if let Some(a) = ks["metadata"]["annotations"].as_object_mut() {
+                    a.remove(key);
+                }
+            }
+        },
+    );
+}
+
+#[tokio::test]
+async fn a_hold_stops_the_run_and_closes_an_open_gate() {
+    const HOLD: &str = "flux-converger.io/hold";
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+    let _follow = follow(&w.fake, &gate);
+
+    // Held: nothing at all (no record, no write).
+    annotate(&w, HOLD, Some("database migration"));
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
+    assert_eq!(outcome, GateOutcome::NotHandled);
+    assert!(results.last(FLUX_NS, "apps").is_none());
+    assert_eq!(w.ks_writes(), 0);
+    assert_eq!(w.claim_size("data-web-0"), "1Gi");
+
+    // Removed: the run converges and hands off; a hold set while the gate is open closes it.
+    annotate(&w, HOLD, None);
+    until(|| gate.observer().held(&Key::new(FLUX_NS, "apps")).is_none()).await;
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    assert_eq!(w.ks()["spec"]["suspend"], false);
+    annotate(&w, HOLD, Some("incident 42"));
+    until(|| w.ks()["spec"]["suspend"] == true).await;
+    until(|| {
+        last(&results)
+            .handoff
+            .is_some_and(|h| h.action == "resuspended")
+    })
+    .await;
+    let record = last(&results);
+    assert_eq!(
+        record.flux.unwrap().message.as_deref(),
+        Some("held (incident 42): gate closed")
+    );
+    assert_eq!(
+        gate.observer().state(&Key::new(FLUX_NS, "apps")),
+        GateState::Held {
+            reason: "incident 42".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn reconcile_mode_treats_a_suspended_kustomization_as_held() {
+    let w = World::new("reconcile", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::NotHandled);
+    assert!(results.last(FLUX_NS, "apps").is_none());
+    assert_eq!(w.ks_writes(), 0);
+    assert_eq!(w.claim_size("data-web-0"), "1Gi");
+}
+
+#[tokio::test]
+async fn spec_force_with_the_suspend_gate_is_a_warning_on_the_record() {
+    let w = World::new("suspend", true, None).await;
+    w.fake
+        .modify(KS_API, "Kustomization", Some(FLUX_NS), "apps", |ks| {
+            ks["spec"]["force"] = json!(true);
+        });
+    w.publish("main@sha1:2", "2Gi");
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let outcome = Gate::new(config)
+        .run(FLUX_NS, "apps", Trigger::Webhook)
+        .await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let record = last(&results);
+    assert!(
+        record
+            .warnings
+            .iter()
+            .any(|w| w == flux_converger::service::gate::FORCE_WARNING),
+        "{:?}",
+        record.warnings
+    );
+}
+
+// ------------------------------------------------ the whole service with Flux's stand-ins
+
+mod e2e {
+    use super::flux_standin::{
+        Behaviour, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
+        kustomization, web_statefulset,
+    };
+    use super::*;
+    use flux_converger::service::{Config, Running, Tuning, start_tuned};
+
+    /// Flux's part: a GitRepository publishing `web` at 1Gi, a suspend-gated Kustomization
+    /// retried every second, kustomize-controller (with `behaviour`) having applied it.
+    pub struct Flux {
+        pub fake: FakeApiServer,
+        pub source: GitSource,
+        pub kc: KustomizeController,
+    }
+
+    pub async fn flux(behaviour: Behaviour) -> Flux {
+        flux_converger::tls::install_crypto_provider();
+        let fake = FakeApiServer::new();
+        fake.seed_fixture("v1.28/storageclasses.yaml");
+        fake.enable_statefulset_controller();
+        let client = fake.client();
+        let server = ArtifactServer::start().await;
+        let source = GitSource::create(client.clone(), server, FLUX_NS, "repo")
+            .await
+            .unwrap();
+        let one = web_statefulset("1Gi");
+        let r1 = source
+            .publish("web at 1Gi", &[("apps/web.yaml", one.as_str())])
+            .await
+            .unwrap();
+        let mut ks = kustomization(FLUX_NS, "apps", "repo", "./apps", Some("suspend"), false);
+        ks["spec"]["retryInterval"] = json!("1s");
+        create_kustomization(&client, &ks).await.unwrap();
+        let kc = KustomizeController::start_with(
+            client.clone(),
+            KustomizeOptions {
+                resolver: Resolver {
+                    client: client.clone(),
+                    fetcher: Fetcher::new(FetchOptions {
+                        retries: 1,
+                        backoff: Duration::from_millis(10),
+                        ..FetchOptions::default()
+                    })
+                    .unwrap(),
+                    kustomize: KustomizeCommand::default(),
+                    strict: true,
+                    allow_cross_namespace: true,
+                },
+                namespace: Some(FLUX_NS.into()),
+                retry_interval: Duration::from_millis(300),
+            },
+            behaviour,
+        );
+        until(|| applied(&fake) == Some(r1.revision.clone())).await;
+        for claim in ["data-web-0", "data-web-1"] {
+            until(|| {
+                fake.get("v1", "PersistentVolumeClaim", Some(NS), claim)
+                    .is_some()
+            })
+            .await;
+            fake.set_pvc_phase(NS, claim, "Bound");
+        }
+        Flux { fake, source, kc }
+    }
+
+    pub fn applied(fake: &FakeApiServer) -> Option<String> {
+        fake.get(KS_API, "Kustomization", Some(FLUX_NS), "apps")
+            .and_then(|k| {
+                k["status"]["lastAppliedRevision"]
+                    .as_str()
+                    .map(String::from)
+            })
+    }
+
+    pub async fn serve(fake: &FakeApiServer) -> Running {
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            namespace: FLUX_NS.to_string(),
+            leader_election_id: "flux-converger".into(),
+            hmac_key: None,
+            hook_token: None,
+            allow_unauthenticated_hooks: true,
+            hook_min_interval: Duration::ZERO,
+            default_gate: GateMode::Off,
+            watch_label_selector: None,
+            workers: 2,
+            resync: Duration::from_secs(3600),
+            handoff_timeout: Duration::from_secs(60),
+            leader_elect: false,
+            no_cross_namespace_refs: false,
+            default_service_account: None,
+            events_addr: None,
+            kustomize: KustomizeCommand::default(),
+            call_timeout: Duration::from_secs(5),
+            fetch: Default::default(),
+            storage: Default::default(),
+        };
+        start_tuned(config, fake.client(), Tuning::default())
+            .await
+            .expect("the service starts")
+    }
+
+    /// The record of `revision` once `pred` holds for it.
+    pub async fn record_of(
+        running: &Running,
+        revision: &str,
+        pred: impl Fn(&RevisionRecord) -> bool,
+    ) -> RevisionRecord {
+        for _ in 0..6000 {
+            if let Some(detail) = running.backend.kustomization(FLUX_NS, "apps")
+                && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
+                && pred(r)
+            {
+                return r.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "the record of {revision} never got there: {:#?}",
+            running.backend.kustomization(FLUX_NS, "apps")
+        );
+    }
+
+    pub fn gate_open(r: &RevisionRecord) -> bool {
+        r.handoff
+            .as_ref()
+            .is_some_and(|h| h.action == "unsuspended")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_source_moving_while_the_gate_is_open_never_lets_flux_apply_it_unconverged() {
+    use flux_standin::{Behaviour, web_statefulset};
+    // kustomize-controller reads the artifact 2 s after it sees the unsuspend.
+    let flux = e2e::flux(Behaviour {
+        read_delay: Duration::from_secs(2),
+        ..Behaviour::default()
+    })
+    .await;
+    let fake = &flux.fake;
+    let running = e2e::serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    e2e::record_of(&running, &r1, |r| r.state == RevisionState::Converged).await;
+
+    let two = web_statefulset("2Gi");
+    let r2 = flux
+        .source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap()
+        .revision;
+    e2e::record_of(&running, &r2, e2e::gate_open).await;
+    // While Flux has not read it yet, the source moves on to a revision not converged.
+    let three = web_statefulset("3Gi");
+    let r3 = flux
+        .source
+        .publish("web at 3Gi", &[("apps/web.yaml", three.as_str())])
+        .await
+        .unwrap()
+        .revision;
+    until(|| e2e::applied(fake) == Some(r3.clone())).await;
+
+    let records = running
+        .backend
+        .kustomization(FLUX_NS, "apps")
+        .unwrap()
+        .revisions;
+    let attempts: Vec<_> = flux
+        .kc
+        .reconciled()
+        .into_iter()
+        .filter(|a| a.revision != r1)
+        .collect();
+    assert!(!attempts.is_empty());
+    for attempt in &attempts {
+        // Every revision Flux read had its record converged and handed off before.
+        let record = records
+            .iter()
+            .find(|r| r.revision == attempt.revision)
+            .unwrap_or_else(|| panic!("Flux attempted {} with no record", attempt.revision));
+        assert_eq!(record.state, RevisionState::Converged, "{record:#?}");
+        let handed: jiff::Timestamp = record.handoff.as_ref().unwrap().at.parse().unwrap();
+        let read: jiff::Timestamp = attempt.at.parse().unwrap();
+        assert!(
+            handed <= read,
+            "{attempt:?} before the hand-off of {record:#?}"
+        );
+        assert!(attempt.result.is_ok(), "{attempt:?}");
+    }
+    // The open gate for 2Gi closed when the source moved: Flux never read it.
+    assert!(attempts.iter().all(|a| a.revision == r3), "{attempts:?}");
+    let second = records.iter().find(|r| r.revision == r2).unwrap();
+    assert_eq!(second.handoff.as_ref().unwrap().action, "resuspended");
+    let flux2 = second.flux.as_ref().unwrap();
+    assert_eq!(flux2.outcome, FluxOutcome::Pending);
+    assert!(
+        flux2
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("moved on to"),
+        "{flux2:?}"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_revision_flux_fails_is_opened_again_on_its_retry_schedule_until_applied() {
+    use flux_standin::{Behaviour, DEPENDENCY_NOT_READY, web_statefulset};
+    let flux = e2e::flux(Behaviour::default()).await;
+    let fake = &flux.fake;
+    let running = e2e::serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    e2e::record_of(&running, &r1, |r| r.state == RevisionState::Converged).await;
+
+    // Flux fails the first attempt (a dependency not ready), then applies.
+    flux.kc.fail_next(1);
+    let two = web_statefulset("2Gi");
+    let r2 = flux
+        .source
+        .publish("web at 2Gi", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap()
+        .revision;
+    let record = e2e::record_of(&running, &r2, |r| {
+        r.flux
+            .as_ref()
+            .is_some_and(|f| f.outcome == FluxOutcome::Applied)
+    })
+    .await;
+    let handoff = record.handoff.as_ref().unwrap();
+    let answers: Vec<_> = handoff.attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        answers,
+        [FluxOutcome::Failed, FluxOutcome::Applied],
+        "{handoff:#?}"
+    );
+    assert_eq!(
+        handoff.attempts[0].message.as_deref(),
+        Some(DEPENDENCY_NOT_READY)
+    );
+    assert_eq!(e2e::applied(fake), Some(r2.clone()));
+    // One converge (one record), two attempts by Flux.
+    let tried: Vec<_> = flux
+        .kc
+        .reconciled()
+        .into_iter()
+        .filter(|a| a.revision == r2)
+        .map(|a| a.result.is_ok())
+        .collect();
+    assert_eq!(tried, [false, true]);
+    let records = running
+        .backend
+        .kustomization(FLUX_NS, "apps")
+        .unwrap()
+        .revisions;
+    assert_eq!(records.iter().filter(|r| r.revision == r2).count(), 1);
+    until(|| {
+        fake.get(KS_API, "Kustomization", Some(FLUX_NS), "apps")
+            .is_some_and(|k| k["spec"]["suspend"] == json!(true))
+    })
+    .await;
+    running.shutdown().await;
 }

@@ -816,3 +816,240 @@ async fn assets_come_from_the_binary() {
     let (_, page, _) = app.get("/").await;
     assert!(page.contains("No handled Kustomization matches"));
 }
+
+/// One router for several requests, as `serve` runs it: the dashboard keeps its pages there.
+async fn send_to(router: &axum::Router, uri: &str, headers: &[(&str, &str)]) -> Response {
+    let mut request = Request::get(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    router
+        .clone()
+        .oneshot(request.body(Body::empty()).expect("request"))
+        .await
+        .expect("the router is infallible")
+}
+
+async fn body_of(response: Response) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    String::from_utf8(bytes.to_vec()).expect("utf-8 body")
+}
+
+fn header_of(response: &Response, name: header::HeaderName) -> String {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn dashboard_router(backend: Arc<dyn flux_converger::http::Backend>) -> axum::Router {
+    let (_registry, metrics) = metrics::registry();
+    router(AppState {
+        backend,
+        metrics,
+        auth: HookAuth::default(),
+    })
+}
+
+#[tokio::test]
+async fn dashboard_is_built_once_per_change_and_answers_304_while_unchanged() {
+    let backend = Arc::new(standin::Versioned::new(seeded()));
+    let app = dashboard_router(backend.clone());
+
+    let first = send_to(&app, "/", &[]).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(header_of(&first, header::CACHE_CONTROL), "no-cache");
+    let etag = header_of(&first, header::ETAG);
+    let tag = etag
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("a strong quoted ETag: {etag:?}"));
+    assert!(
+        tag.len() == 16 && tag.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{etag}"
+    );
+    let page = body_of(first).await;
+    assert!(
+        page.contains(&format!("data-etag=\"{tag}\"")),
+        "the page carries its own ETag for its script"
+    );
+    assert_eq!(backend.lists(), 1);
+
+    // Unchanged: the kept page, not a render.
+    let again = send_to(&app, "/", &[]).await;
+    assert_eq!(header_of(&again, header::ETAG), etag);
+    assert_eq!(body_of(again).await, page);
+    for if_none_match in [
+        etag.clone(),
+        format!("W/{etag}"),
+        format!("\"0000000000000000\", {etag}"),
+        "*".to_string(),
+    ] {
+        let revalidated = send_to(&app, "/", &[("if-none-match", &if_none_match)]).await;
+        assert_eq!(
+            revalidated.status(),
+            StatusCode::NOT_MODIFIED,
+            "{if_none_match}"
+        );
+        assert_eq!(header_of(&revalidated, header::ETAG), etag);
+        assert_eq!(header_of(&revalidated, header::CACHE_CONTROL), "no-cache");
+        assert_eq!(body_of(revalidated).await, "", "a 304 has no body");
+    }
+    let other = send_to(&app, "/", &[("if-none-match", "\"0000000000000000\"")]).await;
+    assert_eq!(other.status(), StatusCode::OK, "another tag gets the page");
+    assert_eq!(backend.lists(), 1, "every answer came from the kept page");
+
+    // Another filter is another page, kept on its own.
+    let refused = body_of(send_to(&app, "/?state=refused", &[]).await).await;
+    assert_eq!(refused.matches("<tr class=\"row ").count(), 1);
+    let _ = send_to(&app, "/?state=refused", &[]).await;
+    assert_eq!(backend.lists(), 2);
+    // A page past the last shows the last, and is kept too: polling it renders nothing.
+    let past = send_to(&app, "/?page=9", &[]).await;
+    assert_eq!(header_of(&past, header::ETAG), etag, "the same page as /");
+    let _ = send_to(&app, "/?page=9", &[]).await;
+    assert_eq!(backend.lists(), 3);
+
+    // A change: the old tag gets the new page, built once.
+    backend.replace(seeded().with(
+        "apps",
+        "zz-new",
+        flux_converger::service::record::GateMode::Suspend,
+        Some("main@sha1:0123456789012345678901234567890123456789"),
+        Vec::new(),
+    ));
+    let changed = send_to(&app, "/", &[("if-none-match", &etag)]).await;
+    assert_eq!(changed.status(), StatusCode::OK);
+    let new_etag = header_of(&changed, header::ETAG);
+    assert_ne!(new_etag, etag);
+    let page = body_of(changed).await;
+    assert_eq!(page.matches("<tr class=\"row ").count(), 7);
+    assert!(page.contains("data-name=\"zz-new\""));
+    assert_eq!(backend.lists(), 4);
+
+    // A change elsewhere that leaves this page as it was: rebuilt, but the same bytes keep
+    // the same tag, so the tab still gets a 304.
+    backend.replace(seeded().with(
+        "apps",
+        "zz-new",
+        flux_converger::service::record::GateMode::Suspend,
+        Some("main@sha1:0123456789012345678901234567890123456789"),
+        Vec::new(),
+    ));
+    let same = send_to(&app, "/", &[("if-none-match", &new_etag)]).await;
+    assert_eq!(same.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(backend.lists(), 5);
+}
+
+/// A backend that does not track a version is rendered per request, with the same ETag.
+#[tokio::test]
+async fn dashboard_of_an_untracked_backend_still_answers_304() {
+    let app = dashboard_router(Arc::new(seeded()));
+    let first = send_to(&app, "/", &[]).await;
+    let etag = header_of(&first, header::ETAG);
+    assert!(!etag.is_empty());
+    let again = send_to(&app, "/", &[("if-none-match", &etag)]).await;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+}
+
+fn row_keys(page: &str) -> Vec<(String, String)> {
+    page.split("<tr class=\"row ")
+        .skip(1)
+        .map(|row| {
+            let attribute = |name: &str| {
+                row.split_once(&format!("{name}=\""))
+                    .and_then(|(_, rest)| rest.split_once('"'))
+                    .map(|(value, _)| value.to_string())
+                    .unwrap_or_default()
+            };
+            (attribute("data-namespace"), attribute("data-name"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn dashboard_pages_past_200_rows_in_a_stable_order() {
+    let backend = standin::scaled(1000, 1);
+    let mut everyone: Vec<(String, String)> =
+        flux_converger::http::Backend::kustomizations(&backend, None)
+            .into_iter()
+            .map(|s| (s.namespace, s.name))
+            .collect();
+    everyone.sort();
+    let app = dashboard_router(Arc::new(backend));
+
+    let mut seen = Vec::new();
+    for page in 1..=5 {
+        let uri = if page == 1 {
+            "/".to_string()
+        } else {
+            format!("/?page={page}")
+        };
+        let body = body_of(send_to(&app, &uri, &[]).await).await;
+        let keys = row_keys(&body);
+        assert_eq!(keys.len(), 200, "{uri}");
+        let first = (page - 1) * 200 + 1;
+        assert!(
+            body.contains(&format!("{first}–{} of 1000 shown", first + 199)),
+            "{uri}"
+        );
+        if page < 5 {
+            assert!(
+                body.contains(&format!("rel=\"next\" href=\"/?page={}\"", page + 1)),
+                "{uri}"
+            );
+        } else {
+            assert!(
+                !body.contains("rel=\"next\""),
+                "{uri}: no page after the last"
+            );
+        }
+        if page > 1 {
+            let previous = if page == 2 {
+                "/".to_string()
+            } else {
+                format!("/?page={}", page - 1)
+            };
+            assert!(
+                body.contains(&format!("rel=\"prev\" href=\"{previous}\"")),
+                "{uri}"
+            );
+        }
+        assert!(
+            body.contains(&format!(
+                "<span class=\"page current\" aria-current=\"page\">{page}</span>"
+            )),
+            "{uri}"
+        );
+        seen.extend(keys);
+    }
+    assert_eq!(
+        seen, everyone,
+        "every row once, sorted by namespace and name"
+    );
+
+    // Past the last page: the last; not a number: the first.
+    let past = body_of(send_to(&app, "/?page=99", &[]).await).await;
+    assert_eq!(row_keys(&past), everyone[800..].to_vec());
+    let junk = body_of(send_to(&app, "/?page=x", &[]).await).await;
+    assert_eq!(row_keys(&junk), everyone[..200].to_vec());
+
+    // Filters stay in the page links; the summary counts every page.
+    let converged = body_of(send_to(&app, "/?state=converged&page=2", &[]).await).await;
+    assert!(
+        converged.contains("href=\"/?state=converged&#38;page=3\""),
+        "{converged}"
+    );
+    assert!(converged.contains("<span class=\"count\">429</span> converged"));
+    assert!(converged.contains("201–400 of 429 shown"));
+    let one_namespace = body_of(send_to(&app, "/?namespace=team-01", &[]).await).await;
+    assert_eq!(row_keys(&one_namespace).len(), 25);
+    assert!(
+        !one_namespace.contains("aria-current"),
+        "one page needs no page bar"
+    );
+}

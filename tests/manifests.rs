@@ -85,9 +85,17 @@ const SERVE_FLAGS: &[&str] = &[
     "--default-service-account",
     "--events-addr",
     "--kustomize",
+    "--storage-addr",
+    "--storage-adv-addr",
+    "--storage-path",
+    "--storage-cache-max-size",
     "--log-format",
     "--log-encoding",
     "--log-level",
+    "--storage-addr",
+    "--storage-adv-addr",
+    "--storage-path",
+    "--leader-election-id",
 ];
 
 /// Every hardening rule the issue names, for one converger container of `pod`; returns what is
@@ -199,6 +207,15 @@ fn hardening_problems(pod: &Value, c: &Value) -> Vec<String> {
         p.push("the namespace of its records is not the pod's own".into());
     }
     p
+}
+
+/// The value of a `--flag=VALUE` argument of container `c`.
+fn flag_value(c: &Value, flag: &str) -> Option<String> {
+    c["args"]
+        .as_array()?
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix(&format!("{flag}=")))
+        .map(String::from)
 }
 
 /// The port of a `--flag=:PORT` or `--flag=HOST:PORT` argument of container `c`.
@@ -315,7 +332,47 @@ fn deployment_is_hardened_and_wired() {
         .iter()
         .map(|p| &p["targetPort"])
         .collect();
-    assert_eq!(targets, vec![&json!("http")]);
+    assert_eq!(targets, vec![&json!("http"), &json!("http-artifacts")]);
+    // The `artifact` gate's server: the address written into ExternalArtifact URLs is this
+    // Service's, on the port the container serves artifacts on, with storage on a volume.
+    assert_eq!(flag_port(c, "--storage-addr"), 9090);
+    assert_eq!(container_port(c, "http-artifacts"), Some(9090));
+    let artifacts = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["targetPort"] == "http-artifacts")
+        .unwrap();
+    assert_eq!(
+        flag_value(c, "--storage-adv-addr"),
+        Some(format!(
+            "flux-converger.$(FLUX_CONVERGER_NAMESPACE).svc.cluster.local.:{}",
+            artifacts["port"]
+        ))
+    );
+    let path = flag_value(c, "--storage-path").expect("--storage-path is set");
+    assert!(
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == path.as_str()),
+        "the storage is a volume (the root filesystem is read-only)"
+    );
+    // kustomize-controller (and the other replicas) may reach the artifact port.
+    let policy = find(&objects, "NetworkPolicy", "flux-converger");
+    let artifact_peers: Vec<&Value> = policy["spec"]["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|rule| rule["ports"][0]["port"] == "http-artifacts")
+        .flat_map(|rule| rule["from"].as_array().unwrap())
+        .map(|peer| &peer["podSelector"]["matchLabels"]["app"])
+        .collect();
+    assert_eq!(
+        artifact_peers,
+        vec![&json!("kustomize-controller"), &json!("flux-converger")]
+    );
     let labels =
         &find(&objects, "Deployment", "flux-converger")["spec"]["template"]["metadata"]["labels"];
     for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
@@ -337,6 +394,14 @@ fn images_are_the_crate_version() {
     let patch = flux_converger::flux::render::parse_stream(&patch).unwrap();
     let sidecar = container(&patch[0]["spec"]["template"]["spec"], "flux-converger");
     assert_eq!(sidecar["image"], tag.as_str());
+    // The sharding component sets the tag of every shard.
+    for deploy in sharded_objects()
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+    {
+        let pod = &deploy["spec"]["template"]["spec"];
+        assert_eq!(container(pod, "manager")["image"], tag.as_str());
+    }
 }
 
 #[test]
@@ -530,7 +595,16 @@ fn network_policy_admits_flux_and_prometheus_and_reaches_source_controller() {
         reaching("http-prom"),
         vec![&json!([{"namespaceSelector": {}}])]
     );
-    assert_eq!(ingress.len(), 2, "no other way in: {ingress:?}");
+    // kustomize-controller downloads published artifacts (the `artifact` gate); the other
+    // replicas fetch what the leader published.
+    assert_eq!(
+        reaching("http-artifacts"),
+        vec![&json!([
+            {"podSelector": {"matchLabels": {"app": "kustomize-controller"}}},
+            {"podSelector": {"matchLabels": {"app": "flux-converger"}}}
+        ])]
+    );
+    assert_eq!(ingress.len(), 3, "no other way in: {ingress:?}");
     let egress = np["spec"]["egress"].as_array().unwrap();
     assert!(
         egress
@@ -701,9 +775,15 @@ fn examples_validate_against_flux_crds() {
     }
     assert_eq!(
         checked,
-        ["Alert", "GitRepository", "Kustomization", "Provider"]
-            .map(String::from)
-            .into()
+        [
+            "Alert",
+            "ExternalArtifact",
+            "GitRepository",
+            "Kustomization",
+            "Provider"
+        ]
+        .map(String::from)
+        .into()
     );
     // The wiring agrees with itself and with the install.
     let provider = find(&objects, "Provider", "flux-converger");
@@ -917,6 +997,145 @@ fn sidecar_component_patches_a_bootstrap_flux_system() {
         !objects
             .iter()
             .any(|o| o["kind"].as_str().is_some_and(|k| k.contains("Role")))
+    );
+}
+
+/// The ExternalArtifact feature gate component over a bootstrap flux-system: the flag is
+/// appended to kustomize-controller's arguments, every other argument kept.
+#[test]
+fn external_artifact_component_turns_the_feature_gate_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = dir.path().join("flux-system");
+    std::fs::create_dir_all(&fs).unwrap();
+    std::fs::write(fs.join("gotk-components.yaml"), flux_system()).unwrap();
+    std::fs::write(
+        fs.join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - gotk-components.yaml\ncomponents:\n  - external-artifact\n",
+    )
+    .unwrap();
+    copy_dir(
+        &repo("manifests/examples/external-artifact"),
+        &fs.join("external-artifact"),
+    );
+    let objects = kustomize(&fs);
+    let original = flux_converger::flux::render::parse_stream(&flux_system()).unwrap();
+    let args = |objects: &[Value]| -> Vec<Value> {
+        let pod = &find(objects, "Deployment", "kustomize-controller")["spec"]["template"]["spec"];
+        container(pod, "manager")["args"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let mut expected = args(&original);
+    assert!(!expected.is_empty());
+    expected.push(json!("--feature-gates=ExternalArtifact=true"));
+    assert_eq!(args(&objects), expected);
+}
+
+/// The sidecar serves the artifact gate's artifacts on localhost, to kustomize-controller in
+/// the same pod, from a volume.
+#[test]
+fn sidecar_serves_artifacts_on_localhost() {
+    let objects = sidecar_objects();
+    let pod = &find(&objects, "Deployment", "kustomize-controller")["spec"]["template"]["spec"];
+    let c = container(pod, "flux-converger");
+    assert_eq!(
+        flag_value(c, "--storage-adv-addr").as_deref(),
+        Some("localhost:9090")
+    );
+    assert_eq!(flag_port(c, "--storage-addr"), 9090);
+    assert_eq!(container_port(c, "http-artifacts"), Some(9090));
+    let path = flag_value(c, "--storage-path").unwrap();
+    assert!(
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == path.as_str())
+    );
+}
+
+// ---- the sharding component over the install ----
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// The install with the sharding component (manifests/examples/sharding), rendered as a fleet
+/// repository would use it (kustomize refuses a component inside the base it patches).
+fn sharded_objects() -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&repo("manifests"), &dir.path().join("flux-converger"));
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - flux-converger\ncomponents:\n  - flux-converger/examples/sharding\n",
+    )
+    .unwrap();
+    kustomize(dir.path())
+}
+
+/// One Deployment per shard, as Flux shards its controllers: each hardened, watching its own
+/// Kustomizations, with a selector of its own and a Service of its own; the second is the
+/// first with only its shard changed (so the copy cannot drift from the install).
+#[test]
+fn sharding_component_runs_one_deployment_per_shard() {
+    let objects = sharded_objects();
+    let deployments: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        deployments,
+        ["flux-converger-shard1", "flux-converger-shard2"]
+    );
+    let mut pods = Vec::new();
+    for shard in ["shard1", "shard2"] {
+        let deploy = find(&objects, "Deployment", &format!("flux-converger-{shard}"));
+        assert_eq!(deploy["metadata"]["namespace"], "flux-system", "{shard}");
+        let pod = &deploy["spec"]["template"]["spec"];
+        let c = container(pod, "manager");
+        assert_eq!(hardening_problems(pod, c), Vec::<String>::new(), "{shard}");
+        let args: Vec<&str> = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let selectors: Vec<&&str> = args
+            .iter()
+            .filter(|a| a.starts_with("--watch-label-selector"))
+            .collect();
+        assert_eq!(
+            selectors,
+            [&format!("--watch-label-selector=sharding.fluxcd.io/key={shard}").as_str()],
+            "{shard}"
+        );
+        assert!(args.contains(&"--leader-elect"), "{shard}");
+        // Its own pods only: the two Deployments' selectors do not overlap.
+        let labels = json!({"app": "flux-converger", "sharding.fluxcd.io/key": shard});
+        assert_eq!(deploy["spec"]["selector"]["matchLabels"], labels, "{shard}");
+        let template_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+        assert_eq!(template_labels["sharding.fluxcd.io/key"], shard, "{shard}");
+        let svc = find(&objects, "Service", &format!("flux-converger-{shard}"));
+        assert_eq!(svc["metadata"]["namespace"], "flux-system", "{shard}");
+        assert_eq!(svc["spec"]["selector"], labels, "{shard}");
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http", "{shard}");
+        pods.push(deploy.clone());
+    }
+    let second_as_first: Value =
+        serde_json::from_str(&pods[1].to_string().replace("shard2", "shard1")).unwrap();
+    assert_eq!(
+        second_as_first, pods[0],
+        "shard2 differs from shard1 beyond its shard"
     );
 }
 

@@ -582,12 +582,7 @@ async fn cluster() -> (FakeApiServer, ArtifactServer, String) {
 fn resolver(fake: &FakeApiServer) -> Resolver {
     Resolver {
         client: fake.client(),
-        fetcher: Fetcher::new(FetchOptions {
-            retries: 1,
-            backoff: std::time::Duration::from_millis(10),
-            ..FetchOptions::default()
-        })
-        .unwrap(),
+        fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
         kustomize: KustomizeCommand::default(),
         strict: true,
         allow_cross_namespace: true,

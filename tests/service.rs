@@ -14,58 +14,18 @@ use flux_converger::flux::event::{Event, InvolvedObject};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::backend::Backend;
 use flux_converger::http::{AppState, HookAuth, metrics_router, router};
-use flux_converger::service::index::Records;
 use flux_converger::service::leader::LeaseSettings;
 use flux_converger::service::queue::BackoffPolicy;
 use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
+use flux_converger::service::results::Results;
 use flux_converger::service::{
-    Config, Parts, Resume, RunOutcome, Runner, Running, Store, Tuning, metrics, start_with,
+    Config, GateOutcome, Parts, Resume, Runner, Running, Tuning, metrics, start_with,
 };
 use futures::future::BoxFuture;
 use serde_json::json;
 use support::FakeApiServer;
 
 const NS: &str = "flux-system";
-
-/// Records in memory, as the results store keeps them.
-#[derive(Default)]
-struct MemoryStore {
-    records: Mutex<HashMap<(String, String), Vec<RevisionRecord>>>,
-    loads: Mutex<u32>,
-}
-
-impl MemoryStore {
-    fn put(&self, ns: &str, name: &str, record: RevisionRecord) {
-        let mut records = self.records.lock().unwrap();
-        records
-            .entry((ns.to_string(), name.to_string()))
-            .or_default()
-            .insert(0, record);
-    }
-}
-
-impl Records for MemoryStore {
-    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.history(namespace, name).into_iter().next()
-    }
-    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
-        let records = self.records.lock().unwrap();
-        records
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
-            .unwrap_or_default()
-    }
-    fn is_loaded(&self) -> bool {
-        *self.loads.lock().unwrap() > 0
-    }
-}
-
-impl Store for MemoryStore {
-    fn load(&self) -> BoxFuture<'_, Result<(), String>> {
-        *self.loads.lock().unwrap() += 1;
-        Box::pin(async { Ok(()) })
-    }
-}
 
 struct NoResume;
 impl Resume for NoResume {
@@ -78,9 +38,9 @@ impl Resume for NoResume {
 /// and answers what the test scripted for that Kustomization (converged by default).
 struct StandInRunner {
     fake: FakeApiServer,
-    store: Arc<MemoryStore>,
+    store: Results,
     calls: Mutex<Vec<(String, Trigger, String)>>,
-    script: Mutex<HashMap<String, Vec<RunOutcome>>>,
+    script: Mutex<HashMap<String, Vec<GateOutcome>>>,
     /// While held, runs wait (to make triggers arrive during a run).
     hold: tokio::sync::RwLock<()>,
 }
@@ -89,7 +49,7 @@ impl StandInRunner {
     fn calls(&self) -> Vec<(String, Trigger, String)> {
         self.calls.lock().unwrap().clone()
     }
-    fn script(&self, key: &str, outcomes: Vec<RunOutcome>) {
+    fn script(&self, key: &str, outcomes: Vec<GateOutcome>) {
         self.script
             .lock()
             .unwrap()
@@ -103,7 +63,7 @@ impl Runner for StandInRunner {
         namespace: &'a str,
         name: &'a str,
         trigger: Trigger,
-    ) -> BoxFuture<'a, RunOutcome> {
+    ) -> BoxFuture<'a, GateOutcome> {
         Box::pin(async move {
             let _held = self.hold.read().await;
             let key = format!("{namespace}/{name}");
@@ -142,17 +102,19 @@ impl Runner for StandInRunner {
                 let mut script = self.script.lock().unwrap();
                 match script.get_mut(&key) {
                     Some(list) if !list.is_empty() => list.remove(0),
-                    _ => RunOutcome::Done(RevisionState::Converged),
+                    _ => GateOutcome::Done(RevisionState::Converged),
                 }
             };
             let state = match &outcome {
-                RunOutcome::Done(state) => *state,
-                RunOutcome::Failed { .. } => RevisionState::Failed,
-                RunOutcome::Deferred => RevisionState::Converged,
-                RunOutcome::NotHandled => return outcome,
+                GateOutcome::Done(state) => *state,
+                GateOutcome::Failed { .. } => RevisionState::Failed,
+                GateOutcome::Deferred => RevisionState::Converged,
+                GateOutcome::NotHandled => return outcome,
             };
             self.store
-                .put(namespace, name, record(&revision, state, trigger));
+                .put(namespace, name, record(&revision, state, trigger))
+                .await
+                .expect("results in memory");
             outcome
         })
     }
@@ -173,6 +135,7 @@ fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRec
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 
@@ -189,6 +152,7 @@ fn config(default_gate: GateMode) -> Config {
         hook_min_interval: Duration::ZERO,
         default_gate,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_secs(3600),
         handoff_timeout: Duration::from_secs(10),
@@ -199,6 +163,7 @@ fn config(default_gate: GateMode) -> Config {
         kustomize: KustomizeCommand::parse("kubectl kustomize").unwrap(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        storage: Default::default(),
     }
 }
 
@@ -214,7 +179,6 @@ fn tuning() -> Tuning {
             max: Duration::from_secs(3600),
             jitter: 0.0,
         },
-        reload: Duration::from_millis(100),
         shutdown_grace: Duration::from_secs(30),
     }
 }
@@ -264,14 +228,14 @@ fn set_revision(fake: &FakeApiServer, name: &str, revision: &str) {
 
 struct Harness {
     fake: FakeApiServer,
-    store: Arc<MemoryStore>,
+    store: Results,
     runner: Arc<StandInRunner>,
 }
 
 impl Harness {
     fn new() -> Self {
         let fake = FakeApiServer::new();
-        let store = Arc::new(MemoryStore::default());
+        let store = Results::memory();
         let runner = Arc::new(StandInRunner {
             fake: fake.clone(),
             store: store.clone(),
@@ -297,7 +261,7 @@ impl Harness {
         let app_metrics = metrics.clone();
         let parts = Parts {
             runner: self.runner.clone(),
-            store: self.store.clone(),
+            results: self.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(move |backend| {
                 router(AppState {
@@ -309,6 +273,7 @@ impl Harness {
             metrics_app: metrics_router(Arc::new(registry)),
             metrics,
             fence: Default::default(),
+            storage: None,
         };
         start_with(config, self.fake.client(), tuning(), parts)
             .await
@@ -355,11 +320,14 @@ async fn startup_runs_what_is_due_and_only_that() {
     seed_ks(&h.fake, "defaulted", None, "repo", json!({}));
     seed_ks(&h.fake, "opted-out", Some("off"), "repo", json!({}));
     seed_ks(&h.fake, "finished", Some("reconcile"), "repo", json!({}));
-    h.store.put(
-        NS,
-        "finished",
-        record("main@sha1:1", RevisionState::Converged, Trigger::Webhook),
-    );
+    h.store
+        .put(
+            NS,
+            "finished",
+            record("main@sha1:1", RevisionState::Converged, Trigger::Webhook),
+        )
+        .await
+        .unwrap();
 
     let running = h.start(config(GateMode::Reconcile)).await;
     ready(&running).await;
@@ -444,7 +412,7 @@ async fn the_periodic_resync_rechecks_deferred_claims_and_nothing_else() {
     seed_ks(&h.fake, "deferred", Some("suspend"), "repo", json!({}));
     seed_ks(&h.fake, "done", Some("suspend"), "repo", json!({}));
     h.runner
-        .script("flux-system/deferred", vec![RunOutcome::Deferred]);
+        .script("flux-system/deferred", vec![GateOutcome::Deferred]);
     // A converged record with a deferred claim is what the gate writes for claims not Bound.
     let mut cfg = config(GateMode::Off);
     cfg.resync = Duration::from_millis(200);
@@ -454,17 +422,20 @@ async fn the_periodic_resync_rechecks_deferred_claims_and_nothing_else() {
     settled(&running).await;
     // The stand-in's record of a deferred run carries no deferred claim, so mark it as the
     // gate would; the next resync re-checks it.
-    h.store.put(NS, "deferred", {
-        let mut r = record("main@sha1:1", RevisionState::Converged, Trigger::Startup);
-        r.statefulsets.push(
-            serde_json::from_value(json!({
-                "namespace": "apps", "name": "web", "outcome": "deferred",
-                "deferred": [{"claim": "data-web-4", "reason": "Pending"}]
-            }))
-            .unwrap(),
-        );
-        r
-    });
+    h.store
+        .put(NS, "deferred", {
+            let mut r = record("main@sha1:1", RevisionState::Converged, Trigger::Startup);
+            r.statefulsets.push(
+                serde_json::from_value(json!({
+                    "namespace": "apps", "name": "web", "outcome": "deferred",
+                    "deferred": [{"claim": "data-web-4", "reason": "Pending"}]
+                }))
+                .unwrap(),
+            );
+            r
+        })
+        .await
+        .unwrap();
     h.fake.clear_requests();
     until(|| {
         h.runner
@@ -548,7 +519,7 @@ async fn a_refused_revision_is_not_retried_until_the_revision_or_spec_changes() 
     seed_ks(&h.fake, "a", Some("suspend"), "repo", json!({}));
     h.runner.script(
         "flux-system/a",
-        vec![RunOutcome::Done(RevisionState::Refused)],
+        vec![GateOutcome::Done(RevisionState::Refused)],
     );
     let mut cfg = config(GateMode::Off);
     cfg.resync = Duration::from_millis(100);
@@ -606,14 +577,16 @@ async fn a_refused_revision_is_not_retried_until_the_revision_or_spec_changes() 
     running.shutdown().await;
 }
 
+/// A failure waits out its backoff in the retry lane: a resync does not cut it short, but a
+/// webhook (any admitted hook, not only Flux's wedge event) runs it now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failure_is_retried_after_backoff_and_a_wedge_event_skips_it() {
+async fn a_failure_is_retried_after_backoff_and_a_webhook_runs_it_now() {
     let h = Harness::new();
     seed_git(&h.fake, "repo", "main@sha1:1");
     seed_ks(&h.fake, "a", Some("reconcile"), "repo", json!({}));
     h.runner.script(
         "flux-system/a",
-        vec![RunOutcome::Failed {
+        vec![GateOutcome::Failed {
             message: "the API server timed out".into(),
         }],
     );
@@ -621,17 +594,17 @@ async fn a_failure_is_retried_after_backoff_and_a_wedge_event_skips_it() {
     ready(&running).await;
     until(|| h.runner.calls().len() == 1).await;
     until(|| running.backend.queue.failures(&key("a")) == 1).await;
-    // The retry waits an hour (this test's backoff); an ordinary event does not cut it short.
+    // The retry waits an hour (this test's backoff); what the resync queues does not cut it.
+    running.backend.queue.push(key("a"), Trigger::Resync);
+    assert_eq!(running.backend.queue.waiting().backing_off, 1);
+    assert_eq!(h.runner.calls().len(), 1);
+    // An ordinary webhook (the source stored an artifact) does.
     running
         .backend
         .hook(&event("GitRepository", "repo", "stored artifact"));
-    assert_eq!(running.backend.queue.depth(), 1);
-    assert_eq!(h.runner.calls().len(), 1);
-    // Flux reporting the wedge does.
-    let wedge = "dry-run failed, reason: Invalid, error: StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas'";
-    running.backend.hook(&event("Kustomization", "a", wedge));
     until(|| h.runner.calls().len() == 2).await;
     settled(&running).await;
+    assert_eq!(h.runner.calls()[1].1, Trigger::Webhook);
     assert_eq!(running.backend.queue.failures(&key("a")), 0);
     running.shutdown().await;
 }
@@ -645,7 +618,7 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
     let h = Harness::new();
     seed_git(&h.fake, "repo", "main@sha1:1");
     seed_ks(&h.fake, "a", Some("reconcile"), "repo", json!({}));
-    let failed = || RunOutcome::Failed {
+    let failed = || GateOutcome::Failed {
         message: "the API server timed out".into(),
     };
     h.runner
@@ -806,12 +779,13 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
         tuning(),
         Parts {
             runner: second_runner.clone(),
-            store: h.store.clone(),
+            results: h.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
             metrics_app: axum::Router::new(),
             metrics,
             fence: Default::default(),
+            storage: None,
         },
     )
     .await
@@ -942,12 +916,7 @@ async fn flux_in(
 fn resolver(client: kube::Client) -> Resolver {
     Resolver {
         client,
-        fetcher: Fetcher::new(FetchOptions {
-            retries: 1,
-            backoff: Duration::from_millis(10),
-            ..FetchOptions::default()
-        })
-        .unwrap(),
+        fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
         kustomize: KustomizeCommand::default(),
         strict: true,
         allow_cross_namespace: true,
@@ -1002,7 +971,11 @@ async fn finished(running: &Running, revision: &str) -> RevisionRecord {
         if let Some(detail) = running.backend.kustomization(NS, "apps")
             && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
             && r.state != RevisionState::Running
-            && (r.state != RevisionState::Converged || r.flux.is_some())
+            // Converged: once the observer recorded Flux's answer (the gate closed).
+            && (r.state != RevisionState::Converged
+                || r.flux.as_ref().is_some_and(|f| {
+                    f.outcome != flux_converger::service::record::FluxOutcome::Pending
+                }))
         {
             return r.clone();
         }
@@ -1176,7 +1149,14 @@ async fn status_contract(running: &Running, revision: &str) {
     assert_eq!(last["state"], "converged");
     assert_eq!(
         keys(&last["handoff"]),
-        ["action", "at", "mode", "requestedAt", "resuspendedAt"]
+        [
+            "action",
+            "at",
+            "attempts",
+            "mode",
+            "requestedAt",
+            "resuspendedAt"
+        ]
     );
     assert_eq!(last["handoff"]["mode"], "suspend");
     assert_eq!(
@@ -1575,7 +1555,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
     // StatefulSet write below is A's.
     let b_runner = Arc::new(StandInRunner {
         fake: fake.clone(),
-        store: Arc::new(MemoryStore::default()),
+        store: Results::memory(),
         calls: Mutex::new(Vec::new()),
         script: Mutex::new(HashMap::new()),
         hold: tokio::sync::RwLock::new(()),
@@ -1587,12 +1567,13 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
         tuning_as("replica-b"),
         Parts {
             runner: b_runner.clone(),
-            store: b_runner.store.clone(),
+            results: b_runner.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
             metrics_app: axum::Router::new(),
             metrics,
             fence: Default::default(),
+            storage: None,
         },
     )
     .await

@@ -1,5 +1,5 @@
-//! What the demo's cluster looks like at a moment: the StatefulSet with its pods and claims,
-//! and the Kustomization as Flux reports it. Read straight from the fake API server's store,
+//! What the demo's cluster looks like at a moment: a StatefulSet with its pods and claims, a
+//! Kustomization as Flux reports it, the ExternalArtifact the converger publishes. Read straight from the fake API server's store,
 //! so every check in the walk is about state, not about what some component said it did.
 
 use std::collections::BTreeMap;
@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::scenario::{APP_NS, FLUX_NS, KUSTOMIZATION, STATEFULSET};
+use crate::scenario::{APP_NS, FLUX_NS, Workload};
 use crate::support::FakeApiServer;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,8 +42,8 @@ fn text(v: &Value, pointer: &str) -> String {
         .to_string()
 }
 
-pub fn app(fake: &FakeApiServer) -> App {
-    let sts = fake.get("apps/v1", "StatefulSet", Some(APP_NS), STATEFULSET);
+pub fn app(fake: &FakeApiServer, w: &Workload) -> App {
+    let sts = fake.get("apps/v1", "StatefulSet", Some(APP_NS), w.statefulset);
     let mut app = App {
         statefulset_uid: sts.as_ref().map(|s| text(s, "/metadata/uid")),
         template: sts.as_ref().map(|s| {
@@ -66,7 +66,7 @@ pub fn app(fake: &FakeApiServer) -> App {
             .unwrap_or_default(),
         ..App::default()
     };
-    let prefix = format!("{STATEFULSET}-");
+    let prefix = format!("{}-", w.statefulset);
     for pod in fake.list("v1", "Pod", Some(APP_NS)) {
         let name = text(&pod, "/metadata/name");
         if !name.starts_with(&prefix) {
@@ -86,7 +86,7 @@ pub fn app(fake: &FakeApiServer) -> App {
             },
         );
     }
-    let suffix = format!("-{STATEFULSET}-");
+    let suffix = format!("-{}-", w.statefulset);
     for pvc in fake.list("v1", "PersistentVolumeClaim", Some(APP_NS)) {
         let name = text(&pvc, "/metadata/name");
         if !name.contains(&suffix) {
@@ -116,25 +116,67 @@ pub struct Flux {
     pub message: String,
 }
 
-pub fn flux(fake: &FakeApiServer) -> Flux {
+pub fn flux(fake: &FakeApiServer, kustomization: &str) -> Flux {
     let Some(ks) = fake.get(
         "kustomize.toolkit.fluxcd.io/v1",
         "Kustomization",
         Some(FLUX_NS),
-        KUSTOMIZATION,
+        kustomization,
     ) else {
         return Flux::default();
     };
-    let ready = ks
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-        .cloned()
-        .unwrap_or(Value::Null);
+    let ready = ready(&ks);
     Flux {
         suspended: ks.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true),
         applied: text(&ks, "/status/lastAppliedRevision"),
         attempted: text(&ks, "/status/lastAttemptedRevision"),
+        ready: text(&ready, "/status"),
+        reason: text(&ready, "/reason"),
+        message: text(&ready, "/message"),
+    }
+}
+
+fn ready(object: &Value) -> Value {
+    object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// An ExternalArtifact as `flux get sources external` would show it: what it publishes
+/// (`status.artifact`) and its `Ready` condition.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct External {
+    pub revision: String,
+    pub digest: String,
+    pub url: String,
+    pub path: String,
+    pub size: Option<u64>,
+    pub last_update_time: String,
+    pub ready: String,
+    pub reason: String,
+    pub message: String,
+}
+
+pub fn external_artifact(fake: &FakeApiServer, name: &str) -> External {
+    let Some(ea) = fake.get(
+        "source.toolkit.fluxcd.io/v1",
+        "ExternalArtifact",
+        Some(FLUX_NS),
+        name,
+    ) else {
+        return External::default();
+    };
+    let ready = ready(&ea);
+    External {
+        revision: text(&ea, "/status/artifact/revision"),
+        digest: text(&ea, "/status/artifact/digest"),
+        url: text(&ea, "/status/artifact/url"),
+        path: text(&ea, "/status/artifact/path"),
+        size: ea.pointer("/status/artifact/size").and_then(Value::as_u64),
+        last_update_time: text(&ea, "/status/artifact/lastUpdateTime"),
         ready: text(&ready, "/status"),
         reason: text(&ready, "/reason"),
         message: text(&ready, "/message"),

@@ -4,8 +4,11 @@
 //! garbage collector; Flux's kinds served), stand-ins for source-controller (a local artifact
 //! server with a git-like history), kustomize-controller and notification-controller, a volume
 //! provisioner/resizer, and `serve` itself through `service::start`, as `flux-converger serve`
-//! runs it. Then it walks three revisions (applied, grown, refused), checks each step against
-//! the cluster and `/status`, prints the dashboard's URL and serves until Ctrl-C.
+//! runs it, with its artifact storage. Then it walks three revisions (applied, grown, refused)
+//! through two Kustomizations at once: `apps` behind the `suspend` gate (or `--gate reconcile`)
+//! and `cache` behind the `artifact` gate (it reads an ExternalArtifact the converger publishes
+//! only once converged). Each step is checked against the cluster and `/status`; then it prints
+//! the dashboard's URL and serves until Ctrl-C.
 //!
 //! An example and not a `demo` subcommand: the fake API server is test code (`tests/support`,
 //! built on dev-dependencies such as hyper), and it must never ship in the release binary.
@@ -22,7 +25,7 @@ mod status;
 mod volumes;
 mod walk;
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -33,14 +36,16 @@ use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::service::record::GateMode;
 use flux_converger::service::{self, Config};
+use flux_converger::storage::StorageConfig;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
 use flux_standin::{
     ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
-    kustomization,
+    external_artifact_resource, kustomization,
 };
 use progress::Progress;
-use scenario::{FLUX_NS, HMAC_KEY, KUSTOMIZATION, SOURCE};
+use scenario::{CACHE, EXTERNAL_ARTIFACT, FLUX_NS, HMAC_KEY, SOURCE, WEB};
 use support::FakeApiServer;
 
 #[derive(Parser)]
@@ -57,7 +62,8 @@ struct Args {
     /// Where `serve` answers /metrics (a port of its own, as in a cluster); loopback only.
     #[arg(long, default_value = "127.0.0.1:0")]
     metrics_addr: SocketAddr,
-    /// The hand-off the Kustomization asks for (`flux-converger.io/gate`).
+    /// The hand-off `apps` asks for (`flux-converger.io/gate`); `cache` always walks the
+    /// artifact gate.
     #[arg(long, default_value = "suspend", value_parser = parse_gate)]
     gate: GateMode,
     /// How long each step may take before it counts as not happened.
@@ -67,7 +73,9 @@ struct Args {
 
 fn parse_gate(text: &str) -> Result<GateMode, String> {
     match GateMode::parse(text) {
-        Some(GateMode::Off) | None => Err(format!("{text}: expected suspend or reconcile")),
+        Some(GateMode::Off | GateMode::Artifact) | None => Err(format!(
+            "{text}: expected suspend or reconcile (the artifact gate is walked in every run, by flux-system/cache)"
+        )),
         Some(gate) => Ok(gate),
     }
 }
@@ -132,15 +140,28 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &client,
         &kustomization(
             FLUX_NS,
-            KUSTOMIZATION,
+            WEB.kustomization,
             SOURCE,
-            "./apps",
+            WEB.path,
             Some(args.gate.as_str()),
             suspended,
         ),
     )
     .await?;
-    let _kustomize_controller = KustomizeController::start(
+    // The artifact gate: an ExternalArtifact naming the same GitRepository as its upstream (as
+    // the user declares it in git), and a Kustomization reading it.
+    create_external_artifact(&client).await?;
+    let mut cache = kustomization(
+        FLUX_NS,
+        CACHE.kustomization,
+        SOURCE,
+        CACHE.path,
+        Some(GateMode::Artifact.as_str()),
+        false,
+    );
+    cache["spec"]["sourceRef"] = json!({"kind": "ExternalArtifact", "name": EXTERNAL_ARTIFACT});
+    create_kustomization(&client, &cache).await?;
+    let kustomize_controller = KustomizeController::start(
         client.clone(),
         KustomizeOptions {
             resolver: resolver(client.clone())?,
@@ -153,13 +174,28 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         artifacts.addr
     ));
     p.did(&format!(
-        "kustomize-controller stand-in; Kustomization {FLUX_NS}/{KUSTOMIZATION} (path ./apps, flux-converger.io/gate: {}{})",
+        "kustomize-controller stand-in (following ExternalArtifacts, as with --feature-gates=ExternalArtifact=true); Kustomization {FLUX_NS}/{} (path {}, flux-converger.io/gate: {}{})",
+        WEB.kustomization,
+        WEB.path,
         args.gate,
         if suspended { ", suspended" } else { "" }
     ));
+    p.did(&format!(
+        "ExternalArtifact {FLUX_NS}/{EXTERNAL_ARTIFACT} (spec.sourceRef GitRepository {SOURCE}, no artifact yet); Kustomization {FLUX_NS}/{} (path {}, spec.sourceRef ExternalArtifact {EXTERNAL_ARTIFACT}, flux-converger.io/gate: artifact)",
+        CACHE.kustomization, CACHE.path
+    ));
 
-    // The converger, as `flux-converger serve` starts it.
-    let running = service::start(service_config(&args), client.clone())
+    // The converger, as `flux-converger serve` starts it, with its artifact storage (a
+    // directory that exists, a port chosen first so the advertised address is right).
+    let storage_dir = tempfile::tempdir().context("artifact storage directory")?;
+    let storage_addr = free_port().context("a free port for the artifact server")?;
+    let storage = StorageConfig {
+        path: Some(storage_dir.path().to_path_buf()),
+        addr: storage_addr,
+        adv_addr: storage_addr.to_string(),
+        ..StorageConfig::default()
+    };
+    let running = service::start(service_config(&args, storage), client.clone())
         .await
         .context("starting the service")?;
     let api = status::ServiceApi::new(running.addr);
@@ -169,6 +205,14 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &format!("flux-converger serve on http://{} is ready", running.addr),
         || ready.clone().err().unwrap_or_default(),
     );
+    p.check(
+        running.storage_addr == Some(storage_addr),
+        &format!(
+            "its artifact server on http://{storage_addr} (--storage-path {}, --storage-adv-addr {storage_addr})",
+            storage_dir.path().display()
+        ),
+        || format!("storage address {:?}", running.storage_addr),
+    );
     p.detail("notification-controller stand-in posts generic-hmac signed events to /hook");
 
     let world = walk::World {
@@ -177,6 +221,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         service: api.clone(),
         gate: args.gate,
         timeout: args.step_timeout,
+        flux: kustomize_controller,
     };
     if ready.is_ok() {
         walk::walk(&world, &mut p).await;
@@ -189,16 +234,18 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &format!("dashboard:  {}", api.url("/")),
         || format!("{dashboard:?}"),
     );
-    p.did(&format!(
-        "status:     curl {}",
-        api.url(&format!("/status/{FLUX_NS}/{KUSTOMIZATION}"))
-    ));
+    for ks in [WEB.kustomization, CACHE.kustomization] {
+        p.did(&format!(
+            "status:     curl {}",
+            api.url(&format!("/status/{FLUX_NS}/{ks}"))
+        ));
+    }
     p.did(&format!(
         "metrics:    curl http://{}/metrics",
         running.metrics_addr
     ));
     p.did(&format!(
-        "cluster:    kubectl --kubeconfig {} get statefulsets,pods,pvc,kustomizations -A",
+        "cluster:    kubectl --kubeconfig {} get statefulsets,pods,pvc,kustomizations,externalartifacts -A",
         served.kubeconfig.display()
     ));
     let failures = p.failures().to_vec();
@@ -234,9 +281,36 @@ fn resolver(client: kube::Client) -> anyhow::Result<Resolver> {
     })
 }
 
+/// A loopback port free now (bound, read, released), so `--storage-adv-addr` can name it.
+fn free_port() -> std::io::Result<SocketAddr> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+/// The ExternalArtifact `cache`, as the user declares it in git: its upstream is the demo's
+/// GitRepository; its status is the converger's to write.
+async fn create_external_artifact(client: &kube::Client) -> anyhow::Result<()> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), FLUX_NS, &external_artifact_resource());
+    let object = json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
+        "metadata": {"name": EXTERNAL_ARTIFACT, "namespace": FLUX_NS},
+        "spec": {"sourceRef": {"apiVersion": "source.toolkit.fluxcd.io/v1",
+                               "kind": "GitRepository", "name": SOURCE}},
+    });
+    api.patch(
+        EXTERNAL_ARTIFACT,
+        &PatchParams::apply("flux").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .with_context(|| format!("creating ExternalArtifact {FLUX_NS}/{EXTERNAL_ARTIFACT}"))?;
+    Ok(())
+}
+
 /// What `flux-converger serve` would build from its flags for this cluster: the defaults,
-/// but the webhook key, loopback ports, one replica (no leader election) and short waits.
-fn service_config(args: &Args) -> Config {
+/// but the webhook key, loopback ports, one replica (no leader election), short waits and
+/// the artifact storage.
+fn service_config(args: &Args, storage: StorageConfig) -> Config {
     Config {
         listen: args.listen,
         metrics_addr: args.metrics_addr,
@@ -247,6 +321,7 @@ fn service_config(args: &Args) -> Config {
         hook_min_interval: Duration::from_secs(10),
         default_gate: GateMode::Off,
         watch_label_selector: None,
+        leader_election_id: "flux-converger".into(),
         workers: 2,
         resync: Duration::from_secs(30),
         handoff_timeout: args.step_timeout,
@@ -257,6 +332,7 @@ fn service_config(args: &Args) -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(10),
         fetch: Default::default(),
+        storage,
     }
 }
 

@@ -34,6 +34,11 @@ impl Progress {
         println!("{}", self.paint("1", title));
     }
 
+    /// A part of a section (one Kustomization of the revision).
+    pub fn sub(&self, title: &str) {
+        println!(" {} {}", self.paint("1", "▸"), self.paint("1", title));
+    }
+
     /// Something that was done (published, posted), with no check behind it.
     pub fn did(&self, text: &str) {
         println!("  {} {text}", self.paint("36", "→"));

@@ -1,15 +1,44 @@
-//! The git history the demo publishes: one StatefulSet whose volume grows, then shrinks.
-//! Pure data, so what the walk expects at each revision is written next to what it publishes.
+//! The git history the demo publishes: two StatefulSets whose volumes grow, then shrink, each
+//! deployed by its own Kustomization behind its own gate. Pure data, so what the walk expects
+//! at each revision is written next to what it publishes.
 
 /// The namespace Flux and the converger live in.
 pub const FLUX_NS: &str = "flux-system";
 pub const SOURCE: &str = "demo";
 pub const KUSTOMIZATION: &str = "apps";
-/// Where the StatefulSet runs.
+/// The Kustomization behind the artifact gate, and the ExternalArtifact it reads.
+pub const ARTIFACT_KUSTOMIZATION: &str = "cache";
+pub const EXTERNAL_ARTIFACT: &str = "cache";
+/// Where the StatefulSets run.
 pub const APP_NS: &str = "default";
-pub const STATEFULSET: &str = "web";
 pub const TEMPLATE: &str = "data";
-pub const REPLICAS: usize = 3;
+
+/// One StatefulSet of the repository and the Kustomization that deploys it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Workload {
+    pub statefulset: &'static str,
+    pub replicas: usize,
+    pub kustomization: &'static str,
+    /// The Kustomization's `spec.path`.
+    pub path: &'static str,
+}
+
+/// `web`, under `./apps`, deployed by `apps` (gate `suspend`, or `--gate`).
+pub const WEB: Workload = Workload {
+    statefulset: "web",
+    replicas: 3,
+    kustomization: KUSTOMIZATION,
+    path: "./apps",
+};
+
+/// `cache`, under `./cache`, deployed by `cache` (gate `artifact`, through the ExternalArtifact
+/// `cache` whose upstream is the same GitRepository).
+pub const CACHE: Workload = Workload {
+    statefulset: "cache",
+    replicas: 2,
+    kustomization: ARTIFACT_KUSTOMIZATION,
+    path: "./cache",
+};
 /// The webhook key (the `token` of notification-controller's Provider secret).
 pub const HMAC_KEY: &[u8] = b"demo-webhook-key";
 
@@ -32,28 +61,30 @@ pub struct Revision {
 
 pub const HISTORY: [Revision; 3] = [
     Revision {
-        message: "web: 3 replicas with a 1Gi data volume",
+        message: "web and cache: 3 and 2 replicas with a 1Gi data volume",
         size: "1Gi",
         expect: Expect::Applied,
     },
     Revision {
-        message: "web: grow the data volume to 2Gi",
+        message: "web and cache: grow the data volumes to 2Gi",
         size: "2Gi",
         expect: Expect::Grown,
     },
     Revision {
-        message: "web: shrink the data volume back to 1Gi",
+        message: "web and cache: shrink the data volumes back to 1Gi",
         size: "1Gi",
         expect: Expect::Refused,
     },
 ];
 
-/// The repository tree at a revision: `apps/` with the StatefulSet and its page, no
-/// kustomization.yaml (kustomize-controller generates one, as for most Flux repos).
+/// The repository tree at a revision: `apps/` with `web` and its page, `cache/` with `cache`,
+/// both at `size`, no kustomization.yaml (kustomize-controller generates one, as for most Flux
+/// repos).
 pub fn tree(size: &str) -> Vec<(&'static str, String)> {
     vec![
         ("apps/web/page.yaml", PAGE.to_string()),
-        ("apps/web/statefulset.yaml", statefulset(size)),
+        ("apps/web/statefulset.yaml", statefulset(&WEB, size)),
+        ("cache/statefulset.yaml", statefulset(&CACHE, size)),
         ("README.md", "# demo fleet repository\n".to_string()),
     ]
 }
@@ -67,31 +98,39 @@ data:
   index.html: <h1>served from a volume that grows without a restart</h1>
 ";
 
-fn statefulset(size: &str) -> String {
+fn statefulset(w: &Workload, size: &str) -> String {
+    let name = w.statefulset;
+    let replicas = w.replicas;
+    // `web` serves a page from a ConfigMap; `cache` is only its volume.
+    let (page_mount, page_volume) = if name == WEB.statefulset {
+        (
+            "\n        - {name: page, mountPath: /etc/page}",
+            "\n      volumes:\n      - {name: page, configMap: {name: web-page}}",
+        )
+    } else {
+        ("", "")
+    };
     format!(
         "apiVersion: apps/v1
 kind: StatefulSet
 metadata:
-  name: {STATEFULSET}
+  name: {name}
   namespace: {APP_NS}
 spec:
-  serviceName: web
-  replicas: {REPLICAS}
+  serviceName: {name}
+  replicas: {replicas}
   podManagementPolicy: Parallel
   selector:
-    matchLabels: {{app: web}}
+    matchLabels: {{app: {name}}}
   template:
     metadata:
-      labels: {{app: web}}
+      labels: {{app: {name}}}
     spec:
       containers:
       - name: nginx
         image: nginx:1.27
         volumeMounts:
-        - {{name: {TEMPLATE}, mountPath: /usr/share/nginx/html}}
-        - {{name: page, mountPath: /etc/page}}
-      volumes:
-      - {{name: page, configMap: {{name: web-page}}}}
+        - {{name: {TEMPLATE}, mountPath: /usr/share/nginx/html}}{page_mount}{page_volume}
   volumeClaimTemplates:
   - metadata: {{name: {TEMPLATE}}}
     spec:
@@ -103,8 +142,8 @@ spec:
 }
 
 /// `data-web-0`, `data-web-1`, ...
-pub fn claims() -> Vec<String> {
-    (0..REPLICAS)
-        .map(|i| format!("{TEMPLATE}-{STATEFULSET}-{i}"))
+pub fn claims(w: &Workload) -> Vec<String> {
+    (0..w.replicas)
+        .map(|i| format!("{TEMPLATE}-{}-{i}", w.statefulset))
         .collect()
 }

@@ -83,6 +83,33 @@ impl ServiceApi {
             .map_err(|e| format!("/status/{namespace}/{name} revisions: {e}"))
     }
 
+    /// Waits until the record of `revision` satisfies `pred`; its last version (or why there
+    /// is none) otherwise.
+    pub async fn record_until(
+        &self,
+        namespace: &str,
+        name: &str,
+        revision: &str,
+        timeout: Duration,
+        pred: impl Fn(&RevisionRecord) -> bool,
+    ) -> Result<RevisionRecord, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let history = self.history(namespace, name).await?;
+            let record = history.into_iter().find(|r| r.revision == revision);
+            match record {
+                Some(r) if pred(&r) => return Ok(r),
+                Some(r) if Instant::now() >= deadline => {
+                    return Err(format!("after {timeout:?}: {r:?}"));
+                }
+                None if Instant::now() >= deadline => {
+                    return Err(format!("no record of {revision} after {timeout:?}"));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
     /// Waits for the service's finished record of `revision` (any state but `running`).
     pub async fn finished(
         &self,

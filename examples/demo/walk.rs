@@ -1,5 +1,7 @@
 //! The walk through the revisions: publish, announce, let the converger and Flux do their
-//! jobs, then check what each was supposed to do against the cluster and `/status`.
+//! jobs, then check what each was supposed to do against the cluster and `/status`. Each
+//! revision goes through both Kustomizations at once (`apps` behind `--gate`, `cache` behind
+//! the artifact gate); the checks then read them one after the other.
 
 use std::time::Duration;
 
@@ -9,37 +11,112 @@ use flux_converger::service::record::{
 };
 
 use crate::cluster::{self, App};
-use crate::flux_standin::{GitSource, Published, post_event};
+use crate::flux_standin::flux_archive::sha256;
+use crate::flux_standin::{
+    GitSource, KUSTOMIZE_MANAGER, KustomizeController, Published, post_event,
+};
 use crate::progress::Progress;
 use crate::scenario::{
-    APP_NS, Expect, FLUX_NS, HISTORY, HMAC_KEY, KUSTOMIZATION, REPLICAS, Revision, STATEFULSET,
-    TEMPLATE, claims, tree,
+    APP_NS, CACHE, EXTERNAL_ARTIFACT, Expect, FLUX_NS, HISTORY, HMAC_KEY, Revision, SOURCE,
+    TEMPLATE, WEB, Workload, claims, tree,
 };
 use crate::status::ServiceApi;
-use crate::support::{FakeApiServer, Method};
+use crate::support::{FakeApiServer, Method, RequestRecord};
 
 pub struct World {
     pub fake: FakeApiServer,
     pub source: GitSource,
     pub service: ServiceApi,
+    /// The gate of `apps` (`--gate`); `cache` is always behind the artifact gate.
     pub gate: GateMode,
     pub timeout: Duration,
+    /// The kustomize-controller stand-in, whose log says what Flux attempted.
+    pub flux: KustomizeController,
+}
+
+/// One Kustomization the walk follows: the StatefulSet it deploys and its gate.
+#[derive(Clone, Copy)]
+struct Target {
+    w: Workload,
+    gate: GateMode,
+}
+
+impl Target {
+    fn kustomization(&self) -> &'static str {
+        self.w.kustomization
+    }
+
+    fn statefulset(&self) -> &'static str {
+        self.w.statefulset
+    }
 }
 
 pub async fn walk(w: &World, p: &mut Progress) {
-    let mut before = App::default();
+    let targets = [
+        Target {
+            w: WEB,
+            gate: w.gate,
+        },
+        Target {
+            w: CACHE,
+            gate: GateMode::Artifact,
+        },
+    ];
+    let mut before = [App::default(), App::default()];
     for (i, revision) in HISTORY.iter().enumerate() {
         p.section(&format!("revision {}: {}", i + 1, revision.message));
         let mark = w.fake.requests().last().map_or(0, |r| r.id);
-        let Some((published, record)) = publish_and_wait(w, p, revision).await else {
+        let previous = w.source.history().last().cloned();
+        let Some(published) = publish(w, p, revision).await else {
             return;
         };
-        describe(p, &record);
-        before = match revision.expect {
-            Expect::Applied => applied(w, p, &published, &record).await,
-            Expect::Grown => grown(w, p, &published, &record, &before).await,
-            Expect::Refused => refused(w, p, &published, &record, &before, mark).await,
-        };
+        for (t, before) in targets.iter().zip(before.iter_mut()) {
+            p.sub(&heading(t));
+            let record = match w
+                .service
+                .finished(FLUX_NS, t.kustomization(), &published.revision, w.timeout)
+                .await
+            {
+                Ok(record) => record,
+                Err(e) => {
+                    p.fail(
+                        &format!(
+                            "the converger finished the revision of {FLUX_NS}/{} (GET /status)",
+                            t.kustomization()
+                        ),
+                        e,
+                    );
+                    return;
+                }
+            };
+            describe(p, &record);
+            *before = match revision.expect {
+                Expect::Applied => applied(w, p, t, &published, &record, mark).await,
+                Expect::Grown => grown(w, p, t, &published, &record, before, mark).await,
+                Expect::Refused => {
+                    refused(w, p, t, &published, previous.as_ref(), &record, before).await
+                }
+            };
+        }
+        if revision.expect == Expect::Refused {
+            let writes: Vec<String> = w
+                .fake
+                .writes()
+                .into_iter()
+                .filter(|r| r.id > mark)
+                .filter(|r| {
+                    ["/statefulsets", "/persistentvolumeclaims", "/pods"]
+                        .iter()
+                        .any(|k| r.path.contains(k))
+                })
+                .map(|r| format!("{} {}", r.method, r.path))
+                .collect();
+            p.check(
+                writes.is_empty(),
+                "no write reached a StatefulSet, a claim or a pod since the revision was published",
+                || writes.join(", "),
+            );
+        }
     }
     p.section("never deleted");
     let deletes: Vec<String> = w
@@ -57,12 +134,23 @@ pub async fn walk(w: &World, p: &mut Progress) {
     );
 }
 
-/// Publishes `revision`, posts notification-controller's hook, waits for the service's record.
-async fn publish_and_wait(
-    w: &World,
-    p: &mut Progress,
-    revision: &Revision,
-) -> Option<(Published, RevisionRecord)> {
+fn heading(t: &Target) -> String {
+    match t.gate {
+        GateMode::Artifact => format!(
+            "artifact gate: Kustomization {FLUX_NS}/{} reads ExternalArtifact {FLUX_NS}/{EXTERNAL_ARTIFACT} (upstream GitRepository {FLUX_NS}/{SOURCE}), StatefulSet {APP_NS}/{}",
+            t.kustomization(),
+            t.statefulset()
+        ),
+        gate => format!(
+            "{gate} gate: Kustomization {FLUX_NS}/{} reads GitRepository {FLUX_NS}/{SOURCE}, StatefulSet {APP_NS}/{}",
+            t.kustomization(),
+            t.statefulset()
+        ),
+    }
+}
+
+/// Publishes `revision` and posts notification-controller's hook.
+async fn publish(w: &World, p: &mut Progress, revision: &Revision) -> Option<Published> {
     let files = tree(revision.size);
     let files: Vec<(&str, &str)> = files.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let published = match w.source.publish(revision.message, &files).await {
@@ -85,9 +173,13 @@ async fn publish_and_wait(
     };
     match post_event(&w.service.url("/hook"), HMAC_KEY, &event).await {
         Ok(d) => {
+            let queued = |ks: &str| d.body.contains(&format!("{FLUX_NS}/{ks}"));
             p.check(
+                // The hook queues what reads the GitRepository: `apps`, and `cache` through
+                // its ExternalArtifact's upstream.
                 (200..300).contains(&d.status)
-                    && d.body.contains(&format!("{FLUX_NS}/{KUSTOMIZATION}")),
+                    && queued(WEB.kustomization)
+                    && queued(CACHE.kustomization),
                 &format!(
                     "notification-controller's signed NewArtifact hook was accepted: {} {}",
                     d.status,
@@ -98,17 +190,7 @@ async fn publish_and_wait(
         }
         Err(e) => p.fail("notification-controller posted the hook", e.to_string()),
     }
-    match w
-        .service
-        .finished(FLUX_NS, KUSTOMIZATION, &published.revision, w.timeout)
-        .await
-    {
-        Ok(record) => Some((published, record)),
-        Err(e) => {
-            p.fail("the converger finished the revision (GET /status)", e);
-            None
-        }
-    }
+    Some(published)
 }
 
 /// What the converger decided, as `/status` reports it.
@@ -193,22 +275,199 @@ fn short(uid: &str) -> &str {
     &uid[..uid.len().min(8)]
 }
 
-async fn flux_applied(w: &World, p: &mut Progress, published: &Published, record: &RevisionRecord) {
+/// `main@sha1:0123abcd`: a revision short enough for a line.
+fn short_rev(revision: &str) -> String {
+    match revision.split_once(':') {
+        Some((head, hex)) => format!("{head}:{}", &hex[..hex.len().min(8)]),
+        None => revision.to_string(),
+    }
+}
+
+/// Writes (not dry runs) since `mark` to `t`'s StatefulSet or its claims, by `who`
+/// (`Some(manager)`: that field manager only; `None`: anyone but kustomize-controller).
+fn workload_writes(w: &World, t: &Target, mark: u64, who: Option<&str>) -> Vec<RequestRecord> {
+    let sts = format!("/statefulsets/{}", t.statefulset());
+    let claims = format!("/persistentvolumeclaims/{TEMPLATE}-{}-", t.statefulset());
+    w.fake
+        .writes()
+        .into_iter()
+        .filter(|r| r.id > mark && (r.path.ends_with(&sts) || r.path.contains(&claims)))
+        .filter(|r| match who {
+            Some(manager) => r.field_manager.as_deref() == Some(manager),
+            None => r.field_manager.as_deref() != Some(KUSTOMIZE_MANAGER),
+        })
+        .collect()
+}
+
+/// The converged revision goes to Flux: the gate's hand-off, then Flux applying it.
+async fn handed_off(
+    w: &World,
+    p: &mut Progress,
+    t: &Target,
+    published: &Published,
+    record: &RevisionRecord,
+    mark: u64,
+) {
+    if t.gate != GateMode::Artifact {
+        flux_applied(w, p, t, published).await;
+        return;
+    }
+    artifact_published(w, p, t, published, record, mark).await;
+    flux_applied(w, p, t, published).await;
+    // Flux can only ever apply what was published: it read the artifact after the publish.
+    let at = |s: &str| s.parse::<jiff::Timestamp>().ok();
+    let published_at = record.handoff.as_ref().and_then(|h| at(&h.at));
+    let attempts: Vec<_> = w
+        .flux
+        .reconciled()
+        .into_iter()
+        .filter(|r| r.name == t.kustomization() && r.revision == published.revision)
+        .collect();
     p.check(
-        record.flux.as_ref().is_some_and(|f| {
+        published_at.is_some()
+            && !attempts.is_empty()
+            && attempts.iter().all(|r| at(&r.at) >= published_at),
+        &format!(
+            "kustomize-controller read the revision only after the publish ({} attempt(s), the first at {})",
+            attempts.len(),
+            attempts.first().map(|r| r.at.as_str()).unwrap_or_default()
+        ),
+        || format!("published at {published_at:?}, attempts {attempts:?}"),
+    );
+}
+
+/// The artifact gate's publish, as the ExternalArtifact, the artifact server and the request
+/// log show it. The id of the publishing status write, if there was one.
+async fn artifact_published(
+    w: &World,
+    p: &mut Progress,
+    t: &Target,
+    published: &Published,
+    record: &RevisionRecord,
+    mark: u64,
+) {
+    let handoff = record.handoff.as_ref();
+    p.check(
+        handoff.is_some_and(|h| h.mode == GateMode::Artifact && h.action == "published"),
+        &format!(
+            "the converger's record says converged, then published (handoff: artifact, published at {})",
+            handoff.map(|h| h.at.as_str()).unwrap_or_default()
+        ),
+        || format!("{handoff:?}"),
+    );
+    let seen = cluster::until(
+        w.timeout,
+        || cluster::external_artifact(&w.fake, EXTERNAL_ARTIFACT),
+        |a| a.revision == published.revision && a.ready == "True",
+    )
+    .await;
+    let ok = seen.is_ok();
+    let a = seen.unwrap_or_else(|a| a);
+    p.check(
+        ok && a.digest == published.digest
+            && a.size == Some(published.size)
+            && a.reason == "Succeeded"
+            && a.message == format!("stored artifact for converged revision '{}'", published.revision),
+        &format!(
+            "ExternalArtifact {FLUX_NS}/{EXTERNAL_ARTIFACT} publishes it: status.artifact.revision {}, the upstream's digest, Ready=True {} \"{}\"",
+            short_rev(&a.revision),
+            a.reason,
+            a.message
+        ),
+        || format!("{a:?}"),
+    );
+    let served = fetch(&a.url).await;
+    p.check(
+        matches!(&served, Ok(bytes) if sha256(bytes) == published.digest),
+        &format!(
+            "the converger's artifact server serves the same bytes: GET {} → {} bytes, {}",
+            a.url,
+            served.as_ref().map_or(0, Vec::len),
+            served.as_ref().map(|b| sha256(b)).unwrap_or_default()
+        ),
+        || match &served {
+            Ok(bytes) => format!(
+                "{} bytes, {} (expected {})",
+                bytes.len(),
+                sha256(bytes),
+                published.digest
+            ),
+            Err(e) => e.clone(),
+        },
+    );
+    // The request log: the publish (the last status write of the ExternalArtifact) came after
+    // every write of the converge.
+    let status_path = format!("/externalartifacts/{EXTERNAL_ARTIFACT}/status");
+    let publish_id = w
+        .fake
+        .writes()
+        .into_iter()
+        .filter(|r| r.id > mark && r.path.ends_with(&status_path))
+        .map(|r| r.id)
+        .next_back();
+    let converge = workload_writes(w, t, mark, None);
+    let last = converge.last().map(|r| r.id);
+    p.check(
+        publish_id.is_some() && last < publish_id,
+        &match last {
+            Some(last) => format!(
+                "published after the converge: the ExternalArtifact's status write (request #{}) came after the converger grew the claims and orphan-deleted StatefulSet {APP_NS}/{} ({} writes, last #{last})",
+                publish_id.unwrap_or_default(),
+                t.statefulset(),
+                converge.len()
+            ),
+            None => format!(
+                "published (request #{}) with nothing to converge first",
+                publish_id.unwrap_or_default()
+            ),
+        },
+        || format!("publish request {publish_id:?}, converge writes {converge:?}"),
+    );
+}
+
+async fn fetch(url: &str) -> Result<Vec<u8>, String> {
+    let r = reqwest::get(url).await.map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(format!("GET {url}: {}", r.status()));
+    }
+    Ok(r.bytes().await.map_err(|e| e.to_string())?.to_vec())
+}
+
+async fn flux_applied(w: &World, p: &mut Progress, t: &Target, published: &Published) {
+    // Flux's verdict is added to the record when the converger sees it.
+    let seen = w
+        .service
+        .record_until(
+            FLUX_NS,
+            t.kustomization(),
+            &published.revision,
+            w.timeout,
+            |r| {
+                r.flux
+                    .as_ref()
+                    .is_some_and(|f| f.outcome != FluxOutcome::Pending)
+            },
+        )
+        .await;
+    let flux = seen.as_ref().ok().and_then(|r| r.flux.clone());
+    p.check(
+        flux.as_ref().is_some_and(|f| {
             f.outcome == FluxOutcome::Applied
                 && f.applied_revision.as_deref() == Some(published.revision.as_str())
         }),
         "the converger saw Flux apply the revision",
-        || format!("{:?}", record.flux),
+        || match &seen {
+            Ok(r) => format!("{:?}", r.flux),
+            Err(e) => e.clone(),
+        },
     );
     let flux = cluster::until(
         w.timeout,
-        || cluster::flux(&w.fake),
+        || cluster::flux(&w.fake, t.kustomization()),
         |f| {
             f.applied == published.revision
                 && f.ready == "True"
-                && (w.gate != GateMode::Suspend || f.suspended)
+                && (t.gate != GateMode::Suspend || f.suspended)
         },
     )
     .await;
@@ -227,7 +486,7 @@ async fn flux_applied(w: &World, p: &mut Progress, published: &Published, record
             )
         },
     );
-    if w.gate == GateMode::Suspend {
+    if t.gate == GateMode::Suspend {
         p.check(
             f.suspended,
             "the Kustomization is suspended again (strict gate)",
@@ -239,23 +498,30 @@ async fn flux_applied(w: &World, p: &mut Progress, published: &Published, record
 async fn applied(
     w: &World,
     p: &mut Progress,
+    t: &Target,
     published: &Published,
     record: &RevisionRecord,
+    mark: u64,
 ) -> App {
     p.check(
         record.state == RevisionState::Converged,
-        "the converger had nothing to grow and handed the revision to Flux",
+        if t.gate == GateMode::Artifact {
+            "the converger had nothing to grow: the revision is converged"
+        } else {
+            "the converger had nothing to grow and handed the revision to Flux"
+        },
         || format!("state {}", record.state.as_str()),
     );
-    flux_applied(w, p, published, record).await;
+    handed_off(w, p, t, published, record, mark).await;
+    let replicas = t.w.replicas;
     let settled = cluster::until(
         w.timeout,
-        || cluster::app(&w.fake),
+        || cluster::app(&w.fake, &t.w),
         |a| {
             a.template.as_deref() == Some("1Gi")
-                && a.pods.len() == REPLICAS
+                && a.pods.len() == replicas
                 && a.pods.values().all(|pod| pod.phase == "Running")
-                && a.claims.len() == REPLICAS
+                && a.claims.len() == replicas
                 && a.claims.values().all(|c| c.phase == "Bound")
         },
     )
@@ -263,9 +529,10 @@ async fn applied(
     let ok = settled.is_ok();
     let app = settled.unwrap_or_else(|a| a);
     p.check(
-        ok && app.appliers == ["kustomize-controller"],
+        ok && app.appliers == [KUSTOMIZE_MANAGER],
         &format!(
-            "StatefulSet {APP_NS}/{STATEFULSET} created by kustomize-controller (uid {}), {REPLICAS} pods Running, {REPLICAS} claims Bound at 1Gi",
+            "StatefulSet {APP_NS}/{} created by kustomize-controller (uid {}), {replicas} pods Running, {replicas} claims Bound at 1Gi",
+            t.statefulset(),
             short(app.statefulset_uid.as_deref().unwrap_or_default())
         ),
         || format!("{app:?}"),
@@ -279,9 +546,11 @@ async fn applied(
 async fn grown(
     w: &World,
     p: &mut Progress,
+    t: &Target,
     published: &Published,
     record: &RevisionRecord,
     before: &App,
+    mark: u64,
 ) -> App {
     p.check(
         record.state == RevisionState::Converged,
@@ -291,7 +560,7 @@ async fn grown(
     let entry = record
         .statefulsets
         .iter()
-        .find(|e| e.namespace == APP_NS && e.name == STATEFULSET);
+        .find(|e| e.namespace == APP_NS && e.name == t.statefulset());
     let decided = entry.is_some_and(|e| {
         e.outcome == StatefulSetOutcome::Converged
             && e.templates
@@ -308,13 +577,13 @@ async fn grown(
         .unwrap_or_default();
     recorded.sort();
     p.check(
-        recorded == claims(),
-        &format!("it grew the claims {}", claims().join(", ")),
+        recorded == claims(&t.w),
+        &format!("it grew the claims {}", claims(&t.w).join(", ")),
         || format!("recorded {recorded:?}"),
     );
     let settled = cluster::until(
         w.timeout,
-        || cluster::app(&w.fake),
+        || cluster::app(&w.fake, &t.w),
         |a| {
             a.claims
                 .values()
@@ -360,7 +629,7 @@ async fn grown(
             )
         },
     );
-    let kept = app.pods.len() == REPLICAS
+    let kept = app.pods.len() == t.w.replicas
         && app.pods.iter().all(|(name, pod)| {
             before.pods.get(name).is_some_and(|b| b.uid == pod.uid)
                 && pod.owner_uid.as_deref() == Some(new_uid.as_str())
@@ -371,22 +640,23 @@ async fn grown(
         "its pods were kept: same uids, Running, adopted by the new StatefulSet (nothing restarted)",
         || format!("before {:?}, after {:?}", before.pods, app.pods),
     );
-    flux_applied(w, p, published, record).await;
+    handed_off(w, p, t, published, record, mark).await;
     app
 }
 
 async fn refused(
     w: &World,
     p: &mut Progress,
+    t: &Target,
     published: &Published,
+    previous: Option<&Published>,
     record: &RevisionRecord,
     before: &App,
-    mark: u64,
 ) -> App {
     let entry = record
         .statefulsets
         .iter()
-        .find(|e| e.namespace == APP_NS && e.name == STATEFULSET);
+        .find(|e| e.namespace == APP_NS && e.name == t.statefulset());
     let refusal = entry.and_then(|e| e.refusal.as_ref());
     p.check(
         record.state == RevisionState::Refused && refusal.is_some_and(|r| r.code == "shrink"),
@@ -400,11 +670,15 @@ async fn refused(
     );
     p.check(
         record.handoff.is_none(),
-        "it did not hand the revision to Flux",
+        if t.gate == GateMode::Artifact {
+            "it did not publish the revision (no hand-off in the record)"
+        } else {
+            "it did not hand the revision to Flux"
+        },
         || format!("{:?}", record.handoff),
     );
-    let f = cluster::flux(&w.fake);
-    match w.gate {
+    let f = cluster::flux(&w.fake, t.kustomization());
+    match t.gate {
         GateMode::Suspend => {
             p.check(
                 f.suspended && f.attempted != published.revision && f.applied != published.revision,
@@ -412,11 +686,12 @@ async fn refused(
                 || format!("{f:?}"),
             );
         }
+        GateMode::Artifact => not_published(w, p, t, published, previous).await,
         _ => {
             // Not gated: Flux tries the revision on its own, and the API server refuses it.
             let tried = cluster::until(
                 w.timeout,
-                || cluster::flux(&w.fake),
+                || cluster::flux(&w.fake, t.kustomization()),
                 |f| f.attempted == published.revision && f.ready == "False",
             )
             .await;
@@ -432,28 +707,87 @@ async fn refused(
             );
         }
     }
-    let writes: Vec<String> = w
-        .fake
-        .writes()
-        .into_iter()
-        .filter(|r| r.id > mark)
-        .filter(|r| {
-            ["/statefulsets", "/persistentvolumeclaims", "/pods"]
-                .iter()
-                .any(|k| r.path.contains(k))
-        })
-        .map(|r| format!("{} {}", r.method, r.path))
-        .collect();
-    p.check(
-        writes.is_empty(),
-        "no write reached the StatefulSet, its claims or its pods since the revision was published",
-        || writes.join(", "),
-    );
-    let app = cluster::app(&w.fake);
+    let app = cluster::app(&w.fake, &t.w);
     p.check(
         app == *before,
-        "nothing was written: same StatefulSet, same pods, claims still 2Gi",
+        &format!(
+            "nothing was written: same StatefulSet {APP_NS}/{}, same pods, claims still 2Gi",
+            t.statefulset()
+        ),
         || format!("before {before:?}, after {app:?}"),
     );
     app
+}
+
+/// The artifact gate on a refused revision: the ExternalArtifact keeps the last converged
+/// revision and says why in `Ready=False`; Flux never sees the refused one.
+async fn not_published(
+    w: &World,
+    p: &mut Progress,
+    t: &Target,
+    published: &Published,
+    previous: Option<&Published>,
+) {
+    let Some(previous) = previous else {
+        p.fail(
+            "the ExternalArtifact keeps the previous revision",
+            "no previous revision".into(),
+        );
+        return;
+    };
+    let named = format!("StatefulSet {APP_NS}/{} refused (shrink)", t.statefulset());
+    let seen = cluster::until(
+        w.timeout,
+        || cluster::external_artifact(&w.fake, EXTERNAL_ARTIFACT),
+        |a| a.ready == "False",
+    )
+    .await;
+    let ok = seen.is_ok();
+    let a = seen.unwrap_or_else(|a| a);
+    p.check(
+        ok && a.revision == previous.revision
+            && a.digest == previous.digest
+            && a.reason == "ConvergeRefused"
+            && a.message.contains(&published.revision)
+            && a.message.contains(&named),
+        &format!(
+            "not published: ExternalArtifact {FLUX_NS}/{EXTERNAL_ARTIFACT} keeps {} (the last converged revision) in status.artifact, Ready=False {} \"{}\"",
+            short_rev(&a.revision),
+            a.reason,
+            a.message
+        ),
+        || format!("{a:?}"),
+    );
+    let served = fetch(&a.url).await;
+    p.check(
+        matches!(&served, Ok(bytes) if sha256(bytes) == previous.digest),
+        &format!(
+            "Flux's fetch still gets {}'s bytes from the converger's artifact server",
+            short_rev(&previous.revision)
+        ),
+        || match &served {
+            Ok(bytes) => format!("{} (expected {})", sha256(bytes), previous.digest),
+            Err(e) => e.clone(),
+        },
+    );
+    let f = cluster::flux(&w.fake, t.kustomization());
+    let attempts: Vec<String> = w
+        .flux
+        .reconciled()
+        .into_iter()
+        .filter(|r| r.name == t.kustomization() && r.revision == published.revision)
+        .map(|r| format!("{r:?}"))
+        .collect();
+    p.check(
+        f.attempted == previous.revision
+            && f.applied == previous.revision
+            && f.ready == "True"
+            && attempts.is_empty(),
+        &format!(
+            "Flux never attempted it: Kustomization {FLUX_NS}/{} stays at {} (lastAttemptedRevision and lastAppliedRevision, Ready=True), no attempt in kustomize-controller's log",
+            t.kustomization(),
+            short_rev(&f.attempted)
+        ),
+        || format!("{f:?}, attempts {attempts:?}"),
+    );
 }

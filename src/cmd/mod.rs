@@ -107,7 +107,7 @@ impl KubeArgs {
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         use anyhow::Context as _;
         let config = self.config().await?;
-        kube::Client::try_from(config).context("cannot build a Kubernetes client")
+        flux_converger::wire::kube_client(config).context("cannot build a Kubernetes client")
     }
 }
 

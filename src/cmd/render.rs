@@ -57,7 +57,8 @@ pub struct Args {
     /// Refuse a sourceRef in another namespace, like kustomize-controller's flag of that name.
     #[arg(long)]
     no_cross_namespace_refs: bool,
-    /// Retries of an artifact download on connection errors and 5xx.
+    /// Retries of an artifact download on connection errors and 5xx (`serve` makes one
+    /// attempt and retries through its queue).
     #[arg(long, value_name = "N", default_value_t = 4)]
     fetch_retries: u32,
     #[command(flatten)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::ValueEnum;
 use flux_converger::flux::render::{DEFAULT_KUSTOMIZE, KustomizeCommand};
+use flux_converger::service::leader::{check_election_id, default_election_id};
 use flux_converger::service::record::GateMode;
 use flux_converger::service::{self, Config};
 
@@ -72,6 +73,11 @@ pub struct Args {
         env = "FLUX_CONVERGER_WATCH_LABEL_SELECTOR"
     )]
     watch_label_selector: Option<String>,
+    /// The Lease `--leader-elect` contends for (Flux's flag), and a shard's label on its
+    /// results and intents. Default: `flux-converger`, or with `--watch-label-selector`
+    /// `flux-converger-<first 8 hex digits of sha256(selector)>`, so each shard leads on its own.
+    #[arg(long, value_name = "NAME", env = "FLUX_CONVERGER_LEADER_ELECTION_ID")]
+    leader_election_id: Option<String>,
     /// Revisions handled at once (one per Kustomization at a time).
     #[arg(long, default_value_t = 2, env = "FLUX_CONVERGER_WORKERS")]
     workers: usize,
@@ -107,6 +113,34 @@ pub struct Args {
     /// The kustomize build command.
     #[arg(long, value_name = "CMD", default_value = DEFAULT_KUSTOMIZE, env = "FLUX_CONVERGER_KUSTOMIZE")]
     kustomize: String,
+    /// The artifact server's listen address (source-controller's `--storage-addr`): Flux
+    /// fetches what the `artifact` gate publishes from it.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9090", value_parser = listen_addr::parse, env = "FLUX_CONVERGER_STORAGE_ADDR")]
+    storage_addr: SocketAddr,
+    /// `host[:port]` written into published artifact URLs (source-controller's
+    /// `--storage-adv-addr`); default: the host name and the `--storage-addr` port, as
+    /// source-controller's. Set it to the Service's DNS name.
+    #[arg(
+        long,
+        value_name = "HOST[:PORT]",
+        env = "FLUX_CONVERGER_STORAGE_ADV_ADDR"
+    )]
+    storage_adv_addr: Option<String>,
+    /// The artifact storage directory (a volume): published artifacts and the download cache.
+    /// When it does not exist, renders download each time and nothing is published.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/data",
+        env = "FLUX_CONVERGER_STORAGE_PATH"
+    )]
+    storage_path: PathBuf,
+    /// Bytes of downloaded artifacts kept for the next render (least recently used out
+    /// first); published artifacts are kept on top of it.
+    #[arg(long, value_name = "SIZE", env = "FLUX_CONVERGER_STORAGE_CACHE_MAX_SIZE",
+          default_value_t = flux_converger::storage::DEFAULT_MAX_CACHE_BYTES,
+          value_parser = super::artifact_limits::parse_size)]
+    storage_cache_max_size: u64,
     #[command(flatten)]
     build: super::build_limits::BuildLimitArgs,
     // Last: its help heading covers only its own flags. The same caps as `render`, so one
@@ -172,6 +206,23 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
             args.listen.port()
         )));
     }
+    for (flag, other) in [
+        ("--listen", args.listen),
+        ("--metrics-addr", args.metrics_addr),
+    ] {
+        if args.storage_addr.port() != 0 && args.storage_addr.port() == other.port() {
+            return Err(bad_input(anyhow::anyhow!(
+                "--storage-addr {} and {flag} {other} use the same port {}",
+                args.storage_addr,
+                args.storage_addr.port()
+            )));
+        }
+    }
+    let storage_adv_addr = match &args.storage_adv_addr {
+        Some(adv) => adv_addr(adv)
+            .map_err(|e| bad_input(anyhow::anyhow!("--storage-adv-addr {adv:?}: {e}")))?,
+        None => flux_converger::storage::default_adv_addr(args.storage_addr, None),
+    };
     if args.workers == 0 {
         return Err(bad_input(anyhow::anyhow!("--workers must be at least 1")));
     }
@@ -188,6 +239,15 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         reqwest::Url::parse(addr)
             .map_err(|e| bad_input(anyhow::anyhow!("--events-addr {addr:?}: {e}")))?;
     }
+    let watch_label_selector = args.watch_label_selector.clone().filter(|s| !s.is_empty());
+    let leader_election_id = match args.leader_election_id.as_deref().filter(|s| !s.is_empty()) {
+        Some(id) => {
+            check_election_id(id)
+                .map_err(|e| bad_input(anyhow::anyhow!("--leader-election-id {e}")))?;
+            id.to_string()
+        }
+        None => default_election_id(watch_label_selector.as_deref()),
+    };
     Ok(Config {
         listen: args.listen,
         metrics_addr: args.metrics_addr,
@@ -200,7 +260,8 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         allow_unauthenticated_hooks: args.allow_unauthenticated_hooks,
         hook_min_interval: args.hook_min_interval,
         default_gate: args.default_gate.into(),
-        watch_label_selector: args.watch_label_selector.clone().filter(|s| !s.is_empty()),
+        watch_label_selector,
+        leader_election_id,
         workers: args.workers,
         resync: args.resync,
         handoff_timeout: args.handoff_timeout,
@@ -211,7 +272,25 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         kustomize,
         call_timeout: args.timeout,
         fetch: args.limits.fetch_options(),
+        storage: flux_converger::storage::StorageConfig {
+            path: Some(args.storage_path.clone()),
+            addr: args.storage_addr,
+            adv_addr: storage_adv_addr,
+            max_cache_bytes: args.storage_cache_max_size,
+        },
     })
+}
+
+/// `--storage-adv-addr` as source-controller takes it: `host[:port]`; a leading `http://` is
+/// dropped (URLs are always `http://<adv-addr>/<path>`), anything with a path is refused.
+fn adv_addr(text: &str) -> Result<String, String> {
+    let bare = text.strip_prefix("http://").unwrap_or(text);
+    let bare = bare.strip_suffix('/').unwrap_or(bare);
+    if bare.is_empty() || bare.contains('/') || bare.contains("://") || bare.contains(' ') {
+        return Err("expected HOST or HOST:PORT".into());
+    }
+    reqwest::Url::parse(&format!("http://{bare}/")).map_err(|e| e.to_string())?;
+    Ok(bare.to_string())
 }
 
 /// Resolves on SIGTERM (Kubernetes stopping the pod) or SIGINT (Ctrl-C).
@@ -337,6 +416,73 @@ mod tests {
         assert_eq!(fetch.unpack.max_entries, 50);
     }
 
+    /// The storage flags as source-controller's: defaults, an advertised address given with
+    /// or without a scheme, and what is refused.
+    #[test]
+    fn storage_flags_table() {
+        use clap::Parser as _;
+        let kube = KubeArgs::default();
+        let base = ["serve", "--allow-unauthenticated-hooks"];
+        let parsed = Cli::try_parse_from(base).unwrap();
+        let storage = config(&parsed.args, &kube).unwrap().storage;
+        assert_eq!(storage.path, Some(PathBuf::from("/data")));
+        assert_eq!(storage.addr, "0.0.0.0:9090".parse::<SocketAddr>().unwrap());
+        assert!(storage.adv_addr.ends_with(":9090"), "{}", storage.adv_addr);
+        assert_eq!(
+            storage.max_cache_bytes,
+            flux_converger::storage::DEFAULT_MAX_CACHE_BYTES
+        );
+        let cases: &[(&[&str], Result<&str, &str>)] = &[
+            (
+                &[
+                    "--storage-adv-addr",
+                    "converger.flux-system.svc.cluster.local.",
+                ],
+                Ok("converger.flux-system.svc.cluster.local."),
+            ),
+            (
+                &["--storage-adv-addr", "http://converger:9090/"],
+                Ok("converger:9090"),
+            ),
+            (&["--storage-addr", "127.0.0.1:9191"], Ok("127.0.0.1:9191")),
+            (
+                &["--storage-adv-addr", "converger/artifacts"],
+                Err("--storage-adv-addr"),
+            ),
+            (
+                &["--storage-adv-addr", "https://x:1"],
+                Err("--storage-adv-addr"),
+            ),
+            (&["--storage-addr", ":8080"], Err("same port 8080")),
+            (&["--storage-addr", ":9292"], Err("same port 9292")),
+        ];
+        for (args, want) in cases {
+            let parsed = Cli::try_parse_from(base.iter().chain(args.iter())).unwrap();
+            match (config(&parsed.args, &kube), want) {
+                (Ok(config), Ok(adv)) => assert_eq!(config.storage.adv_addr, *adv, "{args:?}"),
+                (Err(error), Err(word)) => {
+                    assert!(format!("{error:#}").contains(word), "{args:?}: {error:#}")
+                }
+                (got, want) => panic!("{args:?}: {:?} vs {want:?}", got.map(|c| c.storage)),
+            }
+        }
+        let parsed = Cli::try_parse_from(
+            base.iter().chain(
+                [
+                    "--storage-cache-max-size",
+                    "64Mi",
+                    "--storage-path",
+                    "/var/x",
+                ]
+                .iter(),
+            ),
+        )
+        .unwrap();
+        let storage = config(&parsed.args, &kube).unwrap().storage;
+        assert_eq!(storage.max_cache_bytes, 64 << 20);
+        assert_eq!(storage.path, Some(PathBuf::from("/var/x")));
+    }
+
     /// What reaches the service from the webhook and port flags, and which combinations are
     /// bad input (exit 2, before any client is built).
     #[test]
@@ -447,6 +593,60 @@ mod tests {
                     }
                 }
                 (got, want) => panic!("{case}: got {:?}, want {want:?}", got.map(|c| c.listen)),
+            }
+        }
+    }
+
+    /// The Lease (and a shard's record label) from `--leader-election-id` and
+    /// `--watch-label-selector`; a name that is no Lease name or label value is bad input.
+    #[test]
+    fn leader_election_id_table() {
+        use clap::Parser as _;
+        let kube = KubeArgs::default();
+        let cases: &[(&[&str], Result<&str, &str>)] = &[
+            (&[], Ok("flux-converger")),
+            (
+                &["--watch-label-selector", "shard=a"],
+                Ok("flux-converger-3d8dfb26"),
+            ),
+            (
+                &["--watch-label-selector", "shard=b"],
+                Ok("flux-converger-51051576"),
+            ),
+            // An empty selector is no selector.
+            (&["--watch-label-selector", ""], Ok("flux-converger")),
+            (
+                &[
+                    "--watch-label-selector",
+                    "shard=a",
+                    "--leader-election-id",
+                    "conv-a",
+                ],
+                Ok("conv-a"),
+            ),
+            (&["--leader-election-id", "mine"], Ok("mine")),
+            (
+                &["--leader-election-id", "Not_A_Name"],
+                Err("--leader-election-id"),
+            ),
+        ];
+        for (flags, want) in cases {
+            let parsed = Cli::try_parse_from(
+                ["serve", "--allow-unauthenticated-hooks"]
+                    .into_iter()
+                    .chain(flags.iter().copied()),
+            )
+            .unwrap();
+            match (config(&parsed.args, &kube), want) {
+                (Ok(c), Ok(id)) => assert_eq!(c.leader_election_id, *id, "{flags:?}"),
+                (Err(e), Err(word)) => {
+                    assert_eq!(super::super::exit_code_of(&e), Exit::BadInput, "{flags:?}");
+                    assert!(format!("{e:#}").contains(word), "{flags:?}: {e:#}");
+                }
+                (got, want) => panic!(
+                    "{flags:?}: got {:?}, want {want:?}",
+                    got.map(|c| c.leader_election_id)
+                ),
             }
         }
     }

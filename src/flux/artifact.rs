@@ -98,15 +98,15 @@ impl std::fmt::Display for Digest {
     }
 }
 
-/// A running hash of one of the supported algorithms.
-enum Hasher {
+/// A running hash of one of the supported algorithms (also the storage's re-check of a blob).
+pub enum Hasher {
     Sha256(sha2::Sha256),
     Sha384(sha2::Sha384),
     Sha512(sha2::Sha512),
 }
 
 impl Hasher {
-    fn new(algorithm: Algorithm) -> Self {
+    pub fn new(algorithm: Algorithm) -> Self {
         match algorithm {
             Algorithm::Sha256 => Self::Sha256(sha2::Sha256::new()),
             Algorithm::Sha384 => Self::Sha384(sha2::Sha384::new()),
@@ -114,7 +114,7 @@ impl Hasher {
         }
     }
 
-    fn update(&mut self, data: &[u8]) {
+    pub fn update(&mut self, data: &[u8]) {
         match self {
             Self::Sha256(h) => h.update(data),
             Self::Sha384(h) => h.update(data),
@@ -122,7 +122,8 @@ impl Hasher {
         }
     }
 
-    fn finish(self) -> String {
+    /// The lowercase hex of the digest.
+    pub fn finish(self) -> String {
         match self {
             Self::Sha256(h) => hex::encode(h.finalize()),
             Self::Sha384(h) => hex::encode(h.finalize()),
@@ -164,13 +165,18 @@ impl Default for UnpackLimits {
 }
 
 /// How artifacts are fetched.
+///
+/// By default a fetch is a single download attempt: a failure goes back to the caller, and
+/// the service retries it through its queue's backoff, so a failing source never holds a
+/// worker while it waits ([`ArtifactError::is_bad_input`] tells a retryable failure from a bad
+/// artifact). The CLI, which has no queue, asks for retries (`render --fetch-retries`).
 #[derive(Clone, Debug)]
 pub struct FetchOptions {
     pub max_download_bytes: u64,
     pub unpack: UnpackLimits,
-    /// Attempts after the first one, on connection errors and 5xx.
+    /// Attempts after the first one, on connection errors and 5xx (default none).
     pub retries: u32,
-    /// First backoff; doubles each retry up to `max_backoff`.
+    /// First backoff between attempts; doubles each retry up to `max_backoff`.
     pub backoff: Duration,
     pub max_backoff: Duration,
     /// Per-request timeout (whole download).
@@ -184,7 +190,7 @@ impl Default for FetchOptions {
         Self {
             max_download_bytes: DEFAULT_MAX_DOWNLOAD_BYTES,
             unpack: UnpackLimits::default(),
-            retries: 4,
+            retries: 0,
             backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(10),
             timeout: Duration::from_secs(300),
@@ -239,12 +245,8 @@ pub enum ArtifactError {
     NotFound { url: String },
     #[error("downloading artifact {url}: HTTP {status}")]
     Http { url: String, status: u16 },
-    #[error("downloading artifact {url}: {message} (after {attempts} attempts)")]
-    Connection {
-        url: String,
-        message: String,
-        attempts: u32,
-    },
+    #[error("downloading artifact {url}: {message}")]
+    Connection { url: String, message: String },
     #[error("artifact {url} is larger than the maximum download size of {limit} bytes{declared}")]
     TooLarge {
         url: String,
@@ -300,6 +302,98 @@ impl ArtifactError {
         )
     }
 
+    /// A failed download that may pass at the next attempt: the connection, or a 5xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Connection { .. } => true,
+            Self::Http { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+
+    /// A copy of this error, for every caller that shared one download (an I/O error keeps
+    /// its kind and text).
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::BadDigest { digest, reason } => Self::BadDigest {
+                digest: digest.clone(),
+                reason: reason.clone(),
+            },
+            Self::BadUrl { url, reason } => Self::BadUrl {
+                url: url.clone(),
+                reason: reason.clone(),
+            },
+            Self::NotFound { url } => Self::NotFound { url: url.clone() },
+            Self::Http { url, status } => Self::Http {
+                url: url.clone(),
+                status: *status,
+            },
+            Self::Connection { url, message } => Self::Connection {
+                url: url.clone(),
+                message: message.clone(),
+            },
+            Self::TooLarge {
+                url,
+                limit,
+                declared,
+            } => Self::TooLarge {
+                url: url.clone(),
+                limit: *limit,
+                declared: declared.clone(),
+            },
+            Self::DigestMismatch {
+                url,
+                expected,
+                actual,
+            } => Self::DigestMismatch {
+                url: url.clone(),
+                expected: expected.clone(),
+                actual: actual.clone(),
+            },
+            Self::UnsafeEntry {
+                archive,
+                entry,
+                reason,
+            } => Self::UnsafeEntry {
+                archive: archive.clone(),
+                entry: entry.clone(),
+                reason: reason.clone(),
+            },
+            Self::TooManyEntries { archive, limit } => Self::TooManyEntries {
+                archive: archive.clone(),
+                limit: *limit,
+            },
+            Self::UnpackedTooLarge {
+                archive,
+                limit,
+                entry,
+            } => Self::UnpackedTooLarge {
+                archive: archive.clone(),
+                limit: *limit,
+                entry: entry.clone(),
+            },
+            Self::FileTooLarge {
+                archive,
+                entry,
+                size,
+                limit,
+            } => Self::FileTooLarge {
+                archive: archive.clone(),
+                entry: entry.clone(),
+                size: *size,
+                limit: *limit,
+            },
+            Self::Corrupt { archive, message } => Self::Corrupt {
+                archive: archive.clone(),
+                message: message.clone(),
+            },
+            Self::Io { context, error } => Self::Io {
+                context: context.clone(),
+                error: std::io::Error::new(error.kind(), error.to_string()),
+            },
+        }
+    }
+
     fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
         move |error| Self::Io { context, error }
@@ -330,18 +424,19 @@ pub fn rewrite_host(url: &str, host_override: Option<&str>) -> Result<reqwest::U
     Ok(parsed)
 }
 
-/// Downloads, verifies and unpacks artifacts.
+/// Downloads, verifies and unpacks artifacts; with a store ([`Fetcher::with_store`]) every
+/// digest is downloaded once and unpacked from the store after.
 #[derive(Clone, Debug)]
 pub struct Fetcher {
     client: reqwest::Client,
     options: FetchOptions,
+    store: Option<crate::storage::store::Store>,
 }
 
-/// One attempt's outcome, to decide whether to retry.
-enum Attempt {
-    Done(tempfile::NamedTempFile),
-    Retry(String),
-}
+/// The request header a replica sends when it fetches a published artifact from a peer: the
+/// peer answers from what it holds and never fetches on a miss, so two replicas missing one
+/// artifact cannot ask each other in a loop.
+pub const PEER_HEADER: &str = "x-flux-converger-peer";
 
 impl Fetcher {
     /// Builds the HTTP client. The rustls provider must be installed first
@@ -354,136 +449,204 @@ impl Fetcher {
             .map_err(|e| ArtifactError::Connection {
                 url: String::new(),
                 message: format!("cannot build the HTTP client: {e}"),
-                attempts: 0,
             })?;
-        Ok(Self { client, options })
+        Ok(Self {
+            client,
+            options,
+            store: None,
+        })
+    }
+
+    /// Downloads through `store`: one download per digest, shared by concurrent fetches.
+    pub fn with_store(mut self, store: crate::storage::store::Store) -> Self {
+        self.store = Some(store);
+        self
     }
 
     pub fn options(&self) -> &FetchOptions {
         &self.options
     }
 
-    /// Downloads `url`, checks it against `digest` and unpacks it into a fresh temporary root.
+    pub fn store(&self) -> Option<&crate::storage::store::Store> {
+        self.store.as_ref()
+    }
+
+    /// Downloads `url` (or takes it from the store), checks it against `digest` and unpacks it
+    /// into a fresh temporary root.
     pub async fn fetch(&self, url: &str, digest: &str) -> Result<UnpackedArtifact, ArtifactError> {
+        let mut backoff = self.options.backoff;
+        let mut attempt: u32 = 0;
+        loop {
+            match self.fetch_once(url, digest).await {
+                Err(error) if error.is_retryable() && attempt < self.options.retries => {
+                    attempt += 1;
+                    tracing::warn!(url, attempt, %error, "artifact download failed, retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(self.options.max_backoff);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn fetch_once(&self, url: &str, digest: &str) -> Result<UnpackedArtifact, ArtifactError> {
         let expected = Digest::parse(digest)?;
         let target = rewrite_host(url, self.options.host_override.as_deref())?;
-        let file = self.download(&target, &expected).await?;
-        let path = file.path().to_path_buf();
-        let limits = self.options.unpack.clone();
         let name = target.to_string();
-        let unpacked = unpack_path(path, name, limits).await;
-        drop(file);
-        unpacked
-    }
-
-    /// Downloads to a temporary file, hashing while streaming; retries connection errors and 5xx.
-    async fn download(
-        &self,
-        url: &reqwest::Url,
-        expected: &Digest,
-    ) -> Result<tempfile::NamedTempFile, ArtifactError> {
-        let attempts = self.options.retries.saturating_add(1);
-        let mut backoff = self.options.backoff;
-        let mut last = String::new();
-        for attempt in 1..=attempts {
-            match self.attempt(url, expected).await? {
-                Attempt::Done(file) => return Ok(file),
-                Attempt::Retry(message) => {
-                    tracing::warn!(url = %url, attempt, error = %message, "artifact download failed, retrying");
-                    last = message;
-                }
+        let limits = self.options.unpack.clone();
+        match &self.store {
+            Some(store) => {
+                let lease = self.ensure_in(store, target, &expected, false).await?;
+                // Opened before the lease goes: an eviction may remove the name, not the file.
+                let file = std::fs::File::open(&lease.path).map_err(ArtifactError::io(format!(
+                    "opening the stored artifact {}",
+                    lease.path.display()
+                )))?;
+                drop(lease);
+                unpack_opened(file, name, limits).await
             }
-            if attempt < attempts {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(self.options.max_backoff);
+            None => {
+                let (file, _) =
+                    download_once(&self.client, &self.options, &target, &expected, None, false)
+                        .await?;
+                let path = file.path().to_path_buf();
+                let unpacked = unpack_path(path, name, limits).await;
+                drop(file);
+                unpacked
             }
         }
-        Err(ArtifactError::Connection {
-            url: url.to_string(),
-            message: last,
-            attempts,
-        })
     }
 
-    async fn attempt(
+    /// The stored blob of `digest`, downloaded from `url` unless the store holds it. `peer`:
+    /// `url` is another replica's artifact server (sent with [`PEER_HEADER`]). Needs a store.
+    pub async fn ensure_blob(
         &self,
-        url: &reqwest::Url,
-        expected: &Digest,
-    ) -> Result<Attempt, ArtifactError> {
-        let name = url.to_string();
-        let response = match self.client.get(url.clone()).send().await {
-            Ok(r) => r,
-            Err(e) => return Ok(Attempt::Retry(error_chain(&e))),
-        };
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(ArtifactError::NotFound { url: name });
-        }
-        if status.is_server_error() {
-            return Ok(Attempt::Retry(format!("HTTP {}", status.as_u16())));
-        }
-        if !status.is_success() {
-            return Err(ArtifactError::Http {
-                url: name,
-                status: status.as_u16(),
+        url: &str,
+        digest: &Digest,
+        peer: bool,
+    ) -> Result<crate::storage::store::Lease, ArtifactError> {
+        let Some(store) = &self.store else {
+            return Err(ArtifactError::Io {
+                context: "keeping an artifact".into(),
+                error: std::io::Error::other("no storage configured (--storage-path)"),
             });
-        }
-        let limit = self.options.max_download_bytes;
-        if let Some(declared) = response.content_length()
-            && declared > limit
-        {
+        };
+        let target = rewrite_host(url, self.options.host_override.as_deref())?;
+        self.ensure_in(store, target, digest, peer).await
+    }
+
+    async fn ensure_in(
+        &self,
+        store: &crate::storage::store::Store,
+        target: reqwest::Url,
+        expected: &Digest,
+        peer: bool,
+    ) -> Result<crate::storage::store::Lease, ArtifactError> {
+        let client = self.client.clone();
+        let options = self.options.clone();
+        let wanted = expected.clone();
+        store
+            .ensure(expected, move |dir| {
+                Box::pin(async move {
+                    download_once(&client, &options, &target, &wanted, Some(&dir), peer).await
+                })
+            })
+            .await
+    }
+}
+
+/// One download attempt into a temporary file (in `dir`, else the system's), hashing while
+/// streaming: the file is returned only when its digest matches.
+async fn download_once(
+    client: &reqwest::Client,
+    options: &FetchOptions,
+    url: &reqwest::Url,
+    expected: &Digest,
+    dir: Option<&Path>,
+    peer: bool,
+) -> Result<(tempfile::NamedTempFile, u64), ArtifactError> {
+    let name = url.to_string();
+    let mut request = client.get(url.clone());
+    if peer {
+        request = request.header(PEER_HEADER, "1");
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| ArtifactError::Connection {
+            url: name.clone(),
+            message: error_chain(&e),
+        })?;
+    let status = response.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Err(ArtifactError::NotFound { url: name });
+    }
+    if !status.is_success() {
+        return Err(ArtifactError::Http {
+            url: name,
+            status: status.as_u16(),
+        });
+    }
+    let limit = options.max_download_bytes;
+    if let Some(declared) = response.content_length()
+        && declared > limit
+    {
+        return Err(ArtifactError::TooLarge {
+            url: name,
+            limit,
+            declared: format!(" (Content-Length {declared})"),
+        });
+    }
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("flux-converger-artifact-").suffix(".tar.gz");
+    let file = match dir {
+        Some(dir) => builder.tempfile_in(dir),
+        None => builder.tempfile(),
+    }
+    .map_err(ArtifactError::io(
+        "creating a temporary file for the artifact",
+    ))?;
+    let mut out = tokio::fs::File::from_std(
+        file.reopen()
+            .map_err(ArtifactError::io("opening the temporary artifact file"))?,
+    );
+    let mut hasher = Hasher::new(expected.algorithm);
+    let mut total: u64 = 0;
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ArtifactError::Connection {
+            url: name.clone(),
+            message: error_chain(&e),
+        })?;
+        total = total.saturating_add(chunk.len() as u64);
+        if total > limit {
             return Err(ArtifactError::TooLarge {
                 url: name,
                 limit,
-                declared: format!(" (Content-Length {declared})"),
+                declared: String::new(),
             });
         }
-        let file = tempfile::Builder::new()
-            .prefix("flux-converger-artifact-")
-            .suffix(".tar.gz")
-            .tempfile()
-            .map_err(ArtifactError::io(
-                "creating a temporary file for the artifact",
-            ))?;
-        let mut out = tokio::fs::File::from_std(
-            file.reopen()
-                .map_err(ArtifactError::io("opening the temporary artifact file"))?,
-        );
-        let mut hasher = Hasher::new(expected.algorithm);
-        let mut total: u64 = 0;
-        let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => return Ok(Attempt::Retry(error_chain(&e))),
-            };
-            total = total.saturating_add(chunk.len() as u64);
-            if total > limit {
-                return Err(ArtifactError::TooLarge {
-                    url: name,
-                    limit,
-                    declared: String::new(),
-                });
-            }
-            hasher.update(&chunk);
-            out.write_all(&chunk)
-                .await
-                .map_err(ArtifactError::io("writing the temporary artifact file"))?;
-        }
-        out.flush()
+        hasher.update(&chunk);
+        out.write_all(&chunk)
             .await
             .map_err(ArtifactError::io("writing the temporary artifact file"))?;
-        let actual = hasher.finish();
-        if actual != expected.hex {
-            return Err(ArtifactError::DigestMismatch {
-                url: name,
-                expected: expected.to_string(),
-                actual: format!("{}:{}", expected.algorithm.as_str(), actual),
-            });
-        }
-        tracing::debug!(url = %url, bytes = total, digest = %expected, "artifact downloaded and verified");
-        Ok(Attempt::Done(file))
     }
+    out.flush()
+        .await
+        .map_err(ArtifactError::io("writing the temporary artifact file"))?;
+    out.sync_all()
+        .await
+        .map_err(ArtifactError::io("syncing the temporary artifact file"))?;
+    let actual = hasher.finish();
+    if actual != expected.hex {
+        return Err(ArtifactError::DigestMismatch {
+            url: name,
+            expected: expected.to_string(),
+            actual: format!("{}:{}", expected.algorithm.as_str(), actual),
+        });
+    }
+    tracing::debug!(url = %url, bytes = total, digest = %expected, "artifact downloaded and verified");
+    Ok((file, total))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -503,6 +666,27 @@ pub async fn unpack_file(
     limits: UnpackLimits,
 ) -> Result<UnpackedArtifact, ArtifactError> {
     unpack_path(path.to_path_buf(), path.display().to_string(), limits).await
+}
+
+/// Unpacks an already opened archive (a stored blob) into a fresh temporary root.
+async fn unpack_opened(
+    file: std::fs::File,
+    name: String,
+    limits: UnpackLimits,
+) -> Result<UnpackedArtifact, ArtifactError> {
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::Builder::new()
+            .prefix("flux-converger-render-")
+            .tempdir()
+            .map_err(ArtifactError::io("creating a temporary directory"))?;
+        let stats = unpack(std::io::BufReader::new(file), dir.path(), &name, &limits)?;
+        Ok(UnpackedArtifact { dir, stats })
+    })
+    .await
+    .map_err(|e| ArtifactError::Io {
+        context: "unpacking task".into(),
+        error: std::io::Error::other(e.to_string()),
+    })?
 }
 
 async fn unpack_path(

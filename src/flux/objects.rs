@@ -59,6 +59,17 @@ pub struct KustomizationSpec {
     pub service_account_name: Option<String>,
     pub suspend: bool,
     pub prune: bool,
+    /// How often Flux reconciles (a Go duration, e.g. `10m`): its retry schedule when
+    /// `retry_interval` is not set (the suspend gate re-opens on it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// How soon Flux retries a failed reconcile (a Go duration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_interval: Option<String>,
+    /// Flux re-creates what it cannot patch (a StatefulSet, pods and all): never combined
+    /// with the `reconcile` or `suspend` gate (the gate warns).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 /// `spec.sourceRef`; an empty namespace means the Kustomization's own.
@@ -270,8 +281,82 @@ pub struct BucketSpec {
 )]
 #[serde(rename_all = "camelCase", default)]
 pub struct ExternalArtifactSpec {
+    /// What the artifact is made from (optional in Flux's API). For the `artifact` gate, the
+    /// upstream GitRepository/OCIRepository/Bucket whose converged revisions are published;
+    /// an empty namespace means the ExternalArtifact's own.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub source_ref: Option<serde_json::Value>,
+    pub source_ref: Option<CrossNamespaceSourceReference>,
+}
+
+/// Why an ExternalArtifact cannot be published by the `artifact` gate: the user's objects are
+/// wrong, so the revision is refused (nothing is written) until they are fixed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UpstreamError {
+    #[error(
+        "ExternalArtifact {namespace}/{name} has no spec.sourceRef: the artifact gate publishes the converged revisions of the GitRepository, OCIRepository or Bucket it names"
+    )]
+    Missing { namespace: String, name: String },
+    #[error(
+        "ExternalArtifact {namespace}/{name}: unsupported spec.sourceRef.kind {kind:?} (the artifact gate publishes from a GitRepository, OCIRepository or Bucket)"
+    )]
+    UnsupportedKind {
+        namespace: String,
+        name: String,
+        kind: String,
+    },
+    #[error(
+        "ExternalArtifact {namespace}/{name}: can't access '{reference}', cross-namespace references have been blocked"
+    )]
+    CrossNamespace {
+        namespace: String,
+        name: String,
+        reference: String,
+    },
+}
+
+/// The upstream an ExternalArtifact names in `spec.sourceRef` (namespace defaults to the
+/// ExternalArtifact's). Only the kinds source-controller produces: publishing one
+/// ExternalArtifact from another would chain two gates. With `allow_cross_namespace` off
+/// (`--no-cross-namespace-refs`) a reference into another namespace is refused as Flux
+/// refuses a Kustomization's: otherwise a tenant could have the service publish, in its own
+/// namespace, what another tenant's source holds.
+pub fn upstream_reference(
+    artifact: &ExternalArtifact,
+    allow_cross_namespace: bool,
+) -> Result<(SourceKind, String, String), UpstreamError> {
+    let namespace = artifact.metadata.namespace.clone().unwrap_or_default();
+    let name = artifact.metadata.name.clone().unwrap_or_default();
+    let Some(reference) = artifact
+        .spec
+        .source_ref
+        .as_ref()
+        .filter(|r| !r.kind.is_empty() && !r.name.is_empty())
+    else {
+        return Err(UpstreamError::Missing { namespace, name });
+    };
+    let kind = match SourceKind::parse(&reference.kind) {
+        Some(k @ (SourceKind::GitRepository | SourceKind::OCIRepository | SourceKind::Bucket)) => k,
+        _ => {
+            return Err(UpstreamError::UnsupportedKind {
+                namespace,
+                name,
+                kind: reference.kind.clone(),
+            });
+        }
+    };
+    let upstream_namespace = reference
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| namespace.clone());
+    if !allow_cross_namespace && upstream_namespace != namespace {
+        return Err(UpstreamError::CrossNamespace {
+            reference: format!("{kind}/{upstream_namespace}/{}", reference.name),
+            namespace,
+            name,
+        });
+    }
+    Ok((kind, upstream_namespace, reference.name.clone()))
 }
 
 /// The source kinds a Kustomization may reference.
@@ -734,6 +819,38 @@ mod tests {
         ] {
             let got = source_reference(&ks(kind, namespace), allow).map_err(|e| e.to_string());
             assert_eq!(got, expected, "{kind} {namespace:?} {allow}");
+        }
+    }
+
+    #[test]
+    fn upstream_references_by_table() {
+        let ea = |reference: Option<serde_json::Value>| -> ExternalArtifact {
+            let mut v = serde_json::json!({
+                "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
+                "metadata": {"name": "apps", "namespace": "team"}, "spec": {}
+            });
+            if let Some(r) = reference {
+                v["spec"]["sourceRef"] = r;
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let ok = |k: SourceKind, ns: &str| Ok((k, ns.to_string(), "repo".to_string()));
+        for (reference, allow, expected) in [
+            (Some(serde_json::json!({"kind": "GitRepository", "name": "repo"})), false, ok(SourceKind::GitRepository, "team")),
+            (Some(serde_json::json!({"kind": "OCIRepository", "name": "repo", "namespace": "team"})), false, ok(SourceKind::OCIRepository, "team")),
+            (Some(serde_json::json!({"kind": "Bucket", "name": "repo", "namespace": "flux-system"})), true, ok(SourceKind::Bucket, "flux-system")),
+            (Some(serde_json::json!({"kind": "GitRepository", "name": "repo", "namespace": "flux-system"})), false, Err(
+                "ExternalArtifact team/apps: can't access 'GitRepository/flux-system/repo', cross-namespace references have been blocked".to_string())),
+            (Some(serde_json::json!({"kind": "ExternalArtifact", "name": "repo"})), true, Err(
+                "ExternalArtifact team/apps: unsupported spec.sourceRef.kind \"ExternalArtifact\" (the artifact gate publishes from a GitRepository, OCIRepository or Bucket)".to_string())),
+            (Some(serde_json::json!({"kind": "HelmChart", "name": "repo"})), true, Err(
+                "ExternalArtifact team/apps: unsupported spec.sourceRef.kind \"HelmChart\" (the artifact gate publishes from a GitRepository, OCIRepository or Bucket)".to_string())),
+            (None, true, Err(
+                "ExternalArtifact team/apps has no spec.sourceRef: the artifact gate publishes the converged revisions of the GitRepository, OCIRepository or Bucket it names".to_string())),
+        ] {
+            let shown = format!("{reference:?} {allow}");
+            let got = upstream_reference(&ea(reference), allow).map_err(|e| e.to_string());
+            assert_eq!(got, expected, "{shown}");
         }
     }
 

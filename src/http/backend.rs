@@ -17,6 +17,15 @@ pub trait Backend: Send + Sync + 'static {
     fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail>;
     /// `Ok` once the caches are synced and the results are readable; otherwise why not.
     fn ready(&self) -> Result<(), String>;
+    /// A number that changes whenever anything [`Backend::kustomizations`] or
+    /// [`Backend::last_record`] answer may have changed (a record, a gate, a source revision,
+    /// the handled set), so the dashboard renders a page once per change instead of once per
+    /// request. Read it before the data it guards: a change after the read leaves a page built
+    /// under an already old number, rebuilt at the next request. `None` (the default): not
+    /// tracked, every request renders afresh (the answers stay correct, only slower).
+    fn version(&self) -> Option<u64> {
+        None
+    }
     /// The newest record with its StatefulSets: the dashboard's rows show a refusal's code, which
     /// only the StatefulSet entries carry. Added by the http branch with a default, so existing
     /// backends keep compiling; a backend holding the results should answer it without copying

@@ -15,10 +15,10 @@ pub mod view;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use prometheus_client::registry::Registry;
 use tower_http::set_header::SetResponseHeaderLayer;
 
@@ -66,8 +66,10 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'
 
 /// Every endpoint of `--listen`.
 pub fn router(state: AppState) -> Router {
+    // The dashboard's encoded pages, shared by every clone of this router.
+    let pages = Arc::new(ui::Pages::default());
     let router = Router::new()
-        .route("/", get(ui::dashboard))
+        .route("/", get(ui::dashboard).layer(Extension(pages)))
         .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
         .route("/assets/dashboard.js", get(ui::script))
         .route("/assets/dashboard.css", get(ui::style))

@@ -100,6 +100,7 @@ mod tests {
                     gate: GateMode::Suspend,
                     source_revision: revision.map(String::from),
                     last,
+                    hold: None,
                 }
             };
         for rows in [

@@ -105,7 +105,39 @@ pub fn flux_badge(outcome: FluxOutcome) -> Badge {
             key: "running",
             label: "pending",
         },
+        FluxOutcome::Raced => Badge {
+            key: "failed",
+            label: "raced",
+        },
     }
+}
+
+/// The `?state=` key of a `/status` row, from its last record's summary (`last.state`), so
+/// the summary bar counts every row without copying each row's newest record; `none` when it
+/// has not run yet (or the state is one this build does not know).
+pub fn summary_state_key(summary: &KustomizationSummary) -> &'static str {
+    summary
+        .last
+        .as_ref()
+        .and_then(|last| last.get("state"))
+        .and_then(|state| state.as_str())
+        .and_then(|state| STATE_KEYS.iter().find(|key| **key == state).copied())
+        .unwrap_or("none")
+}
+
+/// The page links of a list of `last` pages seen from page `current` (both 1-based): the
+/// first, the last and two either side of the current one, `None` where pages are left out.
+/// Ten thousand rows still make a short bar.
+pub fn page_numbers(current: usize, last: usize) -> Vec<Option<usize>> {
+    let mut numbers = Vec::new();
+    for page in 1..=last {
+        if page == 1 || page == last || page.abs_diff(current) <= 2 {
+            numbers.push(Some(page));
+        } else if numbers.last().is_some_and(Option::is_some) {
+            numbers.push(None);
+        }
+    }
+    numbers
 }
 
 /// What to do about a refusal, by code: the message says what differs, this says how out.
@@ -268,19 +300,19 @@ pub struct Row {
     pub revision: Option<String>,
     /// The source publishes a revision the last record is not about (yet).
     pub behind: bool,
+    /// When the last run finished (or started), RFC 3339. Shown as is: the page is rendered
+    /// once per change and served for as long as nothing changes, so a relative time would go
+    /// stale; the page's script turns it into `5m ago` in the browser.
     pub at: Option<String>,
-    pub ago: Option<String>,
     pub flux: Option<FluxView>,
     pub problem: Option<Problem>,
     pub warnings: Vec<String>,
+    /// Why nothing runs for it (the hold annotation, or `spec.suspend` in reconcile mode).
+    pub hold: Option<String>,
 }
 
 impl Row {
-    pub fn new(
-        summary: &KustomizationSummary,
-        last: Option<&RevisionRecord>,
-        now: Timestamp,
-    ) -> Row {
+    pub fn new(summary: &KustomizationSummary, last: Option<&RevisionRecord>) -> Row {
         let at = last.map(|r| {
             r.finished_at
                 .clone()
@@ -297,11 +329,11 @@ impl Row {
                 (Some(source), Some(last)) => *source != last.revision,
                 _ => false,
             },
-            ago: at.as_deref().and_then(|at| ago(at, now)),
             at,
             flux: last.and_then(|r| r.flux.as_ref()).map(FluxView::of),
             problem: last.and_then(problem),
             warnings: last.map(|r| r.warnings.clone()).unwrap_or_default(),
+            hold: summary.hold.clone(),
         }
     }
 
@@ -460,6 +492,7 @@ mod tests {
             error: None,
             generation: None,
             gate: None,
+            attempts: 1,
         }
     }
 
@@ -638,17 +671,88 @@ mod tests {
             gate: GateMode::Suspend,
             source_revision: Some("main@sha1:def".into()),
             last: None,
+            hold: None,
         };
-        let now: Timestamp = "2026-11-30T08:05:00Z".parse().expect("timestamp");
         let last = record(RevisionState::Converged);
-        let row = Row::new(&summary, Some(&last), now);
+        let row = Row::new(&summary, Some(&last));
         assert!(row.behind);
         assert_eq!(row.badge.key, "converged");
-        assert_eq!(row.ago.as_deref(), Some("4m ago"));
+        assert_eq!(row.at.as_deref(), Some("2026-11-30T08:00:03Z"));
         assert_eq!(row.href(), "/kustomizations/apps/web");
-        let never = Row::new(&summary, None, now);
+        let never = Row::new(&summary, None);
         assert!(!never.behind);
         assert_eq!(never.badge.key, "none");
+    }
+
+    #[test]
+    fn page_numbers_table() {
+        let cases: [(usize, usize, &[Option<usize>]); 7] = [
+            (1, 0, &[]),
+            (1, 1, &[Some(1)]),
+            (2, 5, &[Some(1), Some(2), Some(3), Some(4), Some(5)]),
+            (1, 8, &[Some(1), Some(2), Some(3), None, Some(8)]),
+            (
+                5,
+                10,
+                &[
+                    Some(1),
+                    None,
+                    Some(3),
+                    Some(4),
+                    Some(5),
+                    Some(6),
+                    Some(7),
+                    None,
+                    Some(10),
+                ],
+            ),
+            (10, 10, &[Some(1), None, Some(8), Some(9), Some(10)]),
+            (
+                4,
+                7,
+                &[
+                    Some(1),
+                    Some(2),
+                    Some(3),
+                    Some(4),
+                    Some(5),
+                    Some(6),
+                    Some(7),
+                ],
+            ),
+        ];
+        for (current, last, want) in cases {
+            assert_eq!(page_numbers(current, last), want, "{current} of {last}");
+        }
+    }
+
+    #[test]
+    fn summary_state_key_table() {
+        let summary = |last: Option<serde_json::Value>| KustomizationSummary {
+            namespace: "apps".into(),
+            name: "web".into(),
+            gate: GateMode::Suspend,
+            source_revision: None,
+            last,
+            hold: None,
+        };
+        for (state, want) in [
+            (RevisionState::Converged, "converged"),
+            (RevisionState::Refused, "refused"),
+            (RevisionState::Failed, "failed"),
+            (RevisionState::Running, "running"),
+            (RevisionState::Superseded, "superseded"),
+        ] {
+            let last = record(state).summary();
+            assert_eq!(summary_state_key(&summary(Some(last))), want);
+            // The same key the row's badge gets from the whole record.
+            assert_eq!(state_badge(Some(state)).key, want);
+        }
+        assert_eq!(summary_state_key(&summary(None)), "none");
+        assert_eq!(
+            summary_state_key(&summary(Some(serde_json::json!({"state": "retired"})))),
+            "none"
+        );
     }
 
     #[test]

@@ -116,12 +116,22 @@ pub const PERMISSIONS: &[Permission] = &[
     p("get", FLUX_SOURCE, "externalartifacts", Cluster, Always),
     p("list", FLUX_SOURCE, "externalartifacts", Cluster, Always),
     p("watch", FLUX_SOURCE, "externalartifacts", Cluster, Always),
+    // The `artifact` gate publishes a converged revision into an ExternalArtifact's status.
+    p(
+        "patch",
+        FLUX_SOURCE,
+        "externalartifacts/status",
+        Cluster,
+        Always,
+    ),
     // Kubernetes Events on the Kustomizations (a new event, then its series).
     p("create", "events.k8s.io", "events", Cluster, Always),
     p("patch", "events.k8s.io", "events", Cluster, Always),
     // The intents journal and the results, in its own namespace.
     p("get", "", "configmaps", Own, Always),
     p("list", "", "configmaps", Own, Always),
+    // The results are followed with a watch on every replica.
+    p("watch", "", "configmaps", Own, Always),
     p("create", "", "configmaps", Own, Always),
     p("update", "", "configmaps", Own, Always),
     p("patch", "", "configmaps", Own, Always),
@@ -211,7 +221,16 @@ pub async fn review(
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(asked.verb.to_string()),
                 group: Some(asked.group.to_string()),
-                resource: Some(asked.resource.to_string()),
+                // `resource/subresource` is asked as the API server authorises it: the
+                // resource and its subresource apart.
+                resource: Some(
+                    asked
+                        .resource
+                        .split_once('/')
+                        .map_or(asked.resource, |(r, _)| r)
+                        .to_string(),
+                ),
+                subresource: asked.resource.split_once('/').map(|(_, s)| s.to_string()),
                 namespace: asked.namespace.clone(),
                 ..Default::default()
             }),
@@ -378,6 +397,7 @@ mod tests {
             "create statefulsets.apps cluster-wide",
             "patch persistentvolumeclaims cluster-wide",
             "delete configmaps in flux-system",
+            "watch configmaps in flux-system",
             "create leases.coordination.k8s.io in flux-system",
             "impersonate serviceaccounts cluster-wide",
         ] {

@@ -47,11 +47,9 @@ impl Backend for ServiceBackend {
             }
             tracing::info!(kustomization = %key, kind = %object.kind, object = %format!("{}/{}", object.namespace, object.name),
                 reason = %event.reason, wedged = route.wedged, "queued by webhook");
-            if route.wedged {
-                self.queue.push_now(key, Trigger::Webhook);
-            } else {
-                self.queue.push(key, Trigger::Webhook);
-            }
+            // New work, and a hook runs now even on backoff: the limiter above is what
+            // keeps a replayed or forged hook from turning into a retry storm.
+            self.queue.push_now(key, Trigger::Webhook);
         }
         queued.sort();
         queued
@@ -66,6 +64,7 @@ impl Backend for ServiceBackend {
                 let gate = index.handled(&key)?;
                 Some(KustomizationSummary {
                     gate,
+                    hold: index.hold(&key).map(String::from),
                     source_revision: index.source_revision(&key).map(String::from),
                     last: self
                         .records
@@ -80,16 +79,21 @@ impl Backend for ServiceBackend {
 
     fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
         let key = Key::new(namespace, name);
-        let (gate, source_revision) = {
+        let (gate, source_revision, hold) = {
             let index = self.index();
             let gate = index.handled(&key)?;
-            (gate, index.source_revision(&key).map(String::from))
+            (
+                gate,
+                index.source_revision(&key).map(String::from),
+                index.hold(&key).map(String::from),
+            )
         };
         Some(KustomizationDetail {
             namespace: key.namespace,
             name: key.name,
             gate,
             source_revision,
+            hold,
             revisions: self.records.history(namespace, name),
         })
     }
@@ -111,6 +115,12 @@ impl Backend for ServiceBackend {
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.index().handled(&Key::new(namespace, name))?;
         self.records.last(namespace, name)
+    }
+
+    /// Both generations only grow, so their sum changes whenever either does.
+    fn version(&self) -> Option<u64> {
+        let records = self.records.generation()?;
+        Some(records.wrapping_add(self.index().generation()))
     }
 
     fn ready(&self) -> Result<(), String> {

@@ -129,7 +129,10 @@ impl EventSink {
                         message: "expected an http:// or https:// URL".into(),
                     });
                 }
+                // Explicit, as on the kube client (`wire::kube_client`): a small POST must not
+                // wait on Nagle and the receiver's delayed ACK.
                 let http = reqwest::Client::builder()
+                    .tcp_nodelay(true)
                     .timeout(POST_TIMEOUT)
                     .build()
                     .map_err(|e| EventsError::BadAddress {

@@ -15,7 +15,10 @@
 
 pub mod entry;
 pub mod handoff;
+pub mod observe;
+pub mod publish;
 pub mod recheck;
+pub mod state;
 pub mod tenant;
 
 use std::time::{Duration, Instant};
@@ -33,15 +36,23 @@ use crate::journal::ConfigMapJournal;
 use crate::service::events::{
     EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
 };
+use crate::service::index::Key;
 use crate::service::metrics::Metrics;
 use crate::service::record::{
-    FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetEntry,
-    StatefulSetOutcome, StepError, Trigger,
+    FluxOutcome, FluxResult, GateMode, Handoff, HandoffAttempt, RevisionRecord, RevisionState,
+    StatefulSetEntry, StatefulSetOutcome, StepError, Trigger,
 };
 use crate::service::results::Results;
+use crate::storage::host::ArtifactHost;
 use entry::Verdict;
 use handoff::Since;
+use observe::{Observer, ObserverConfig};
+use state::{Gating, Open};
 use tenant::TenantCluster;
+
+/// The warning a Kustomization with `spec.force: true` gets under the `suspend` or `reconcile`
+/// gate: Flux would re-create (pods and all) a StatefulSet whose unconverged revision it applies.
+pub const FORCE_WARNING: &str = "spec.force is true: with the suspend or reconcile gate, Flux re-creates a StatefulSet it cannot patch (pods and all) whenever it applies a revision the gate did not converge; remove spec.force";
 
 /// How many times a run starts over because the source moved on during the converge.
 const MAX_RESTARTS: usize = 3;
@@ -69,13 +80,16 @@ pub struct GateConfig {
     pub fence: Option<crate::converge::fence::SharedFence>,
 }
 
-/// How a run ended, for the queue.
+/// How a run ended: the one outcome type from the gate to the queue. [`Gate::run`] returns it,
+/// the worker passes it as it is to `Queue::complete`, which decides what follows
+/// (`queue::After`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GateOutcome {
     /// Converged (handed off), refused, or superseded (too many restarts): nothing to retry
     /// until the revision or the Kustomization's spec changes.
     Done(RevisionState),
-    /// A step failed: retry with backoff.
+    /// A step failed (one attempt: nothing inside the run waits to retry): the queue retries
+    /// it with backoff, in its retry lane, so no worker is held while it waits.
     Failed { message: String },
     /// Nothing wrong, but not finished either (the source has no artifact yet, claims wait to
     /// bind): re-check at the next resync.
@@ -88,8 +102,21 @@ pub enum GateOutcome {
 #[derive(Clone)]
 pub struct Gate {
     config: std::sync::Arc<GateConfig>,
+    /// The open gates: a run hands off and registers here; the watches close them.
+    observer: Observer,
     /// The service's StorageClass cache; `None` lists them on every converge.
     storage_classes: Option<Store<StorageClass>>,
+    /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
+    /// artifact mode fails its hand-off naming the missing storage.
+    artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
+}
+
+/// What a pass was started with: the mode, the trigger, and (artifact mode) the
+/// ExternalArtifact and its upstream.
+struct Attempt<'a> {
+    mode: GateMode,
+    trigger: Trigger,
+    target: Option<&'a publish::Target>,
 }
 
 /// How one pass over a revision ended.
@@ -109,10 +136,33 @@ fn ks_name(namespace: &str, name: &str) -> String {
 
 impl Gate {
     pub fn new(config: GateConfig) -> Self {
+        let observer = Observer::new(ObserverConfig {
+            client: config.client.clone(),
+            results: config.results.clone(),
+            call_timeout: config.call_timeout,
+            handoff_timeout: config.handoff_timeout,
+            default_gate: config.default_gate,
+            allow_cross_namespace: config.resolver.allow_cross_namespace,
+        });
         Gate {
             config: std::sync::Arc::new(config),
+            observer,
             storage_classes: None,
+            artifact_host: None,
         }
+    }
+
+    /// The observer of this gate's hand-offs, for the watches to feed and the tick to drive.
+    pub fn observer(&self) -> Observer {
+        self.observer.clone()
+    }
+
+    /// The storage the `artifact` gate publishes through (the service's artifact server).
+    /// Kept out of [`GateConfig`], as the StorageClass cache is, so that existing literal
+    /// configs stay valid.
+    pub fn with_artifact_host(mut self, host: std::sync::Arc<dyn ArtifactHost>) -> Self {
+        self.artifact_host = Some(host);
+        self
     }
 
     /// Converges read StorageClasses from `store` (the service's reflector) instead of
@@ -146,13 +196,46 @@ impl Gate {
                     };
                 }
             };
-            let mode = match handoff::gate_mode(&ks, self.config.default_gate) {
+            let gating = Gating::of(&ks, self.config.default_gate);
+            let mode = match gating.mode() {
                 Ok(GateMode::Off) => return GateOutcome::NotHandled,
                 Ok(mode) => mode,
                 Err(message) => {
                     tracing::warn!(kustomization = %key, %message, "not handled");
                     return GateOutcome::NotHandled;
                 }
+            };
+            if let Some(reason) = &gating.hold {
+                // Nothing at all while held; removing the hold makes it due again at once.
+                tracing::info!(kustomization = %key, %reason, "held: not run");
+                return GateOutcome::NotHandled;
+            }
+            if ks.spec.force {
+                tracing::warn!(kustomization = %key, mode = %mode, "{FORCE_WARNING}");
+            }
+            // Artifact mode: the ExternalArtifact the Kustomization reads, and the upstream it
+            // names. Wrong objects are refused before anything is read or written.
+            let target = if mode == GateMode::Artifact {
+                match publish::target(
+                    &self.config.client,
+                    &ks,
+                    self.config.resolver.allow_cross_namespace,
+                    self.config.call_timeout,
+                )
+                .await
+                {
+                    Ok(t) => Some(t),
+                    Err(e) if e.is_bad_input() => {
+                        return self.refuse_target(&ks, trigger, &e).await;
+                    }
+                    Err(e) => {
+                        return GateOutcome::Failed {
+                            message: e.to_string(),
+                        };
+                    }
+                }
+            } else {
+                None
             };
             if mode == GateMode::Suspend && !ks.spec.suspend {
                 // Kept suspended between revisions: Flux must not apply the pending revision
@@ -172,7 +255,10 @@ impl Gate {
                     };
                 }
             }
-            match self.pass(namespace, name, mode, trigger).await {
+            match self
+                .pass(namespace, name, mode, trigger, target.as_ref())
+                .await
+            {
                 Pass::Finished(outcome) => return outcome,
                 Pass::Superseded => {
                     tracing::info!(kustomization = %key, "source moved on: starting over");
@@ -182,23 +268,42 @@ impl Gate {
         GateOutcome::Done(RevisionState::Superseded)
     }
 
-    async fn pass(&self, namespace: &str, name: &str, mode: GateMode, trigger: Trigger) -> Pass {
+    async fn pass(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: GateMode,
+        trigger: Trigger,
+        target: Option<&publish::Target>,
+    ) -> Pass {
         let c = &self.config;
         let key = ks_name(namespace, name);
         self.close_interrupted(namespace, name).await;
         let started_at = now();
         let t = Instant::now();
+        // Artifact mode renders the upstream's artifact: the ExternalArtifact holds only what
+        // was converged already.
         let resolved = c
             .resolver
-            .resolve_within(namespace, name, c.call_timeout)
+            .resolve_from_within(namespace, name, target.map(|t| &t.upstream), c.call_timeout)
             .await;
         c.metrics.step("resolve", t.elapsed().as_secs_f64());
         let resolved = match resolved {
             Ok(r) => r,
             Err(e) => {
                 return Pass::Finished(
-                    self.unresolved(namespace, name, mode, trigger, started_at, e)
-                        .await,
+                    self.unresolved(
+                        namespace,
+                        name,
+                        Attempt {
+                            mode,
+                            trigger,
+                            target,
+                        },
+                        started_at,
+                        e,
+                    )
+                    .await,
                 );
             }
         };
@@ -232,11 +337,16 @@ impl Gate {
                     error: None,
                     generation: resolved.kustomization.metadata.generation,
                     gate: Some(mode),
+                    attempts: 1,
                 };
                 self.save(namespace, name, &record).await;
                 record
             }
         };
+        if resolved.kustomization.spec.force && !record.warnings.iter().any(|w| w == FORCE_WARNING)
+        {
+            record.warnings.push(FORCE_WARNING.to_string());
+        }
         tracing::info!(kustomization = %key, revision = %record.revision, recheck = recheck.is_some(),
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 
@@ -254,7 +364,11 @@ impl Gate {
             }
             None => {
                 record.statefulsets = entries;
+                let force = record.warnings.iter().any(|w| w == FORCE_WARNING);
                 record.warnings = entry::deferred_warnings(&record.statefulsets);
+                if force {
+                    record.warnings.push(FORCE_WARNING.to_string());
+                }
             }
         }
         let ks = &resolved.kustomization;
@@ -265,11 +379,13 @@ impl Gate {
         match entry::verdict(&record.statefulsets) {
             Verdict::Refused => {
                 record.state = RevisionState::Refused;
+                self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Done(RevisionState::Refused);
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
             Verdict::Failed => {
                 record.state = RevisionState::Failed;
+                self.report_not_published(target, &record).await;
                 let message = entry::describe(&record.statefulsets);
                 let outcome = GateOutcome::Failed { message };
                 return Pass::Finished(self.finish(ks, record, outcome).await);
@@ -277,16 +393,27 @@ impl Gate {
             Verdict::HandOff => {}
         }
 
-        // The result is only worth handing off if it is still the revision Flux will apply.
-        match objects::get_source_within(
-            &c.client,
-            ks,
-            c.resolver.allow_cross_namespace,
-            c.call_timeout,
-        )
-        .await
-        {
+        // The result is only worth handing off if it is still the revision Flux will apply
+        // (artifact mode: the revision the upstream publishes, which is what would be
+        // published).
+        let reread = match target {
+            Some(t) => {
+                let (kind, ns, n) = &t.upstream;
+                objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+            }
+            None => {
+                objects::get_source_within(
+                    &c.client,
+                    ks,
+                    c.resolver.allow_cross_namespace,
+                    c.call_timeout,
+                )
+                .await
+            }
+        };
+        let upstream_artifact = match reread {
             Ok(source) => {
+                let artifact = source.status.artifact.clone();
                 let now_published = source.status.artifact.map(|a| a.revision);
                 if now_published.as_deref() != Some(record.revision.as_str()) {
                     record.state = RevisionState::Superseded;
@@ -298,6 +425,7 @@ impl Gate {
                         .await;
                     return Pass::Superseded;
                 }
+                artifact
             }
             Err(e) => {
                 record.state = RevisionState::Failed;
@@ -306,15 +434,30 @@ impl Gate {
                     message: format!("re-reading the source before the hand-off: {e}"),
                     hint: None,
                 });
+                self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Failed {
                     message: e.to_string(),
                 };
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
-        }
+        };
 
         let t = Instant::now();
-        let handed = if applied_already(ks, &record.revision) {
+        let mut open = None;
+        let handed = if let Some(target) = target {
+            // Always through the publish, even when Flux applied the revision already: every
+            // consumer's converge counts, and a publish that changes nothing writes nothing.
+            self.publish_revision(
+                namespace,
+                name,
+                target,
+                upstream_artifact.as_ref(),
+                ks,
+                &mut record,
+            )
+            .await
+            .map(|o| open = o)
+        } else if applied_already(ks, &record.revision) {
             // Flux applied this revision before (the converge found nothing, or only lagging
             // claims, to do): unsuspending or requesting a reconcile would only make it
             // apply the same revision again. A re-check keeps what the hand-off recorded.
@@ -325,11 +468,14 @@ impl Gate {
                     message: Some(
                         "Flux had already applied this revision: not handed off again".into(),
                     ),
+                    attempted_revision: None,
                 });
             }
             Ok(())
         } else {
-            self.hand_off(namespace, name, mode, &mut record).await
+            self.hand_off(namespace, name, mode, ks, &mut record)
+                .await
+                .map(|o| open = Some(o))
         };
         c.metrics.step("handoff", t.elapsed().as_secs_f64());
         if let Err(message) = handed {
@@ -339,6 +485,7 @@ impl Gate {
                 message: message.clone(),
                 hint: None,
             });
+            self.report_not_published(target, &record).await;
             return Pass::Finished(
                 self.finish(ks, record, GateOutcome::Failed { message })
                     .await,
@@ -354,7 +501,14 @@ impl Gate {
         } else {
             GateOutcome::Done(RevisionState::Converged)
         };
-        Pass::Finished(self.finish_with(ks, record, outcome, publish).await)
+        let outcome = self.finish_with(ks, record, outcome, publish).await;
+        // Registered once the record is saved, so the observer's update finds it final.
+        if let Some(open) = open {
+            let key = Key::new(namespace, name);
+            self.observer.opened(key.clone(), open);
+            self.observer.check_soon(key);
+        }
+        Pass::Finished(outcome)
     }
 
     /// A revision that could not be resolved or rendered: gone Kustomizations are not handled,
@@ -364,11 +518,15 @@ impl Gate {
         &self,
         namespace: &str,
         name: &str,
-        mode: GateMode,
-        trigger: Trigger,
+        attempt: Attempt<'_>,
         started_at: String,
         error: ResolveError,
     ) -> GateOutcome {
+        let Attempt {
+            mode,
+            trigger,
+            target,
+        } = attempt;
         let c = &self.config;
         match &error {
             ResolveError::Objects(ObjectsError::NotFound { kind, .. })
@@ -378,6 +536,16 @@ impl Gate {
             }
             ResolveError::Objects(ObjectsError::NoArtifact { .. }) => {
                 tracing::info!(kustomization = %ks_name(namespace, name), error = %error, "waiting for an artifact");
+                if let Some(t) = target {
+                    self.write_artifact_status(
+                        t,
+                        &publish::Update::NotPublished {
+                            reason: publish::REASON_SOURCE_NOT_READY,
+                            message: error.to_string(),
+                        },
+                    )
+                    .await;
+                }
                 return GateOutcome::Deferred;
             }
             _ => {}
@@ -394,10 +562,15 @@ impl Gate {
         // kustomize-controller's rule for what a Kustomization may apply from, not for what
         // the service may read to record. With the revision recorded, the index does not
         // find the same refusal due again at the next resync.
-        let source = objects::get_source_within(&c.client, &ks, true, c.call_timeout)
-            .await
-            .ok()
-            .and_then(|s| s.status.artifact);
+        let source = match target {
+            Some(t) => {
+                let (kind, ns, n) = &t.upstream;
+                objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+            }
+            None => objects::get_source_within(&c.client, &ks, true, c.call_timeout).await,
+        }
+        .ok()
+        .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
         let record = RevisionRecord {
             revision: source
@@ -424,6 +597,7 @@ impl Gate {
             }),
             generation: ks.metadata.generation,
             gate: Some(mode),
+            attempts: 1,
         };
         let outcome = if refused {
             GateOutcome::Done(RevisionState::Refused)
@@ -432,6 +606,7 @@ impl Gate {
                 message: error.to_string(),
             }
         };
+        self.report_not_published(target, &record).await;
         self.finish(&ks, record, outcome).await
     }
 
@@ -501,7 +676,9 @@ impl Gate {
         if let Some(store) = &self.storage_classes {
             cluster = cluster.with_storage_classes(store.clone());
         }
-        let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout);
+        // Recorded with the shard's label, so only this shard resumes it after a crash.
+        let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
+            .scoped(c.results.shard());
         let options = converge::Options {
             fence: c.fence.clone(),
             revision: Some(resolved.revision.clone()),
@@ -604,81 +781,84 @@ impl Gate {
         }))
     }
 
-    /// Hands the revision to Flux and, in suspend mode, suspends again once Flux answered.
+    /// Hands the revision to Flux (suspend: `spec.suspend=false`; reconcile: the requestedAt
+    /// token) and returns the open gate for the observer. The run ends here: the observer
+    /// closes the gate and records Flux's answer from the watches. A hold set during the
+    /// converge (seen by the watch) stops it before the write: the revision is recorded
+    /// failed, due again once the hold is removed.
     async fn hand_off(
         &self,
         namespace: &str,
         name: &str,
         mode: GateMode,
+        ks: &Kustomization,
         record: &mut RevisionRecord,
-    ) -> Result<(), String> {
+    ) -> Result<Open, String> {
         let c = &self.config;
         let key = ks_name(namespace, name);
-        let since = match mode {
+        if let Some(reason) = self.observer.held(&Key::new(namespace, name)) {
+            return Err(format!(
+                "held ({reason}): not handed off; handed off once the hold is removed"
+            ));
+        }
+        let attempted_before = ks
+            .status
+            .as_ref()
+            .and_then(|s| s.last_attempted_revision.clone());
+        let at = now();
+        let (since, action, requested_at) = match mode {
             GateMode::Suspend => {
                 let ks = handoff::set_suspend(&c.client, namespace, name, false, c.call_timeout)
                     .await
                     .map_err(|e| e.to_string())?;
-                record.handoff = Some(Handoff {
-                    mode,
-                    at: now(),
-                    action: "unsuspended".into(),
-                    requested_at: None,
-                    resuspended_at: None,
-                });
-                Since::Generation(ks.metadata.generation.unwrap_or(0))
+                (
+                    Since::Generation(ks.metadata.generation.unwrap_or(0)),
+                    "unsuspended",
+                    None,
+                )
             }
             GateMode::Reconcile => {
-                let token = now();
-                handoff::request_reconcile(&c.client, namespace, name, &token, c.call_timeout)
+                handoff::request_reconcile(&c.client, namespace, name, &at, c.call_timeout)
                     .await
                     .map_err(|e| e.to_string())?;
-                record.handoff = Some(Handoff {
-                    mode,
-                    at: token.clone(),
-                    action: "reconcile-requested".into(),
-                    requested_at: Some(token.clone()),
-                    resuspended_at: None,
-                });
-                Since::Token(token)
+                (
+                    Since::Token(at.clone()),
+                    "reconcile-requested",
+                    Some(at.clone()),
+                )
             }
-            GateMode::Off => return Ok(()),
+            // Artifact mode publishes instead ([`Gate::publish_revision`]).
+            GateMode::Artifact | GateMode::Off => return Err("not a hand-off mode".into()),
         };
+        record.handoff = Some(Handoff {
+            mode,
+            at: at.clone(),
+            action: action.into(),
+            requested_at,
+            resuspended_at: None,
+            attempts: vec![HandoffAttempt {
+                at,
+                outcome: FluxOutcome::Pending,
+                message: None,
+            }],
+            retry_at: None,
+        });
+        record.flux = Some(FluxResult {
+            outcome: FluxOutcome::Pending,
+            applied_revision: None,
+            message: Some("the gate is open: waiting for Flux's answer".into()),
+            attempted_revision: None,
+        });
         tracing::info!(kustomization = %key, revision = %record.revision, mode = %mode, "handed off");
-        self.save(namespace, name, record).await;
-
-        let t = Instant::now();
-        let flux = handoff::observe(
-            &c.client,
-            namespace,
-            name,
-            &record.revision,
-            &since,
-            c.handoff_timeout,
-        )
-        .await;
-        c.metrics.step("observe", t.elapsed().as_secs_f64());
-        tracing::info!(kustomization = %key, revision = %record.revision, flux = ?flux.outcome, "Flux answered");
-        if matches!(flux.outcome, FluxOutcome::Timeout | FluxOutcome::Pending) {
-            record.warnings.push(format!(
-                "hand-off: {}",
-                flux.message
-                    .clone()
-                    .unwrap_or_else(|| "no answer from Flux".into())
-            ));
-        }
-        record.flux = Some(flux);
-
-        if mode == GateMode::Suspend {
-            handoff::set_suspend(&c.client, namespace, name, true, c.call_timeout)
-                .await
-                .map_err(|e| format!("suspending again after the hand-off: {e}"))?;
-            if let Some(h) = &mut record.handoff {
-                h.action = "resuspended".into();
-                h.resuspended_at = Some(now());
-            }
-        }
-        Ok(())
+        Ok(Open {
+            mode,
+            revision: record.revision.clone(),
+            started_at: record.started_at.clone(),
+            since,
+            attempted_before,
+            deadline: tokio::time::Instant::now() + c.handoff_timeout,
+            attempt: 1,
+        })
     }
 
     /// Writes the final record, counts it, and publishes its event; returns `outcome`.
@@ -710,8 +890,14 @@ impl Gate {
                 c.events.publish(ks, &event).await;
             }
         }
-        tracing::info!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
-            state = record.state.as_str(), "revision finished");
+        // A failure is logged once, by the worker, with its attempt and its retry.
+        if record.state == RevisionState::Failed {
+            tracing::debug!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
+                state = record.state.as_str(), "revision finished");
+        } else {
+            tracing::info!(kustomization = %ks_name(&namespace, &name), revision = %record.revision,
+                state = record.state.as_str(), "revision finished");
+        }
         outcome
     }
 
@@ -788,18 +974,41 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
                     ),
                     FluxOutcome::Timeout => "Flux has not applied it yet (timed out)".into(),
                     FluxOutcome::Pending => "Flux's answer is pending".into(),
+                    FluxOutcome::Raced => format!(
+                        "Flux attempted {} instead",
+                        f.attempted_revision
+                            .as_deref()
+                            .unwrap_or("another revision")
+                    ),
                 },
                 None => "handed off".into(),
             };
             let mode = record.gate.map(GateMode::as_str).unwrap_or("off");
-            (
-                Severity::Info,
-                REASON_CONVERGED,
-                join(format!(
+            let waiting = record
+                .handoff
+                .as_ref()
+                .is_some_and(|h| h.mode == GateMode::Artifact && h.action == "waiting");
+            let head = if waiting {
+                // Artifact mode, other consumers of the ExternalArtifact still to converge it:
+                // the warnings name them.
+                let whom: Vec<&str> = record
+                    .warnings
+                    .iter()
+                    .filter(|w| w.starts_with(publish::WAITING_PREFIX))
+                    .map(String::as_str)
+                    .collect();
+                format!(
+                    "revision {} converged, not published yet: {}",
+                    record.revision,
+                    whom.join("; ")
+                )
+            } else {
+                format!(
                     "revision {} converged, handed off ({mode}): {flux}",
                     record.revision
-                )),
-            )
+                )
+            };
+            (Severity::Info, REASON_CONVERGED, join(head))
         }
         RevisionState::Refused => (
             Severity::Error,
@@ -855,11 +1064,13 @@ mod tests {
                 outcome,
                 applied_revision: None,
                 message: Some("boom".into()),
+                attempted_revision: None,
             }),
             warnings: Vec::new(),
             error: None,
             generation: None,
             gate: Some(GateMode::Reconcile),
+            attempts: 1,
         }
     }
 
@@ -915,5 +1126,37 @@ mod tests {
             let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
             assert_eq!(got, expected, "{state:?}");
         }
+    }
+
+    #[test]
+    fn an_artifact_revision_waiting_for_other_consumers_says_so() {
+        let mut r = record(RevisionState::Converged, None);
+        r.gate = Some(GateMode::Artifact);
+        r.handoff = Some(Handoff {
+            mode: GateMode::Artifact,
+            at: "t".into(),
+            action: "waiting".into(),
+            requested_at: None,
+            resuspended_at: None,
+            attempts: Vec::new(),
+            retry_at: None,
+        });
+        r.warnings = vec![publish::waiting_warning("team", "db", "main@sha1:2")];
+        let e = revision_event(&r).unwrap();
+        assert_eq!(
+            e.message,
+            "revision main@sha1:2 converged, not published yet: waiting for team/db to converge main@sha1:2 before publishing\nStatefulSet apps/web: recreated without restarting pods"
+        );
+        r.handoff.as_mut().unwrap().action = "published".into();
+        r.flux = Some(FluxResult {
+            outcome: FluxOutcome::Applied,
+            applied_revision: None,
+            message: None,
+            attempted_revision: None,
+        });
+        assert_eq!(
+            revision_event(&r).unwrap().message,
+            "revision main@sha1:2 converged, handed off (artifact): Flux applied it\nStatefulSet apps/web: recreated without restarting pods"
+        );
     }
 }

@@ -11,8 +11,10 @@ use crate::flux::event::Event;
 use crate::flux::objects::{Kustomization, SourceKind};
 use crate::service::record::{GateMode, RevisionRecord, RevisionState, StatefulSetOutcome};
 
-/// The annotation that opts a Kustomization in (`suspend`, `reconcile`) or out (`off`).
-pub const GATE_ANNOTATION: &str = "flux-converger.io/gate";
+/// The annotation that opts a Kustomization in (`suspend`, `reconcile`) or out (`off`),
+/// parsed with the hold annotation in one place ([`Gating`]).
+pub use crate::service::gate::state::GATE_ANNOTATION;
+use crate::service::gate::state::Gating;
 
 /// What kustomize-controller reports when a grown volume size wedges a Kustomization (the
 /// field list after it varies with the Kubernetes version, so only the prefix is matched).
@@ -85,9 +87,11 @@ pub struct SourceKey {
 pub struct Entry {
     /// The gate in force: the annotation's, else the default; `Off` when not handled.
     pub gate: GateMode,
-    /// An annotation value that is none of `suspend|reconcile|off` (treated as `off`: a typo
+    /// An annotation value that is none of `suspend|reconcile|artifact|off` (treated as `off`: a typo
     /// must not hand a Kustomization to the service).
     pub invalid_gate: Option<String>,
+    /// Why nothing runs for it ([`Gating::hold`]): not due, whatever changes, until removed.
+    pub hold: Option<String>,
     /// `None` when `spec.sourceRef.kind` is not a kind Flux renders from.
     pub source: Option<SourceKey>,
     /// A digest of the spec without `spec.suspend`: the suspend gate toggles that field
@@ -150,7 +154,7 @@ pub struct Route {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     pub handled: bool,
-    /// First seen, or its gate, source or spec (but `suspend`) changed.
+    /// First seen, or its gate, hold, source or spec (but `suspend`) changed.
     pub changed: bool,
 }
 
@@ -161,6 +165,10 @@ pub struct Index {
     kustomizations: BTreeMap<Key, Entry>,
     revisions: HashMap<SourceKey, Option<String>>,
     by_source: HashMap<SourceKey, BTreeSet<Key>>,
+    /// ExternalArtifact → the upstream its `spec.sourceRef` names: a Kustomization in
+    /// `artifact` mode is due on the upstream's revisions (what it converges), not on the
+    /// ExternalArtifact's (what the service itself published).
+    upstreams: HashMap<SourceKey, SourceKey>,
     /// Bumped by every change `/status` shows (a gate, a source, a revision, a Kustomization
     /// added or gone), never by an update that changes none of them.
     generation: u64,
@@ -173,6 +181,7 @@ impl Index {
             kustomizations: BTreeMap::new(),
             revisions: HashMap::new(),
             by_source: HashMap::new(),
+            upstreams: HashMap::new(),
             generation: 0,
         }
     }
@@ -193,6 +202,7 @@ impl Index {
             Some(old) => {
                 entry.finished_spec = old.finished_spec;
                 old.gate != entry.gate
+                    || old.hold != entry.hold
                     || old.source != entry.source
                     || old.spec_digest != entry.spec_digest
             }
@@ -248,12 +258,32 @@ impl Index {
     }
 
     /// Records what a source publishes now; returns the handled Kustomizations that read it
-    /// when the revision changed (they are due).
+    /// when the revision changed (they are due): the ones reading it directly (but not those
+    /// in artifact mode reading an ExternalArtifact: its revision is what the service
+    /// published), and those in artifact mode whose ExternalArtifact names it as upstream.
     pub fn apply_source(&mut self, source: SourceKey, revision: Option<String>) -> Vec<Key> {
         let changed = self.revisions.get(&source) != Some(&revision);
         let keys = if changed {
             self.generation += 1;
-            self.handled_keys_of(&source)
+            let mut keys: Vec<Key> = self
+                .handled_keys_of(&source)
+                .into_iter()
+                .filter(|k| {
+                    self.kustomizations
+                        .get(k)
+                        .is_some_and(|e| self.effective_source(e) == Some(&source))
+                })
+                .collect();
+            for (artifact, _) in self.upstreams.iter().filter(|(_, up)| **up == source) {
+                keys.extend(self.handled_keys_of(artifact).into_iter().filter(|k| {
+                    self.kustomizations
+                        .get(k)
+                        .is_some_and(|e| e.gate == GateMode::Artifact)
+                }));
+            }
+            keys.sort();
+            keys.dedup();
+            keys
         } else {
             Vec::new()
         };
@@ -261,8 +291,50 @@ impl Index {
         keys
     }
 
+    /// Records the upstream an ExternalArtifact names (`None`: none, or not a kind the
+    /// artifact gate publishes from); returns the Kustomizations in artifact mode reading it
+    /// when the link changed (due: their upstream, so their revision, changed).
+    pub fn apply_upstream(&mut self, artifact: SourceKey, upstream: Option<SourceKey>) -> Vec<Key> {
+        if self.upstreams.get(&artifact) == upstream.as_ref() {
+            return Vec::new();
+        }
+        self.generation += 1;
+        match upstream {
+            Some(up) => self.upstreams.insert(artifact.clone(), up),
+            None => self.upstreams.remove(&artifact),
+        };
+        self.handled_keys_of(&artifact)
+            .into_iter()
+            .filter(|k| {
+                self.kustomizations
+                    .get(k)
+                    .is_some_and(|e| e.gate == GateMode::Artifact)
+            })
+            .collect()
+    }
+
+    /// Replaces every ExternalArtifact's upstream (a relist of ExternalArtifacts).
+    pub fn reset_upstreams(&mut self, all: impl IntoIterator<Item = (SourceKey, SourceKey)>) {
+        self.upstreams = all.into_iter().collect();
+        self.generation += 1;
+    }
+
+    /// The source whose revisions a Kustomization converges: its `sourceRef`, or for the
+    /// artifact gate reading an ExternalArtifact, the upstream that ExternalArtifact names
+    /// (`None` until known).
+    fn effective_source<'a>(&'a self, entry: &'a Entry) -> Option<&'a SourceKey> {
+        let source = entry.source.as_ref()?;
+        if entry.gate == GateMode::Artifact && source.kind == SourceKind::ExternalArtifact {
+            return self.upstreams.get(source);
+        }
+        Some(source)
+    }
+
     pub fn delete_source(&mut self, source: &SourceKey) {
         if self.revisions.remove(source).is_some() {
+            self.generation += 1;
+        }
+        if self.upstreams.remove(source).is_some() {
             self.generation += 1;
         }
     }
@@ -288,6 +360,34 @@ impl Index {
             .collect()
     }
 
+    /// The handled Kustomizations a new revision of `source` concerns: those rendering from
+    /// it, through an ExternalArtifact naming it as its upstream too (artifact mode), but not
+    /// the artifact-mode readers of an ExternalArtifact itself (what it publishes is the
+    /// service's own doing, not news).
+    fn readers_of(&self, source: &SourceKey) -> Vec<Key> {
+        let direct = self.handled_keys_of(source).into_iter().filter(|k| {
+            self.kustomizations
+                .get(k)
+                .and_then(|e| self.effective_source(e))
+                == Some(source)
+        });
+        let through = self
+            .upstreams
+            .iter()
+            .filter(|(_, up)| *up == source)
+            .flat_map(|(external, _)| self.handled_keys_of(external))
+            .filter(|k| {
+                self.kustomizations
+                    .get(k)
+                    .and_then(|e| self.effective_source(e))
+                    == Some(source)
+            });
+        let mut keys: Vec<Key> = direct.chain(through).collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     pub fn entry(&self, key: &Key) -> Option<&Entry> {
         self.kustomizations.get(key)
     }
@@ -308,9 +408,15 @@ impl Index {
             .map(|e| e.gate)
     }
 
-    /// The revision the Kustomization's source publishes now, as last seen.
+    /// Why a handled Kustomization is held, if it is.
+    pub fn hold(&self, key: &Key) -> Option<&str> {
+        self.kustomizations.get(key)?.hold.as_deref()
+    }
+
+    /// The revision the Kustomization's source publishes now, as last seen (artifact mode:
+    /// the revision of the upstream its ExternalArtifact names, the one it converges).
     pub fn source_revision(&self, key: &Key) -> Option<&str> {
-        let source = self.kustomizations.get(key)?.source.as_ref()?;
+        let source = self.effective_source(self.kustomizations.get(key)?)?;
         self.revisions.get(source)?.as_deref()
     }
 
@@ -346,7 +452,7 @@ impl Index {
     pub fn route(&self, event: &Event) -> Route {
         let object = &event.involved_object;
         let keys = match SourceKind::parse(&object.kind) {
-            Some(kind) => self.handled_keys_of(&SourceKey {
+            Some(kind) => self.readers_of(&SourceKey {
                 kind,
                 namespace: object.namespace.clone(),
                 name: object.name.clone(),
@@ -374,7 +480,10 @@ impl Index {
     /// Whether a handled Kustomization is due, given its newest record. A Kustomization
     /// whose source publishes no revision yet is not due (there is nothing to render).
     pub fn due(&self, key: &Key, last: Option<&RevisionRecord>) -> Option<Due> {
-        let entry = self.kustomizations.get(key).filter(|e| e.handled())?;
+        let entry = self
+            .kustomizations
+            .get(key)
+            .filter(|e| e.handled() && e.hold.is_none())?;
         let revision = self.source_revision(key)?;
         let Some(last) = last else {
             return Some(Due::NeverRun);
@@ -389,7 +498,10 @@ impl Index {
         match last.state {
             RevisionState::Running | RevisionState::Failed => return Some(Due::Unfinished),
             RevisionState::Superseded => return Some(Due::Unfinished),
-            RevisionState::Converged if has_deferred(last) => return Some(Due::Deferred),
+            // Not while the gate is open: the re-check would close it under Flux.
+            RevisionState::Converged if has_deferred(last) && !gate_open(last) => {
+                return Some(Due::Deferred);
+            }
             RevisionState::Converged | RevisionState::Refused => {}
         }
         match entry.finished_spec {
@@ -423,6 +535,15 @@ impl Index {
     }
 }
 
+/// Whether the record's revision is handed off and Flux has not answered yet.
+pub fn gate_open(record: &RevisionRecord) -> bool {
+    record.handoff.is_some()
+        && record
+            .flux
+            .as_ref()
+            .is_some_and(|f| f.outcome == crate::service::record::FluxOutcome::Pending)
+}
+
 /// Claims left to grow once Bound make a converged revision worth re-checking.
 pub fn has_deferred(record: &RevisionRecord) -> bool {
     record
@@ -435,18 +556,7 @@ pub fn has_deferred(record: &RevisionRecord) -> bool {
 fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> {
     let namespace = ks.metadata.namespace.clone()?;
     let name = ks.metadata.name.clone()?;
-    let annotation = ks
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(GATE_ANNOTATION));
-    let (gate, invalid_gate) = match annotation {
-        None => (default_gate, None),
-        Some(text) => match GateMode::parse(text.trim()) {
-            Some(mode) => (mode, None),
-            None => (GateMode::Off, Some(text.clone())),
-        },
-    };
+    let gating = Gating::of(ks, default_gate);
     let source_ref = &ks.spec.source_ref;
     let source = SourceKind::parse(&source_ref.kind).map(|kind| SourceKey {
         kind,
@@ -460,8 +570,9 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
     Some((
         Key::new(namespace, name),
         Entry {
-            gate,
-            invalid_gate,
+            gate: gating.mode,
+            invalid_gate: gating.invalid,
+            hold: gating.hold,
             source,
             spec_digest: spec_digest(ks),
             generation: ks.metadata.generation,

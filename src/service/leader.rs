@@ -7,18 +7,55 @@
 use std::time::Duration;
 
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::service::tenure::{Tenure, observing_client};
 
-/// The Lease's name in `--namespace`.
+/// The Lease's name in `--namespace` without `--watch-label-selector`.
 pub const LEASE_NAME: &str = "flux-converger";
 
-/// How the Lease is held.
+/// The default `--leader-election-id`: [`LEASE_NAME`] for the one install, and for a shard
+/// (`--watch-label-selector`) `flux-converger-<first 8 hex of sha256(selector)>`. Flux's
+/// sharded controllers each take their own Lease; so must the converger's shards, or two of
+/// them exclude each other and only one converges at a time. Derived from the selector (as
+/// given, byte for byte) so that each shard's Deployment needs no second flag, every replica of
+/// one shard agrees on it, and it stays a valid Lease name and label value (23 characters)
+/// whatever the selector holds.
+pub fn default_election_id(watch_label_selector: Option<&str>) -> String {
+    match watch_label_selector {
+        None => LEASE_NAME.to_string(),
+        Some(selector) => {
+            let digest = hex::encode(Sha256::digest(selector.as_bytes()));
+            format!("{LEASE_NAME}-{}", &digest[..8])
+        }
+    }
+}
+
+/// Why a `--leader-election-id` cannot be used: it names a Lease (a DNS subdomain) and is the
+/// value of the shard label on the records (at most 63 characters), so it must be both.
+pub fn check_election_id(id: &str) -> Result<(), String> {
+    let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let alphanumeric =
+        |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if id.is_empty() || id.len() > 63 {
+        return Err(format!("{id:?}: must be 1 to 63 characters"));
+    }
+    if !id.chars().all(valid_char)
+        || !alphanumeric(id.chars().next())
+        || !alphanumeric(id.chars().last())
+    {
+        return Err(format!(
+            "{id:?}: must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// How the Lease is held (its name is `Config::leader_election_id`).
 #[derive(Clone, Debug)]
 pub struct LeaseSettings {
-    pub name: String,
     /// This replica's identity (the pod's name).
     pub identity: String,
     /// How long a holder's lock is valid after its last renewal.
@@ -37,7 +74,6 @@ impl LeaseSettings {
     /// writes stop 2 s before the lock could expire for the others.
     pub fn new(identity: impl Into<String>) -> Self {
         LeaseSettings {
-            name: LEASE_NAME.to_string(),
             identity: identity.into(),
             duration: Duration::from_secs(30),
             grace: Duration::from_secs(5),
@@ -87,18 +123,19 @@ impl Leadership {
         }
     }
 
-    /// Takes part in the election for `settings.name` in `namespace`; the Lease is created if
+    /// Takes part in the election for the Lease `name` in `namespace`; the Lease is created if
     /// missing. kube-lease-manager runs the renewal in its own task, over a client that tells
     /// `tenure` every answer about the Lease.
     pub async fn elect(
         client: kube::Client,
         namespace: &str,
+        name: &str,
         settings: &LeaseSettings,
         tenure: &Tenure,
     ) -> Result<Self, LeaderError> {
-        tenure.bind_elected(namespace, settings);
-        let client = observing_client(client, namespace, &settings.name, tenure.clone());
-        let manager = LeaseManagerBuilder::new(client, settings.name.clone())
+        tenure.bind_elected(namespace, name, settings);
+        let client = observing_client(client, namespace, name, tenure.clone());
+        let manager = LeaseManagerBuilder::new(client, name.to_string())
             .with_namespace(namespace)
             .with_identity(settings.identity.clone())
             .with_duration(settings.duration.as_secs().max(1))
@@ -108,7 +145,7 @@ impl Leadership {
             .await
             .map_err(|error| LeaderError::Lease {
                 namespace: namespace.to_string(),
-                name: settings.name.clone(),
+                name: name.to_string(),
                 error,
             })?;
         let (receiver, task) = manager.watch().await;
@@ -140,6 +177,54 @@ impl Leadership {
                 Ok(Err(e)) => tracing::warn!(error = %e, "the lease task ended abnormally"),
                 Err(_) => tracing::warn!("releasing the lease timed out; it expires on its own"),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each shard's Lease: the default without a selector, a name of its own per selector
+    /// (pinned: a changed derivation would split a running shard's replicas over two Leases).
+    #[test]
+    fn election_id_by_table() {
+        let cases: &[(Option<&str>, &str)] = &[
+            (None, "flux-converger"),
+            (Some("shard=a"), "flux-converger-3d8dfb26"),
+            (Some("shard=b"), "flux-converger-51051576"),
+            (
+                Some("sharding.fluxcd.io/key=shard1"),
+                "flux-converger-73fdc1be",
+            ),
+            (Some("!sharding.fluxcd.io/key"), "flux-converger-42da7484"),
+        ];
+        for (selector, want) in cases {
+            let id = default_election_id(*selector);
+            assert_eq!(id, *want, "{selector:?}");
+            assert_eq!(check_election_id(&id), Ok(()), "{selector:?}");
+        }
+    }
+
+    #[test]
+    fn election_id_check_by_table() {
+        let long = "a".repeat(64);
+        let cases: &[(&str, bool)] = &[
+            ("flux-converger", true),
+            ("flux-converger-shard1", true),
+            ("a", true),
+            ("a.b-c", true),
+            (&long[..63], true),
+            (&long, false),
+            ("", false),
+            ("Flux", false),
+            ("-a", false),
+            ("a-", false),
+            ("a_b", false),
+            ("a/b", false),
+        ];
+        for (id, ok) in cases {
+            assert_eq!(check_election_id(id).is_ok(), *ok, "{id:?}");
         }
     }
 }

@@ -35,12 +35,14 @@ use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
 use crate::service::backend::ServiceBackend;
 use crate::service::fence::ServiceFence;
+pub use crate::service::gate::GateOutcome;
 use crate::service::hook_limit::HookLimit;
 use crate::service::index::{Index, Key, Records};
 use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
 use crate::service::metrics::Metrics;
-use crate::service::queue::{BackoffPolicy, Completion, Queue};
-use crate::service::record::{GateMode, RevisionState, Trigger};
+use crate::service::queue::{BackoffPolicy, Queue};
+use crate::service::record::{GateMode, Trigger};
+use crate::service::results::{Results, Shard};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
 use crate::service::windows::{RunWindows, WindowTracker};
 
@@ -61,6 +63,10 @@ pub struct Config {
     pub hook_min_interval: Duration,
     pub default_gate: GateMode,
     pub watch_label_selector: Option<String>,
+    /// The Lease this replica (with `leader_elect`) contends for, and with a
+    /// `watch_label_selector` the shard its results and intents are labelled with
+    /// (`leader::default_election_id` derives it from the selector by default).
+    pub leader_election_id: String,
     pub workers: usize,
     pub resync: Duration,
     pub handoff_timeout: Duration,
@@ -72,6 +78,9 @@ pub struct Config {
     pub call_timeout: Duration,
     /// Download and unpack caps of an artifact (`--max-*`; Flux's untar defaults).
     pub fetch: crate::flux::artifact::FetchOptions,
+    /// The artifact storage (`--storage-*`): the render cache and what the `artifact` gate
+    /// publishes. `StorageConfig::default()` has none.
+    pub storage: crate::storage::StorageConfig,
 }
 
 /// Knobs that are not flags: defaults suit a cluster; tests shorten them.
@@ -80,9 +89,6 @@ pub struct Tuning {
     /// The Lease (with `leader_elect`).
     pub lease: LeaseSettings,
     pub backoff: BackoffPolicy,
-    /// How often a replica that does not lead re-reads the results, so its `/status` follows
-    /// the leader's.
-    pub reload: Duration,
     /// How long shutdown waits for running revisions before it stops them. A converge between
     /// its orphan delete and its re-apply is waited for past it (bounded by its own orphan
     /// wait and call timeouts); any other run cut short is finished from its journal or run
@@ -109,39 +115,35 @@ impl Default for Tuning {
         Tuning {
             lease: LeaseSettings::new(leader::default_identity()),
             backoff: BackoffPolicy::default(),
-            reload: Duration::from_secs(15),
             shutdown_grace: Duration::from_secs(25),
         }
     }
 }
 
-/// How one run of a revision ended, as the runtime needs it (the gate's outcome).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RunOutcome {
-    /// Converged, refused or superseded: finished.
-    Done(RevisionState),
-    /// A step failed: retried with backoff.
-    Failed { message: String },
-    /// Claims not yet Bound: re-checked at every resync.
-    Deferred,
-    /// The annotation says `off` now, or the Kustomization is gone.
-    NotHandled,
-}
-
-/// One revision of one Kustomization: render → converge → hand off → observe (the gate).
+/// One revision of one Kustomization: render → converge → hand off → observe (the gate). Its
+/// outcome goes to the queue as it is ([`Queue::complete`]).
 pub trait Runner: Send + Sync + 'static {
     fn run<'a>(
         &'a self,
         namespace: &'a str,
         name: &'a str,
         trigger: Trigger,
-    ) -> BoxFuture<'a, RunOutcome>;
+    ) -> BoxFuture<'a, GateOutcome>;
+
+    /// What follows the hand-offs of its runs from the watches (`None`: a runner that hands
+    /// nothing off and waits for nothing).
+    fn observer(&self) -> Option<gate::observe::Observer> {
+        None
+    }
 }
 
-/// The results store as the runtime needs it: readable at once, (re)loaded from the cluster.
-pub trait Store: Records {
-    fn load(&self) -> BoxFuture<'_, Result<(), String>>;
-}
+/// How often the observer closes gates past `--handoff-timeout` and re-opens the ones Flux's
+/// retry schedule makes due.
+const OBSERVE_TICK: Duration = Duration::from_secs(1);
+
+/// How often the leader says which published artifacts are lost (the storage tries to restore
+/// them every [`crate::storage::follow::RETRY_LOST`]).
+const LOST_REPORT: Duration = Duration::from_secs(15);
 
 /// What finishes a previous process's unfinished converges when this one starts leading.
 pub trait Resume: Send + Sync + 'static {
@@ -151,7 +153,9 @@ pub trait Resume: Send + Sync + 'static {
 /// The parts [`start_with`] assembles: the gate, the results, the HTTP app, the resume.
 pub struct Parts {
     pub runner: Arc<dyn Runner>,
-    pub store: Arc<dyn Store>,
+    /// The results: [`start_with`] follows them from the cluster (on every replica) and reads
+    /// what is due from them.
+    pub results: Results,
     pub resume: Arc<dyn Resume>,
     /// Builds the HTTP app over the service's backend.
     pub app: Box<dyn FnOnce(Arc<dyn Backend>) -> axum::Router + Send>,
@@ -161,6 +165,9 @@ pub struct Parts {
     /// The fence the runner's and the resume's converges ask: [`start_with`] binds it to the
     /// leadership it sets up and waits for its windows at shutdown.
     pub fence: ServiceFence,
+    /// The artifact storage, when `--storage-path` is set and writable: [`start_with`] serves
+    /// it on `--storage-addr` and keeps it following the ExternalArtifacts.
+    pub storage: Option<Arc<crate::storage::Storage>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +190,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The address `--metrics-addr` bound.
     pub metrics_addr: SocketAddr,
+    /// The address `--storage-addr` bound (with a storage).
+    pub storage_addr: Option<SocketAddr>,
     pub backend: ServiceBackend,
     queue: Queue<Key>,
     cancel: CancellationToken,
@@ -303,24 +312,27 @@ pub async fn start_with(
 ) -> Result<Running, ServiceError> {
     let Parts {
         runner,
-        store,
+        results,
         resume,
         app,
         metrics_app,
         metrics,
         fence,
+        storage,
     } = parts;
     let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
     let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
     // Nothing runs before this replica leads and has finished the previous one's intents.
     queue.pause(true);
     let readiness = Readiness::default();
-    let records: Arc<dyn Records> = Arc::new(StoreRecords(store.clone()));
+    let records: Arc<dyn Records> = Arc::new(results.clone());
+    let observer = runner.observer();
     let feed = Feed {
         index: index.clone(),
         queue: queue.clone(),
         records: records.clone(),
         readiness: readiness.clone(),
+        observer: observer.clone(),
     };
     let backend = ServiceBackend {
         index: index.clone(),
@@ -333,11 +345,16 @@ pub async fn start_with(
 
     let (listener, addr) = bind("--listen", config.listen).await?;
     let (metrics_listener, metrics_addr) = bind("--metrics-addr", config.metrics_addr).await?;
+    let storage_listener = match &storage {
+        Some(_) => Some(bind("--storage-addr", config.storage.addr).await?),
+        None => None,
+    };
 
     let leadership = if config.leader_elect {
         Leadership::elect(
             client.clone(),
             &config.namespace,
+            &config.leader_election_id,
             &tuning.lease,
             &fence.tenure,
         )
@@ -375,6 +392,12 @@ pub async fn start_with(
         &cancel,
         Box::pin(feed.clone().resync(config.resync, metrics.clone())),
     ));
+    if let Some(observer) = observer {
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(observer.run_ticks(OBSERVE_TICK)),
+        ));
+    }
     background.push(until_cancelled(
         &cancel,
         Box::pin(access::check(
@@ -389,22 +412,62 @@ pub async fn start_with(
             config.call_timeout,
         )),
     ));
+    background.push(until_cancelled(&cancel, Box::pin(results.clone().follow())));
     background.push(until_cancelled(
         &cancel,
         Box::pin(lead(
             feed.clone(),
             leadership.subscribe(),
-            store.clone(),
+            results.clone(),
             resume,
-            tuning.reload,
         )),
     ));
+
+    let storage_addr = storage_listener.as_ref().map(|(_, addr)| *addr);
+    if let (Some(storage), Some((listener, storage_addr))) = (storage, storage_listener) {
+        // The leader says on an ExternalArtifact when what it publishes is lost (an empty
+        // volume, the upstream moved on, no replica has it), after each restore attempt.
+        let reporter = {
+            let storage = storage.clone();
+            let client = client.clone();
+            let mut leading = leadership.subscribe();
+            let call_timeout = config.call_timeout;
+            async move {
+                let mut ticker = tokio::time::interval(LOST_REPORT);
+                loop {
+                    ticker.tick().await;
+                    if *leading.borrow_and_update() {
+                        gate::publish::report_lost(&client, &storage, call_timeout).await;
+                    }
+                }
+            }
+        };
+        background.push(until_cancelled(&cancel, Box::pin(reporter)));
+        // Every replica serves and follows, leader or not: a failover never makes Flux's
+        // fetch of a published artifact fail.
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(crate::storage::follow::follow(
+                storage.clone(),
+                client.clone(),
+            )),
+        ));
+        let stop = cancel.child_token();
+        background.push(tokio::spawn(async move {
+            if let Err(error) =
+                crate::storage::server::run(listener, storage, stop.cancelled_owned()).await
+            {
+                tracing::error!(%error, port = "--storage-addr", "artifact server stopped");
+            }
+        }));
+        tracing::info!(%storage_addr, "serving artifacts");
+    }
 
     let cut = CancellationToken::new();
     let workers = tokio::spawn(work(
         queue.clone(),
         index.clone(),
-        store.clone(),
+        results.clone(),
         runner,
         config.workers.max(1),
         cut.clone(),
@@ -424,11 +487,13 @@ pub async fn start_with(
     };
     tracing::info!(%addr, %metrics_addr, namespace = %config.namespace, workers = config.workers,
         default_gate = %config.default_gate, leader_elect = config.leader_elect,
+        lease = %config.leader_election_id, shard = ?results.shard(),
         hook_min_interval = ?config.hook_min_interval, "serving");
 
     Ok(Running {
         addr,
         metrics_addr,
+        storage_addr,
         backend,
         queue,
         cancel,
@@ -469,72 +534,45 @@ async fn serve_http(
     stop.cancel();
 }
 
-/// Adapts a [`Store`] to the index's [`Records`].
-struct StoreRecords(Arc<dyn Store>);
-
-impl Records for StoreRecords {
-    fn last(&self, namespace: &str, name: &str) -> Option<record::RevisionRecord> {
-        self.0.last(namespace, name)
-    }
-    fn history(&self, namespace: &str, name: &str) -> Vec<record::RevisionRecord> {
-        self.0.history(namespace, name)
-    }
-    fn is_loaded(&self) -> bool {
-        self.0.is_loaded()
-    }
-    fn generation(&self) -> Option<u64> {
-        self.0.generation()
-    }
-    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
-        self.0.version(namespace, name)
-    }
-    fn keys(&self) -> Vec<Key> {
-        self.0.keys()
-    }
-    fn forget<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        self.0.forget(namespace, name)
-    }
-}
-
-/// Loads the results, retrying (they must be readable before anything is due).
-async fn load_records(store: &dyn Store) {
-    let mut wait = Duration::from_millis(200);
-    loop {
-        match store.load().await {
-            Ok(()) => return,
-            Err(error) => {
-                tracing::warn!(%error, "reading the results; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
-
-/// Follows leadership: on taking the lead, read the results, finish the previous leader's
-/// intents, queue whatever is due (trigger `startup`) and let the workers run; on losing it,
-/// pause them. While not leading, re-read the results now and then for `/status`.
+/// Follows leadership: on taking the lead (once the results are read), finish the previous
+/// leader's intents, queue whatever is due (trigger `startup`) and let the workers run; on
+/// losing it, pause them. The results need no re-reading on either side: [`Results::follow`]
+/// watches them on every replica, so a follower's `/status` follows the leader's writes and a
+/// new leader starts from its predecessor's last records.
 async fn lead(
     feed: Feed,
     mut leading: tokio::sync::watch::Receiver<bool>,
-    store: Arc<dyn Store>,
+    results: Results,
     resume: Arc<dyn Resume>,
-    reload: Duration,
 ) {
-    load_records(store.as_ref()).await;
+    results.loaded().await;
     loop {
         let is_leading = *leading.borrow_and_update();
         if is_leading {
             feed.readiness.wait_synced(Duration::from_millis(50)).await;
-            // The previous leader may have written records since they were last read.
-            load_records(store.as_ref()).await;
             resume.resume_all().await;
-            let queued = feed.queue_due(Trigger::Startup);
-            tracing::info!(queued, "leading: converging");
+            if let Some(observer) = &feed.observer {
+                let open = feed
+                    .records
+                    .keys()
+                    .into_iter()
+                    .filter_map(|key| {
+                        let last = feed.records.last(&key.namespace, &key.name)?;
+                        index::gate_open(&last).then_some((key, last))
+                    })
+                    .collect();
+                observer.recover(open).await;
+            }
+            let due = feed.queue_due(Trigger::Startup);
+            tracing::info!(
+                queued = due.total(),
+                never_run = due.never_run,
+                new_revision = due.new_revision,
+                unfinished = due.unfinished,
+                deferred = due.deferred,
+                spec_changed = due.spec_changed,
+                "leading: converging"
+            );
             feed.queue.pause(false);
             if leading.changed().await.is_err() {
                 return;
@@ -542,20 +580,8 @@ async fn lead(
         } else {
             feed.queue.pause(true);
             tracing::info!("not leading: serving status only");
-            loop {
-                tokio::select! {
-                    changed = leading.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        break;
-                    }
-                    _ = tokio::time::sleep(reload) => {
-                        if let Err(error) = store.load().await {
-                            tracing::warn!(%error, "re-reading the results");
-                        }
-                    }
-                }
+            if leading.changed().await.is_err() {
+                return;
             }
         }
     }
@@ -568,7 +594,7 @@ async fn lead(
 async fn work(
     queue: Queue<Key>,
     index: Arc<RwLock<Index>>,
-    store: Arc<dyn Store>,
+    store: Results,
     runner: Arc<dyn Runner>,
     workers: usize,
     cut: CancellationToken,
@@ -594,10 +620,18 @@ async fn work(
                 };
                 let Some(due) = due else {
                     tracing::debug!(kustomization = %key, trigger = ?trigger, "not due; skipped");
-                    queue.complete(&key, Completion::Done);
+                    // Nothing to do: what the last record says stands (or nothing does).
+                    let outcome = last.map_or(GateOutcome::NotHandled, |r| GateOutcome::Done(r.state));
+                    queue.complete(&key, &outcome);
                     return;
                 };
-                tracing::info!(kustomization = %key, trigger = ?trigger, due = due.as_str(), "run");
+                // The attempt this run is: a retry logs only its end (one line per attempt).
+                let attempt = queue.failures(&key) + 1;
+                if attempt == 1 {
+                    tracing::info!(kustomization = %key, trigger = ?trigger, due = due.as_str(), "run");
+                } else {
+                    tracing::debug!(kustomization = %key, trigger = ?trigger, due = due.as_str(), attempt, "run");
+                }
                 let windows = RunWindows::default();
                 let outcome = tokio::select! {
                     biased;
@@ -608,26 +642,12 @@ async fn work(
                     } => {
                         tracing::warn!(kustomization = %key,
                             "stopped by the shutdown outside a window: run again by the next leader");
-                        queue.complete(&key, Completion::Retry);
+                        let stopped = GateOutcome::Failed { message: "stopped by the shutdown".into() };
+                        queue.complete(&key, &stopped);
                         return;
                     }
                 };
-                let completion = match &outcome {
-                    RunOutcome::Done(state) => {
-                        tracing::info!(kustomization = %key, state = state.as_str(), "finished");
-                        Completion::Done
-                    }
-                    RunOutcome::Deferred => {
-                        tracing::info!(kustomization = %key, "deferred: claims grow once Bound");
-                        Completion::Deferred
-                    }
-                    RunOutcome::NotHandled => Completion::Done,
-                    RunOutcome::Failed { message } => {
-                        tracing::warn!(kustomization = %key, error = %message, failures = queue.failures(&key) + 1, "failed; retrying with backoff");
-                        Completion::Retry
-                    }
-                };
-                if matches!(outcome, RunOutcome::Done(_) | RunOutcome::Deferred)
+                if matches!(outcome, GateOutcome::Done(_) | GateOutcome::Deferred)
                     && let Some(spec) = spec
                 {
                     index
@@ -635,10 +655,23 @@ async fn work(
                         .unwrap_or_else(|e| e.into_inner())
                         .note_finished(&key, spec);
                 }
-                queue.complete(&key, completion);
-                if completion == Completion::Retry {
-                    // The source moved on while the failed run ran: the new revision need
-                    // not wait for the old one's backoff.
+                let retry_in = queue.complete(&key, &outcome);
+                match (&outcome, retry_in) {
+                    (GateOutcome::Done(state), _) => {
+                        tracing::info!(kustomization = %key, state = state.as_str(), "finished");
+                    }
+                    (GateOutcome::Deferred, _) => {
+                        tracing::info!(kustomization = %key, "deferred: claims grow once Bound");
+                    }
+                    (GateOutcome::NotHandled, _) => {}
+                    (GateOutcome::Failed { message }, retry_in) => {
+                        tracing::warn!(kustomization = %key, error = %message, attempt,
+                            retry_in = ?retry_in.unwrap_or_default(), "failed; retrying with backoff");
+                    }
+                }
+                if retry_in.is_some() {
+                    // The source moved on while the failed run ran: the new revision is new
+                    // work, and need not wait for the old one's backoff.
                     let failed = store.last(&key.namespace, &key.name).map(|r| r.revision);
                     let now = index
                         .read()
@@ -646,58 +679,12 @@ async fn work(
                         .source_revision(&key)
                         .map(String::from);
                     if now.is_some() && failed.is_some() && now != failed {
-                        queue.push_now(key, Trigger::Resync);
+                        queue.push_now(key, Trigger::Watch);
                     }
                 }
             }
         })
         .await;
-}
-
-impl Store for results::Results {
-    fn load(&self) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            results::Results::load(self)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-}
-
-impl Records for results::Results {
-    fn last(&self, namespace: &str, name: &str) -> Option<record::RevisionRecord> {
-        results::Results::last(self, namespace, name)
-    }
-    fn history(&self, namespace: &str, name: &str) -> Vec<record::RevisionRecord> {
-        results::Results::history(self, namespace, name)
-    }
-    fn is_loaded(&self) -> bool {
-        results::Results::is_loaded(self)
-    }
-    fn generation(&self) -> Option<u64> {
-        Some(results::Results::generation(self))
-    }
-    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
-        results::Results::version(self, namespace, name)
-    }
-    fn keys(&self) -> Vec<Key> {
-        results::Results::keys(self)
-            .into_iter()
-            .map(|(namespace, name)| Key::new(namespace, name))
-            .collect()
-    }
-    fn forget<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            results::Results::remove(self, namespace, name)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
-    }
 }
 
 impl Runner for gate::Gate {
@@ -706,15 +693,12 @@ impl Runner for gate::Gate {
         namespace: &'a str,
         name: &'a str,
         trigger: Trigger,
-    ) -> BoxFuture<'a, RunOutcome> {
-        Box::pin(async move {
-            match gate::Gate::run(self, namespace, name, trigger).await {
-                gate::GateOutcome::Done(state) => RunOutcome::Done(state),
-                gate::GateOutcome::Failed { message } => RunOutcome::Failed { message },
-                gate::GateOutcome::Deferred => RunOutcome::Deferred,
-                gate::GateOutcome::NotHandled => RunOutcome::NotHandled,
-            }
-        })
+    ) -> BoxFuture<'a, GateOutcome> {
+        Box::pin(gate::Gate::run(self, namespace, name, trigger))
+    }
+
+    fn observer(&self) -> Option<gate::observe::Observer> {
+        Some(gate::Gate::observer(self))
     }
 }
 
@@ -731,6 +715,28 @@ pub async fn start_tuned(
     client: kube::Client,
     tuning: Tuning,
 ) -> Result<Running, ServiceError> {
+    let (parts, storage_class_watch) = build_parts(&config, &client, &tuning)?;
+    let mut running = start_with(config, client, tuning, parts).await?;
+    // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
+    let cancel = running.cancel.clone();
+    running.background.push(tokio::spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = storage_class_watch => {}
+        }
+    }));
+    Ok(running)
+}
+
+/// The parts [`start_tuned`] starts (the gate over the results, the resume, the HTTP apps),
+/// and the StorageClass watch the gate's converges read, to be run beside them. Public so a
+/// test can wrap one (the runner, to see the order in which runs start) before
+/// [`start_with`].
+pub fn build_parts(
+    config: &Config,
+    client: &kube::Client,
+    tuning: &Tuning,
+) -> Result<(Parts, BoxFuture<'static, ()>), ServiceError> {
     // Decided before anything else: the webhook is never open by accident.
     let auth = crate::http::HookAuth {
         hmac_key: config.hmac_key.clone(),
@@ -747,14 +753,48 @@ pub async fn start_tuned(
             "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
     }
     let (registry, metrics) = metrics::registry();
-    let results = results::Results::new(
+    // A shard (`--watch-label-selector`) keeps to its own records, named by its Lease.
+    let shard = match &config.watch_label_selector {
+        Some(_) => Shard::Named(config.leader_election_id.clone()),
+        None => Shard::Unsharded,
+    };
+    let results = Results::sharded(
         client.clone(),
         config.namespace.clone(),
         config.call_timeout,
+        shard.clone(),
     );
-    let fetcher =
-        crate::flux::artifact::Fetcher::new(config.fetch.clone().with_env_host_override())
-            .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?;
+    // One attempt per fetch: a failing download must not hold a worker through sleeps; its
+    // retries go back through the queue's backoff, behind new work (docs/service.md, queue).
+    let fetch = crate::flux::artifact::FetchOptions {
+        retries: 0,
+        ..config.fetch.clone().with_env_host_override()
+    };
+    // Without a writable storage the service still renders (each one downloading to a
+    // temporary file); only the `artifact` gate needs it.
+    let storage = match &config.storage.path {
+        // The volume is mounted or not: a missing directory is no storage, not created on
+        // the root file system.
+        Some(path) if !path.is_dir() => {
+            tracing::info!(path = %path.display(),
+                "no artifact storage directory: no artifact server, renders download every time");
+            None
+        }
+        Some(path) => match crate::storage::Storage::open(&config.storage, fetch.clone()) {
+            Ok(storage) => Some(storage),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error,
+                    "artifact storage unusable: no artifact server, renders download every time");
+                None
+            }
+        },
+        None => None,
+    };
+    let fetcher = match &storage {
+        Some(storage) => storage.fetcher(),
+        None => crate::flux::artifact::Fetcher::new(fetch)
+            .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?,
+    };
     let resolver = crate::flux::render::resolve::Resolver {
         client: client.clone(),
         fetcher,
@@ -784,17 +824,24 @@ pub async fn start_tuned(
         fence: Some(Arc::new(fence.clone())),
     })
     .with_storage_classes(storage_classes);
+    // The `artifact` gate publishes through the storage; without one, a Kustomization in that
+    // mode fails its hand-off naming the missing storage.
+    let gate = match &storage {
+        Some(storage) => gate.with_artifact_host(storage.clone()),
+        None => gate,
+    };
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),
         call_timeout: config.call_timeout,
         wait_timeout: crate::converge::Options::default().wait_timeout,
         fence: Some(Arc::new(fence.clone())),
+        shard,
     };
     let app_metrics = metrics.clone();
     let parts = Parts {
         runner: Arc::new(gate),
-        store: Arc::new(results),
+        results,
         resume: Arc::new(resume),
         app: Box::new(move |backend| {
             crate::http::router(crate::http::AppState {
@@ -806,17 +853,9 @@ pub async fn start_tuned(
         metrics_app: crate::http::metrics_router(Arc::new(registry)),
         metrics,
         fence,
+        storage,
     };
-    let mut running = start_with(config, client, tuning, parts).await?;
-    // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
-    let cancel = running.cancel.clone();
-    running.background.push(tokio::spawn(async move {
-        tokio::select! {
-            _ = cancel.cancelled() => {}
-            _ = storage_class_watch => {}
-        }
-    }));
-    Ok(running)
+    Ok((parts, Box::pin(storage_class_watch)))
 }
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
@@ -832,6 +871,8 @@ pub struct JournalResume {
     pub wait_timeout: Duration,
     /// Asked before each write of a resume (this replica's Lease, and the shutdown's windows).
     pub fence: Option<crate::converge::fence::SharedFence>,
+    /// Only this shard's intents are resumed: another shard's leader may be finishing its own.
+    pub shard: Shard,
 }
 
 impl Resume for JournalResume {
@@ -841,7 +882,8 @@ impl Resume for JournalResume {
                 self.client.clone(),
                 self.namespace.clone(),
                 self.call_timeout,
-            );
+            )
+            .scoped(self.shard.clone());
             let options = crate::converge::Options {
                 wait_timeout: self.wait_timeout,
                 fence: self.fence.clone(),

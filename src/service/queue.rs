@@ -1,14 +1,23 @@
-//! The work queue: keyed by Kustomization, coalescing, one run per key at a time, per-key
-//! exponential backoff with jitter after a failure.
+//! The work queue: keyed by Kustomization, coalescing, one run per key at a time, two lanes
+//! (new work ahead of retries), per-key exponential backoff with jitter after a failure.
 //!
 //! Triggers come from three places at once (webhook, watches, resync) and say the same thing
 //! (look at this Kustomization again), so a key is held at most once: a newer trigger replaces
 //! a waiting one, and a trigger that arrives while the key runs becomes a single follow-up run.
-//! Deadlines live in tokio-util's `DelayQueue`; this module adds the key map, the running set
-//! and the backoff book around it. The workers are a `Stream` of ready keys (`ready()`), so the
-//! caller chooses the concurrency (`for_each_concurrent`) and no task is spawned here.
+//!
+//! Why lanes: with many Kustomizations failing (an unreachable artifact, a tenant without
+//! rights) every resync and every backoff that ends puts them back in line, and a healthy
+//! Kustomization's new revision must not queue behind all of them. Keys ready to run wait in
+//! one of two lanes, each first-in first-out: [`Lane::New`] (a webhook, a watch event: a new
+//! revision, a new spec) and [`Lane::Retry`] (the resync, the start, a failure's retry). A
+//! worker that frees up always takes the oldest key of the new lane first. A key on backoff
+//! waits in tokio-util's `DelayQueue` until its deadline and then joins the retry lane.
+//!
+//! The workers are a `Stream` of ready keys (`ready()`), so the caller chooses the concurrency
+//! (`for_each_concurrent`, which asks for the next key only when a worker is free, so the
+//! choice of lane is made at the last moment) and no task is spawned here.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,6 +29,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use crate::service::gate::GateOutcome;
 use crate::service::record::Trigger;
 
 /// How long a key waits after consecutive failures.
@@ -61,27 +71,99 @@ impl BackoffPolicy {
     }
 }
 
-/// How a run of a key ended, as far as the queue cares.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Completion {
-    /// Finished (converged, refused, superseded, not handled): forget the backoff.
-    Done,
-    /// Left claims to grow later: the resync brings it back, not the queue.
-    Deferred,
-    /// Failed: run again after the backoff.
+/// Where a ready key waits. Ordered: a worker takes from the first lane that holds a key.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lane {
+    /// Something changed: a webhook, a watch event (a new source revision, a new or changed
+    /// Kustomization).
+    New,
+    /// Nothing new was seen: the periodic resync, the start, a failure's retry.
     Retry,
 }
 
+impl Lane {
+    /// The lane a push with `trigger` goes to. Pure, so table-tested.
+    pub fn of(trigger: Trigger) -> Lane {
+        match trigger {
+            Trigger::Webhook | Trigger::Watch => Lane::New,
+            Trigger::Resync | Trigger::Startup => Lane::Retry,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::New => "new",
+            Lane::Retry => "retry",
+        }
+    }
+}
+
+/// What the queue does once a run ended, by the gate's outcome. Pure, so table-tested.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum After {
+    /// Finished, refused, superseded, not handled, or left for the resync (deferred claims):
+    /// the backoff is forgotten and only a follow-up trigger runs it again.
+    Forget,
+    /// Failed: run again after the backoff, in the retry lane.
+    Retry,
+}
+
+impl After {
+    pub fn of(outcome: &GateOutcome) -> After {
+        match outcome {
+            GateOutcome::Done(_) | GateOutcome::Deferred | GateOutcome::NotHandled => After::Forget,
+            GateOutcome::Failed { .. } => After::Retry,
+        }
+    }
+}
+
+/// How many keys wait where (see [`Queue::waiting`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// Ready, in the new lane.
+    pub new: usize,
+    /// Ready, in the retry lane.
+    pub retry: usize,
+    /// Waiting for a deadline (a failure's backoff).
+    pub backing_off: usize,
+    /// Running, with a follow-up run held for when they finish.
+    pub follow_ups: usize,
+}
+
+impl Waiting {
+    pub fn total(&self) -> usize {
+        self.new + self.retry + self.backing_off + self.follow_ups
+    }
+}
+
+/// Where a key that is not running waits.
+enum Slot {
+    /// Until `deadline` (a failure's backoff), then it joins its lane.
+    Delayed {
+        slot: delay_queue::Key,
+        deadline: Instant,
+    },
+    /// In its lane, at `ticket` (the lane's order).
+    Ready { ticket: u64 },
+}
+
 struct Scheduled {
-    slot: delay_queue::Key,
     trigger: Trigger,
-    deadline: Instant,
+    lane: Lane,
+    slot: Slot,
 }
 
 struct Running {
     trigger: Trigger,
-    /// A trigger that arrived during the run, and whether it was urgent.
-    follow_up: Option<(Trigger, bool)>,
+    /// A trigger that arrived during the run, whether it was urgent, and its lane.
+    follow_up: Option<FollowUp>,
+}
+
+#[derive(Copy, Clone)]
+struct FollowUp {
+    trigger: Trigger,
+    urgent: bool,
+    lane: Lane,
 }
 
 struct Backoff {
@@ -92,6 +174,9 @@ struct Backoff {
 struct Shared<K> {
     delay: DelayQueue<K>,
     scheduled: HashMap<K, Scheduled>,
+    /// The ready keys, by `(lane, ticket)`: the first entry is the next handed out.
+    ready: BTreeMap<(Lane, u64), K>,
+    next_ticket: u64,
     running: HashMap<K, Running>,
     backoff: HashMap<K, Backoff>,
     policy: BackoffPolicy,
@@ -99,6 +184,13 @@ struct Shared<K> {
     closed: bool,
     waker: Option<Waker>,
     depth: Gauge,
+}
+
+/// Two triggers for one key make one: the newer trigger (what the record will name, as
+/// before lanes) in the better lane of the two. A resync never demotes a webhook waiting in
+/// the new lane.
+fn merge(old: (Trigger, Lane), new: (Trigger, Lane)) -> (Trigger, Lane) {
+    (new.0, old.1.min(new.1))
 }
 
 impl<K: Clone + Eq + Hash> Shared<K> {
@@ -117,24 +209,71 @@ impl<K: Clone + Eq + Hash> Shared<K> {
         self.depth.set((self.scheduled.len() + follow_ups) as i64);
     }
 
-    /// Holds `key` until `deadline`, or sooner when it already waits for an earlier one.
-    fn schedule(&mut self, key: K, trigger: Trigger, deadline: Instant) {
-        match self.scheduled.get_mut(&key) {
-            Some(s) => {
-                s.trigger = trigger;
-                if deadline < s.deadline {
-                    s.deadline = deadline;
-                    self.delay.reset_at(&s.slot, deadline);
-                }
-            }
-            None => {
-                let slot = self.delay.insert_at(key.clone(), deadline);
+    fn ticket(&mut self) -> u64 {
+        self.next_ticket += 1;
+        self.next_ticket
+    }
+
+    /// Puts `key` at the end of `lane` (ready now).
+    fn enqueue(&mut self, key: &K, lane: Lane) -> Slot {
+        let ticket = self.ticket();
+        self.ready.insert((lane, ticket), key.clone());
+        Slot::Ready { ticket }
+    }
+
+    /// Holds `key` in `lane` until `deadline` (ready now when it has passed), or sooner when it
+    /// already waits for an earlier one. A key already waiting keeps its place unless it moves
+    /// up a lane or its deadline comes sooner.
+    fn schedule(&mut self, key: K, trigger: Trigger, lane: Lane, deadline: Instant) {
+        let now = Instant::now();
+        let due_now = deadline <= now;
+        match self.scheduled.remove(&key) {
+            Some(old) => {
+                let (trigger, lane) = merge((old.trigger, old.lane), (trigger, lane));
+                let slot = match old.slot {
+                    // Waits in its lane already: moved only up a lane.
+                    Slot::Ready { ticket } if lane == old.lane => Slot::Ready { ticket },
+                    Slot::Ready { ticket } => {
+                        self.ready.remove(&(old.lane, ticket));
+                        self.enqueue(&key, lane)
+                    }
+                    Slot::Delayed { slot, .. } if due_now => {
+                        self.delay.try_remove(&slot);
+                        self.enqueue(&key, lane)
+                    }
+                    Slot::Delayed {
+                        slot,
+                        deadline: old_deadline,
+                    } => {
+                        let deadline = deadline.min(old_deadline);
+                        self.delay.reset_at(&slot, deadline);
+                        Slot::Delayed { slot, deadline }
+                    }
+                };
                 self.scheduled.insert(
                     key,
                     Scheduled {
-                        slot,
                         trigger,
+                        lane,
+                        slot,
+                    },
+                );
+            }
+            None => {
+                let slot = if due_now {
+                    self.enqueue(&key, lane)
+                } else {
+                    Slot::Delayed {
+                        slot: self.delay.insert_at(key.clone(), deadline),
                         deadline,
+                    }
+                };
+                self.scheduled.insert(
+                    key,
+                    Scheduled {
+                        trigger,
+                        lane,
+                        slot,
                     },
                 );
             }
@@ -149,18 +288,47 @@ impl<K: Clone + Eq + Hash> Shared<K> {
         if urgent {
             self.backoff.remove(&key);
         }
+        let lane = Lane::of(trigger);
         if let Some(running) = self.running.get_mut(&key) {
-            let was_urgent = running.follow_up.as_ref().is_some_and(|(_, u)| *u);
-            running.follow_up = Some((trigger, urgent || was_urgent));
+            let follow_up = match running.follow_up {
+                Some(old) => {
+                    let (trigger, lane) = merge((old.trigger, old.lane), (trigger, lane));
+                    FollowUp {
+                        trigger,
+                        urgent: urgent || old.urgent,
+                        lane,
+                    }
+                }
+                None => FollowUp {
+                    trigger,
+                    urgent,
+                    lane,
+                },
+            };
+            running.follow_up = Some(follow_up);
         } else {
             let now = Instant::now();
             let deadline = match self.backoff.get(&key) {
                 Some(b) if b.until > now => b.until,
                 _ => now,
             };
-            self.schedule(key, trigger, deadline);
+            self.schedule(key, trigger, lane, deadline);
         }
         self.update_depth();
+    }
+
+    /// Moves every key whose deadline passed into its lane; registers the timer's waker.
+    fn promote_expired(&mut self, cx: &mut Context<'_>) {
+        while let Poll::Ready(Some(expired)) = self.delay.poll_expired(cx) {
+            let key = expired.into_inner();
+            let Some(lane) = self.scheduled.get(&key).map(|s| s.lane) else {
+                continue;
+            };
+            let slot = self.enqueue(&key, lane);
+            if let Some(s) = self.scheduled.get_mut(&key) {
+                s.slot = slot;
+            }
+        }
     }
 }
 
@@ -184,6 +352,8 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
             shared: Arc::new(Mutex::new(Shared {
                 delay: DelayQueue::new(),
                 scheduled: HashMap::new(),
+                ready: BTreeMap::new(),
+                next_ticket: 0,
                 running: HashMap::new(),
                 backoff: HashMap::new(),
                 policy,
@@ -201,32 +371,33 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `key` to run as soon as it may: now, or when a failure's backoff ends.
+    /// Queues `key` in the lane of `trigger`, to run as soon as it may: now, or when a
+    /// failure's backoff ends.
     pub fn push(&self, key: K, trigger: Trigger) {
         self.lock().push(key, trigger, false);
     }
 
-    /// Queues `key` to run now, forgetting any backoff: something changed (a new revision, a
-    /// new spec, Flux reporting the wedge) that makes the earlier failure old news.
+    /// Queues `key` in the lane of `trigger` to run now, forgetting any backoff: something
+    /// changed (a new revision, a new spec, a webhook) that makes the earlier failure old news.
     pub fn push_now(&self, key: K, trigger: Trigger) {
         self.lock().push(key, trigger, true);
     }
 
-    /// Records how the run of `key` ended and schedules what follows it.
-    pub fn complete(&self, key: &K, completion: Completion) {
+    /// Records how the run of `key` ended (the gate's outcome, as it returned it) and
+    /// schedules what follows it; returns the wait before a failed run's retry.
+    pub fn complete(&self, key: &K, outcome: &GateOutcome) -> Option<Duration> {
         let mut shared = self.lock();
-        let Some(running) = shared.running.remove(key) else {
-            return;
-        };
+        let running = shared.running.remove(key)?;
         let now = Instant::now();
-        match completion {
-            Completion::Done | Completion::Deferred => {
+        let retry_in = match After::of(outcome) {
+            After::Forget => {
                 shared.backoff.remove(key);
-                if let Some((trigger, _)) = running.follow_up {
-                    shared.schedule(key.clone(), trigger, now);
+                if let Some(f) = running.follow_up {
+                    shared.schedule(key.clone(), f.trigger, f.lane, now);
                 }
+                None
             }
-            Completion::Retry => {
+            After::Retry => {
                 let failures = shared.backoff.get(key).map_or(0, |b| b.failures) + 1;
                 let wait = shared.policy.delay(failures, rand::random_range(0.0..1.0));
                 shared.backoff.insert(
@@ -239,14 +410,15 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
                 // A trigger that arrived during the failing run waits out the backoff too: it
                 // was most likely about the revision that just failed. The caller pushes again
                 // with `push_now` when it knows something changed since.
-                let trigger = running.follow_up.map_or(running.trigger, |(t, _)| t);
-                let deadline = now + wait;
+                let trigger = running.follow_up.map_or(running.trigger, |f| f.trigger);
                 if !shared.closed {
-                    shared.schedule(key.clone(), trigger, deadline);
+                    shared.schedule(key.clone(), trigger, Lane::Retry, now + wait);
                 }
+                Some(wait)
             }
-        }
+        };
         shared.update_depth();
+        retry_in
     }
 
     /// Consecutive failures of `key` so far (0 after a success).
@@ -256,13 +428,30 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
 
     /// Keys waiting (not running), follow-ups included.
     pub fn depth(&self) -> usize {
+        self.waiting().total()
+    }
+
+    /// Keys waiting, by where they wait.
+    pub fn waiting(&self) -> Waiting {
         let shared = self.lock();
-        shared.scheduled.len()
-            + shared
+        let ready_in = |lane: Lane| shared.ready.range((lane, 0)..=(lane, u64::MAX)).count();
+        let new = ready_in(Lane::New);
+        let retry = ready_in(Lane::Retry);
+        Waiting {
+            new,
+            retry,
+            backing_off: shared.scheduled.len() - new - retry,
+            follow_ups: shared
                 .running
                 .values()
                 .filter(|r| r.follow_up.is_some())
-                .count()
+                .count(),
+        }
+    }
+
+    /// The lane `key` waits in, if it waits (not running).
+    pub fn lane(&self, key: &K) -> Option<Lane> {
+        self.lock().scheduled.get(key).map(|s| s.lane)
     }
 
     /// Keys running now.
@@ -290,8 +479,9 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
         shared.wake();
     }
 
-    /// The keys due, one at a time, each with the trigger that queued it last. A key is not
-    /// handed out again until [`Queue::complete`] is called for it.
+    /// The keys due, one at a time, each with the trigger that queued it last: the new lane's
+    /// first, then the retry lane's, each oldest first. A key is not handed out again until
+    /// [`Queue::complete`] is called for it.
     pub fn ready(&self) -> Ready<K> {
         Ready {
             queue: self.clone(),
@@ -309,38 +499,32 @@ impl<K: Clone + Eq + Hash + Unpin> Stream for Ready<K> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut shared = self.queue.lock();
-        loop {
-            if shared.closed {
-                return Poll::Ready(None);
-            }
-            if shared.paused {
-                shared.waker = Some(cx.waker().clone());
-                return Poll::Pending;
-            }
-            match shared.delay.poll_expired(cx) {
-                Poll::Ready(Some(expired)) => {
-                    let key = expired.into_inner();
-                    let Some(scheduled) = shared.scheduled.remove(&key) else {
-                        continue;
-                    };
-                    shared.running.insert(
-                        key.clone(),
-                        Running {
-                            trigger: scheduled.trigger,
-                            follow_up: None,
-                        },
-                    );
-                    shared.update_depth();
-                    return Poll::Ready(Some((key, scheduled.trigger)));
-                }
-                // Empty: the DelayQueue keeps the waker and wakes it on the next insert; ours
-                // is kept too for pause and close.
-                Poll::Ready(None) | Poll::Pending => {
-                    shared.waker = Some(cx.waker().clone());
-                    return Poll::Pending;
-                }
-            }
+        if shared.closed {
+            return Poll::Ready(None);
         }
+        // Our waker is kept for pushes, pause and close; the DelayQueue keeps it for deadlines.
+        shared.waker = Some(cx.waker().clone());
+        if shared.paused {
+            return Poll::Pending;
+        }
+        shared.promote_expired(cx);
+        let Some((_, key)) = shared.ready.pop_first() else {
+            return Poll::Pending;
+        };
+        let Some(scheduled) = shared.scheduled.remove(&key) else {
+            // Not reachable: a ready key is always scheduled. Ask to be polled again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        };
+        shared.running.insert(
+            key.clone(),
+            Running {
+                trigger: scheduled.trigger,
+                follow_up: None,
+            },
+        );
+        shared.update_depth();
+        Poll::Ready(Some((key, scheduled.trigger)))
     }
 }
 

@@ -15,24 +15,32 @@ pub enum GateMode {
     Suspend,
     /// `reconcile.fluxcd.io/requestedAt` after the converge.
     Reconcile,
+    /// The Kustomization reads an ExternalArtifact the service publishes only once the
+    /// revision of its upstream is converged (docs/gate.md, the artifact gate).
+    Artifact,
     /// Not handled.
     Off,
 }
 
 impl GateMode {
+    /// Every value of the annotation, as an unknown one's message lists them.
+    pub const VALUES: &'static [&'static str] = &["suspend", "reconcile", "off"];
+
     pub fn as_str(self) -> &'static str {
         match self {
             GateMode::Suspend => "suspend",
             GateMode::Reconcile => "reconcile",
+            GateMode::Artifact => "artifact",
             GateMode::Off => "off",
         }
     }
 
-    /// `suspend`, `reconcile` or `off`; anything else is `None`.
+    /// `suspend`, `reconcile`, `artifact` or `off`; anything else is `None`.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
             "suspend" => Some(GateMode::Suspend),
             "reconcile" => Some(GateMode::Reconcile),
+            "artifact" => Some(GateMode::Artifact),
             "off" => Some(GateMode::Off),
             _ => None,
         }
@@ -183,7 +191,9 @@ pub struct Handoff {
     pub mode: GateMode,
     /// RFC 3339 time of the hand-off write.
     pub at: String,
-    /// `unsuspended` or `reconcile-requested`; `resuspended` once suspended again.
+    /// `unsuspended` or `reconcile-requested`; `resuspended` once suspended again. Artifact
+    /// mode: `waiting` (converged, other consumers of the ExternalArtifact have not converged
+    /// the revision yet), `published` once the ExternalArtifact's status names the revision.
     pub action: String,
     /// The `reconcile.fluxcd.io/requestedAt` token written (reconcile mode).
     #[serde(default)]
@@ -191,6 +201,28 @@ pub struct Handoff {
     /// RFC 3339 time the Kustomization was suspended again (suspend mode).
     #[serde(default)]
     pub resuspended_at: Option<String>,
+    /// Every time the gate opened for this revision, oldest first, with Flux's answer to each:
+    /// the first hand-off, then each re-open on Flux's retry schedule after Flux failed or
+    /// did not answer (suspend mode). Absent in records of earlier versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<HandoffAttempt>,
+    /// RFC 3339 time the gate opens again for this revision (suspend mode, after a failure or
+    /// a timeout, while the source still publishes it and Flux has not applied it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+}
+
+/// One opening of the gate for a revision and what Flux answered to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandoffAttempt {
+    /// RFC 3339 time the gate opened.
+    pub at: String,
+    /// `pending` while open, then Flux's answer (`applied`, `failed`, `raced`, `timeout`).
+    pub outcome: FluxOutcome,
+    /// Flux's message (its Ready condition), or why the gate closed without an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -199,7 +231,23 @@ pub enum FluxOutcome {
     Applied,
     Failed,
     Timeout,
+    /// The gate is open: Flux has not answered yet (or the gate closed before it could).
     Pending,
+    /// Flux attempted another revision than the handed-off one (`attemptedRevision`): it
+    /// raced the gate (reconcile mode, or a source that moved on while the gate was open).
+    Raced,
+}
+
+impl FluxOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FluxOutcome::Applied => "applied",
+            FluxOutcome::Failed => "failed",
+            FluxOutcome::Timeout => "timeout",
+            FluxOutcome::Pending => "pending",
+            FluxOutcome::Raced => "raced",
+        }
+    }
 }
 
 /// What Flux did with the handed-off revision.
@@ -211,6 +259,9 @@ pub struct FluxResult {
     pub applied_revision: Option<String>,
     #[serde(default)]
     pub message: Option<String>,
+    /// The revision Flux attempted when it raced the gate (`status.lastAttemptedRevision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempted_revision: Option<String>,
 }
 
 /// One revision of one Kustomization, as the service handled it.
@@ -246,6 +297,20 @@ pub struct RevisionRecord {
     /// The gate mode the revision was handed off with.
     #[serde(default)]
     pub gate: Option<GateMode>,
+    /// How many consecutive failed attempts of this revision (at this generation) the record
+    /// stands for: a retry that fails again updates the record (this count, its error, its
+    /// times) instead of adding one, so a failing Kustomization keeps its history. 1, and
+    /// absent from the JSON, for every record that is not such a repeat.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub attempts: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl RevisionRecord {
@@ -270,6 +335,10 @@ pub struct KustomizationSummary {
     pub source_revision: Option<String>,
     /// The newest record without its StatefulSets ([`RevisionRecord::summary`]).
     pub last: Option<serde_json::Value>,
+    /// Why nothing runs for it: the `flux-converger.io/hold` annotation's reason, or, in
+    /// reconcile mode, `spec.suspend` ([`crate::service::gate::state::Gating`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
 }
 
 /// One handled Kustomization with its history, newest first (`GET /status/{ns}/{name}`).
@@ -280,5 +349,8 @@ pub struct KustomizationDetail {
     pub name: String,
     pub gate: GateMode,
     pub source_revision: Option<String>,
+    /// As [`KustomizationSummary::hold`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
     pub revisions: Vec<RevisionRecord>,
 }

@@ -13,12 +13,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
 use sha2::{Digest, Sha256};
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::journal::RECORD_LABEL;
+pub use crate::journal::Shard;
+use crate::service::index::{Key, Records};
 use crate::service::record::{RevisionRecord, RevisionState};
 
 /// Value of [`RECORD_LABEL`] on results ConfigMaps.
@@ -68,16 +72,45 @@ pub fn results_configmap_name(namespace: &str, name: &str) -> String {
 }
 
 /// Puts `record` into `records` (newest first): replaces the record with the same revision and
-/// start time, else goes in front. Keeps at most [`HISTORY`].
-pub fn insert(records: &mut Vec<RevisionRecord>, record: RevisionRecord) {
-    match records
+/// start time (keeping the larger attempt count), else goes in front. Then a failed record
+/// right behind a failed record of the same revision and generation ([`is_repeat`]) is folded
+/// into it: one record whose `attempts` adds both, with the newer error and times. Keeps at
+/// most [`HISTORY`].
+///
+/// Why fold: a Kustomization failing on every retry (an unreachable artifact) would otherwise
+/// push its whole history out with identical records, one per backoff.
+pub fn insert(records: &mut Vec<RevisionRecord>, mut record: RevisionRecord) {
+    let at = match records
         .iter()
         .position(|r| r.revision == record.revision && r.started_at == record.started_at)
     {
-        Some(i) => records[i] = record,
-        None => records.insert(0, record),
+        Some(i) => {
+            record.attempts = record.attempts.max(records[i].attempts);
+            records[i] = record;
+            i
+        }
+        None => {
+            records.insert(0, record);
+            0
+        }
+    };
+    if records
+        .get(at + 1)
+        .is_some_and(|older| is_repeat(&records[at], older))
+    {
+        let older = records.remove(at + 1);
+        records[at].attempts = records[at].attempts.saturating_add(older.attempts);
     }
     records.truncate(HISTORY);
+}
+
+/// Whether `newer` is one more failed attempt at what `older` failed: both failed, on the same
+/// revision at the same generation (a new spec is a new attempt at something else).
+pub fn is_repeat(newer: &RevisionRecord, older: &RevisionRecord) -> bool {
+    newer.state == RevisionState::Failed
+        && older.state == RevisionState::Failed
+        && newer.revision == older.revision
+        && newer.generation == older.generation
 }
 
 /// Cuts `text` to at most `max` bytes (on a character boundary), saying how much was cut.
@@ -220,9 +253,39 @@ pub fn from_configmap(
     };
     let namespace = field("namespace")?.clone();
     let name = field("name")?.clone();
-    let records: Vec<RevisionRecord> = serde_json::from_str(field("records")?)
+    let mut records: Vec<RevisionRecord> = serde_json::from_str(field("records")?)
         .map_err(|e| corrupt(format!("data.records: {e}")))?;
+    compact(&mut records);
     Ok((namespace, name, records))
+}
+
+/// Returns the heap pages the load freed (the list's body and objects, the spare room
+/// [`compact`] gave back) to the system: glibc keeps freed memory in its arenas, so without
+/// this the load's peak stays resident for the life of the process.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointer from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Gives back what deserialising left spare: serde grows each `Vec` by doubling from 4, so a
+/// history of 20 holds room for 32 records and each record's one StatefulSet room for four
+/// (~1.3 kB each). Kept for every handled Kustomization for as long as the process runs, that
+/// spare room was a third of serve's memory with 1,000 × 20 records (`benches/service.rs`).
+fn compact(records: &mut Vec<RevisionRecord>) {
+    records.shrink_to_fit();
+    for record in records.iter_mut() {
+        record.statefulsets.shrink_to_fit();
+        record.warnings.shrink_to_fit();
+        for set in &mut record.statefulsets {
+            set.templates.shrink_to_fit();
+            set.changes.shrink_to_fit();
+            set.claims.shrink_to_fit();
+            set.deferred.shrink_to_fit();
+        }
+    }
 }
 
 #[derive(Clone, Default)]
@@ -232,37 +295,80 @@ struct Entry {
     version: u64,
     /// Of the ConfigMap last read or written; `None` until one exists.
     resource_version: Option<String>,
+    /// resourceVersions this process wrote and the watch has not shown yet, oldest first.
+    /// A watch event is ordered after every earlier write of the object: while one of ours is
+    /// still to come, an event of someone else's is older than it and is not applied, and the
+    /// echo of our own write brings nothing new. Without this, the leader's own echo could put
+    /// back its `running` record after the final one and make the revision due again.
+    pending: Vec<String>,
 }
 
-struct Store {
+/// Own writes remembered per Kustomization until the watch shows them (bounded: a watch that
+/// lost events relists, and the relist resets them).
+const PENDING: usize = 16;
+
+/// Results ConfigMaps per list page (the startup list and the watch's relists).
+pub const PAGE_SIZE: u32 = 500;
+
+/// Where the histories persist: ConfigMaps in the service's namespace, this shard's only.
+struct Cluster {
     client: kube::Client,
     namespace: String,
     call_timeout: Duration,
+    shard: Shard,
+}
+
+impl Cluster {
+    fn api(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn object(&self, cm_name: &str) -> String {
+        format!("ConfigMap {}/{cm_name}", self.namespace)
+    }
 }
 
 struct Inner {
-    store: Option<Store>,
+    cluster: Option<Cluster>,
     entries: Mutex<HashMap<(String, String), Entry>>,
     loaded: AtomicBool,
+    /// Told when `loaded` turns true.
+    loaded_signal: tokio::sync::Notify,
     budget: usize,
     /// Bumped by every change of any history (what `/status` caches against).
     generation: AtomicU64,
 }
 
-/// The revision history of every handled Kustomization. Cheap to clone (an `Arc` inside).
+/// The revision history of every Kustomization this replica handles: the one results store.
+/// The gate writes through [`Results::put`]; the index, `/status` and the dashboard read it
+/// (also as the index's [`Records`]); [`Results::follow`] keeps it current from the cluster, on
+/// the leader and on the followers alike, with one paged list and then a watch. Sharded, it
+/// reads and writes only its shard's ConfigMaps ([`Shard`]). Cheap to clone (an `Arc` inside).
 #[derive(Clone)]
 pub struct Results {
     inner: Arc<Inner>,
 }
 
 impl Results {
-    /// Persisted in ConfigMaps in `namespace`, written with `client`'s own identity.
+    /// Persisted in ConfigMaps in `namespace`, written with `client`'s own identity; unsharded.
     pub fn new(client: kube::Client, namespace: String, call_timeout: Duration) -> Self {
+        Self::sharded(client, namespace, call_timeout, Shard::Unsharded)
+    }
+
+    /// [`Results::new`] for one shard: its ConfigMaps carry the shard's label, and only those
+    /// are read, followed and deleted.
+    pub fn sharded(
+        client: kube::Client,
+        namespace: String,
+        call_timeout: Duration,
+        shard: Shard,
+    ) -> Self {
         Self::build(
-            Some(Store {
+            Some(Cluster {
                 client,
                 namespace,
                 call_timeout,
+                shard,
             }),
             BUDGET,
             false,
@@ -282,26 +388,37 @@ impl Results {
         budget: usize,
     ) -> Self {
         Self::build(
-            Some(Store {
+            Some(Cluster {
                 client,
                 namespace,
                 call_timeout,
+                shard: Shard::Unsharded,
             }),
             budget,
             false,
         )
     }
 
-    fn build(store: Option<Store>, budget: usize, loaded: bool) -> Self {
+    fn build(cluster: Option<Cluster>, budget: usize, loaded: bool) -> Self {
         Results {
             inner: Arc::new(Inner {
-                store,
+                cluster,
                 entries: Mutex::new(HashMap::new()),
                 loaded: AtomicBool::new(loaded),
+                loaded_signal: tokio::sync::Notify::new(),
                 budget,
                 generation: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The shard whose records these are (the intents journal is kept to the same one).
+    pub fn shard(&self) -> Shard {
+        self.inner
+            .cluster
+            .as_ref()
+            .map(|c| c.shard.clone())
+            .unwrap_or_default()
     }
 
     fn entries(&self) -> MutexGuard<'_, HashMap<(String, String), Entry>> {
@@ -309,44 +426,184 @@ impl Results {
         self.inner.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads every results ConfigMap. An unreadable one is logged and skipped (its
-    /// Kustomization starts a new history), so one bad record cannot keep the service unready.
+    /// Reads this shard's results ConfigMaps, [`PAGE_SIZE`] at a time, in place of what is in
+    /// memory. The service reads them through [`Results::follow`] instead; this is for a
+    /// one-off reader (a restarted store in a test, a tool).
     pub async fn load(&self) -> Result<(), ResultsError> {
-        let Some(store) = &self.inner.store else {
+        let Some(cluster) = &self.inner.cluster else {
             return Ok(());
         };
-        let api: Api<ConfigMap> = Api::namespaced(store.client.clone(), &store.namespace);
-        let params = ListParams::default().labels(&format!("{RECORD_LABEL}={RESULTS_RECORD}"));
-        let list = with_deadline(
-            store.call_timeout,
-            "list",
-            &format!("results ConfigMaps of namespace {}", store.namespace),
-            api.list(&params),
-        )
-        .await?;
+        let api = cluster.api();
+        let mut params = ListParams::default()
+            .labels(&cluster.shard.selector(RESULTS_RECORD))
+            .limit(PAGE_SIZE);
+        let what = format!("results ConfigMaps of namespace {}", cluster.namespace);
+        let mut items = Vec::new();
+        loop {
+            let page =
+                with_deadline(cluster.call_timeout, "list", &what, api.list(&params)).await?;
+            items.extend(page.items);
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        self.replace_all(items);
+        Ok(())
+    }
+
+    /// Keeps the histories current from the cluster until dropped: a kube-runtime watcher on
+    /// this shard's results ConfigMaps, whose first (paged) list is the startup read (the
+    /// store counts as loaded once it is in), and whose events bring what the leader writes
+    /// to every follower's `/status`, and a takeover its predecessor's last records. A watch
+    /// that breaks is resumed, relisting only when the server has compacted past it.
+    pub async fn follow(self) {
+        let Some(cluster) = &self.inner.cluster else {
+            return;
+        };
+        let selector = cluster.shard.selector(RESULTS_RECORD);
+        let config = watcher::Config::default()
+            .labels(&selector)
+            .page_size(PAGE_SIZE);
+        let mut stream = watcher(cluster.api(), config).default_backoff().boxed();
+        let mut listed = Vec::new();
+        loop {
+            match stream.try_next().await {
+                Ok(Some(watcher::Event::Init)) => listed.clear(),
+                Ok(Some(watcher::Event::InitApply(cm))) => listed.push(cm),
+                Ok(Some(watcher::Event::InitDone)) => {
+                    let count = listed.len();
+                    self.replace_all(std::mem::take(&mut listed));
+                    tracing::info!(configmaps = count, selector = %selector, "results listed");
+                }
+                Ok(Some(watcher::Event::Apply(cm))) => self.apply(&cm),
+                Ok(Some(watcher::Event::Delete(cm))) => self.deleted(&cm),
+                Ok(None) => return,
+                Err(error) => tracing::warn!(%error, "watching the results; retrying"),
+            }
+        }
+    }
+
+    /// Resolves once the results have been read (at once in memory).
+    pub async fn loaded(&self) {
+        loop {
+            let notified = self.inner.loaded_signal.notified();
+            if self.is_loaded() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// What a (re)list found, in place of what is in memory. An unreadable record is logged and
+    /// skipped (its Kustomization starts a new history), so one bad record cannot keep the
+    /// service unready. Kept from memory: a history whose newest write the list predates, and
+    /// one never persisted (the in-memory history shows a record even when persisting failed).
+    fn replace_all(&self, items: Vec<ConfigMap>) {
+        let shard = self.shard();
         let mut read = HashMap::new();
-        let version = self.bump();
-        for cm in &list.items {
+        for cm in &items {
+            if !shard.owns(cm.metadata.labels.as_ref()) {
+                continue;
+            }
             match from_configmap(cm) {
                 Ok((namespace, name, records)) => {
                     read.insert(
                         (namespace, name),
-                        Entry {
-                            records,
-                            version,
-                            resource_version: cm.metadata.resource_version.clone(),
-                        },
+                        (records, cm.metadata.resource_version.clone()),
                     );
                 }
                 Err(e) => tracing::warn!(error = %e, "skipping an unreadable results record"),
             }
         }
-        *self.entries() = read;
+        {
+            let mut entries = self.entries();
+            let version = self.bump();
+            let mut next = HashMap::with_capacity(read.len());
+            for (key, (records, resource_version)) in read {
+                let entry = match entries.remove(&key) {
+                    // Unchanged: keeps its version, so nothing built from it is thrown away.
+                    Some(old) if old.resource_version == resource_version => old,
+                    Some(mut old)
+                        if resource_version
+                            .as_ref()
+                            .is_some_and(|rv| old.pending.contains(rv)) =>
+                    {
+                        // Our own write, and maybe a newer one of ours is still to come.
+                        if let Some(rv) = &resource_version {
+                            old.pending.retain(|p| p != rv);
+                        }
+                        old
+                    }
+                    _ => Entry {
+                        records,
+                        version,
+                        resource_version,
+                        pending: Vec::new(),
+                    },
+                };
+                next.insert(key, entry);
+            }
+            for (key, old) in entries.drain() {
+                if old.resource_version.is_none() || !old.pending.is_empty() {
+                    next.insert(key, old);
+                }
+            }
+            *entries = next;
+        }
+        release_free_memory();
         // After the swap as well: a reader that saw the first bump with the old entries must
         // not keep what it built from them.
         self.bump();
         self.inner.loaded.store(true, Ordering::SeqCst);
-        Ok(())
+        self.inner.loaded_signal.notify_waiters();
+    }
+
+    /// A results ConfigMap added or changed, as the watch shows it.
+    fn apply(&self, cm: &ConfigMap) {
+        if !self.shard().owns(cm.metadata.labels.as_ref()) {
+            return;
+        }
+        let (namespace, name, records) = match from_configmap(cm) {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(error = %e, "skipping an unreadable results record");
+                return;
+            }
+        };
+        let rv = cm.metadata.resource_version.clone();
+        let mut entries = self.entries();
+        let entry = entries.entry((namespace, name)).or_default();
+        if let Some(at) = rv
+            .as_ref()
+            .and_then(|rv| entry.pending.iter().position(|p| p == rv))
+        {
+            entry.pending.drain(..=at);
+            return;
+        }
+        if !entry.pending.is_empty() || (entry.resource_version == rv && rv.is_some()) {
+            return;
+        }
+        entry.records = records;
+        entry.resource_version = rv;
+        entry.version = self.bump();
+    }
+
+    /// A results ConfigMap deleted (by the leader, for a Kustomization that is gone), or no
+    /// longer this shard's, as the watch shows it.
+    fn deleted(&self, cm: &ConfigMap) {
+        let key = match (
+            cm.data.as_ref().and_then(|d| d.get("namespace")),
+            cm.data.as_ref().and_then(|d| d.get("name")),
+        ) {
+            (Some(namespace), Some(name)) => (namespace.clone(), name.clone()),
+            _ => return,
+        };
+        let mut entries = self.entries();
+        if entries.get(&key).is_some_and(|e| e.pending.is_empty()) {
+            entries.remove(&key);
+            self.bump();
+        }
     }
 
     pub fn is_loaded(&self) -> bool {
@@ -394,34 +651,64 @@ impl Results {
 
     /// Forgets the history of a Kustomization that is gone: from memory (so `/status` drops it)
     /// and its ConfigMap (already gone is fine). Returns whether there was one; a Kustomization
-    /// without records costs no request.
+    /// without records costs no request. The delete is conditional on the ConfigMap being the
+    /// one last seen (or, never seen, on its carrying this shard's label): a ConfigMap another
+    /// shard has written since (its Kustomization moved there) is left alone.
     pub async fn remove(&self, namespace: &str, name: &str) -> Result<bool, ResultsError> {
         let removed = {
             let mut entries = self.entries();
-            let removed = entries
-                .remove(&(namespace.to_string(), name.to_string()))
-                .is_some();
-            if removed {
+            let removed = entries.remove(&(namespace.to_string(), name.to_string()));
+            if removed.is_some() {
                 self.bump();
             }
             removed
         };
-        let Some(store) = self.inner.store.as_ref().filter(|_| removed) else {
-            return Ok(removed);
+        let Some(removed) = removed else {
+            return Ok(false);
         };
-        let api: Api<ConfigMap> = Api::namespaced(store.client.clone(), &store.namespace);
+        let Some(cluster) = &self.inner.cluster else {
+            return Ok(true);
+        };
+        let api = cluster.api();
         let cm_name = results_configmap_name(namespace, name);
-        let object = format!("ConfigMap {}/{cm_name}", store.namespace);
+        let object = cluster.object(&cm_name);
+        let resource_version = match removed.resource_version {
+            Some(rv) => rv,
+            None => {
+                let found =
+                    with_deadline(cluster.call_timeout, "get", &object, api.get_opt(&cm_name))
+                        .await?;
+                match found {
+                    Some(cm) if cluster.shard.owns(cm.metadata.labels.as_ref()) => {
+                        cm.metadata.resource_version.unwrap_or_default()
+                    }
+                    _ => return Ok(true),
+                }
+            }
+        };
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(resource_version),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
         let deleted = with_deadline(
-            store.call_timeout,
+            cluster.call_timeout,
             "delete",
             &object,
-            api.delete(&cm_name, &DeleteParams::default()),
+            api.delete(&cm_name, &params),
         )
         .await;
         match deleted {
             Ok(_) => Ok(true),
             Err(e) if e.code() == Some(404) => Ok(true),
+            // Written since: by another shard (kept), or by this one for a Kustomization of
+            // the same name created again (kept, it is current).
+            Err(e) if e.code() == Some(409) => {
+                tracing::debug!(object = %object, error = %e, "results written since: not deleted");
+                Ok(true)
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -463,18 +750,25 @@ impl Results {
             (entry.records.clone(), entry.resource_version.clone())
         };
         let (mut records, mut version) = merged(self.entries().entry(key.clone()).or_default());
-        let Some(store) = &self.inner.store else {
+        let Some(store) = &self.inner.cluster else {
             return Ok(());
         };
-        let api: Api<ConfigMap> = Api::namespaced(store.client.clone(), &store.namespace);
+        let api = store.api();
         let cm_name = results_configmap_name(namespace, name);
-        let object = format!("ConfigMap {}/{cm_name}", store.namespace);
+        let object = store.object(&cm_name);
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PostParams::default()
         };
         for _ in 0..ATTEMPTS {
-            let cm = to_configmap(&store.namespace, namespace, name, &records, version.clone())?;
+            let mut cm =
+                to_configmap(&store.namespace, namespace, name, &records, version.clone())?;
+            if let Some((label, value)) = store.shard.label() {
+                cm.metadata
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(label, value);
+            }
             let written = match &version {
                 None => {
                     with_deadline(
@@ -497,8 +791,20 @@ impl Results {
             };
             match written {
                 Ok(cm) => {
+                    // What was written is what the cluster holds now, whatever the watch
+                    // applied meanwhile.
                     let mut entries = self.entries();
                     let entry = entries.entry(key).or_default();
+                    if entry.records != records {
+                        entry.records = records;
+                        entry.version = self.bump();
+                    }
+                    if let Some(rv) = &cm.metadata.resource_version {
+                        entry.pending.push(rv.clone());
+                        if entry.pending.len() > PENDING {
+                            entry.pending.remove(0);
+                        }
+                    }
                     entry.resource_version = cm.metadata.resource_version;
                     return Ok(());
                 }
@@ -525,11 +831,13 @@ impl Results {
                             // Set by `merged` below, which bumps it.
                             version: 0,
                             resource_version: cm.metadata.resource_version,
+                            pending: std::mem::take(&mut entry.pending),
                         },
                         None => Entry {
                             records: std::mem::take(&mut entry.records),
                             version: 0,
                             resource_version: None,
+                            pending: std::mem::take(&mut entry.pending),
                         },
                     };
                     (records, version) = merged(entry);
@@ -540,6 +848,43 @@ impl Results {
         Err(ResultsError::Conflict {
             object,
             attempts: ATTEMPTS,
+        })
+    }
+}
+
+/// The index, `/status` and the dashboard read the histories through [`Records`].
+impl Records for Results {
+    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        Results::last(self, namespace, name)
+    }
+    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
+        Results::history(self, namespace, name)
+    }
+    fn is_loaded(&self) -> bool {
+        Results::is_loaded(self)
+    }
+    fn generation(&self) -> Option<u64> {
+        Some(Results::generation(self))
+    }
+    fn version(&self, namespace: &str, name: &str) -> Option<u64> {
+        Results::version(self, namespace, name)
+    }
+    fn keys(&self) -> Vec<Key> {
+        Results::keys(self)
+            .into_iter()
+            .map(|(namespace, name)| Key::new(namespace, name))
+            .collect()
+    }
+    fn forget<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            Results::remove(self, namespace, name)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         })
     }
 }
@@ -564,6 +909,7 @@ mod tests {
             error: None,
             generation: None,
             gate: None,
+            attempts: 1,
         }
     }
 
@@ -585,6 +931,142 @@ mod tests {
         insert(&mut records, record("r24", "t25"));
         assert_eq!(records[0].started_at, "t25");
         assert_eq!(records[1].started_at, "t24");
+    }
+
+    fn failed(revision: &str, started: &str, generation: i64, error: &str) -> RevisionRecord {
+        let mut r = record(revision, started);
+        r.state = RevisionState::Failed;
+        r.generation = Some(generation);
+        r.error = Some(StepError {
+            step: "resolve".into(),
+            message: error.into(),
+            hint: None,
+        });
+        r
+    }
+
+    fn running(revision: &str, started: &str, generation: i64) -> RevisionRecord {
+        let mut r = record(revision, started);
+        r.generation = Some(generation);
+        r
+    }
+
+    #[test]
+    fn failed_attempts_of_one_revision_fold_into_one_record_by_table() {
+        // (case, records put in order, expected (revision, started, state, attempts, error))
+        type Want = (
+            &'static str,
+            &'static str,
+            RevisionState,
+            u32,
+            Option<&'static str>,
+        );
+        let f = RevisionState::Failed;
+        let cases: Vec<(&str, Vec<RevisionRecord>, Vec<Want>)> = vec![
+            (
+                "a run writes running, then failed; the next attempt folds into it",
+                vec![
+                    running("r1", "t1", 1),
+                    failed("r1", "t1", 1, "e1"),
+                    running("r1", "t2", 1),
+                    failed("r1", "t2", 1, "e2"),
+                    running("r1", "t3", 1),
+                    failed("r1", "t3", 1, "e3"),
+                ],
+                vec![("r1", "t3", f, 3, Some("e3"))],
+            ),
+            (
+                "a failure before the running record (resolve) folds too",
+                vec![failed("r1", "t1", 1, "e1"), failed("r1", "t2", 1, "e2")],
+                vec![("r1", "t2", f, 2, Some("e2"))],
+            ),
+            (
+                "while the next attempt runs, the folded record stays behind it",
+                vec![
+                    failed("r1", "t1", 1, "e1"),
+                    failed("r1", "t2", 1, "e2"),
+                    running("r1", "t3", 1),
+                ],
+                vec![
+                    ("r1", "t3", RevisionState::Running, 1, None),
+                    ("r1", "t2", f, 2, Some("e2")),
+                ],
+            ),
+            (
+                "the final record written twice keeps its count",
+                vec![
+                    failed("r1", "t1", 1, "e1"),
+                    failed("r1", "t2", 1, "e2"),
+                    failed("r1", "t2", 1, "e2"),
+                ],
+                vec![("r1", "t2", f, 2, Some("e2"))],
+            ),
+            (
+                "another revision is another record",
+                vec![failed("r1", "t1", 1, "e1"), failed("r2", "t2", 1, "e2")],
+                vec![
+                    ("r2", "t2", f, 1, Some("e2")),
+                    ("r1", "t1", f, 1, Some("e1")),
+                ],
+            ),
+            (
+                "a new generation is another record",
+                vec![failed("r1", "t1", 1, "e1"), failed("r1", "t2", 2, "e2")],
+                vec![
+                    ("r1", "t2", f, 1, Some("e2")),
+                    ("r1", "t1", f, 1, Some("e1")),
+                ],
+            ),
+            (
+                "a success between failures ends the run of failures",
+                vec![
+                    failed("r1", "t1", 1, "e1"),
+                    {
+                        let mut r = running("r1", "t2", 1);
+                        r.state = RevisionState::Converged;
+                        r
+                    },
+                    failed("r1", "t3", 1, "e3"),
+                ],
+                vec![
+                    ("r1", "t3", f, 1, Some("e3")),
+                    ("r1", "t2", RevisionState::Converged, 1, None),
+                    ("r1", "t1", f, 1, Some("e1")),
+                ],
+            ),
+        ];
+        for (case, puts, want) in cases {
+            let mut records = Vec::new();
+            for r in puts {
+                insert(&mut records, r);
+            }
+            let got: Vec<(&str, &str, RevisionState, u32, Option<&str>)> = records
+                .iter()
+                .map(|r| {
+                    let error = r.error.as_ref().map(|e| e.message.as_str());
+                    (
+                        r.revision.as_str(),
+                        r.started_at.as_str(),
+                        r.state,
+                        r.attempts,
+                        error,
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn attempts_is_absent_from_the_json_unless_repeated() {
+        let mut r = failed("r1", "t1", 1, "e1");
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("attempts").is_none(), "{json}");
+        let back: RevisionRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back.attempts, 1);
+        r.attempts = 4;
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["attempts"], 4);
     }
 
     #[test]
@@ -714,6 +1196,36 @@ mod tests {
         }
     }
 
+    /// A loaded history keeps no spare room: it is held for the life of the process.
+    #[test]
+    fn loaded_histories_hold_no_spare_room() {
+        let records: Vec<RevisionRecord> = (0..20)
+            .map(|i| RevisionRecord {
+                statefulsets: vec![StatefulSetEntry {
+                    namespace: "apps".into(),
+                    name: format!("db-{i}"),
+                    outcome: StatefulSetOutcome::Converged,
+                    old_uid: None,
+                    new_uid: None,
+                    templates: Vec::new(),
+                    changes: Vec::new(),
+                    claims: Vec::new(),
+                    deferred: Vec::new(),
+                    refusal: None,
+                    error: None,
+                }],
+                ..record(&format!("main@sha1:{i}"), "t")
+            })
+            .collect();
+        let cm = to_configmap("flux-system", "apps", "web", &records, None).unwrap();
+        let (_, _, loaded) = from_configmap(&cm).unwrap();
+        assert_eq!(loaded, records);
+        assert_eq!(loaded.capacity(), loaded.len());
+        for record in &loaded {
+            assert_eq!(record.statefulsets.capacity(), record.statefulsets.len());
+        }
+    }
+
     #[test]
     fn configmap_round_trip_and_names() {
         let records = vec![record("main@sha1:1", "t1"), record("main@sha1:0", "t0")];
@@ -757,5 +1269,183 @@ mod tests {
         assert_eq!(results.unfinished(), [("a".to_string(), "x".to_string())]);
         assert_eq!(results.last("a", "y").unwrap().revision, "r0");
         assert!(results.history("b", "z").is_empty());
+    }
+
+    /// Which records a replica reads: its shard's by label, or (unsharded) the unlabelled ones
+    /// every earlier version wrote.
+    #[test]
+    fn shard_selection_by_table() {
+        use crate::journal::SHARD_LABEL;
+        let a = Shard::Named("flux-converger-3d8dfb26".into());
+        let b = Shard::Named("flux-converger-51051576".into());
+        let labels = |shard: Option<&str>| {
+            let mut l = BTreeMap::from([(RECORD_LABEL.to_string(), RESULTS_RECORD.to_string())]);
+            if let Some(shard) = shard {
+                l.insert(SHARD_LABEL.to_string(), shard.to_string());
+            }
+            l
+        };
+        let cases: &[(&Shard, Option<&str>, bool)] = &[
+            (&Shard::Unsharded, None, true),
+            (&Shard::Unsharded, Some("flux-converger-3d8dfb26"), false),
+            (&a, None, false),
+            (&a, Some("flux-converger-3d8dfb26"), true),
+            (&a, Some("flux-converger-51051576"), false),
+            (&b, Some("flux-converger-51051576"), true),
+        ];
+        for (shard, label, owns) in cases {
+            assert_eq!(
+                shard.owns(Some(&labels(*label))),
+                *owns,
+                "{shard:?} {label:?}"
+            );
+        }
+        assert!(Shard::Unsharded.owns(None));
+        assert!(!a.owns(None));
+        assert_eq!(
+            Shard::Unsharded.selector(RESULTS_RECORD),
+            "flux-converger.io/record=results,!flux-converger.io/shard"
+        );
+        assert_eq!(
+            a.selector(RESULTS_RECORD),
+            "flux-converger.io/record=results,flux-converger.io/shard=flux-converger-3d8dfb26"
+        );
+        assert_eq!(Shard::Unsharded.label(), None);
+        assert_eq!(
+            a.label(),
+            Some((
+                SHARD_LABEL.to_string(),
+                "flux-converger-3d8dfb26".to_string()
+            ))
+        );
+    }
+
+    fn cm(name: &str, revisions: &[&str], rv: &str) -> ConfigMap {
+        let records: Vec<_> = revisions.iter().map(|r| record(r, r)).collect();
+        to_configmap("flux-system", "apps", name, &records, Some(rv.into())).unwrap()
+    }
+
+    fn revisions(results: &Results, name: &str) -> Vec<String> {
+        results
+            .history("apps", name)
+            .into_iter()
+            .map(|r| r.revision)
+            .collect()
+    }
+
+    /// Notes a write of this process (what `put` does once the server took it).
+    fn wrote(results: &Results, name: &str, revisions: &[&str], rv: &str) {
+        let mut entries = results.entries();
+        let entry = entries
+            .entry(("apps".to_string(), name.to_string()))
+            .or_default();
+        entry.records = revisions.iter().map(|r| record(r, r)).collect();
+        entry.resource_version = Some(rv.into());
+        entry.pending.push(rv.into());
+    }
+
+    /// What the watch's events do to the histories, in the order the server sends them: the
+    /// leader's own echoes never put an older history back, another writer's changes are
+    /// taken, deletes forget, a relist replaces.
+    #[test]
+    fn watch_events_by_table() {
+        enum Step {
+            /// A write of ours the server answered with this resourceVersion.
+            Wrote(&'static [&'static str], &'static str),
+            Apply(&'static [&'static str], &'static str),
+            Delete,
+            Relist(&'static [(&'static [&'static str], &'static str)]),
+        }
+        use Step::*;
+        /// (what, the events in order, the history after them: `None` when forgotten)
+        type Case<'a> = (&'a str, &'a [Step], Option<&'a [&'a str]>);
+        let cases: &[Case] = &[
+            (
+                "another writer's record is taken",
+                &[Apply(&["r1"], "5")],
+                Some(&["r1"]),
+            ),
+            (
+                "a newer one replaces it",
+                &[Apply(&["r1"], "5"), Apply(&["r2", "r1"], "6")],
+                Some(&["r2", "r1"]),
+            ),
+            (
+                "our echo after a newer write of ours keeps the newer",
+                &[
+                    Wrote(&["running"], "5"),
+                    Wrote(&["converged"], "6"),
+                    Apply(&["running"], "5"),
+                ],
+                Some(&["converged"]),
+            ),
+            (
+                "a write older than our unechoed one is not applied",
+                &[Wrote(&["mine"], "7"), Apply(&["theirs"], "6")],
+                Some(&["mine"]),
+            ),
+            (
+                "once every write of ours is echoed, others' are taken again",
+                &[
+                    Wrote(&["mine"], "7"),
+                    Apply(&["mine"], "7"),
+                    Apply(&["theirs", "mine"], "8"),
+                ],
+                Some(&["theirs", "mine"]),
+            ),
+            ("a delete forgets", &[Apply(&["r1"], "5"), Delete], None),
+            (
+                "a delete older than our unechoed write is not applied",
+                &[Apply(&["r1"], "5"), Wrote(&["r2"], "9"), Delete],
+                Some(&["r2"]),
+            ),
+            (
+                "a relist replaces",
+                &[Apply(&["r1"], "5"), Relist(&[(&["r3"], "11")])],
+                Some(&["r3"]),
+            ),
+            (
+                "a relist without it forgets it",
+                &[Apply(&["r1"], "5"), Relist(&[])],
+                None,
+            ),
+            (
+                "a relist holding our own write keeps ours",
+                &[Wrote(&["mine"], "7"), Relist(&[(&["mine"], "7")])],
+                Some(&["mine"]),
+            ),
+        ];
+        for (what, steps, want) in cases {
+            let results = Results::memory();
+            for step in *steps {
+                match step {
+                    Wrote(revs, rv) => wrote(&results, "web", revs, rv),
+                    Apply(revs, rv) => results.apply(&cm("web", revs, rv)),
+                    Delete => results.deleted(&cm("web", &[], "0")),
+                    Relist(items) => results
+                        .replace_all(items.iter().map(|(revs, rv)| cm("web", revs, rv)).collect()),
+                }
+            }
+            let got = revisions(&results, "web");
+            match want {
+                Some(want) => assert_eq!(got, *want, "{what}"),
+                None => assert!(
+                    !results.keys().contains(&("apps".into(), "web".into())),
+                    "{what}: {got:?}"
+                ),
+            }
+        }
+    }
+
+    /// An event changes the generation (so `/status` re-encodes), an echo of ours does not.
+    #[test]
+    fn only_a_change_moves_the_generation() {
+        let results = Results::memory();
+        wrote(&results, "web", &["r1"], "5");
+        let before = results.generation();
+        results.apply(&cm("web", &["r1"], "5"));
+        assert_eq!(results.generation(), before, "our own echo");
+        results.apply(&cm("web", &["r2", "r1"], "6"));
+        assert!(results.generation() > before, "another writer's change");
     }
 }

@@ -22,6 +22,7 @@ struct Basis {
     version: Option<u64>,
     gate: GateMode,
     source_revision: Option<String>,
+    hold: Option<String>,
 }
 
 struct Encoded {
@@ -57,15 +58,16 @@ fn read(index: &RwLock<Index>) -> std::sync::RwLockReadGuard<'_, Index> {
     index.read().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Each handled Kustomization with its gate and source revision, sorted.
-fn handled(index: &Index) -> Vec<(Key, GateMode, Option<String>)> {
+/// Each handled Kustomization with its gate, source revision and hold, sorted.
+fn handled(index: &Index) -> Vec<(Key, GateMode, Option<String>, Option<String>)> {
     index
         .handled_keys(None)
         .into_iter()
         .filter_map(|key| {
             let gate = index.handled(&key)?;
             let revision = index.source_revision(&key).map(String::from);
-            Some((key, gate, revision))
+            let hold = index.hold(&key).map(String::from);
+            Some((key, gate, revision, hold))
         })
         .collect()
 }
@@ -75,6 +77,7 @@ fn summary_row(
     key: &Key,
     gate: GateMode,
     source_revision: Option<String>,
+    hold: Option<String>,
 ) -> Result<Bytes, serde_json::Error> {
     encode(&KustomizationSummary {
         namespace: key.namespace.clone(),
@@ -82,6 +85,7 @@ fn summary_row(
         gate,
         source_revision,
         last: records.last(&key.namespace, &key.name).map(|r| r.summary()),
+        hold,
     })
 }
 
@@ -115,8 +119,8 @@ impl StatusCache {
             let all = handled(&read(index));
             let rows = all
                 .into_iter()
-                .filter(|(k, _, _)| namespace.is_none_or(|ns| k.namespace == ns))
-                .map(|(key, gate, revision)| summary_row(records, &key, gate, revision))
+                .filter(|(k, _, _, _)| namespace.is_none_or(|ns| k.namespace == ns))
+                .map(|(key, gate, revision, hold)| summary_row(records, &key, gate, revision, hold))
                 .collect::<Result<Vec<_>, _>>()?;
             return Ok(list_body(rows.iter().map(|r| &r[..])));
         };
@@ -136,16 +140,23 @@ impl StatusCache {
             };
             let mut keys = Vec::with_capacity(all.len());
             let mut rows = Vec::with_capacity(all.len());
-            for (key, gate, source_revision) in all {
+            for (key, gate, source_revision, hold) in all {
                 let basis = Basis {
                     version: records.version(&key.namespace, &key.name),
                     gate,
                     source_revision,
+                    hold,
                 };
                 let row = match state.rows.get(&key) {
                     Some(e) if e.basis == basis => e.json.clone(),
                     _ => {
-                        let json = summary_row(records, &key, gate, basis.source_revision.clone())?;
+                        let json = summary_row(
+                            records,
+                            &key,
+                            gate,
+                            basis.source_revision.clone(),
+                            basis.hold.clone(),
+                        )?;
                         state.rows.insert(
                             key.clone(),
                             Encoded {
@@ -189,28 +200,34 @@ impl StatusCache {
         name: &str,
     ) -> Option<Result<Bytes, serde_json::Error>> {
         let key = Key::new(namespace, name);
-        let (gate, source_revision) = {
+        let (gate, source_revision, hold) = {
             let index = read(index);
             let gate = index.handled(&key)?;
-            (gate, index.source_revision(&key).map(String::from))
+            (
+                gate,
+                index.source_revision(&key).map(String::from),
+                index.hold(&key).map(String::from),
+            )
         };
-        let build = |source_revision: Option<String>| {
+        let build = |source_revision: Option<String>, hold: Option<String>| {
             encode(&KustomizationDetail {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 gate,
                 source_revision,
+                hold,
                 revisions: records.history(namespace, name),
             })
         };
         if records.generation().is_none() {
-            return Some(build(source_revision));
+            return Some(build(source_revision, hold));
         }
         // Before the history it guards (see `list`).
         let basis = Basis {
             version: records.version(namespace, name),
             gate,
             source_revision,
+            hold,
         };
         if let Some(e) = self.state().details.get(&key)
             && e.basis == basis
@@ -219,7 +236,7 @@ impl StatusCache {
         }
         // Encoded outside the lock: details of different Kustomizations do not wait on each
         // other.
-        let json = match build(basis.source_revision.clone()) {
+        let json = match build(basis.source_revision.clone(), basis.hold.clone()) {
             Ok(json) => json,
             Err(e) => return Some(Err(e)),
         };

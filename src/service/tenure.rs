@@ -65,11 +65,11 @@ impl Tenure {
         *self.mode() = Mode::Always;
     }
 
-    /// Election on the Lease `settings.name` in `namespace`: checks pass only while this
-    /// replica can prove it holds it.
-    pub fn bind_elected(&self, namespace: &str, settings: &LeaseSettings) {
+    /// Election on the Lease `name` in `namespace`: checks pass only while this replica can
+    /// prove it holds it.
+    pub fn bind_elected(&self, namespace: &str, name: &str, settings: &LeaseSettings) {
         *self.mode() = Mode::Elected(Proof {
-            lease: format!("{namespace}/{}", settings.name),
+            lease: format!("{namespace}/{name}"),
             identity: settings.identity.clone(),
             duration: settings.duration,
             margin: settings.margin,
@@ -298,7 +298,7 @@ mod tests {
         let start = Instant::now();
         for (what, seen, at, allowed) in table {
             let tenure = Tenure::default();
-            tenure.bind_elected("flux-system", &settings());
+            tenure.bind_elected("flux-system", "flux-converger", &settings());
             for (method, sent, holder, renew) in *seen {
                 tenure.observe(method, start + secs(*sent), &lease(*holder, *renew));
             }

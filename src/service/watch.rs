@@ -20,6 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::flux::objects::{Kustomization, SourceKind};
+use crate::service::gate::observe::Observer;
 use crate::service::index::{Due, Index, Key, Records, SourceKey};
 use crate::service::metrics::Metrics;
 use crate::service::queue::Queue;
@@ -123,6 +124,9 @@ pub struct Feed {
     pub queue: Queue<Key>,
     pub records: Arc<dyn Records>,
     pub readiness: Readiness,
+    /// The open gates, told of every Kustomization and source event before anything is
+    /// queued, so a gate closes before the run of a newer revision starts.
+    pub observer: Option<Observer>,
 }
 
 impl Feed {
@@ -152,18 +156,21 @@ impl Feed {
         }
     }
 
-    /// Queues every handled Kustomization that is due, for any reason; returns how many.
-    /// Reads only the index and the records in memory: no API request.
-    pub fn queue_due(&self, trigger: Trigger) -> usize {
+    /// Queues every handled Kustomization that is due, for any reason; returns how many, by
+    /// reason. Reads only the index and the records in memory: no API request. Logs nothing
+    /// above debug: with a thousand Kustomizations failing, a line per key at every resync
+    /// drowns the log, so the caller logs the counts in one line.
+    pub fn queue_due(&self, trigger: Trigger) -> DueCounts {
         let due = self
             .index()
             .due_keys(|key| self.records.last(&key.namespace, &key.name));
-        let count = due.len();
+        let mut counts = DueCounts::default();
         for (key, why) in due {
-            tracing::info!(kustomization = %key, due = why.as_str(), trigger = ?trigger, "queued");
+            tracing::debug!(kustomization = %key, due = why.as_str(), trigger = ?trigger, "queued");
+            counts.add(why);
             self.queue.push(key, trigger);
         }
-        count
+        counts
     }
 
     /// Forgets the records of Kustomizations that are gone (their results ConfigMap and their
@@ -209,6 +216,12 @@ impl Feed {
                             index.reset_kustomizations(listed.iter());
                             index.handled_keys(None)
                         };
+                        // An answer or a hold the watch missed while it was down.
+                        if let Some(observer) = &self.observer {
+                            for ks in &listed {
+                                observer.kustomization(ks);
+                            }
+                        }
                         listed = Vec::new();
                         self.readiness.mark_kustomizations();
                         tracing::info!(handled = keys.len(), "Kustomizations listed");
@@ -218,6 +231,9 @@ impl Feed {
                     }
                     watcher::Event::Apply(ks) => {
                         let applied = self.index_mut().apply_kustomization(&ks);
+                        if let Some(observer) = &self.observer {
+                            observer.kustomization(&ks);
+                        }
                         if let Some((key, applied)) = applied
                             && applied.handled
                         {
@@ -229,6 +245,9 @@ impl Feed {
                         {
                             let key = Key::new(ns, name);
                             self.index_mut().delete_kustomization(&key);
+                            if let Some(observer) = &self.observer {
+                                observer.forget(&key);
+                            }
                             // Off the watch's loop: the delete is an API call.
                             tokio::spawn(self.clone().forget_gone(vec![key]));
                         }
@@ -253,6 +272,7 @@ impl Feed {
         };
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
         let mut listed: Vec<(SourceKey, Option<String>)> = Vec::new();
+        let mut listed_upstreams: Vec<(SourceKey, SourceKey)> = Vec::new();
         let mut stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
@@ -260,12 +280,26 @@ impl Feed {
         loop {
             match stream.try_next().await {
                 Ok(Some(event)) => match event {
-                    watcher::Event::Init => listed.clear(),
-                    watcher::Event::InitApply(obj) => listed.extend(source_of(kind, &obj)),
+                    watcher::Event::Init => {
+                        listed.clear();
+                        listed_upstreams.clear();
+                    }
+                    watcher::Event::InitApply(obj) => {
+                        if let Some((source, revision)) = source_of(kind, &obj) {
+                            if let Some(up) = upstream_of(kind, &obj) {
+                                listed_upstreams.push((source.clone(), up));
+                            }
+                            listed.push((source, revision));
+                        }
+                    }
                     watcher::Event::InitDone => {
                         let all = std::mem::take(&mut listed);
                         let count = all.len();
                         self.index_mut().reset_sources(kind, all);
+                        if kind == SourceKind::ExternalArtifact {
+                            let upstreams = std::mem::take(&mut listed_upstreams);
+                            self.index_mut().reset_upstreams(upstreams);
+                        }
                         self.readiness.mark_source(kind);
                         tracing::info!(kind = kind.as_str(), sources = count, "sources listed");
                         let keys = self.index().handled_keys(None);
@@ -275,7 +309,17 @@ impl Feed {
                     }
                     watcher::Event::Apply(obj) => {
                         if let Some((source, revision)) = source_of(kind, &obj) {
-                            let keys = self.index_mut().apply_source(source, revision);
+                            let mut keys = Vec::new();
+                            if kind == SourceKind::ExternalArtifact {
+                                let up = upstream_of(kind, &obj);
+                                keys = self.index_mut().apply_upstream(source.clone(), up);
+                            }
+                            let moved = self.index_mut().apply_source(source, revision.clone());
+                            // Closed before the new revision's run is queued.
+                            if let Some(observer) = &self.observer {
+                                observer.source_moved(&moved, revision.as_deref());
+                            }
+                            keys.extend(moved);
                             for key in keys {
                                 self.offer(key, true);
                             }
@@ -319,7 +363,7 @@ impl Feed {
             if !self.readiness.synced() {
                 continue;
             }
-            let queued = self.queue_due(Trigger::Resync);
+            let due = self.queue_due(Trigger::Resync);
             // A delete the watch missed (a relist, a restart) is found here.
             let gone = self.index().gone(self.records.keys());
             if !gone.is_empty() {
@@ -327,9 +371,78 @@ impl Feed {
             }
             let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
             metrics.last_resync.set(now);
-            tracing::debug!(queued, "resync");
+            // One line per resync, however many are due; at debug when nothing is.
+            let waiting = self.queue.waiting();
+            if due.total() > 0 {
+                tracing::info!(
+                    due = due.total(),
+                    never_run = due.never_run,
+                    new_revision = due.new_revision,
+                    unfinished = due.unfinished,
+                    deferred = due.deferred,
+                    spec_changed = due.spec_changed,
+                    ready_new = waiting.new,
+                    ready_retry = waiting.retry,
+                    backing_off = waiting.backing_off,
+                    running = self.queue.running(),
+                    "resync"
+                );
+            } else {
+                tracing::debug!(due = 0, "resync");
+            }
         }
     }
+}
+
+/// How many Kustomizations one pass found due, by reason ([`Feed::queue_due`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct DueCounts {
+    pub never_run: usize,
+    pub new_revision: usize,
+    pub unfinished: usize,
+    pub deferred: usize,
+    pub spec_changed: usize,
+}
+
+impl DueCounts {
+    pub fn add(&mut self, due: Due) {
+        let slot = match due {
+            Due::NeverRun => &mut self.never_run,
+            Due::NewRevision => &mut self.new_revision,
+            Due::Unfinished => &mut self.unfinished,
+            Due::Deferred => &mut self.deferred,
+            Due::SpecChanged => &mut self.spec_changed,
+        };
+        *slot += 1;
+    }
+
+    pub fn total(&self) -> usize {
+        self.never_run + self.new_revision + self.unfinished + self.deferred + self.spec_changed
+    }
+}
+
+/// The upstream an ExternalArtifact names in `spec.sourceRef`, when it is a kind the
+/// `artifact` gate publishes from (GitRepository, OCIRepository, Bucket); namespace defaults
+/// to the ExternalArtifact's.
+fn upstream_of(kind: SourceKind, obj: &DynamicObject) -> Option<SourceKey> {
+    if kind != SourceKind::ExternalArtifact {
+        return None;
+    }
+    let reference = obj.data.pointer("/spec/sourceRef")?;
+    let up_kind = SourceKind::parse(reference.get("kind")?.as_str()?)
+        .filter(|k| *k != SourceKind::ExternalArtifact)?;
+    let name = reference.get("name")?.as_str()?.to_string();
+    let namespace = reference
+        .get("namespace")
+        .and_then(|n| n.as_str())
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .or_else(|| obj.metadata.namespace.clone())?;
+    Some(SourceKey {
+        kind: up_kind,
+        namespace,
+        name,
+    })
 }
 
 /// A source object's key and its artifact revision.

@@ -9,8 +9,9 @@
 //!   as a tar.gz in Flux's layout on a local artifact server, then announced in the
 //!   GitRepository's `status.artifact` and `Ready` condition.
 //! - [`KustomizeController`] plays kustomize-controller: reconciles a Kustomization when it is
-//!   unsuspended, its spec changed, its source moved or `reconcile.fluxcd.io/requestedAt`
-//!   changed; renders with the crate's own `flux::render`, dry-runs then server-side applies
+//!   unsuspended, its spec changed, its source (a GitRepository or an ExternalArtifact, as
+//!   with `--feature-gates=ExternalArtifact=true`) moved or `reconcile.fluxcd.io/requestedAt`
+//!   changed; fetches the source's `status.artifact.url` and verifies its digest; renders with the crate's own `flux::render`, dry-runs then server-side applies
 //!   each stage as `kustomize-controller`, and reports in `status` with Flux's wording.
 //! - [`post_event`] plays notification-controller's `generic-hmac` provider.
 //!
@@ -90,6 +91,14 @@ pub fn git_repository_resource() -> ApiResource {
     flux_api(
         "GitRepository",
         "gitrepositories",
+        "source.toolkit.fluxcd.io",
+    )
+}
+
+pub fn external_artifact_resource() -> ApiResource {
+    flux_api(
+        "ExternalArtifact",
+        "externalartifacts",
         "source.toolkit.fluxcd.io",
     )
 }
@@ -471,7 +480,23 @@ pub struct Reconciled {
     pub why: Why,
     /// `Ok` with the objects applied, or Flux's failure message.
     pub result: Result<Vec<String>, String>,
+    /// RFC 3339 time the artifact was read (the attempt's start).
+    pub at: String,
 }
+
+/// How the kustomize-controller stand-in departs from answering at once and applying.
+#[derive(Clone, Default)]
+pub struct Behaviour {
+    /// How long after it decides to reconcile (e.g. on seeing the unsuspend) it reads the
+    /// Kustomization again and then the artifact: kustomize-controller's queue latency, the
+    /// window in which a gate must not let another revision through.
+    pub read_delay: Duration,
+    /// The next attempts to fail (with a `dependsOn`-style message), then apply again.
+    pub fail_next: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// The message of an attempt [`Behaviour::fail_next`] fails, as Flux words a dependency.
+pub const DEPENDENCY_NOT_READY: &str = "dependency 'flux-system/infra' is not ready";
 
 pub struct KustomizeOptions {
     /// Renders a Kustomization (the crate's `flux::render::resolve`).
@@ -485,6 +510,7 @@ pub struct KustomizeOptions {
 /// A running kustomize-controller stand-in; stopped when dropped.
 pub struct KustomizeController {
     log: Arc<Mutex<Vec<Reconciled>>>,
+    behaviour: Behaviour,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -496,9 +522,29 @@ impl Drop for KustomizeController {
 
 impl KustomizeController {
     pub fn start(client: kube::Client, options: KustomizeOptions) -> Self {
+        Self::start_with(client, options, Behaviour::default())
+    }
+
+    /// [`KustomizeController::start`] with a [`Behaviour`].
+    pub fn start_with(
+        client: kube::Client,
+        options: KustomizeOptions,
+        behaviour: Behaviour,
+    ) -> Self {
         let log = Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn(run(client, options, log.clone()));
-        Self { log, task }
+        let task = tokio::spawn(run(client, options, log.clone(), behaviour.clone()));
+        Self {
+            log,
+            behaviour,
+            task,
+        }
+    }
+
+    /// Fails the next `n` attempts (Ready=False, [`DEPENDENCY_NOT_READY`]).
+    pub fn fail_next(&self, n: usize) {
+        self.behaviour
+            .fail_next
+            .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Every reconcile finished so far, oldest first.
@@ -525,19 +571,35 @@ impl KustomizeController {
     }
 }
 
-async fn run(client: kube::Client, options: KustomizeOptions, log: Arc<Mutex<Vec<Reconciled>>>) {
+async fn run(
+    client: kube::Client,
+    options: KustomizeOptions,
+    log: Arc<Mutex<Vec<Reconciled>>>,
+    behaviour: Behaviour,
+) {
     let ks_api: Api<DynamicObject> = match &options.namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &kustomization_resource()),
         None => Api::all_with(client.clone(), &kustomization_resource()),
     };
     let git_api: Api<DynamicObject> = Api::all_with(client.clone(), &git_repository_resource());
-    // Any change to a Kustomization or a GitRepository wakes the loop; what to do is decided
-    // from a fresh list, so coalesced or missed events cost nothing.
+    let artifact_api: Api<DynamicObject> =
+        Api::all_with(client.clone(), &external_artifact_resource());
+    // Any change to a Kustomization, a GitRepository or an ExternalArtifact wakes the loop;
+    // what to do is decided from a fresh list, so coalesced or missed events cost nothing.
+    // A Kustomization fed by an ExternalArtifact reconciles when the ExternalArtifact's
+    // `status.artifact.revision` changes (kustomize-controller with
+    // `--feature-gates=ExternalArtifact=true`), fetching `status.artifact.url` and checking
+    // its digest as for any source (the crate's resolver does both).
     let changes = futures::stream::select(
-        watcher(ks_api.clone(), watcher::Config::default())
-            .default_backoff()
-            .map(|_| ()),
-        watcher(git_api, watcher::Config::default())
+        futures::stream::select(
+            watcher(ks_api.clone(), watcher::Config::default())
+                .default_backoff()
+                .map(|_| ()),
+            watcher(git_api, watcher::Config::default())
+                .default_backoff()
+                .map(|_| ()),
+        ),
+        watcher(artifact_api, watcher::Config::default())
             .default_backoff()
             .map(|_| ()),
     );
@@ -546,7 +608,9 @@ async fn run(client: kube::Client, options: KustomizeOptions, log: Arc<Mutex<Vec
     let mut pass = 0u64;
     loop {
         pass += 1;
-        if let Err(error) = reconcile_all(&client, &ks_api, &options, &log, &mut attempted).await {
+        if let Err(error) =
+            reconcile_all(&client, &ks_api, &options, &log, &mut attempted, &behaviour).await
+        {
             tracing::debug!(%error, pass, "kustomize-controller stand-in: listing failed");
         }
         tokio::select! {
@@ -562,6 +626,7 @@ async fn reconcile_all(
     options: &KustomizeOptions,
     log: &Arc<Mutex<Vec<Reconciled>>>,
     attempted: &mut HashMap<(String, String), Instant>,
+    behaviour: &Behaviour,
 ) -> Result<(), StandinError> {
     let list = ks_api
         .list(&Default::default())
@@ -584,11 +649,33 @@ async fn reconcile_all(
         let retry_due = attempted
             .get(&key)
             .is_none_or(|at| at.elapsed() >= options.retry_interval);
-        let Some(why) = should_reconcile(&ks, source_revision.as_deref(), retry_due) else {
+        let Some(mut why) = should_reconcile(&ks, source_revision.as_deref(), retry_due) else {
             continue;
         };
+        let mut ks = ks;
+        if !behaviour.read_delay.is_zero() {
+            // Dequeued later: the object is read again, and only then the artifact.
+            tokio::time::sleep(behaviour.read_delay).await;
+            let Ok(Some(fresh)) = ks_api.get_opt(&name).await else {
+                continue;
+            };
+            ks = serde_json::to_value(&fresh).map_err(|e| StandinError::Invalid(e.to_string()))?;
+            let source_revision = self::source_revision(client, &ks, &namespace).await;
+            match should_reconcile(&ks, source_revision.as_deref(), retry_due) {
+                Some(now) => why = now,
+                None => continue,
+            }
+        }
         attempted.insert(key, Instant::now());
-        let done = reconcile(client, &options.resolver, &ks, why).await;
+        let fail = behaviour
+            .fail_next
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok();
+        let done = reconcile(client, &options.resolver, &ks, why, fail).await;
         match done {
             Ok(r) => log.lock().unwrap_or_else(|e| e.into_inner()).push(r),
             Err(error) => {
@@ -623,6 +710,7 @@ async fn reconcile(
     resolver: &Resolver,
     ks: &Value,
     why: Why,
+    fail: bool,
 ) -> Result<Reconciled, StandinError> {
     let namespace = ks
         .pointer("/metadata/namespace")
@@ -652,7 +740,12 @@ async fn reconcile(
             "status of Kustomization {namespace}/{name}"
         )))?;
 
+    let at = jiff::Timestamp::now().to_string();
     let (revision, result) = match resolver.resolve(namespace, name).await {
+        Ok(resolved) if fail => (
+            resolved.revision,
+            Err(("DependencyNotReady", DEPENDENCY_NOT_READY.to_string())),
+        ),
         Ok(resolved) => {
             let applied = apply_all(client, &resolved.rendered.objects).await;
             (resolved.revision, applied)
@@ -713,6 +806,7 @@ async fn reconcile(
         revision,
         why,
         result: outcome,
+        at,
     })
 }
 

@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use flux_converger::flux::event::Event;
 use flux_converger::http::Backend;
@@ -52,6 +53,7 @@ impl StandIn {
                 name: name.to_string(),
                 gate,
                 source_revision: source_revision.map(str::to_string),
+                hold: None,
                 revisions,
             },
         );
@@ -99,6 +101,7 @@ impl Backend for StandIn {
                 gate: d.gate,
                 source_revision: d.source_revision.clone(),
                 last: d.revisions.first().map(RevisionRecord::summary),
+                hold: d.hold.clone(),
             })
             .collect()
     }
@@ -145,6 +148,7 @@ pub fn record(
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 
@@ -189,6 +193,7 @@ fn applied(revision: &str) -> FluxResult {
         outcome: FluxOutcome::Applied,
         applied_revision: Some(revision.to_string()),
         message: Some(format!("Applied revision: {revision}")),
+        attempted_revision: None,
     }
 }
 
@@ -199,6 +204,8 @@ fn handoff(at: &str) -> Handoff {
         action: "unsuspended".into(),
         requested_at: None,
         resuspended_at: Some(at.replace(":02Z", ":40Z")),
+        attempts: Vec::new(),
+        retry_at: None,
     }
 }
 
@@ -302,11 +309,14 @@ pub fn seeded() -> StandIn {
         action: "reconcile-requested".into(),
         requested_at: Some("2026-11-30T06:00:05.123456789Z".into()),
         resuspended_at: None,
+        attempts: Vec::new(),
+        retry_at: None,
     });
     search.flux = Some(FluxResult {
         outcome: FluxOutcome::Failed,
         applied_revision: Some("main@sha1:0000000000000000000000000000000000000000".into()),
         message: Some("HealthCheckFailed: timeout waiting for: [StatefulSet/team-b/search status: 'InProgress']".into()),
+        attempted_revision: None,
     });
 
     StandIn::new()
@@ -387,4 +397,60 @@ pub fn scaled(kustomizations: usize, revisions: usize) -> StandIn {
         standin = standin.with(&namespace, &name, GateMode::Suspend, Some(&source), history);
     }
     standin
+}
+
+/// A stand-in that tracks its version as the service's backend does (it moves with every
+/// change of the data) and counts the list requests, so a test sees the dashboard built once
+/// per change and not once per request.
+pub struct Versioned {
+    inner: RwLock<StandIn>,
+    version: AtomicU64,
+    /// Calls of `kustomizations`: one per page built.
+    pub lists: AtomicUsize,
+}
+
+impl Versioned {
+    pub fn new(inner: StandIn) -> Self {
+        Versioned {
+            inner: RwLock::new(inner),
+            version: AtomicU64::new(1),
+            lists: AtomicUsize::new(0),
+        }
+    }
+
+    /// Replaces the data and moves the version, as a new record does in the service.
+    pub fn replace(&self, inner: StandIn) {
+        *self.inner.write().unwrap_or_else(|e| e.into_inner()) = inner;
+        self.version.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
+    }
+
+    fn inner(&self) -> std::sync::RwLockReadGuard<'_, StandIn> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Backend for Versioned {
+    fn hook(&self, event: &Event) -> Vec<String> {
+        self.inner().hook(event)
+    }
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner().kustomizations(namespace)
+    }
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+        self.inner().kustomization(namespace, name)
+    }
+    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.inner().last_record(namespace, name)
+    }
+    fn ready(&self) -> Result<(), String> {
+        self.inner().ready()
+    }
+    fn version(&self) -> Option<u64> {
+        Some(self.version.load(Ordering::SeqCst))
+    }
 }

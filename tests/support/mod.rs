@@ -206,6 +206,19 @@ impl FakeApiServer {
         serve::serve(self.clone(), listen).await
     }
 
+    /// Serves over TLS on loopback, as a real API server does: a self-signed certificate,
+    /// trusted by the kubeconfig written beside it.
+    pub async fn serve_tls(&self) -> Served {
+        serve::serve_with(self.clone(), "127.0.0.1:0", true)
+            .await
+            .expect("the fake API server binds a loopback port over TLS")
+    }
+
+    /// [`FakeApiServer::serve_on`], over TLS when `tls`.
+    pub async fn serve_on_with(&self, listen: &str, tls: bool) -> std::io::Result<Served> {
+        serve::serve_with(self.clone(), listen, tls).await
+    }
+
     /// Stores an object as-is (uid, resourceVersion, creationTimestamp and generation filled
     /// when missing); not logged as a request, but watchers see it ADDED (or MODIFIED).
     pub fn seed(&self, mut obj: Value) {

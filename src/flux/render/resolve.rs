@@ -10,7 +10,9 @@ use kube::{Api, Client};
 use super::{KustomizeCommand, Owner, RenderError, RenderRequest, Rendered};
 use crate::cluster::with_deadline;
 use crate::flux::artifact::{ArtifactError, Fetcher, UnpackedArtifact};
-use crate::flux::objects::{self, Kustomization, ObjectsError, Source, SubstituteReference};
+use crate::flux::objects::{
+    self, Kustomization, ObjectsError, Source, SourceKind, SubstituteReference,
+};
 use crate::flux::substitute::{
     SubstituteError, VarSource, VarSourceKind, Variables, collect_variables,
 };
@@ -88,9 +90,24 @@ impl Resolver {
         name: &str,
         call_timeout: Duration,
     ) -> Result<Resolved, ResolveError> {
+        self.resolve_from_within(namespace, name, None, call_timeout)
+            .await
+    }
+
+    /// As [`Resolver::resolve_within`], rendering the artifact of `upstream` (kind, namespace,
+    /// name) instead of the Kustomization's own source when given: the `artifact` gate renders
+    /// a Kustomization fed by an ExternalArtifact from the upstream that ExternalArtifact
+    /// names, since the ExternalArtifact itself only ever holds what was converged already.
+    pub async fn resolve_from_within(
+        &self,
+        namespace: &str,
+        name: &str,
+        upstream: Option<&(SourceKind, String, String)>,
+        call_timeout: Duration,
+    ) -> Result<Resolved, ResolveError> {
         let kustomization =
             objects::get_kustomization_within(&self.client, namespace, name, call_timeout).await?;
-        let (source, artifact) = self.fetch(&kustomization, call_timeout).await?;
+        let (source, artifact) = self.fetch(&kustomization, upstream, call_timeout).await?;
         let revision = source
             .status
             .artifact
@@ -133,15 +150,23 @@ impl Resolver {
     async fn fetch(
         &self,
         kustomization: &Kustomization,
+        upstream: Option<&(SourceKind, String, String)>,
         call_timeout: Duration,
     ) -> Result<(Source, UnpackedArtifact), ResolveError> {
-        let mut source = objects::get_source_within(
-            &self.client,
-            kustomization,
-            self.allow_cross_namespace,
-            call_timeout,
-        )
-        .await?;
+        let mut source = match upstream {
+            Some((kind, ns, name)) => {
+                objects::read_source_within(&self.client, *kind, ns, name, call_timeout).await?
+            }
+            None => {
+                objects::get_source_within(
+                    &self.client,
+                    kustomization,
+                    self.allow_cross_namespace,
+                    call_timeout,
+                )
+                .await?
+            }
+        };
         let mut retried = false;
         loop {
             let artifact = source.artifact()?.clone();

@@ -9,32 +9,13 @@
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::wait::await_condition;
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::flux::objects::{Kustomization, KustomizationStatus};
-use crate::service::record::{FluxOutcome, FluxResult, GateMode};
+use crate::service::record::{FluxOutcome, FluxResult};
 
-/// The annotation choosing a Kustomization's gate mode.
-pub const GATE_ANNOTATION: &str = "flux-converger.io/gate";
 /// Flux's reconcile request annotation.
 pub const REQUESTED_AT_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
-
-/// The gate mode of `kustomization`: its annotation, else `default`. An unknown value is an
-/// error naming it (handled as `off`, so a typo never gates a Kustomization by surprise).
-pub fn gate_mode(kustomization: &Kustomization, default: GateMode) -> Result<GateMode, String> {
-    let value = kustomization
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(GATE_ANNOTATION));
-    match value {
-        None => Ok(default),
-        Some(v) => GateMode::parse(v.trim()).ok_or_else(|| {
-            format!("annotation {GATE_ANNOTATION}: {v:?} is not one of suspend, reconcile, off")
-        }),
-    }
-}
 
 /// Since when a Flux failure counts as Flux's answer to the hand-off (an earlier failure of
 /// the same revision, from before the converge, does not).
@@ -47,11 +28,14 @@ pub enum Since {
 }
 
 /// Flux's answer for `revision`, if it has given one: applied when `lastAppliedRevision` is the
-/// revision; failed when `Ready=False` for an attempt of the revision made after the hand-off.
+/// revision; failed when `Ready=False` for an attempt of the revision made after the hand-off;
+/// raced when Flux finished an attempt of another revision than both this one and the one it
+/// had attempted before the hand-off (`attempted_before`).
 pub fn flux_verdict(
     status: Option<&KustomizationStatus>,
     revision: &str,
     since: &Since,
+    attempted_before: Option<&str>,
 ) -> Option<FluxResult> {
     let status = status?;
     let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
@@ -60,6 +44,7 @@ pub fn flux_verdict(
             outcome: FluxOutcome::Applied,
             applied_revision: status.last_applied_revision.clone(),
             message: ready.and_then(|c| c.message.clone()),
+            attempted_revision: None,
         });
     }
     let ready = ready?;
@@ -73,14 +58,29 @@ pub fn flux_verdict(
         }
         Since::Token(t) => status.last_handled_reconcile_at.as_deref() == Some(t.as_str()),
     };
-    (ready.status == "False"
-        && status.last_attempted_revision.as_deref() == Some(revision)
-        && after)
-        .then(|| FluxResult {
+    let attempted = status.last_attempted_revision.as_deref();
+    if attempted == Some(revision) {
+        return (ready.status == "False" && after).then(|| FluxResult {
             outcome: FluxOutcome::Failed,
             applied_revision: status.last_applied_revision.clone(),
             message: ready.message.clone(),
-        })
+            attempted_revision: None,
+        });
+    }
+    // Another revision: only a finished attempt (Ready decided) of a revision other than the
+    // one attempted before the hand-off counts, since Flux writes `lastAttemptedRevision` with
+    // its verdict, and a status still showing the attempt from before is no answer at all.
+    let other = attempted.filter(|a| !a.is_empty())?;
+    let finished = ready.status == "True" || ready.status == "False";
+    (finished && attempted != attempted_before).then(|| FluxResult {
+        outcome: FluxOutcome::Raced,
+        applied_revision: status.last_applied_revision.clone(),
+        message: Some(format!(
+            "Flux attempted {other} instead of the converged {revision}: {}",
+            ready.message.as_deref().unwrap_or_default()
+        )),
+        attempted_revision: Some(other.to_string()),
+    })
 }
 
 fn params() -> PatchParams {
@@ -132,54 +132,6 @@ pub async fn request_reconcile(
         api(client, namespace).patch(name, &params(), &Patch::Merge(&patch)),
     )
     .await
-}
-
-/// Waits (a watch) for Flux's answer for `revision`, at most `timeout`: applied, failed,
-/// `timeout`, or `pending` when the watch itself failed (the message says why).
-pub async fn observe(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    revision: &str,
-    since: &Since,
-    timeout: Duration,
-) -> FluxResult {
-    let condition = |ks: Option<&Kustomization>| {
-        ks.and_then(|k| flux_verdict(k.status.as_ref(), revision, since))
-            .is_some()
-    };
-    match tokio::time::timeout(
-        timeout,
-        await_condition(api(client, namespace), name, condition),
-    )
-    .await
-    {
-        Ok(Ok(Some(ks))) => {
-            flux_verdict(ks.status.as_ref(), revision, since).unwrap_or(FluxResult {
-                outcome: FluxOutcome::Pending,
-                applied_revision: None,
-                message: None,
-            })
-        }
-        Ok(Ok(None)) => FluxResult {
-            outcome: FluxOutcome::Pending,
-            applied_revision: None,
-            message: Some("the Kustomization was deleted while waiting for Flux".into()),
-        },
-        Ok(Err(e)) => FluxResult {
-            outcome: FluxOutcome::Pending,
-            applied_revision: None,
-            message: Some(format!("watching the Kustomization failed: {e}")),
-        },
-        Err(_) => FluxResult {
-            outcome: FluxOutcome::Timeout,
-            applied_revision: None,
-            message: Some(format!(
-                "Flux did not apply {revision} within {}",
-                humantime::format_duration(timeout)
-            )),
-        },
-    }
 }
 
 #[cfg(test)]
@@ -259,33 +211,61 @@ mod tests {
                 &t,
                 None,
             ),
+            // Flux attempted a newer revision after the unsuspend: raced.
+            (
+                status(Some("main@sha1:1"), Some("main@sha1:3"), "False", 5, None),
+                &g,
+                Some(FluxOutcome::Raced),
+            ),
+            // ... and applied it: raced too (it is not the converged revision).
+            (
+                status(Some("main@sha1:3"), Some("main@sha1:3"), "True", 5, None),
+                &g,
+                Some(FluxOutcome::Raced),
+            ),
+            // The attempt from before the hand-off is no answer.
+            (
+                status(Some("main@sha1:1"), Some("main@sha1:1"), "False", 4, None),
+                &g,
+                None,
+            ),
+            // Still reconciling after the hand-off: no answer yet.
+            (
+                status(Some("main@sha1:1"), Some("main@sha1:1"), "Unknown", 5, None),
+                &g,
+                None,
+            ),
+            // Reconcile mode: Flux attempted another revision on its own (token not handled).
+            (
+                status(
+                    Some("main@sha1:1"),
+                    Some("main@sha1:3"),
+                    "False",
+                    9,
+                    Some("old"),
+                ),
+                &t,
+                Some(FluxOutcome::Raced),
+            ),
         ];
         for (i, (s, since, expected)) in cases.into_iter().enumerate() {
-            let got = flux_verdict(Some(&s), r, since).map(|f| f.outcome);
+            let got = flux_verdict(Some(&s), r, since, Some("main@sha1:1")).map(|f| f.outcome);
             assert_eq!(got, expected, "case {i}");
         }
-        assert_eq!(flux_verdict(None, r, &g), None);
-    }
-
-    #[test]
-    fn gate_mode_by_table() {
-        let ks = |annotation: Option<&str>| {
-            let mut k = Kustomization::new("apps", Default::default());
-            if let Some(a) = annotation {
-                k.metadata.annotations =
-                    Some([(GATE_ANNOTATION.to_string(), a.to_string())].into());
-            }
-            k
-        };
-        for (annotation, default, expected) in [
-            (None, GateMode::Suspend, Ok(GateMode::Suspend)),
-            (Some("reconcile"), GateMode::Suspend, Ok(GateMode::Reconcile)),
-            (Some("off"), GateMode::Reconcile, Ok(GateMode::Off)),
-            (Some(" suspend "), GateMode::Off, Ok(GateMode::Suspend)),
-            (Some("yes"), GateMode::Suspend, Err(
-                "annotation flux-converger.io/gate: \"yes\" is not one of suspend, reconcile, off".to_string())),
-        ] {
-            assert_eq!(gate_mode(&ks(annotation), default), expected, "{annotation:?}");
-        }
+        assert_eq!(flux_verdict(None, r, &g, None), None);
+        let raced = flux_verdict(
+            Some(&status(
+                Some("main@sha1:1"),
+                Some("main@sha1:3"),
+                "False",
+                5,
+                None,
+            )),
+            r,
+            &g,
+            Some("main@sha1:1"),
+        )
+        .unwrap();
+        assert_eq!(raced.attempted_revision.as_deref(), Some("main@sha1:3"));
     }
 }

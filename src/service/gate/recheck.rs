@@ -19,8 +19,11 @@ use crate::service::index::has_deferred;
 /// by generation, counting the two changes the suspend gate's own hand-off made (unsuspend,
 /// suspend again); any other change is a new run with its own record.
 pub fn is_recheck(last: &RevisionRecord, revision: &str, generation: Option<i64>) -> bool {
+    // Each opening of the gate is an unsuspend and a resuspend: two generations.
     let toggles = match &last.handoff {
-        Some(h) if h.mode == GateMode::Suspend && h.action == "resuspended" => 2,
+        Some(h) if h.mode == GateMode::Suspend && h.action == "resuspended" => {
+            2 * h.attempts.len().max(1) as i64
+        }
         _ => 0,
     };
     last.revision == revision
@@ -246,12 +249,15 @@ mod tests {
                 action: action.into(),
                 requested_at: None,
                 resuspended_at: None,
+                attempts: Vec::new(),
+                retry_at: None,
             }),
             flux: None,
             warnings: Vec::new(),
             error: None,
             generation,
             gate: None,
+            attempts: 1,
         }
     }
 

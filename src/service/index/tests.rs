@@ -50,6 +50,7 @@ fn record(revision: &str, state: RevisionState) -> RevisionRecord {
         error: None,
         generation: None,
         gate: None,
+        attempts: 1,
     }
 }
 
@@ -443,5 +444,217 @@ fn after_a_restart_a_refusal_is_retried_only_at_a_new_generation() {
         // A converged record is not compared by generation: the suspend gate moves it.
         last.state = RevisionState::Converged;
         assert_eq!(index.due(&key, Some(&last)), None);
+    }
+}
+
+#[test]
+fn a_held_kustomization_is_never_due_and_its_release_is_a_change() {
+    let mut index = Index::new(GateMode::Suspend);
+    index.apply_source(git("flux-system", "repo"), Some("main@sha1:2".into()));
+    let key = Key::new("flux-system", "apps");
+    let mut held = ks("flux-system", "apps", None, ("GitRepository", "repo", None));
+    held.metadata.annotations = Some(
+        [(
+            crate::service::gate::state::HOLD_ANNOTATION.to_string(),
+            "db migration".to_string(),
+        )]
+        .into(),
+    );
+    let free = ks("flux-system", "apps", None, ("GitRepository", "repo", None));
+    index.apply_kustomization(&free);
+    let old = record("main@sha1:1", RevisionState::Converged);
+    for (object, last, hold, due, changed) in [
+        (&held, None, Some("db migration"), None, true),
+        (&held, Some(&old), Some("db migration"), None, false),
+        (&free, Some(&old), None, Some(Due::NewRevision), true),
+        (&free, None, None, Some(Due::NeverRun), false),
+    ] {
+        let (_, applied) = index.apply_kustomization(object).unwrap();
+        assert_eq!(applied.changed, changed, "{hold:?}");
+        assert_eq!(index.hold(&key), hold);
+        assert_eq!(index.due(&key, last), due, "{hold:?}");
+    }
+    // A reconcile-mode Kustomization a person suspended is held too.
+    let mut suspended = ks(
+        "flux-system",
+        "apps",
+        Some("reconcile"),
+        ("GitRepository", "repo", None),
+    );
+    suspended.spec.suspend = true;
+    index.apply_kustomization(&suspended);
+    assert_eq!(
+        index.hold(&key),
+        Some(crate::service::gate::state::SUSPENDED_IN_FLUX)
+    );
+    assert_eq!(index.due(&key, None), None);
+}
+
+#[test]
+fn a_deferred_recheck_waits_while_the_gate_is_open() {
+    let mut index = Index::new(GateMode::Suspend);
+    index.apply_source(git("flux-system", "repo"), Some("main@sha1:2".into()));
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "apps",
+        None,
+        ("GitRepository", "repo", None),
+    ));
+    let key = Key::new("flux-system", "apps");
+    let mut last = record("main@sha1:2", RevisionState::Converged);
+    last.statefulsets.push(StatefulSetEntry {
+        namespace: "apps".into(),
+        name: "web".into(),
+        outcome: StatefulSetOutcome::Deferred,
+        old_uid: None,
+        new_uid: None,
+        templates: Vec::new(),
+        changes: Vec::new(),
+        claims: Vec::new(),
+        deferred: Vec::new(),
+        refusal: None,
+        error: None,
+    });
+    last.handoff = Some(crate::service::record::Handoff {
+        mode: GateMode::Suspend,
+        at: "t".into(),
+        action: "unsuspended".into(),
+        requested_at: None,
+        resuspended_at: None,
+        attempts: Vec::new(),
+        retry_at: None,
+    });
+    for (outcome, due) in [
+        (crate::service::record::FluxOutcome::Pending, None),
+        (
+            crate::service::record::FluxOutcome::Applied,
+            Some(Due::Deferred),
+        ),
+    ] {
+        last.flux = Some(crate::service::record::FluxResult {
+            outcome,
+            applied_revision: None,
+            message: None,
+            attempted_revision: None,
+        });
+        assert_eq!(index.due(&key, Some(&last)), due, "{outcome:?}");
+    }
+}
+
+#[test]
+fn artifact_mode_is_due_on_the_upstream_its_external_artifact_names() {
+    let ea = SourceKey {
+        kind: SourceKind::ExternalArtifact,
+        namespace: "flux-system".into(),
+        name: "apps".into(),
+    };
+    let repo = git("flux-system", "repo");
+    let mut index = Index::new(GateMode::Off);
+    let gated = Key::new("flux-system", "gated");
+    let plain = Key::new("flux-system", "plain");
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "gated",
+        Some("artifact"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    // A suspend-mode reader of the same ExternalArtifact is due on the ExternalArtifact itself.
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "plain",
+        Some("suspend"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    // The upstream not known yet: no revision, so not due.
+    assert_eq!(
+        index.apply_source(repo.clone(), Some("main@sha1:1".into())),
+        Vec::<Key>::new()
+    );
+    assert_eq!(index.source_revision(&gated), None);
+    assert_eq!(index.due(&gated, None), None);
+    // The link makes the artifact-mode reader due on the upstream's revision.
+    assert_eq!(
+        index.apply_upstream(ea.clone(), Some(repo.clone())),
+        vec![gated.clone()]
+    );
+    assert_eq!(
+        index.apply_upstream(ea.clone(), Some(repo.clone())),
+        Vec::<Key>::new()
+    );
+    assert_eq!(index.source_revision(&gated), Some("main@sha1:1"));
+    assert_eq!(index.due(&gated, None), Some(Due::NeverRun));
+    // What the service publishes into the ExternalArtifact concerns only the plain reader.
+    assert_eq!(
+        index.apply_source(ea.clone(), Some("main@sha1:1".into())),
+        vec![plain.clone()]
+    );
+    assert_eq!(index.source_revision(&plain), Some("main@sha1:1"));
+    // A new upstream revision concerns only the artifact-mode reader, and makes it due even
+    // though the ExternalArtifact still publishes the old one.
+    assert_eq!(
+        index.apply_source(repo.clone(), Some("main@sha1:2".into())),
+        vec![gated.clone()]
+    );
+    let converged_1 = record("main@sha1:1", RevisionState::Converged);
+    assert_eq!(
+        index.due(&gated, Some(&converged_1)),
+        Some(Due::NewRevision)
+    );
+    let refused_2 = record("main@sha1:2", RevisionState::Refused);
+    index.note_finished(&gated, index.entry(&gated).unwrap().spec_digest);
+    assert_eq!(
+        index.due(&gated, Some(&refused_2)),
+        None,
+        "a refusal of the upstream's revision is not due again"
+    );
+    // Unlinked (the ExternalArtifact's sourceRef removed or deleted): no revision again.
+    assert_eq!(index.apply_upstream(ea.clone(), None), vec![gated.clone()]);
+    assert_eq!(index.source_revision(&gated), None);
+    index.apply_upstream(ea.clone(), Some(repo.clone()));
+    index.delete_source(&ea);
+    assert_eq!(index.source_revision(&gated), None);
+}
+
+#[test]
+fn a_hook_for_an_upstream_routes_to_the_artifact_mode_readers_of_its_external_artifacts() {
+    let ea = SourceKey {
+        kind: SourceKind::ExternalArtifact,
+        namespace: "flux-system".into(),
+        name: "apps".into(),
+    };
+    let repo = git("flux-system", "repo");
+    let mut index = Index::new(GateMode::Off);
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "gated",
+        Some("artifact"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "plain",
+        Some("suspend"),
+        ("ExternalArtifact", "apps", None),
+    ));
+    index.apply_kustomization(&ks(
+        "flux-system",
+        "direct",
+        Some("suspend"),
+        ("GitRepository", "repo", None),
+    ));
+    index.apply_upstream(ea, Some(repo));
+    let gated = Key::new("flux-system", "gated");
+    let plain = Key::new("flux-system", "plain");
+    let direct = Key::new("flux-system", "direct");
+    for (kind, name, want) in [
+        // A new commit concerns the readers of the repository, through an ExternalArtifact
+        // in artifact mode too.
+        ("GitRepository", "repo", vec![direct.clone(), gated.clone()]),
+        // What the service publishes into the ExternalArtifact is news only for its plain reader.
+        ("ExternalArtifact", "apps", vec![plain.clone()]),
+        ("GitRepository", "other", vec![]),
+    ] {
+        let route = index.route(&event(kind, "flux-system", name, "new revision"));
+        assert_eq!(route.keys, want, "{kind}/{name}");
     }
 }

@@ -21,24 +21,41 @@ fn queue(base: Duration) -> (Queue<&'static str>, Gauge) {
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+fn done() -> GateOutcome {
+    GateOutcome::Done(crate::service::record::RevisionState::Converged)
+}
+
+fn failed() -> GateOutcome {
+    GateOutcome::Failed {
+        message: "artifact download failed".into(),
+    }
+}
+
 #[tokio::test]
-async fn a_newer_trigger_replaces_a_waiting_one() {
+async fn a_newer_trigger_replaces_a_waiting_one_and_never_demotes_its_lane() {
     let (q, gauge) = queue(HOUR);
     let mut ready = q.ready();
-    q.push("apps/a", Trigger::Webhook);
     q.push("apps/a", Trigger::Resync);
-    q.push("apps/b", Trigger::Startup);
+    q.push("apps/a", Trigger::Startup);
+    // A webhook moves a up to the new lane; a resync after it does not move it back.
+    q.push("apps/b", Trigger::Resync);
+    q.push("apps/b", Trigger::Webhook);
+    q.push("apps/b", Trigger::Resync);
     assert_eq!(q.depth(), 2);
     assert_eq!(gauge.get(), 2);
-    let mut got = vec![ready.next().await, ready.next().await];
-    got.sort_by_key(|item| item.map(|(key, _)| key));
+    assert_eq!(q.lane(&"apps/b"), Some(Lane::New));
     assert_eq!(
-        got,
-        vec![
-            Some(("apps/a", Trigger::Resync)),
-            Some(("apps/b", Trigger::Startup))
-        ]
+        q.waiting(),
+        Waiting {
+            new: 1,
+            retry: 1,
+            backing_off: 0,
+            follow_ups: 0
+        }
     );
+    // b names the newer trigger but keeps the webhook's lane.
+    assert_eq!(ready.next().await, Some(("apps/b", Trigger::Resync)));
+    assert_eq!(ready.next().await, Some(("apps/a", Trigger::Startup)));
     assert_eq!(q.depth(), 0);
     assert_eq!(gauge.get(), 0);
     assert_eq!(q.running(), 2);
@@ -61,10 +78,12 @@ async fn one_run_per_key_and_triggers_during_a_run_make_one_follow_up() {
     q.push("apps/b", Trigger::Webhook);
     // a is running: b is handed out, not a second run of a.
     assert_eq!(ready.next().await, Some(("apps/b", Trigger::Webhook)));
-    q.complete(&"apps/b", Completion::Done);
-    q.complete(&"apps/a", Completion::Done);
+    q.complete(&"apps/b", &done());
+    q.complete(&"apps/a", &done());
+    // The follow-up names the newer trigger, in the webhook's lane.
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Resync)));
-    q.complete(&"apps/a", Completion::Done);
+    assert_eq!(q.waiting(), Waiting::default());
+    q.complete(&"apps/a", &done());
     assert_eq!(q.depth(), 0);
     assert_eq!(q.running(), 0);
 }
@@ -75,7 +94,7 @@ async fn a_failure_waits_out_its_backoff_unless_something_changed() {
     let mut ready = q.ready();
     q.push("apps/a", Trigger::Webhook);
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Webhook)));
-    q.complete(&"apps/a", Completion::Retry);
+    q.complete(&"apps/a", &failed());
     assert_eq!(q.failures(&"apps/a"), 1);
     assert_eq!(q.depth(), 1, "the retry waits in the queue");
     // A resync does not cut the backoff short: b, pushed later, runs first.
@@ -86,8 +105,8 @@ async fn a_failure_waits_out_its_backoff_unless_something_changed() {
     q.push_now("apps/a", Trigger::Webhook);
     assert_eq!(q.failures(&"apps/a"), 0);
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Webhook)));
-    q.complete(&"apps/a", Completion::Retry);
-    q.complete(&"apps/b", Completion::Done);
+    q.complete(&"apps/a", &failed());
+    q.complete(&"apps/b", &done());
     assert_eq!(q.failures(&"apps/a"), 1);
     assert_eq!(q.failures(&"apps/b"), 0);
 }
@@ -99,11 +118,11 @@ async fn failures_accumulate_and_a_success_forgets_them() {
     q.push("apps/a", Trigger::Startup);
     for failures in 1..=3 {
         assert_eq!(ready.next().await, Some(("apps/a", Trigger::Startup)));
-        q.complete(&"apps/a", Completion::Retry);
+        q.complete(&"apps/a", &failed());
         assert_eq!(q.failures(&"apps/a"), failures);
     }
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Startup)));
-    q.complete(&"apps/a", Completion::Done);
+    q.complete(&"apps/a", &done());
     assert_eq!(q.failures(&"apps/a"), 0);
     assert_eq!(q.depth(), 0);
 }
@@ -116,7 +135,7 @@ async fn a_trigger_during_a_failing_run_waits_out_the_backoff() {
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Resync)));
     // Most likely about the revision that is failing right now.
     q.push_now("apps/a", Trigger::Webhook);
-    q.complete(&"apps/a", Completion::Retry);
+    q.complete(&"apps/a", &failed());
     assert_eq!(q.failures(&"apps/a"), 1);
     q.push("apps/b", Trigger::Resync);
     assert_eq!(ready.next().await, Some(("apps/b", Trigger::Resync)));
@@ -131,7 +150,7 @@ async fn deferred_is_not_requeued_by_the_queue() {
     let mut ready = q.ready();
     q.push("apps/a", Trigger::Resync);
     assert_eq!(ready.next().await, Some(("apps/a", Trigger::Resync)));
-    q.complete(&"apps/a", Completion::Deferred);
+    q.complete(&"apps/a", &GateOutcome::Deferred);
     assert_eq!(q.depth(), 0);
     assert_eq!(q.failures(&"apps/a"), 0);
 }
@@ -162,7 +181,7 @@ async fn close_ends_the_stream_and_refuses_pushes() {
     q.push("apps/b", Trigger::Webhook);
     assert_eq!(q.depth(), 0);
     // The run handed out before the close still completes.
-    q.complete(&"apps/a", Completion::Done);
+    q.complete(&"apps/a", &done());
     assert_eq!(q.running(), 0);
 }
 
@@ -177,25 +196,25 @@ async fn workers_run_at_most_n_keys_at_once() {
     }
     let now = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
     let worker = {
-        let (q, now, peak, done) = (q.clone(), now.clone(), peak.clone(), done.clone());
+        let (q, now, peak, finished) = (q.clone(), now.clone(), peak.clone(), finished.clone());
         q.clone().ready().for_each_concurrent(2, move |(key, _)| {
-            let (q, now, peak, done) = (q.clone(), now.clone(), peak.clone(), done.clone());
+            let (q, now, peak, finished) = (q.clone(), now.clone(), peak.clone(), finished.clone());
             async move {
                 let running = now.fetch_add(1, Ordering::SeqCst) + 1;
                 peak.fetch_max(running, Ordering::SeqCst);
                 tokio::task::yield_now().await;
                 now.fetch_sub(1, Ordering::SeqCst);
-                q.complete(&key, Completion::Done);
-                if done.fetch_add(1, Ordering::SeqCst) + 1 == keys.len() {
+                q.complete(&key, &done());
+                if finished.fetch_add(1, Ordering::SeqCst) + 1 == keys.len() {
                     q.close();
                 }
             }
         })
     };
     worker.await;
-    assert_eq!(done.load(Ordering::SeqCst), keys.len());
+    assert_eq!(finished.load(Ordering::SeqCst), keys.len());
     assert!(peak.load(Ordering::SeqCst) <= 2);
 }
 
@@ -226,4 +245,153 @@ fn backoff_doubles_up_to_the_cap_with_bounded_jitter() {
             "{failures} failures, sample {sample}: {got} != {expected}"
         );
     }
+}
+
+#[test]
+fn lanes_and_what_follows_a_run_by_table() {
+    for (trigger, lane) in [
+        (Trigger::Webhook, Lane::New),
+        (Trigger::Watch, Lane::New),
+        (Trigger::Resync, Lane::Retry),
+        (Trigger::Startup, Lane::Retry),
+    ] {
+        assert_eq!(Lane::of(trigger), lane, "{trigger:?}");
+    }
+    assert!(Lane::New < Lane::Retry, "the new lane is served first");
+    use crate::service::record::RevisionState;
+    for (outcome, after) in [
+        (GateOutcome::Done(RevisionState::Converged), After::Forget),
+        (GateOutcome::Done(RevisionState::Refused), After::Forget),
+        (GateOutcome::Done(RevisionState::Superseded), After::Forget),
+        (GateOutcome::Deferred, After::Forget),
+        (GateOutcome::NotHandled, After::Forget),
+        (failed(), After::Retry),
+    ] {
+        assert_eq!(After::of(&outcome), after, "{outcome:?}");
+    }
+}
+
+#[tokio::test]
+async fn new_work_is_handed_out_before_retries_by_table() {
+    use Trigger::*;
+    // (case, pushes in order, keys in the order they are handed out)
+    type Case = (
+        &'static str,
+        &'static [(&'static str, Trigger)],
+        &'static [&'static str],
+    );
+    let cases: [Case; 6] = [
+        (
+            "first in, first out within a lane",
+            &[("a", Resync), ("b", Resync), ("c", Startup)],
+            &["a", "b", "c"],
+        ),
+        (
+            "a webhook and a watch event overtake the resync and the start",
+            &[("a", Resync), ("b", Startup), ("c", Webhook), ("d", Watch)],
+            &["c", "d", "a", "b"],
+        ),
+        (
+            "a key moved up joins the end of the new lane",
+            &[("a", Webhook), ("b", Resync), ("c", Resync), ("c", Watch)],
+            &["a", "c", "b"],
+        ),
+        (
+            "a resync does not demote a webhook",
+            &[("a", Webhook), ("b", Watch), ("a", Resync)],
+            &["a", "b"],
+        ),
+        (
+            "pushing again keeps the place in the lane",
+            &[("a", Resync), ("b", Resync), ("a", Resync)],
+            &["a", "b"],
+        ),
+        (
+            "new work in the order it came",
+            &[("a", Watch), ("b", Webhook), ("c", Watch)],
+            &["a", "b", "c"],
+        ),
+    ];
+    for (case, pushes, order) in cases {
+        let (q, _) = queue(HOUR);
+        let mut ready = q.ready();
+        for (key, trigger) in pushes {
+            q.push(*key, *trigger);
+        }
+        let mut got = Vec::new();
+        for _ in 0..order.len() {
+            let (key, _) = ready.next().await.expect("a key");
+            got.push(key);
+        }
+        assert_eq!(got, order, "{case}");
+        assert_eq!(q.depth(), 0, "{case}");
+    }
+}
+
+/// The head-of-line case of issue 18: many keys failing, their retries due, and one healthy
+/// key's webhook. The webhook's key is handed out next, ahead of every retry.
+#[tokio::test]
+async fn a_webhook_overtakes_every_retry_that_is_due() {
+    let (q, _) = queue(Duration::from_millis(1));
+    let mut ready = q.ready();
+    let failing: Vec<String> = (0..50).map(|i| format!("apps/failing-{i}")).collect();
+    let failing: Vec<&'static str> = failing
+        .into_iter()
+        .map(|k| &*Box::leak(k.into_boxed_str()))
+        .collect();
+    for key in &failing {
+        q.push(*key, Trigger::Startup);
+    }
+    for _ in &failing {
+        let (key, _) = ready.next().await.expect("a key");
+        q.complete(&key, &failed());
+    }
+    assert_eq!(q.waiting().backing_off, failing.len());
+    // Every backoff (1 ms) ends; the first retry handed out moves them all to the retry lane.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (first, trigger) = ready.next().await.expect("a retry");
+    assert_eq!(trigger, Trigger::Startup, "a retry keeps its trigger");
+    assert_eq!(
+        q.waiting(),
+        Waiting {
+            new: 0,
+            retry: failing.len() - 1,
+            backing_off: 0,
+            follow_ups: 0
+        }
+    );
+    q.push_now("apps/healthy", Trigger::Webhook);
+    assert_eq!(
+        ready.next().await,
+        Some(("apps/healthy", Trigger::Webhook)),
+        "ahead of {} retries",
+        failing.len() - 1
+    );
+    // A failed webhook run retries in the retry lane, behind the others.
+    q.complete(&"apps/healthy", &failed());
+    q.complete(&first, &done());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut rest = Vec::new();
+    for _ in 0..failing.len() {
+        rest.push(ready.next().await.expect("a retry").0);
+    }
+    assert_eq!(rest.last(), Some(&"apps/healthy"));
+}
+
+#[tokio::test]
+async fn a_webhook_for_a_key_on_backoff_runs_it_now_a_resync_does_not() {
+    let (q, _) = queue(HOUR);
+    let mut ready = q.ready();
+    q.push("apps/a", Trigger::Resync);
+    assert_eq!(ready.next().await, Some(("apps/a", Trigger::Resync)));
+    assert_eq!(q.complete(&"apps/a", &failed()), Some(HOUR));
+    q.push("apps/a", Trigger::Resync);
+    assert_eq!(q.waiting().backing_off, 1);
+    assert_eq!(q.lane(&"apps/a"), Some(Lane::Retry));
+    // What the webhook route does (after its per-key limiter admitted the hook).
+    q.push_now("apps/a", Trigger::Webhook);
+    assert_eq!(q.lane(&"apps/a"), Some(Lane::New));
+    assert_eq!(ready.next().await, Some(("apps/a", Trigger::Webhook)));
+    assert_eq!(q.failures(&"apps/a"), 0);
+    assert_eq!(q.complete(&"apps/a", &done()), None);
 }

@@ -1,0 +1,168 @@
+//! The wire: every kube client of the process is built by `wire::kube_client`, whose sockets
+//! set `TCP_NODELAY`, and a converge over TLS (the fake API server's `serve_tls`, as a real
+//! API server serves) sends the requests docs/converge.md counts, no more.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use flux_converger::cluster::KubeCluster;
+use flux_converger::converge::{Options, Outcome, converge};
+use flux_converger::journal::ConfigMapJournal;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use serde_json::{Value, json};
+use support::{FakeApiServer, RequestRecord};
+
+const CLAIMS: usize = 3;
+
+fn statefulset(size: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "serviceName": "web", "replicas": CLAIMS, "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                         "spec": {"containers": [{"name": "app", "image": "busybox"}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
+                "resources": {"requests": {"storage": size}}}}],
+        }
+    })
+}
+
+/// `web` with 3 Bound 1Gi claims, created through the server as Flux would.
+async fn world() -> FakeApiServer {
+    flux_converger::tls::install_crypto_provider();
+    let fake = FakeApiServer::new();
+    fake.seed_fixture("v1.28/storageclasses.yaml");
+    fake.enable_statefulset_controller();
+    {
+        use flux_converger::cluster::Cluster as _;
+        let live: StatefulSet = serde_json::from_value(statefulset("1Gi")).unwrap();
+        KubeCluster::new(fake.client(), Duration::from_secs(5))
+            .apply(&live)
+            .await
+            .unwrap();
+    }
+    let names: Vec<String> = (0..CLAIMS).map(|i| format!("data-web-{i}")).collect();
+    for _ in 0..500 {
+        if names.iter().all(|n| {
+            fake.get("v1", "PersistentVolumeClaim", Some("default"), n)
+                .is_some()
+        }) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for n in &names {
+        fake.set_pvc_phase("default", n, "Bound");
+    }
+    fake.clear_requests();
+    fake
+}
+
+async fn config_of(kubeconfig: &std::path::Path) -> kube::Config {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap()
+}
+
+fn opts() -> Options {
+    Options {
+        dry_run: false,
+        wait_timeout: Duration::from_secs(10),
+        revision: None,
+        fence: None,
+        act_as: None,
+    }
+}
+
+/// The log without a reflector's own StorageClass requests, one line per request.
+fn lines(log: &[RequestRecord]) -> Vec<String> {
+    log.iter()
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connector_sets_nodelay_over_tls_and_over_plain_http() {
+    use hyper_rustls::MaybeHttpsStream;
+    use tower::ServiceExt as _;
+    let fake = world().await;
+    for tls in [true, false] {
+        let served = if tls {
+            fake.serve_tls().await
+        } else {
+            fake.serve().await
+        };
+        let config = config_of(&served.kubeconfig).await;
+        let stream = flux_converger::wire::connector(&config)
+            .unwrap()
+            .oneshot(served.url.parse().unwrap())
+            .await
+            .unwrap();
+        let nodelay = match &stream {
+            MaybeHttpsStream::Https(s) => {
+                assert!(tls, "an https stream for {}", served.url);
+                s.inner().get_ref().0.inner().inner().nodelay().unwrap()
+            }
+            MaybeHttpsStream::Http(s) => {
+                assert!(!tls, "a plain stream for {}", served.url);
+                s.inner().nodelay().unwrap()
+            }
+        };
+        assert!(nodelay, "TCP_NODELAY on {}", served.url);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_converge_over_tls_costs_n_plus_12_requests() {
+    let fake = world().await;
+    let served = fake.serve_tls().await;
+    let client = flux_converger::wire::kube_client(config_of(&served.kubeconfig).await).unwrap();
+    let cluster = KubeCluster::new(client.clone(), Duration::from_secs(10));
+    let journal = ConfigMapJournal::new(client, "default", Duration::from_secs(10));
+    let desired: StatefulSet = serde_json::from_value(statefulset("2Gi")).unwrap();
+    let report = converge(&cluster, &journal, &desired, &opts())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
+    let log = fake.requests();
+    // Journal load, get, claim list, StorageClass list, the proof, the dry run as it is, the
+    // pre-flight, N claim patches, record, orphan delete, watch, re-apply, clear.
+    assert_eq!(log.len(), CLAIMS + 12, "{:#?}", lines(&log));
+    let patches = log
+        .iter()
+        .filter(|r| r.method == http::Method::PATCH && r.path.contains("persistentvolumeclaims"))
+        .count();
+    assert_eq!(patches, CLAIMS, "{:#?}", lines(&log));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_converges_over_tls_with_one_list_of_intents_more() {
+    let fake = world().await;
+    let served = fake.serve_tls().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.yaml");
+    std::fs::write(&file, statefulset("2Gi").to_string()).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+        .arg("--kubeconfig")
+        .arg(&served.kubeconfig)
+        .args(["converge", "--desired"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("converged"), "{text}");
+    let log = fake.requests();
+    // The command first lists the intents an earlier run left (once per journal namespace),
+    // then converges: N+12.
+    assert_eq!(log.len(), CLAIMS + 13, "{:#?}", lines(&log));
+    assert!(log[0].query.contains("labelSelector"), "{:#?}", lines(&log));
+}
