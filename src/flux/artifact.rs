@@ -694,23 +694,11 @@ async fn unpack_path(
     name: String,
     limits: UnpackLimits,
 ) -> Result<UnpackedArtifact, ArtifactError> {
-    tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::open(&path).map_err(ArtifactError::io(format!(
-            "opening archive {}",
-            path.display()
-        )))?;
-        let dir = tempfile::Builder::new()
-            .prefix("flux-converger-render-")
-            .tempdir()
-            .map_err(ArtifactError::io("creating a temporary directory"))?;
-        let stats = unpack(std::io::BufReader::new(file), dir.path(), &name, &limits)?;
-        Ok(UnpackedArtifact { dir, stats })
-    })
-    .await
-    .map_err(|e| ArtifactError::Io {
-        context: "unpacking task".into(),
-        error: std::io::Error::other(e.to_string()),
-    })?
+    let file = std::fs::File::open(&path).map_err(ArtifactError::io(format!(
+        "opening archive {}",
+        path.display()
+    )))?;
+    unpack_opened(file, name, limits).await
 }
 
 /// The safe relative path of an entry, or why it is unsafe. `None` for the root entry `.`.
