@@ -26,6 +26,9 @@ const DEFAULT_NAMESPACE: &str = "flux-system";
 pub enum DefaultGate {
     Suspend,
     Reconcile,
+    /// Only Kustomizations reading an ExternalArtifact can be handled this way; any other is
+    /// refused (nothing written), as with the annotation.
+    Artifact,
     Off,
 }
 
@@ -34,6 +37,7 @@ impl From<DefaultGate> for GateMode {
         match gate {
             DefaultGate::Suspend => GateMode::Suspend,
             DefaultGate::Reconcile => GateMode::Reconcile,
+            DefaultGate::Artifact => GateMode::Artifact,
             DefaultGate::Off => GateMode::Off,
         }
     }
