@@ -355,6 +355,8 @@ impl Observer {
                     Since::Generation(ks.metadata.generation.unwrap_or(0))
                 }
                 (GateMode::Reconcile, Some(token)) => Since::Token(token.clone()),
+                // Published: Flux could not attempt the revision before, any attempt answers.
+                (GateMode::Artifact, _) if handoff.action == "published" => Since::Generation(0),
                 _ => continue,
             };
             tracing::info!(kustomization = %key, revision = %record.revision, "following a gate a previous process left open");
