@@ -466,6 +466,11 @@ impl Index {
             }
             None => Vec::new(),
         };
+        // A held Kustomization runs nothing until its hold is removed (which makes it due).
+        let keys = keys
+            .into_iter()
+            .filter(|k| self.hold(k).is_none())
+            .collect();
         let wedged = object.kind == "Kustomization" && event.message.contains(WEDGE_MESSAGE);
         Route { keys, wedged }
     }

@@ -473,6 +473,16 @@ fn a_held_kustomization_is_never_due_and_its_release_is_a_change() {
         assert_eq!(applied.changed, changed, "{hold:?}");
         assert_eq!(index.hold(&key), hold);
         assert_eq!(index.due(&key, last), due, "{hold:?}");
+        // A hook does not queue it while held.
+        let routed = index
+            .route(&event(
+                "GitRepository",
+                "flux-system",
+                "repo",
+                "new revision",
+            ))
+            .keys;
+        assert_eq!(routed.is_empty(), hold.is_some(), "{hold:?}");
     }
     // A reconcile-mode Kustomization a person suspended is held too.
     let mut suspended = ks(
