@@ -27,6 +27,22 @@ pub trait Records: Send + Sync + 'static {
     fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord>;
     /// Every kept record of `namespace/name`, newest first.
     fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord>;
+    /// [`Records::history`] as its JSON array (`None` when there are no records): what
+    /// `/status/{ns}/{name}` serves. Default: encodes the history on every call; a store
+    /// keeping its histories encoded answers without parsing them.
+    fn history_json(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::sync::Arc<serde_json::value::RawValue>> {
+        let history = self.history(namespace, name);
+        if history.is_empty() {
+            return None;
+        }
+        serde_json::value::to_raw_value(&history)
+            .ok()
+            .map(std::sync::Arc::from)
+    }
     /// Whether the records have been read (once) from where they persist.
     fn is_loaded(&self) -> bool;
     /// Changes whenever any record changes, so `/status` can keep its encoded bodies until

@@ -342,9 +342,11 @@ pub struct KustomizationSummary {
 }
 
 /// One handled Kustomization with its history, newest first (`GET /status/{ns}/{name}`).
+/// `R` is how the history is held: the records, or (the service's `/status`) the JSON array
+/// the results keep, spliced in unparsed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KustomizationDetail {
+pub struct KustomizationDetail<R = Vec<RevisionRecord>> {
     pub namespace: String,
     pub name: String,
     pub gate: GateMode,
@@ -352,5 +354,5 @@ pub struct KustomizationDetail {
     /// As [`KustomizationSummary::hold`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold: Option<String>,
-    pub revisions: Vec<RevisionRecord>,
+    pub revisions: R,
 }

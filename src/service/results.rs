@@ -17,6 +17,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
@@ -207,12 +208,32 @@ pub fn to_configmap(
     records: &[RevisionRecord],
     resource_version: Option<String>,
 ) -> Result<ConfigMap, ResultsError> {
-    let name = results_configmap_name(ks_namespace, ks_name);
     let json = serde_json::to_string(records).map_err(|e| ResultsError::Corrupt {
-        object: format!("ConfigMap {namespace}/{name}"),
+        object: format!(
+            "ConfigMap {namespace}/{}",
+            results_configmap_name(ks_namespace, ks_name)
+        ),
         message: e.to_string(),
     })?;
-    Ok(ConfigMap {
+    Ok(configmap(
+        namespace,
+        ks_namespace,
+        ks_name,
+        json,
+        resource_version,
+    ))
+}
+
+/// [`to_configmap`] of records already encoded.
+fn configmap(
+    namespace: &str,
+    ks_namespace: &str,
+    ks_name: &str,
+    records_json: String,
+    resource_version: Option<String>,
+) -> ConfigMap {
+    let name = results_configmap_name(ks_namespace, ks_name);
+    ConfigMap {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(namespace.to_string()),
@@ -226,10 +247,10 @@ pub fn to_configmap(
         data: Some(BTreeMap::from([
             ("namespace".to_string(), ks_namespace.to_string()),
             ("name".to_string(), ks_name.to_string()),
-            ("records".to_string(), json),
+            ("records".to_string(), records_json),
         ])),
         ..ConfigMap::default()
-    })
+    }
 }
 
 /// `(namespace, name, records)` of a results ConfigMap.
@@ -253,14 +274,13 @@ pub fn from_configmap(
     };
     let namespace = field("namespace")?.clone();
     let name = field("name")?.clone();
-    let mut records: Vec<RevisionRecord> = serde_json::from_str(field("records")?)
+    let records: Vec<RevisionRecord> = serde_json::from_str(field("records")?)
         .map_err(|e| corrupt(format!("data.records: {e}")))?;
-    compact(&mut records);
     Ok((namespace, name, records))
 }
 
-/// Returns the heap pages the load freed (the list's body and objects, the spare room
-/// [`compact`] gave back) to the system: glibc keeps freed memory in its arenas, so without
+/// Returns the heap pages the load freed (the list's pages and objects, the records parsed to
+/// be encoded) to the system: glibc keeps freed memory in its arenas, so without
 /// this the load's peak stays resident for the life of the process.
 fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -270,27 +290,61 @@ fn release_free_memory() {
     }
 }
 
-/// Gives back what deserialising left spare: serde grows each `Vec` by doubling from 4, so a
-/// history of 20 holds room for 32 records and each record's one StatefulSet room for four
-/// (~1.3 kB each). Kept for every handled Kustomization for as long as the process runs, that
-/// spare room was a third of serve's memory with 1,000 × 20 records (`benches/service.rs`).
-fn compact(records: &mut Vec<RevisionRecord>) {
-    records.shrink_to_fit();
-    for record in records.iter_mut() {
-        record.statefulsets.shrink_to_fit();
-        record.warnings.shrink_to_fit();
-        for set in &mut record.statefulsets {
-            set.templates.shrink_to_fit();
-            set.changes.shrink_to_fit();
-            set.claims.shrink_to_fit();
-            set.deferred.shrink_to_fit();
+/// One Kustomization's history as the process keeps it: encoded, plus its newest record parsed.
+///
+/// Why encoded: with 1,000 handled Kustomizations × 20 records, the records as structs were
+/// most of serve's memory (about 3.5 kB each, against ~0.75 kB as JSON), while the whole
+/// history is only ever read to be served (`GET /status/{ns}/{name}`, which splices these
+/// bytes in), written back to its ConfigMap, or, rarely, searched by the gate (parsed then).
+/// The newest record is what the index, `/status`'s rows and the dashboard read at every
+/// resync and page, so it is kept parsed.
+#[derive(Clone)]
+struct History {
+    /// The JSON array of the records, newest first, as `serde_json` encodes them (also the
+    /// ConfigMap's `data.records`).
+    json: Arc<RawValue>,
+    last: Option<RevisionRecord>,
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History::encode(&[])
+    }
+}
+
+impl History {
+    fn encode(records: &[RevisionRecord]) -> Self {
+        // Encoding these structs cannot fail (string keys, no custom serialisers); were it to,
+        // an empty history is kept rather than a panic, and the log says so.
+        let json = serde_json::value::to_raw_value(records).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "encoding a history; keeping it empty");
+            RawValue::NULL.to_owned()
+        });
+        History {
+            json: Arc::from(json),
+            // A clone holds no spare room, unlike what serde's Vec growth leaves.
+            last: records.first().cloned(),
         }
     }
+
+    /// The records, newest first (parsed from the kept JSON: the gate's rare searches).
+    fn records(&self) -> Vec<RevisionRecord> {
+        decode(&self.json)
+    }
+}
+
+fn decode(json: &RawValue) -> Vec<RevisionRecord> {
+    serde_json::from_str::<Option<Vec<RevisionRecord>>>(json.get())
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "decoding a kept history; answering it empty");
+            None
+        })
+        .unwrap_or_default()
 }
 
 #[derive(Clone, Default)]
 struct Entry {
-    records: Vec<RevisionRecord>,
+    history: History,
     /// The [`Results::generation`] of its last change.
     version: u64,
     /// Of the ConfigMap last read or written; `None` until one exists.
@@ -309,6 +363,33 @@ const PENDING: usize = 16;
 
 /// Results ConfigMaps per list page (the startup list and the watch's relists).
 pub const PAGE_SIZE: u32 = 500;
+
+/// What a list of results ConfigMaps found, read into the kept form ([`History`]) one
+/// ConfigMap at a time, with each one's resourceVersion.
+#[derive(Default)]
+struct Listed(HashMap<(String, String), (History, Option<String>)>);
+
+impl Listed {
+    /// An unreadable record is logged and skipped (its Kustomization starts a new history), so
+    /// one bad record cannot keep the service unready.
+    fn add(&mut self, shard: &Shard, cm: &ConfigMap) {
+        if !shard.owns(cm.metadata.labels.as_ref()) {
+            return;
+        }
+        match from_configmap(cm) {
+            Ok((namespace, name, records)) => {
+                self.0.insert(
+                    (namespace, name),
+                    (
+                        History::encode(&records),
+                        cm.metadata.resource_version.clone(),
+                    ),
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "skipping an unreadable results record"),
+        }
+    }
+}
 
 /// Where the histories persist: ConfigMaps in the service's namespace, this shard's only.
 struct Cluster {
@@ -438,17 +519,19 @@ impl Results {
             .labels(&cluster.shard.selector(RESULTS_RECORD))
             .limit(PAGE_SIZE);
         let what = format!("results ConfigMaps of namespace {}", cluster.namespace);
-        let mut items = Vec::new();
+        let mut read = Listed::default();
         loop {
             let page =
                 with_deadline(cluster.call_timeout, "list", &what, api.list(&params)).await?;
-            items.extend(page.items);
+            for cm in &page.items {
+                read.add(&cluster.shard, cm);
+            }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
                 None => break,
             }
         }
-        self.replace_all(items);
+        self.replace_all(read);
         Ok(())
     }
 
@@ -466,13 +549,15 @@ impl Results {
             .labels(&selector)
             .page_size(PAGE_SIZE);
         let mut stream = watcher(cluster.api(), config).default_backoff().boxed();
-        let mut listed = Vec::new();
+        // Each listed ConfigMap is read into its kept form as it arrives, so a relist holds one
+        // page of ConfigMaps at a time, not every one of them.
+        let mut listed = Listed::default();
         loop {
             match stream.try_next().await {
-                Ok(Some(watcher::Event::Init)) => listed.clear(),
-                Ok(Some(watcher::Event::InitApply(cm))) => listed.push(cm),
+                Ok(Some(watcher::Event::Init)) => listed = Listed::default(),
+                Ok(Some(watcher::Event::InitApply(cm))) => listed.add(&cluster.shard, &cm),
                 Ok(Some(watcher::Event::InitDone)) => {
-                    let count = listed.len();
+                    let count = listed.0.len();
                     self.replace_all(std::mem::take(&mut listed));
                     tracing::info!(configmaps = count, selector = %selector, "results listed");
                 }
@@ -495,32 +580,14 @@ impl Results {
         }
     }
 
-    /// What a (re)list found, in place of what is in memory. An unreadable record is logged and
-    /// skipped (its Kustomization starts a new history), so one bad record cannot keep the
-    /// service unready. Kept from memory: a history whose newest write the list predates, and
-    /// one never persisted (the in-memory history shows a record even when persisting failed).
-    fn replace_all(&self, items: Vec<ConfigMap>) {
-        let shard = self.shard();
-        let mut read = HashMap::new();
-        for cm in &items {
-            if !shard.owns(cm.metadata.labels.as_ref()) {
-                continue;
-            }
-            match from_configmap(cm) {
-                Ok((namespace, name, records)) => {
-                    read.insert(
-                        (namespace, name),
-                        (records, cm.metadata.resource_version.clone()),
-                    );
-                }
-                Err(e) => tracing::warn!(error = %e, "skipping an unreadable results record"),
-            }
-        }
+    /// What a (re)list found, in place of what is in memory. Kept from memory: a history whose
+    /// newest write the list predates, and one never persisted (the in-memory history shows a record even when persisting failed).
+    fn replace_all(&self, Listed(read): Listed) {
         {
             let mut entries = self.entries();
             let version = self.bump();
             let mut next = HashMap::with_capacity(read.len());
-            for (key, (records, resource_version)) in read {
+            for (key, (history, resource_version)) in read {
                 let entry = match entries.remove(&key) {
                     // Unchanged: keeps its version, so nothing built from it is thrown away.
                     Some(old) if old.resource_version == resource_version => old,
@@ -536,7 +603,7 @@ impl Results {
                         old
                     }
                     _ => Entry {
-                        records,
+                        history,
                         version,
                         resource_version,
                         pending: Vec::new(),
@@ -584,7 +651,7 @@ impl Results {
         if !entry.pending.is_empty() || (entry.resource_version == rv && rv.is_some()) {
             return;
         }
-        entry.records = records;
+        entry.history = History::encode(&records);
         entry.resource_version = rv;
         entry.version = self.bump();
     }
@@ -630,16 +697,23 @@ impl Results {
 
     /// Newest first, at most [`HISTORY`].
     pub fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
+        self.history_json(namespace, name)
+            .map(|json| decode(&json))
+            .unwrap_or_default()
+    }
+
+    /// [`Results::history`] as its JSON array, without parsing it (what `/status/{ns}/{name}`
+    /// serves); `None` when there are no records.
+    pub fn history_json(&self, namespace: &str, name: &str) -> Option<Arc<RawValue>> {
         self.entries()
             .get(&(namespace.to_string(), name.to_string()))
-            .map(|e| e.records.clone())
-            .unwrap_or_default()
+            .map(|e| e.history.json.clone())
     }
 
     pub fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.entries()
             .get(&(namespace.to_string(), name.to_string()))
-            .and_then(|e| e.records.first().cloned())
+            .and_then(|e| e.history.last.clone())
     }
 
     /// Every Kustomization with records (`(namespace, name)`, sorted).
@@ -720,8 +794,9 @@ impl Results {
             .entries()
             .iter()
             .filter(|(_, e)| {
-                e.records
-                    .first()
+                e.history
+                    .last
+                    .as_ref()
                     .is_some_and(|r| r.state == RevisionState::Running)
             })
             .map(|(k, _)| k.clone())
@@ -743,13 +818,14 @@ impl Results {
         let key = (namespace.to_string(), name.to_string());
         let budget = self.inner.budget;
         let merged = |entry: &mut Entry| {
-            let mut records = std::mem::take(&mut entry.records);
+            let mut records = entry.history.records();
             insert(&mut records, record.clone());
-            entry.records = fit(records, budget);
+            let records = fit(records, budget);
+            entry.history = History::encode(&records);
             entry.version = self.bump();
-            (entry.records.clone(), entry.resource_version.clone())
+            (entry.history.clone(), entry.resource_version.clone())
         };
-        let (mut records, mut version) = merged(self.entries().entry(key.clone()).or_default());
+        let (mut history, mut version) = merged(self.entries().entry(key.clone()).or_default());
         let Some(store) = &self.inner.cluster else {
             return Ok(());
         };
@@ -761,8 +837,13 @@ impl Results {
             ..PostParams::default()
         };
         for _ in 0..ATTEMPTS {
-            let mut cm =
-                to_configmap(&store.namespace, namespace, name, &records, version.clone())?;
+            let mut cm = configmap(
+                &store.namespace,
+                namespace,
+                name,
+                history.json.get().to_string(),
+                version.clone(),
+            );
             if let Some((label, value)) = store.shard.label() {
                 cm.metadata
                     .labels
@@ -795,8 +876,8 @@ impl Results {
                     // applied meanwhile.
                     let mut entries = self.entries();
                     let entry = entries.entry(key).or_default();
-                    if entry.records != records {
-                        entry.records = records;
+                    if entry.history.json.get() != history.json.get() {
+                        entry.history = history;
                         entry.version = self.bump();
                     }
                     if let Some(rv) = &cm.metadata.resource_version {
@@ -821,11 +902,11 @@ impl Results {
                         // One that does not parse is overwritten rather than blocking every
                         // later write: the history it held is lost, which the log says.
                         Some(cm) => Entry {
-                            records: match from_configmap(&cm) {
-                                Ok((_, _, records)) => records,
+                            history: match from_configmap(&cm) {
+                                Ok((_, _, records)) => History::encode(&records),
                                 Err(e) => {
                                     tracing::warn!(error = %e, "overwriting an unreadable results record");
-                                    Vec::new()
+                                    History::default()
                                 }
                             },
                             // Set by `merged` below, which bumps it.
@@ -834,13 +915,13 @@ impl Results {
                             pending: std::mem::take(&mut entry.pending),
                         },
                         None => Entry {
-                            records: std::mem::take(&mut entry.records),
+                            history: std::mem::take(&mut entry.history),
                             version: 0,
                             resource_version: None,
                             pending: std::mem::take(&mut entry.pending),
                         },
                     };
-                    (records, version) = merged(entry);
+                    (history, version) = merged(entry);
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -859,6 +940,9 @@ impl Records for Results {
     }
     fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord> {
         Results::history(self, namespace, name)
+    }
+    fn history_json(&self, namespace: &str, name: &str) -> Option<Arc<RawValue>> {
+        Results::history_json(self, namespace, name)
     }
     fn is_loaded(&self) -> bool {
         Results::is_loaded(self)
@@ -1198,7 +1282,7 @@ mod tests {
 
     /// A loaded history keeps no spare room: it is held for the life of the process.
     #[test]
-    fn loaded_histories_hold_no_spare_room() {
+    fn kept_histories_answer_what_was_loaded() {
         let records: Vec<RevisionRecord> = (0..20)
             .map(|i| RevisionRecord {
                 statefulsets: vec![StatefulSetEntry {
@@ -1219,11 +1303,13 @@ mod tests {
             .collect();
         let cm = to_configmap("flux-system", "apps", "web", &records, None).unwrap();
         let (_, _, loaded) = from_configmap(&cm).unwrap();
-        assert_eq!(loaded, records);
-        assert_eq!(loaded.capacity(), loaded.len());
-        for record in &loaded {
-            assert_eq!(record.statefulsets.capacity(), record.statefulsets.len());
-        }
+        let kept = History::encode(&loaded);
+        assert_eq!(kept.records(), records);
+        assert_eq!(kept.json.get(), cm.data.as_ref().unwrap()["records"]);
+        let last = kept.last.expect("the newest record is kept parsed");
+        assert_eq!(last, records[0]);
+        // The one parsed record holds no spare room (a clone, not serde's grown Vec).
+        assert_eq!(last.statefulsets.capacity(), last.statefulsets.len());
     }
 
     #[test]
@@ -1339,7 +1425,8 @@ mod tests {
         let entry = entries
             .entry(("apps".to_string(), name.to_string()))
             .or_default();
-        entry.records = revisions.iter().map(|r| record(r, r)).collect();
+        let records: Vec<_> = revisions.iter().map(|r| record(r, r)).collect();
+        entry.history = History::encode(&records);
         entry.resource_version = Some(rv.into());
         entry.pending.push(rv.into());
     }
@@ -1422,8 +1509,13 @@ mod tests {
                     Wrote(revs, rv) => wrote(&results, "web", revs, rv),
                     Apply(revs, rv) => results.apply(&cm("web", revs, rv)),
                     Delete => results.deleted(&cm("web", &[], "0")),
-                    Relist(items) => results
-                        .replace_all(items.iter().map(|(revs, rv)| cm("web", revs, rv)).collect()),
+                    Relist(items) => {
+                        let mut listed = Listed::default();
+                        for (revs, rv) in items.iter() {
+                            listed.add(&Shard::Unsharded, &cm("web", revs, rv));
+                        }
+                        results.replace_all(listed)
+                    }
                 }
             }
             let got = revisions(&results, "web");
