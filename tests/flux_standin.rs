@@ -211,6 +211,9 @@ async fn source_publishes_and_kustomize_controller_applies_refuses_and_obeys_req
         "apps",
         |k| k["spec"]["suspend"] = json!(true),
     );
+    // A pass that listed the Kustomization before the suspend may still be reconciling: the
+    // stand-in, as kustomize-controller, acts on what it read.
+    kc.settle().await;
     let r3 = source
         .publish("web back at 1Gi", &[("apps/web.yaml", one.as_str())])
         .await

@@ -510,6 +510,7 @@ pub struct KustomizeOptions {
 /// A running kustomize-controller stand-in; stopped when dropped.
 pub struct KustomizeController {
     log: Arc<Mutex<Vec<Reconciled>>>,
+    passes: Arc<Passes>,
     behaviour: Behaviour,
     task: tokio::task::JoinHandle<()>,
 }
@@ -532,9 +533,17 @@ impl KustomizeController {
         behaviour: Behaviour,
     ) -> Self {
         let log = Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn(run(client, options, log.clone(), behaviour.clone()));
+        let passes = Arc::new(Passes::default());
+        let task = tokio::spawn(run(
+            client,
+            options,
+            log.clone(),
+            passes.clone(),
+            behaviour.clone(),
+        ));
         Self {
             log,
+            passes,
             behaviour,
             task,
         }
@@ -550,6 +559,18 @@ impl KustomizeController {
     /// Every reconcile finished so far, oldest first.
     pub fn reconciled(&self) -> Vec<Reconciled> {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits until a pass that started after this call has finished: every change made before
+    /// the call has then been seen, and no pass that listed the Kustomizations earlier is
+    /// still reconciling. A change must wake it (any write to a Kustomization or a source
+    /// does), else this waits for the next retry pass.
+    pub async fn settle(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mark = self.passes.started.load(SeqCst);
+        while self.passes.finished.load(SeqCst) <= mark {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Waits (polling the log) until a reconcile matching `pred` has finished, or `timeout`.
@@ -571,10 +592,18 @@ impl KustomizeController {
     }
 }
 
+/// The loop's passes, numbered from 1: the last one started and the last one finished.
+#[derive(Default)]
+struct Passes {
+    started: std::sync::atomic::AtomicU64,
+    finished: std::sync::atomic::AtomicU64,
+}
+
 async fn run(
     client: kube::Client,
     options: KustomizeOptions,
     log: Arc<Mutex<Vec<Reconciled>>>,
+    passes: Arc<Passes>,
     behaviour: Behaviour,
 ) {
     let ks_api: Api<DynamicObject> = match &options.namespace {
@@ -608,11 +637,17 @@ async fn run(
     let mut pass = 0u64;
     loop {
         pass += 1;
+        passes
+            .started
+            .store(pass, std::sync::atomic::Ordering::SeqCst);
         if let Err(error) =
             reconcile_all(&client, &ks_api, &options, &log, &mut attempted, &behaviour).await
         {
             tracing::debug!(%error, pass, "kustomize-controller stand-in: listing failed");
         }
+        passes
+            .finished
+            .store(pass, std::sync::atomic::Ordering::SeqCst);
         tokio::select! {
             next = changes.next() => if next.is_none() { return },
             _ = tokio::time::sleep(options.retry_interval) => {}
