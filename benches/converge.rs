@@ -104,6 +104,7 @@ async fn one(fake: &FakeApiServer, classes: ClassCache) -> Duration {
         revision: None,
         fence: None,
         act_as: None,
+        in_place: Default::default(),
     };
     let t = Instant::now();
     let report = converge(&cluster, &journal, &desired, &options)

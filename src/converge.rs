@@ -56,6 +56,9 @@ pub struct Options {
     /// `None` for the process's own identity. Recorded in the intent, so a resume acts as the
     /// same identity, never with more rights; named in access failures.
     pub act_as: Option<String>,
+    /// The server's "forbidden in place" answers, shared by the converges that pass the same
+    /// memory (one run of the command; every run of the service).
+    pub in_place: prove::InPlaceMemory,
 }
 
 impl Default for Options {
@@ -66,6 +69,7 @@ impl Default for Options {
             revision: None,
             fence: None,
             act_as: None,
+            in_place: prove::InPlaceMemory::default(),
         }
     }
 }
@@ -407,12 +411,16 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
 
         // Proven apart from what the re-create carries: does the server take that in place?
         let mut accepted = false;
-        if plan.recreate {
+        let memory = &self.options.in_place;
+        if plan.recreate && memory.forbids(&plan.changes, Instant::now()) {
+            debug!(statefulset = %name, namespace = %ns,
+                   "the server forbade these changes in place within the hour: not asked again");
+        } else if plan.recreate {
             let t = Instant::now();
             let answer = self.cluster.dry_run_apply(desired).await.map(|_| ());
             report.timed(Step::Prove, t.elapsed());
             match prove::classify_in_place(ns, name, answer) {
-                prove::InPlace::Forbidden => {}
+                prove::InPlace::Forbidden => memory.forbidden(&plan.changes, Instant::now()),
                 prove::InPlace::Accepted => {
                     info!(statefulset = %name, namespace = %ns,
                           "the server takes the immutable changes in place: not re-created");

@@ -138,6 +138,7 @@ fn opts() -> Options {
         revision: None,
         fence: None,
         act_as: None,
+        in_place: Default::default(),
     }
 }
 
@@ -1785,6 +1786,64 @@ async fn storage_classes_from_the_services_cache_cost_no_request() {
     // pre-flight, N grows, record, delete, watch, re-apply, clear.
     let grown = 3;
     assert_eq!(log.len(), grown + 11, "{log:#?}");
+}
+
+/// The server's "forbidden in place" is a property of the server: a later converge carrying
+/// the same kind of change (one run of the command, every run of the service) does not ask it
+/// again, so the service's converge with warm caches costs N+10.
+#[tokio::test]
+async fn a_change_the_server_forbade_in_place_is_not_asked_about_again() {
+    let fake = world().await;
+    let client = fake.client();
+    let c = KubeCluster::new(client.clone(), Duration::from_secs(5));
+    let j = ConfigMapJournal::new(client, JOURNAL_NS, Duration::from_secs(5));
+    let options = opts();
+    let dry_run_applies = |log: &[support::RequestRecord]| {
+        log.iter()
+            .filter(|r| {
+                r.method == http::Method::PATCH
+                    && r.path.contains("/statefulsets/")
+                    && r.query.contains("dryRun=All")
+            })
+            .count()
+    };
+    fake.clear_requests();
+    let first = run_converge(&c, &j, &desired(), &options).await.unwrap();
+    assert_eq!(first.outcome, Outcome::Converged, "{first:?}");
+    // The proof, then the question the server answers "forbidden".
+    assert_eq!(dry_run_applies(&fake.requests()), 2);
+    let first_count = fake.requests().len();
+
+    fake.clear_requests();
+    let bigger: StatefulSet = serde_json::from_value(statefulset("3Gi", "1Gi")).unwrap();
+    let second = run_converge(&c, &j, &bigger, &options).await.unwrap();
+    assert_eq!(second.outcome, Outcome::Converged, "{second:?}");
+    let log = fake.requests();
+    // The proof only; the pre-flight create still runs.
+    assert_eq!(dry_run_applies(&log), 1, "{log:#?}");
+    assert!(
+        log.iter()
+            .any(|r| r.method == http::Method::POST && r.query.contains("dryRun=All")),
+        "{log:#?}"
+    );
+    let grown = |r: &flux_converger::converge::Report| {
+        r.claims
+            .iter()
+            .filter(|c| c.action == flux_converger::converge::ClaimAction::Resized)
+            .count()
+    };
+    assert_eq!(
+        log.len() - grown(&second),
+        first_count - grown(&first) - 1,
+        "{log:#?}"
+    );
+
+    // A fresh memory (another run of the command) asks again.
+    fake.clear_requests();
+    let biggest: StatefulSet = serde_json::from_value(statefulset("4Gi", "1Gi")).unwrap();
+    let third = run_converge(&c, &j, &biggest, &opts()).await.unwrap();
+    assert_eq!(third.outcome, Outcome::Converged, "{third:?}");
+    assert_eq!(dry_run_applies(&fake.requests()), 2);
 }
 
 /// A loopback TCP proxy in front of the fake that numbers the connections the client opens

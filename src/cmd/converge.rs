@@ -241,6 +241,7 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         fence: None,
         // The operator's own identity: intents say so, and a resume uses the same.
         act_as: None,
+        in_place: Default::default(),
     };
 
     let mut failed = false;

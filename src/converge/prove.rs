@@ -7,12 +7,16 @@
 //! from what the re-create carries, would Flux's apply pass?" Anything else immutable is still
 //! refused there (`other-immutable`). A second dry run, of the desired object as it is, asks
 //! whether the server takes the carried changes in place (a newer server, a feature gate):
-//! then nothing is re-created.
+//! then nothing is re-created. Its "forbidden" is a property of the server, not of the object,
+//! so it is remembered for a while ([`InPlaceMemory`]) and not asked again for every converge.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::cluster::CallError;
-use crate::decide::{Refusal, RefusalCode};
+use crate::decide::{Change, ChangeClass, Refusal, RefusalCode};
 
 /// The start of the server's message when a StatefulSet update touches an immutable field
 /// (the field list that follows varies with the Kubernetes version).
@@ -69,6 +73,65 @@ pub fn classify_in_place(namespace: &str, name: &str, answer: Result<(), CallErr
             InPlace::Forbidden
         }
         Err(e) => InPlace::Other(classify(namespace, name, e)),
+    }
+}
+
+/// How long a "forbidden in place" is taken as the server's answer: a control-plane upgrade
+/// (1.33 made `revisionHistoryLimit` mutable) or a feature gate turned on is picked up within
+/// this, and until then the re-create, which is always correct, is done instead.
+pub const REMEMBER_FORBIDDEN: Duration = Duration::from_secs(3600);
+
+/// The sets of carried change classes the server forbade in place, and when.
+///
+/// Only "forbidden" is remembered, never "accepted": skipping the question can then only lead
+/// to a re-create where the server would have taken the change in place, the path every
+/// server without the feature takes, and never to handing Flux an apply the server refuses.
+/// What the skipped dry run also caught besides (an admission rejection of the carried
+/// fields) the pre-flight create still catches before the first write. The validation that
+/// forbids a field forbids it whatever else changes, so a remembered set answers for every
+/// set that contains it. Shared by the converges of one process (the service keeps one).
+#[derive(Clone, Debug, Default)]
+pub struct InPlaceMemory(Arc<Mutex<Vec<(u8, Instant)>>>);
+
+fn class_bit(class: ChangeClass) -> u8 {
+    match class {
+        ChangeClass::StorageGrown => 1,
+        ChangeClass::PodManagementPolicy => 1 << 1,
+        ChangeClass::RevisionHistoryLimit => 1 << 2,
+        ChangeClass::ClaimMetadata => 1 << 3,
+        ChangeClass::TemplateAdded => 1 << 4,
+    }
+}
+
+fn classes(changes: &[Change]) -> u8 {
+    changes.iter().fold(0, |set, c| set | class_bit(c.class))
+}
+
+impl InPlaceMemory {
+    /// Whether the server forbade, less than [`REMEMBER_FORBIDDEN`] ago, carrying in place
+    /// changes of classes that `changes` all include.
+    pub fn forbids(&self, changes: &[Change], now: Instant) -> bool {
+        let set = classes(changes);
+        set != 0
+            && self
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .any(|(known, at)| {
+                    set & known == *known && now.saturating_duration_since(*at) < REMEMBER_FORBIDDEN
+                })
+    }
+
+    /// Notes the server's "forbidden in place" for `changes`.
+    pub fn forbidden(&self, changes: &[Change], now: Instant) {
+        let set = classes(changes);
+        if set == 0 {
+            return;
+        }
+        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        known.retain(|(k, _)| *k != set);
+        known.push((set, now));
     }
 }
 
@@ -147,6 +210,81 @@ pub fn classify(namespace: &str, name: &str, error: CallError) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn change(class: ChangeClass) -> Change {
+        Change {
+            class,
+            field: "spec".into(),
+            live: "a".into(),
+            declared: "b".into(),
+            note: None,
+        }
+    }
+
+    /// A forbidden set answers for itself and every set containing it, for an hour; an
+    /// empty set is never answered from memory.
+    #[test]
+    fn in_place_memory_by_table() {
+        use ChangeClass::*;
+        let t0 = Instant::now();
+        let memory = InPlaceMemory::default();
+        memory.forbidden(&[change(StorageGrown), change(ClaimMetadata)], t0);
+        memory.forbidden(&[], t0);
+        let cases: &[(&str, &[ChangeClass], Duration, bool)] = &[
+            (
+                "the same set",
+                &[StorageGrown, ClaimMetadata],
+                Duration::ZERO,
+                true,
+            ),
+            (
+                "the same classes, repeated",
+                &[ClaimMetadata, StorageGrown, StorageGrown],
+                Duration::ZERO,
+                true,
+            ),
+            (
+                "a set containing it",
+                &[StorageGrown, ClaimMetadata, PodManagementPolicy],
+                Duration::ZERO,
+                true,
+            ),
+            (
+                "a part of it: not known",
+                &[StorageGrown],
+                Duration::ZERO,
+                false,
+            ),
+            (
+                "another class: not known",
+                &[RevisionHistoryLimit],
+                Duration::ZERO,
+                false,
+            ),
+            ("nothing carried", &[], Duration::ZERO, false),
+            (
+                "just before the hour",
+                &[StorageGrown, ClaimMetadata],
+                REMEMBER_FORBIDDEN - Duration::from_secs(1),
+                true,
+            ),
+            (
+                "after the hour: asked again",
+                &[StorageGrown, ClaimMetadata],
+                REMEMBER_FORBIDDEN,
+                false,
+            ),
+        ];
+        for (what, set, after, want) in cases {
+            let changes: Vec<_> = set.iter().map(|c| change(*c)).collect();
+            assert_eq!(memory.forbids(&changes, t0 + *after), *want, "{what}");
+        }
+        // Asked again and still forbidden: remembered from the new answer.
+        let later = t0 + REMEMBER_FORBIDDEN * 2;
+        memory.forbidden(&[change(StorageGrown), change(ClaimMetadata)], later);
+        assert!(memory.forbids(&[change(StorageGrown), change(ClaimMetadata)], later));
+        assert_eq!(memory.0.lock().unwrap().len(), 1);
+    }
     use crate::cluster::CallErrorKind;
 
     fn fixture_error(file: &str) -> CallError {

@@ -106,6 +106,7 @@ fn opts() -> Options {
         revision: None,
         fence: None,
         act_as: None,
+        in_place: Default::default(),
     }
 }
 

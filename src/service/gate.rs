@@ -106,6 +106,9 @@ pub struct Gate {
     observer: Observer,
     /// The service's StorageClass cache; `None` lists them on every converge.
     storage_classes: Option<Store<StorageClass>>,
+    /// The server's "forbidden in place" answers, shared by every run (one dry run fewer per
+    /// re-create once the server has said it).
+    in_place: converge::prove::InPlaceMemory,
     /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
     /// artifact mode fails its hand-off naming the missing storage.
     artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
@@ -148,6 +151,7 @@ impl Gate {
             config: std::sync::Arc::new(config),
             observer,
             storage_classes: None,
+            in_place: converge::prove::InPlaceMemory::default(),
             artifact_host: None,
         }
     }
@@ -683,6 +687,7 @@ impl Gate {
             fence: c.fence.clone(),
             revision: Some(resolved.revision.clone()),
             act_as: user.clone(),
+            in_place: self.in_place.clone(),
             ..converge::Options::default()
         };
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;
