@@ -21,6 +21,7 @@ use flux_converger::service::events::EventSink;
 use flux_converger::service::gate::state::GateState;
 use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
 use flux_converger::service::index::Key;
+use flux_converger::service::intents::IntentCache;
 use flux_converger::service::metrics::Metrics;
 use flux_converger::service::record::{
     FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
@@ -1166,11 +1167,12 @@ fn converge_requests(fake: &FakeApiServer) -> Vec<String> {
         .collect()
 }
 
-/// With the service's StorageClass cache the converge inside the gate lists no StorageClasses:
-/// N+11 requests for N claims (journal load, StatefulSet get, claim list, the proof, the dry
-/// run in place, pre-flight, N grows, intent, orphan delete, watch, re-apply, intent cleared), one fewer than without it.
+/// With the service's caches the converge inside the gate lists no StorageClasses and does
+/// not read its intent: N+10 requests for N claims (StatefulSet get, claim list, the proof,
+/// the dry run in place, pre-flight, N grows, intent, orphan delete, watch, re-apply, intent
+/// cleared), two fewer than without them.
 #[tokio::test]
-async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
+async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_caches() {
     const CLAIMS: usize = 2;
     let mut counted = Vec::new();
     for cached in [false, true] {
@@ -1178,32 +1180,46 @@ async fn a_converge_inside_the_gate_reads_storage_classes_from_the_cache() {
         w.publish("main@sha1:2", "2Gi");
         let flux = w.flux(false);
         let mut gate = Gate::new(w.config(EventSink::disabled()));
-        let mut watch = None;
+        let mut watches = Vec::new();
         if cached {
             let (store, task) =
                 flux_converger::service::watch::storage_class_cache(w.fake.client());
-            watch = Some(tokio::spawn(task));
+            watches.push(tokio::spawn(task));
             store.wait_until_ready().await.unwrap();
             assert!(!store.state().is_empty());
             gate = gate.with_storage_classes(store);
+            let (intents, task) = IntentCache::watch(w.fake.client(), FLUX_NS);
+            watches.push(tokio::spawn(task));
+            // Observed, not timed: the watch has listed.
+            for _ in 0..500 {
+                if intents.is_synced() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(intents.is_synced());
+            gate = gate.with_intents(intents);
         }
         w.fake.clear_requests();
         let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
         assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
         assert_eq!(w.claim_size("data-web-1"), "2Gi");
         drop(flux);
-        if let Some(watch) = watch {
-            watch.abort();
-        }
+        watches.iter().for_each(|w| w.abort());
         let requests = converge_requests(&w.fake);
         let storage_class_lists = requests
             .iter()
             .filter(|r| r.contains("/storageclasses"))
             .count();
         assert_eq!(storage_class_lists, usize::from(!cached), "{requests:#?}");
+        let intent_reads = requests
+            .iter()
+            .filter(|r| r.starts_with("GET") && r.contains("/configmaps/flux-converger-intent."))
+            .count();
+        assert_eq!(intent_reads, usize::from(!cached), "{requests:#?}");
         counted.push(requests.len());
     }
-    assert_eq!(counted, [CLAIMS + 12, CLAIMS + 11]);
+    assert_eq!(counted, [CLAIMS + 12, CLAIMS + 10]);
 }
 
 /// `name`: one template `data` at `size`, no replicas (no pods, no claims), running `image`.

@@ -173,3 +173,77 @@ async fn the_cli_converges_over_tls_in_n_plus_12_requests() {
         .count();
     assert_eq!(intent_gets, 0, "{:#?}", lines(&log));
 }
+
+/// The service's converge with warm caches: StorageClasses from its reflector, the intent
+/// load answered by its watch of the intents, the server's "forbidden in place" remembered
+/// from an earlier converge. N+9: get, claim list, the proof, the pre-flight, N claim
+/// patches, record, orphan delete, watch, re-apply, clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_services_converge_with_warm_caches_costs_n_plus_9_requests() {
+    use flux_converger::journal::Journal as _;
+    use flux_converger::service::intents::{IntentCache, WatchedJournal};
+    use futures::StreamExt as _;
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+    let fake = world().await;
+    let served = fake.serve_tls().await;
+    let client = flux_converger::wire::kube_client(config_of(&served.kubeconfig).await).unwrap();
+    let (classes, writer) = reflector::store();
+    let api: kube::Api<StorageClass> = kube::Api::all(client.clone());
+    let reflect = tokio::spawn(
+        reflector(writer, watcher(api, watcher::Config::default()))
+            .applied_objects()
+            .for_each(|_| async {}),
+    );
+    classes.wait_until_ready().await.unwrap();
+    let (intents, watch) = IntentCache::watch(client.clone(), "default");
+    let watching = tokio::spawn(watch);
+    let cluster =
+        KubeCluster::new(client.clone(), Duration::from_secs(10)).with_storage_classes(classes);
+    let journal = WatchedJournal::new(
+        ConfigMapJournal::new(client, "default", Duration::from_secs(10)),
+        Some(intents),
+    );
+    let options = opts();
+    let first: StatefulSet = serde_json::from_value(statefulset("2Gi")).unwrap();
+    let report = converge(&cluster, &journal, &first, &options)
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
+    // Observed, not timed: the watch has shown the first converge's record and its clear
+    // once a load no longer reads the server.
+    let intent_reads = |fake: &FakeApiServer| {
+        fake.requests()
+            .iter()
+            .filter(|r| r.method == http::Method::GET && r.path.contains("/configmaps/"))
+            .count()
+    };
+    let mut settled = false;
+    for _ in 0..500 {
+        let before = intent_reads(&fake);
+        assert!(journal.load("default", "web").await.unwrap().is_none());
+        if intent_reads(&fake) == before {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(settled, "the intent watch never settled");
+
+    fake.clear_requests();
+    let second: StatefulSet = serde_json::from_value(statefulset("3Gi")).unwrap();
+    let report = converge(&cluster, &journal, &second, &options)
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
+    reflect.abort();
+    watching.abort();
+    let log: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            !(r.watch && (r.path.contains("/storageclasses") || r.path.contains("/configmaps")))
+        })
+        .collect();
+    assert_eq!(log.len(), CLAIMS + 9, "{:#?}", lines(&log));
+}

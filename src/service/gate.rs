@@ -37,6 +37,7 @@ use crate::service::events::{
     EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
 };
 use crate::service::index::Key;
+use crate::service::intents::WatchedJournal;
 use crate::service::metrics::Metrics;
 use crate::service::record::{
     FluxOutcome, FluxResult, GateMode, Handoff, HandoffAttempt, RevisionRecord, RevisionState,
@@ -109,6 +110,8 @@ pub struct Gate {
     /// The server's "forbidden in place" answers, shared by every run (one dry run fewer per
     /// re-create once the server has said it).
     in_place: converge::prove::InPlaceMemory,
+    /// The service's watch of its intents; `None` reads each converge's intent from the server.
+    intents: Option<crate::service::intents::IntentCache>,
     /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
     /// artifact mode fails its hand-off naming the missing storage.
     artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
@@ -152,6 +155,7 @@ impl Gate {
             observer,
             storage_classes: None,
             in_place: converge::prove::InPlaceMemory::default(),
+            intents: None,
             artifact_host: None,
         }
     }
@@ -175,6 +179,13 @@ impl Gate {
     /// Kept out of [`GateConfig`] so that existing literal configs stay valid.
     pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
         self.storage_classes = Some(store);
+        self
+    }
+
+    /// The service's watch of its intents (in `--namespace`): a converge's load of its intent
+    /// is answered from it where it can be (`service::intents`).
+    pub fn with_intents(mut self, intents: crate::service::intents::IntentCache) -> Self {
+        self.intents = Some(intents);
         self
     }
 
@@ -681,8 +692,11 @@ impl Gate {
             cluster = cluster.with_storage_classes(store.clone());
         }
         // Recorded with the shard's label, so only this shard resumes it after a crash.
-        let journal = ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
-            .scoped(c.results.shard());
+        let journal = WatchedJournal::new(
+            ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
+                .scoped(c.results.shard()),
+            self.intents.clone(),
+        );
         let options = converge::Options {
             fence: c.fence.clone(),
             revision: Some(resolved.revision.clone()),

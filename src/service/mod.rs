@@ -11,6 +11,7 @@ pub mod fence;
 pub mod gate;
 pub mod hook_limit;
 pub mod index;
+pub mod intents;
 pub mod leader;
 pub mod listen;
 pub mod metrics;
@@ -715,22 +716,22 @@ pub async fn start_tuned(
     client: kube::Client,
     tuning: Tuning,
 ) -> Result<Running, ServiceError> {
-    let (parts, storage_class_watch) = build_parts(&config, &client, &tuning)?;
+    let (parts, caches) = build_parts(&config, &client, &tuning)?;
     let mut running = start_with(config, client, tuning, parts).await?;
     // Stopped with the other watches (`shutdown` cancels, then awaits `background`).
     let cancel = running.cancel.clone();
     running.background.push(tokio::spawn(async move {
         tokio::select! {
             _ = cancel.cancelled() => {}
-            _ = storage_class_watch => {}
+            _ = caches => {}
         }
     }));
     Ok(running)
 }
 
 /// The parts [`start_tuned`] starts (the gate over the results, the resume, the HTTP apps),
-/// and the StorageClass watch the gate's converges read, to be run beside them. Public so a
-/// test can wrap one (the runner, to see the order in which runs start) before
+/// and the StorageClass and intent watches the gate's converges read, to be run beside them.
+/// Public so a test can wrap one (the runner, to see the order in which runs start) before
 /// [`start_with`].
 pub fn build_parts(
     config: &Config,
@@ -809,6 +810,7 @@ pub fn build_parts(
     )
     .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
     let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
+    let (intents, intent_watch) = intents::IntentCache::watch(client.clone(), &config.namespace);
     let fence = ServiceFence::default();
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
@@ -823,7 +825,8 @@ pub fn build_parts(
         default_gate: config.default_gate,
         fence: Some(Arc::new(fence.clone())),
     })
-    .with_storage_classes(storage_classes);
+    .with_storage_classes(storage_classes)
+    .with_intents(intents);
     // The `artifact` gate publishes through the storage; without one, a Kustomization in that
     // mode fails its hand-off naming the missing storage.
     let gate = match &storage {
@@ -855,7 +858,10 @@ pub fn build_parts(
         fence,
         storage,
     };
-    Ok((parts, Box::pin(storage_class_watch)))
+    let caches = async move {
+        tokio::join!(storage_class_watch, intent_watch);
+    };
+    Ok((parts, Box::pin(caches)))
 }
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):

@@ -1,0 +1,173 @@
+//! The service's journal: the intents ConfigMaps ([`ConfigMapJournal`]), with the load every
+//! converge starts with answered from a watch of them where the watch cannot be missing one.
+//!
+//! Nearly every converge finds no intent for its StatefulSet, so the load was a request spent
+//! on a known answer (issue #18: the service's converge with warm caches). The watch is
+//! trusted only to say "none", and only when nothing of this process's own could be missing
+//! from it:
+//! - it has listed once and its last answer was not an error (while it retries, a write made
+//!   meanwhile could be missing: the server is asked);
+//! - no intent this process recorded for that StatefulSet is still uncleared (a converge that
+//!   failed after its record leaves one, whose watch event may not have arrived yet);
+//! - an intent the watch shows is always read from the server, so a stale copy never starts a
+//!   resume.
+//!
+//! What is left is the lag of the watch behind another process's record made at the same
+//! moment (the `converge` command run by hand on the same StatefulSet), which a read would
+//! race just the same.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::FutureExt;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::journal::{
+    ConfigMapJournal, INTENT_RECORD, Intent, Journal, JournalError, Listing, RECORD_LABEL,
+    intent_configmap_name,
+};
+
+type Key = (String, String);
+
+/// The watched intents of one namespace, shared by every run of the service. Cheap to clone.
+#[derive(Clone)]
+pub struct IntentCache {
+    store: Store<ConfigMap>,
+    namespace: String,
+    /// False from a watch error until the watch answers again (an event, or the end of a
+    /// relist).
+    healthy: Arc<AtomicBool>,
+    /// StatefulSets whose intent this process recorded and has not cleared yet.
+    uncleared: Arc<Mutex<HashSet<Key>>>,
+}
+
+impl IntentCache {
+    /// The cache and the watch that fills it (to be run for the life of the process). Every
+    /// intent of the namespace is watched, whichever shard recorded it: a load goes by name.
+    pub fn watch(
+        client: Client,
+        namespace: &str,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
+        let (store, writer) = reflector::store();
+        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+        let config = watcher::Config::default().labels(&format!("{RECORD_LABEL}={INTENT_RECORD}"));
+        let healthy = Arc::new(AtomicBool::new(false));
+        let flag = healthy.clone();
+        let task = async move {
+            let mut stream = reflector(writer, watcher(api, config))
+                .default_backoff()
+                .boxed();
+            loop {
+                match stream.try_next().await {
+                    // A relist replaces the store only at its end: until then what it holds
+                    // may miss what was written while the watch was down.
+                    Ok(Some(watcher::Event::Init | watcher::Event::InitApply(_))) => {}
+                    Ok(Some(_)) => flag.store(true, Ordering::SeqCst),
+                    Ok(None) => return,
+                    Err(error) => {
+                        if flag.swap(false, Ordering::SeqCst) {
+                            tracing::warn!(%error, "watching intents; retrying (converges read their intent meanwhile)");
+                        }
+                    }
+                }
+            }
+        };
+        (Self::new(store, namespace, healthy), task)
+    }
+
+    fn new(store: Store<ConfigMap>, namespace: &str, healthy: Arc<AtomicBool>) -> Self {
+        IntentCache {
+            store,
+            namespace: namespace.to_string(),
+            healthy,
+            uncleared: Arc::default(),
+        }
+    }
+
+    /// A cache over a store the caller fills (tests drive its watch events by hand).
+    pub fn over(store: Store<ConfigMap>, namespace: &str) -> Self {
+        Self::new(store, namespace, Arc::new(AtomicBool::new(true)))
+    }
+
+    fn uncleared(&self) -> std::sync::MutexGuard<'_, HashSet<Key>> {
+        self.uncleared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the watch has listed and its last answer was not an error: until then every
+    /// load reads the server.
+    pub fn is_synced(&self) -> bool {
+        matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())))
+            && self.healthy.load(Ordering::SeqCst)
+    }
+
+    /// Whether the watch alone can say there is no intent for `namespace/name`.
+    fn knows_none(&self, namespace: &str, name: &str) -> bool {
+        self.is_synced()
+            && !self
+                .uncleared()
+                .contains(&(namespace.to_string(), name.to_string()))
+            && self
+                .store
+                .get(
+                    &ObjectRef::new(&intent_configmap_name(namespace, name))
+                        .within(&self.namespace),
+                )
+                .is_none()
+    }
+}
+
+/// [`ConfigMapJournal`] with its `load` answered by an [`IntentCache`] where it can be
+/// (the service's journal of one run; without a cache, the journal itself).
+pub struct WatchedJournal {
+    inner: ConfigMapJournal,
+    cache: Option<IntentCache>,
+}
+
+impl WatchedJournal {
+    pub fn new(inner: ConfigMapJournal, cache: Option<IntentCache>) -> Self {
+        WatchedJournal { inner, cache }
+    }
+}
+
+impl Journal for WatchedJournal {
+    async fn record(&self, intent: &Intent) -> Result<(), JournalError> {
+        // Before the write: a record whose answer is lost may still have landed.
+        if let Some(cache) = &self.cache {
+            cache
+                .uncleared()
+                .insert((intent.namespace.clone(), intent.name.clone()));
+        }
+        self.inner.record(intent).await
+    }
+
+    async fn load(&self, namespace: &str, name: &str) -> Result<Option<Intent>, JournalError> {
+        if let Some(cache) = &self.cache
+            && self.inner.namespace() == cache.namespace
+            && cache.knows_none(namespace, name)
+        {
+            return Ok(None);
+        }
+        self.inner.load(namespace, name).await
+    }
+
+    async fn list(&self) -> Result<Listing, JournalError> {
+        self.inner.list().await
+    }
+
+    async fn clear(&self, namespace: &str, name: &str) -> Result<(), JournalError> {
+        self.inner.clear(namespace, name).await?;
+        if let Some(cache) = &self.cache {
+            cache
+                .uncleared()
+                .remove(&(namespace.to_string(), name.to_string()));
+        }
+        Ok(())
+    }
+}
