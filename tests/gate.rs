@@ -376,6 +376,54 @@ fn events(fake: &FakeApiServer) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The source moved on in the window between a hand-off's record and the gate's registration
+/// with the observer, so its event found no open gate to close: the run of the new revision
+/// closes it (it has suspended the Kustomization before its converge) and records why on the
+/// older revision, which otherwise would show the gate open, Flux's answer pending, for ever.
+#[tokio::test]
+async fn a_run_of_a_new_revision_closes_a_gate_its_source_event_did_not_find_open() {
+    let w = World::new("suspend", true, None).await;
+    w.publish("main@sha1:2", "2Gi");
+    let config = w.config(EventSink::disabled());
+    let results = config.results.clone();
+    let gate = Gate::new(config);
+    let key = Key::new(FLUX_NS, "apps");
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    assert!(
+        matches!(gate.observer().state(&key), GateState::Open(o) if o.revision == "main@sha1:2")
+    );
+
+    // No `source_moved` for this publish: its event came before the gate was registered.
+    w.publish("main@sha1:3", "3Gi");
+    let outcome = gate.run(FLUX_NS, "apps", Trigger::Watch).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    let history = results.history(FLUX_NS, "apps");
+    let older = history
+        .iter()
+        .find(|r| r.revision == "main@sha1:2")
+        .unwrap();
+    let handoff = older.handoff.as_ref().unwrap();
+    assert_eq!(handoff.action, "resuspended", "{older:#?}");
+    assert!(handoff.resuspended_at.is_some());
+    let flux = older.flux.as_ref().unwrap();
+    assert_eq!(flux.outcome, FluxOutcome::Pending);
+    assert!(
+        flux.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("moved on to main@sha1:3"),
+        "{flux:?}"
+    );
+    assert_eq!(history[0].revision, "main@sha1:3");
+    assert!(
+        matches!(gate.observer().state(&key), GateState::Open(o) if o.revision == "main@sha1:3")
+    );
+    // Unsuspend (2), suspend before the converge of 3, unsuspend (3): the close wrote nothing.
+    assert_eq!(w.ks_writes(), 3);
+    assert_eq!(w.ks()["spec"]["suspend"], false);
+}
+
 #[tokio::test]
 async fn suspend_mode_suspends_converges_hands_off_and_suspends_again() {
     // Found unsuspended with a pending revision: suspended first.

@@ -322,6 +322,11 @@ impl Gate {
                 );
             }
         };
+        if mode == GateMode::Suspend {
+            self.observer
+                .superseded(&Key::new(namespace, name), &resolved.revision)
+                .await;
+        }
         // A re-check of claims left to grow updates the revision's record instead of adding one.
         let recheck = c.results.last(namespace, name).filter(|last| {
             recheck::is_recheck(

@@ -328,6 +328,33 @@ impl Observer {
         }
     }
 
+    /// A run is converging `revision` while the gate is still open for another (suspend
+    /// mode): the source moved on between that hand-off's record and its registration
+    /// ([`Observer::opened`]), so [`Observer::source_moved`] did not find it open. The run has
+    /// suspended the Kustomization already (it does before every converge); this closes the
+    /// older gate and records why on its record, before the new revision's record is written.
+    pub async fn superseded(&self, key: &Key, revision: &str) {
+        let open = {
+            let mut gates = self.gates();
+            match gates.get(key) {
+                Some(GateState::Open(open))
+                    if open.mode == GateMode::Suspend && open.revision != revision =>
+                {
+                    let open = open.clone();
+                    gates.remove(key);
+                    Some(open)
+                }
+                _ => None,
+            }
+        };
+        if let Some(open) = open {
+            tracing::info!(kustomization = %key, revision = %open.revision, to = revision,
+                "the source moved on while the gate was open: closing it");
+            let closing = Closing::SourceMoved(Some(revision.to_string()));
+            self.close_written(key.clone(), open, closing, None).await;
+        }
+    }
+
     /// Taking the lead: the gates a previous process left open (its newest record handed off,
     /// Flux's answer pending) are followed again, from the Kustomization as it is now, so none
     /// is left open for ever; an answer Flux gave meanwhile closes it at once.
@@ -451,16 +478,12 @@ impl Observer {
     /// record, and schedules the re-open a failure or a timeout calls for.
     async fn close(&self, key: Key, open: Open, closing: Closing) {
         let c = &self.inner.config;
-        let mut generation = None;
-        let mut schedule = None;
+        let mut suspended = None;
         if open.mode == GateMode::Suspend {
             match handoff::set_suspend(&c.client, &key.namespace, &key.name, true, c.call_timeout)
                 .await
             {
-                Ok(ks) => {
-                    generation = ks.metadata.generation;
-                    schedule = Some((ks.spec.retry_interval, ks.spec.interval));
-                }
+                Ok(ks) => suspended = Some(ks),
                 Err(error) => {
                     // Still open: the next tick tries again (and re-reads Flux's answer).
                     tracing::warn!(kustomization = %key, %error, "closing the gate failed; retried at the next tick");
@@ -471,6 +494,22 @@ impl Observer {
                 }
             }
         }
+        self.close_written(key, open, closing, suspended).await;
+    }
+
+    /// The rest of [`Observer::close`] once the gate is closed on the cluster: `suspended` is
+    /// the Kustomization its suspend write returned (its spec schedules a retry), `None` when
+    /// nothing was written here.
+    async fn close_written(
+        &self,
+        key: Key,
+        open: Open,
+        closing: Closing,
+        suspended: Option<Kustomization>,
+    ) {
+        let c = &self.inner.config;
+        let generation = suspended.as_ref().and_then(|ks| ks.metadata.generation);
+        let schedule = suspended.map(|ks| (ks.spec.retry_interval, ks.spec.interval));
         let flux = closing.flux(&open, c.handoff_timeout);
         let retry = match (schedule, generation) {
             (Some((retry_interval, interval)), Some(generation)) if closing.retries() => {
