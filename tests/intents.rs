@@ -2,42 +2,23 @@
 //! from the watch of the intents only where the watch cannot be missing one, against the fake
 //! API server over HTTP.
 
+#[path = "data/intent.rs"]
+mod intent_fixture;
 #[path = "support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
-use flux_converger::journal::{ConfigMapJournal, Intent, Journal, intent_configmap_name};
+use flux_converger::journal::{ConfigMapJournal, Journal, intent_configmap_name};
 use flux_converger::service::intents::{IntentCache, WatchedJournal};
+use intent_fixture::intent;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
-use serde_json::json;
 use support::FakeApiServer;
 
 const NS: &str = "flux-system";
 const T: Duration = Duration::from_secs(5);
-
-fn intent(name: &str) -> Intent {
-    let desired = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": name}}, "serviceName": name,
-                 "template": {"metadata": {"labels": {"app": name}}}}
-    }))
-    .unwrap();
-    Intent {
-        namespace: "default".into(),
-        name: name.into(),
-        uid: "u-1".into(),
-        desired,
-        plan: json!({}),
-        recorded_at: "2026-12-01T00:00:00Z".into(),
-        revision: None,
-        deleting: true,
-        act_as: Some("-".into()),
-    }
-}
 
 /// GETs of intent ConfigMaps the server has seen.
 fn reads(fake: &FakeApiServer) -> usize {

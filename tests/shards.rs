@@ -8,6 +8,8 @@ mod support;
 
 #[path = "data/flux_standin.rs"]
 mod flux_standin;
+#[path = "data/intent.rs"]
+mod intent_fixture;
 #[path = "rbac/check.rs"]
 mod rbac_check;
 
@@ -18,7 +20,7 @@ use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::http::backend::Backend;
 use flux_converger::journal::{
-    ConfigMapJournal, INTENT_RECORD, Intent, Journal, RECORD_LABEL, SHARD_LABEL, Shard,
+    ConfigMapJournal, INTENT_RECORD, Journal, RECORD_LABEL, SHARD_LABEL, Shard,
 };
 use flux_converger::service::leader::{LeaseSettings, default_election_id};
 use flux_converger::service::queue::BackoffPolicy;
@@ -29,6 +31,7 @@ use flux_standin::{
     ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
     kustomization,
 };
+use intent_fixture::intent;
 use serde_json::{Value, json};
 use support::FakeApiServer;
 
@@ -454,27 +457,6 @@ async fn results_are_read_in_pages_then_followed_and_each_shard_keeps_to_its_own
     assert!(leader.remove("apps", "a-0002").await.unwrap());
     assert_eq!(shard_label_of(&fake, &moved).as_deref(), Some(LEASE_B));
     following.abort();
-}
-
-fn intent(name: &str) -> Intent {
-    let desired = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": name}}, "serviceName": name,
-                 "template": {"metadata": {"labels": {"app": name}}}}
-    }))
-    .unwrap();
-    Intent {
-        namespace: "default".into(),
-        name: name.into(),
-        uid: "u-1".into(),
-        desired,
-        plan: json!({}),
-        recorded_at: "2026-12-01T00:00:00Z".into(),
-        revision: None,
-        deleting: true,
-        act_as: Some("-".into()),
-    }
 }
 
 /// Which intents each journal lists (what a replica resumes when it takes the lead): a shard
