@@ -7,7 +7,7 @@
 //! cargo run --release --example wire-floor -- --kubeconfig KC --desired desired.yaml
 //! ```
 //! The sequence (for N claims, all in the namespace of the StatefulSet, which is also the
-//! journal's, as for the command): intent list, intent get, StatefulSet get, claim list,
+//! journal's, as for the command): intent list, StatefulSet get, claim list,
 //! StorageClass list, the proof (dry-run apply with the live claim templates), the dry run of
 //! the desired object as it is, the pre-flight (dry-run create), N claim patches (with their
 //! `resourceVersion`), the intent record (apply), the orphan delete (uid precondition), the
@@ -177,8 +177,6 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
     expect("intent list", s, &[200])?;
-    let (s, _) = c.call(Method::GET, &cm_path, None).await?;
-    expect("intent get", s, &[404])?;
     let (s, live) = c.call(Method::GET, &sts_path, None).await?;
     expect("StatefulSet get", s, &[200])?;
     let uid = live["metadata"]["uid"]
