@@ -1790,7 +1790,7 @@ async fn storage_classes_from_the_services_cache_cost_no_request() {
 
 /// The server's "forbidden in place" is a property of the server: a later converge carrying
 /// the same kind of change (one run of the command, every run of the service) does not ask it
-/// again, so the service's converge with warm caches costs N+10.
+/// again: one request fewer per re-create after the first.
 #[tokio::test]
 async fn a_change_the_server_forbade_in_place_is_not_asked_about_again() {
     let fake = world().await;

@@ -174,8 +174,8 @@ impl Gate {
     }
 
     /// Converges read StorageClasses from `store` (the service's reflector) instead of
-    /// listing them each time: a converge of N claims then sends N+10 requests, not N+11,
-    /// and with many Kustomizations the cluster-wide list is not repeated per revision.
+    /// listing them each time: one request fewer per converge, and with many Kustomizations
+    /// the cluster-wide list is not repeated per revision.
     /// Kept out of [`GateConfig`] so that existing literal configs stay valid.
     pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
         self.storage_classes = Some(store);
