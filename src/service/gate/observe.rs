@@ -113,6 +113,25 @@ impl Closing {
     }
 }
 
+/// Takes `key`'s gate out of `gates` if it is open in suspend mode for a revision other than
+/// `revision` (the one the source publishes now, `None` for no artifact): the gate a move of
+/// the source closes.
+fn take_moved(
+    gates: &mut HashMap<Key, GateState>,
+    key: &Key,
+    revision: Option<&str>,
+) -> Option<Open> {
+    let moved = matches!(gates.get(key), Some(GateState::Open(open))
+        if open.mode == GateMode::Suspend && Some(open.revision.as_str()) != revision);
+    if !moved {
+        return None;
+    }
+    match gates.remove(key) {
+        Some(GateState::Open(open)) => Some(open),
+        _ => None,
+    }
+}
+
 /// The wait before opening the gate again after `attempts` openings Flux failed or did not
 /// answer: Flux's `retryInterval`, else its `interval`, doubled for each further attempt, at
 /// most [`RETRY_CAP`] (or the base when that is longer). Pure, so the schedule is table-tested.
@@ -304,20 +323,12 @@ impl Observer {
         {
             let mut gates = self.gates();
             for key in keys {
-                match gates.get(key) {
-                    Some(GateState::Open(open))
-                        if open.mode == GateMode::Suspend
-                            && Some(open.revision.as_str()) != revision =>
-                    {
-                        closing.push((key.clone(), open.clone()));
-                        gates.remove(key);
-                    }
-                    Some(GateState::Closed {
-                        reopen: Some(reopen),
-                    }) if Some(reopen.revision.as_str()) != revision => {
-                        gates.remove(key);
-                    }
-                    _ => {}
+                if let Some(open) = take_moved(&mut gates, key, revision) {
+                    closing.push((key.clone(), open));
+                } else if matches!(gates.get(key), Some(GateState::Closed { reopen: Some(reopen) })
+                        if Some(reopen.revision.as_str()) != revision)
+                {
+                    gates.remove(key);
                 }
             }
         }
@@ -334,19 +345,7 @@ impl Observer {
     /// suspended the Kustomization already (it does before every converge); this closes the
     /// older gate and records why on its record, before the new revision's record is written.
     pub async fn superseded(&self, key: &Key, revision: &str) {
-        let open = {
-            let mut gates = self.gates();
-            match gates.get(key) {
-                Some(GateState::Open(open))
-                    if open.mode == GateMode::Suspend && open.revision != revision =>
-                {
-                    let open = open.clone();
-                    gates.remove(key);
-                    Some(open)
-                }
-                _ => None,
-            }
-        };
+        let open = take_moved(&mut self.gates(), key, Some(revision));
         if let Some(open) = open {
             tracing::info!(kustomization = %key, revision = %open.revision, to = revision,
                 "the source moved on while the gate was open: closing it");
