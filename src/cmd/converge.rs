@@ -127,9 +127,13 @@ struct Journals {
 }
 
 impl Journals {
+    /// The journal namespace of a StatefulSet in `namespace`.
+    fn at<'a>(&'a self, namespace: &'a str) -> &'a str {
+        self.at.as_deref().unwrap_or(namespace)
+    }
+
     fn of(&self, namespace: &str) -> ConfigMapJournal {
-        let at = self.at.as_deref().unwrap_or(namespace);
-        ConfigMapJournal::new(self.client.clone(), at, self.timeout)
+        ConfigMapJournal::new(self.client.clone(), self.at(namespace), self.timeout)
     }
 }
 
@@ -139,10 +143,7 @@ impl Journal for Journals {
     }
 
     async fn load(&self, namespace: &str, name: &str) -> Result<Option<Intent>, JournalError> {
-        if self
-            .settled
-            .contains(self.at.as_deref().unwrap_or(namespace))
-        {
+        if self.settled.contains(self.at(namespace)) {
             return Ok(None);
         }
         self.of(namespace).load(namespace, name).await
