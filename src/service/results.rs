@@ -585,7 +585,8 @@ impl Results {
     }
 
     /// What a (re)list found, in place of what is in memory. Kept from memory: a history whose
-    /// newest write the list predates, and one never persisted (the in-memory history shows a record even when persisting failed).
+    /// newest write the list predates, and one never persisted (the in-memory history shows a
+    /// record even when persisting failed).
     fn replace_all(&self, Listed(read): Listed) {
         {
             let mut entries = self.entries();
@@ -1284,7 +1285,8 @@ mod tests {
         }
     }
 
-    /// A loaded history keeps no spare room: it is held for the life of the process.
+    /// A loaded history is kept as the bytes its ConfigMap holds, and answers the same records;
+    /// its one parsed record keeps no spare room (held for the life of the process).
     #[test]
     fn kept_histories_answer_what_was_loaded() {
         let records: Vec<RevisionRecord> = (0..20)
