@@ -20,6 +20,9 @@ use kube::api::{
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 
+mod watched;
+pub use watched::{TRUST_WAIT, WatchedStatefulSets};
+
 /// Field manager of the StatefulSet dry run and re-apply: parity with Flux (docs/README.md, Contracts).
 pub const FLUX_FIELD_MANAGER: &str = "kustomize-controller";
 /// Field manager of everything else the converger writes (claims, journal).
@@ -80,6 +83,12 @@ pub trait Cluster: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<StatefulSet>, CallError>> + Send;
+    /// A watched copy of the StatefulSet (without its pod template), when the cluster keeps a
+    /// watch that holds it: a guess a converge may decide on, to be confirmed by its proof's
+    /// answer. `None`: [`Cluster::get_statefulset`].
+    fn watched_statefulset(&self, _namespace: &str, _name: &str) -> Option<StatefulSet> {
+        None
+    }
     /// Every claim of the namespace (read in pages of [`LIST_PAGE`]).
     fn list_claims(
         &self,
@@ -358,6 +367,7 @@ pub struct KubeCluster {
     client: kube::Client,
     call_timeout: Duration,
     storage_classes: Option<Store<StorageClass>>,
+    statefulsets: Option<WatchedStatefulSets>,
 }
 
 impl KubeCluster {
@@ -367,6 +377,7 @@ impl KubeCluster {
             client,
             call_timeout,
             storage_classes: None,
+            statefulsets: None,
         }
     }
 
@@ -377,6 +388,14 @@ impl KubeCluster {
     /// are listed from the server.
     pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
         self.storage_classes = Some(store);
+        self
+    }
+
+    /// Decides on StatefulSets from the caller's watch ([`WatchedStatefulSets`]) and sees
+    /// orphan deletes complete there: a get and a watch fewer per re-create, each confirmed by
+    /// the server as that module says.
+    pub fn with_statefulsets(mut self, watched: WatchedStatefulSets) -> Self {
+        self.statefulsets = Some(watched);
         self
     }
 
@@ -505,6 +524,10 @@ impl KubeCluster {
 }
 
 impl Cluster for KubeCluster {
+    fn watched_statefulset(&self, namespace: &str, name: &str) -> Option<StatefulSet> {
+        self.statefulsets.as_ref()?.get(namespace, name)
+    }
+
     async fn get_statefulset(
         &self,
         namespace: &str,
@@ -662,6 +685,11 @@ impl Cluster for KubeCluster {
         let object = sts_object(namespace, name);
         let started = tokio::time::Instant::now();
         let wait = async {
+            if let Some(watched) = &self.statefulsets
+                && let Some(done) = watched.wait_gone(namespace, name, uid).await
+            {
+                return Ok(done);
+            }
             let mut version = match from_resource_version {
                 Some(v) => v.to_string(),
                 None => match self.current(namespace, name, uid).await? {
@@ -713,6 +741,10 @@ impl<T: Cluster> Cluster for &T {
         name: &str,
     ) -> Result<Option<StatefulSet>, CallError> {
         (**self).get_statefulset(namespace, name).await
+    }
+
+    fn watched_statefulset(&self, namespace: &str, name: &str) -> Option<StatefulSet> {
+        (**self).watched_statefulset(namespace, name)
     }
 
     async fn list_claims(&self, namespace: &str) -> Result<Vec<PersistentVolumeClaim>, CallError> {

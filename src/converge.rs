@@ -338,23 +338,26 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         report: &mut Report,
         resuming: Option<&Intent>,
     ) -> Result<(), ConvergeError> {
-        match self.prepare(desired, live, report, resuming).await? {
-            Some(work) => self.write(desired, work, report, resuming).await,
-            None => Ok(()),
+        // A resume decides on the object it read, never on a watched copy: never `Stale`.
+        match self.prepare(desired, live, false, report, resuming).await? {
+            Prep::Work(Some(work)) => self.write(desired, work, report, resuming).await,
+            Prep::Work(None) | Prep::Stale => Ok(()),
         }
     }
 
-    /// The write-free phase over a live object: decide → prove → pre-flight. `Ok(None)` when
-    /// there is nothing to write (refused, unchanged, a dry run); `Ok(Some)` is what the write
-    /// phase does. `resuming`: the intent already in the journal (and a terminating object is
-    /// ours).
+    /// The write-free phase over a live object: decide → prove → pre-flight. `Work(None)` when
+    /// there is nothing to write (refused, unchanged, a dry run); `Work(Some)` is what the
+    /// write phase does. `watched`: `live` is a watched copy ([`Cluster::watched_statefulset`]),
+    /// which the proof's answer must confirm, else `Stale`. `resuming`: the intent already in
+    /// the journal (and a terminating object is ours).
     async fn prepare(
         &self,
         desired: &StatefulSet,
         live: StatefulSet,
+        watched: bool,
         report: &mut Report,
         resuming: Option<&Intent>,
-    ) -> Result<Option<Work>, ConvergeError> {
+    ) -> Result<Prep, ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let uid = live.metadata.uid.clone().unwrap_or_default();
         report.old_uid = Some(uid.clone());
@@ -370,7 +373,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             // Our own delete was issued (claims were grown before it): carry on from the delete,
             // which also turns someone else's cascading delete into an orphaning one.
             report.outcome = Outcome::Converged;
-            return Ok(Some(Work::InFlight { uid }));
+            return Ok(Prep::Work(Some(Work::InFlight { uid })));
         }
 
         // One after the other on purpose: two requests at once on one client open a second
@@ -393,9 +396,11 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         report.timed(Step::Decide, t.elapsed());
         let mut plan = match decided {
             Ok(plan) => plan,
+            // A refusal stands only on the object as read from the server.
+            Err(_) if watched => return Ok(Prep::Stale),
             Err(refusal) => {
                 refuse(report, &refusal);
-                return Ok(None);
+                return Ok(Prep::Work(None));
             }
         };
         report.claims = report::claim_reports(desired, &claims, &plan, self.options.dry_run);
@@ -403,10 +408,19 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
 
         let t = Instant::now();
         let proof = prove::proof_object(desired, &live);
-        let proved = self.cluster.dry_run_apply(&proof).await;
+        let proved = self
+            .cluster
+            .dry_run_apply(&proof)
+            .await
+            .map_err(|e| prove::classify(ns, name, e));
         report.timed(Step::Prove, t.elapsed());
-        if let Err(e) = proved {
-            return self.not_proven(report, prove::classify(ns, name, e));
+        if watched && !prove::confirms(&live, &proved) {
+            debug!(statefulset = %name, namespace = %ns,
+                   "the watched copy is not the live object: reading it and deciding again");
+            return Ok(Prep::Stale);
+        }
+        if let Err(verdict) = proved {
+            return self.not_proven(report, verdict).map(Prep::Work);
         }
 
         // Proven apart from what the re-create carries: does the server take that in place?
@@ -428,7 +442,9 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                     plan.recreate = false;
                     report.plan = Some(plan.clone());
                 }
-                prove::InPlace::Other(verdict) => return self.not_proven(report, verdict),
+                prove::InPlace::Other(verdict) => {
+                    return self.not_proven(report, verdict).map(Prep::Work);
+                }
             }
         }
 
@@ -438,7 +454,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             } else {
                 Outcome::Unchanged
             };
-            return Ok(None);
+            return Ok(Prep::Work(None));
         }
 
         if plan.recreate {
@@ -453,7 +469,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                 preflight::Verdict::Refused(refusal) => {
                     report.claims.clear();
                     refuse(report, &refusal);
-                    return Ok(None);
+                    return Ok(Prep::Work(None));
                 }
                 preflight::Verdict::Denied { message, cause } => {
                     return Err(self.access_err(Step::Preflight, message, &cause));
@@ -468,16 +484,16 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             } else {
                 Outcome::Proven
             };
-            return Ok(None);
+            return Ok(Prep::Work(None));
         }
-        Ok(Some(Work::Planned(Box::new(Planned {
+        Ok(Prep::Work(Some(Work::Planned(Box::new(Planned {
             uid,
             live,
             claims,
             classes,
             plan,
             accepted,
-        }))))
+        })))))
     }
 
     /// A proof's dry run that did not pass: a refusal (nothing written), or an error.
@@ -862,6 +878,16 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
     }
 }
 
+/// What the write-free phase of one StatefulSet found.
+enum Prep {
+    /// `None`: nothing to write.
+    Work(Option<Work>),
+    /// It decided on a watched copy the proof's answer did not confirm (another uid, a
+    /// terminating object, or a refusal the copy may have caused): read the object and
+    /// prepare again.
+    Stale,
+}
+
 /// What the write phase of one StatefulSet does, as the write-free phase prepared it.
 enum Work {
     /// A resume found our own delete in flight: carry on from the delete.
@@ -942,18 +968,42 @@ async fn prepare_one<'a, C: Cluster, J: Journal>(
     }
     report.timed(Step::Resume, t.elapsed());
 
+    // A watched copy is decided on only where no resume just changed the object.
     let t = Instant::now();
-    let live = cluster
-        .get_statefulset(&namespace, &name)
-        .await
-        .map_err(run.call_err(Step::Read))?;
+    let watched = if report.resumed.is_none() {
+        cluster.watched_statefulset(&namespace, &name)
+    } else {
+        None
+    };
+    let mut from_watch = watched.is_some();
+    let mut live = match watched {
+        Some(copy) => Some(copy),
+        None => cluster
+            .get_statefulset(&namespace, &name)
+            .await
+            .map_err(run.call_err(Step::Read))?,
+    };
     report.timed(Step::Read, t.elapsed());
-    let work = match live {
-        None => {
+    let work = loop {
+        let Some(object) = live else {
             report.outcome = Outcome::Absent;
-            None
+            break None;
+        };
+        match run
+            .prepare(&desired, object, from_watch, &mut report, None)
+            .await?
+        {
+            Prep::Work(work) => break work,
+            Prep::Stale => {
+                from_watch = false;
+                let t = Instant::now();
+                live = cluster
+                    .get_statefulset(&namespace, &name)
+                    .await
+                    .map_err(run.call_err(Step::Read))?;
+                report.timed(Step::Read, t.elapsed());
+            }
         }
-        Some(live) => run.prepare(&desired, live, &mut report, None).await?,
     };
     Ok(Prepared {
         run,

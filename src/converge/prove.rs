@@ -51,6 +51,21 @@ pub fn proof_object(desired: &StatefulSet, live: &StatefulSet) -> StatefulSet {
     proof
 }
 
+/// Whether the proof's answer confirms the watched copy it was built from: the same uid on an
+/// object that is not terminating. A refusal confirms nothing (the copy's fields may be what
+/// the server refused), nor does any other failure: the object is read and decided on again,
+/// and a real refusal or failure is met again there.
+pub fn confirms(copy: &StatefulSet, answer: &Result<StatefulSet, Verdict>) -> bool {
+    match answer {
+        Ok(live) => {
+            live.metadata.uid.is_some()
+                && live.metadata.uid == copy.metadata.uid
+                && live.metadata.deletion_timestamp.is_none()
+        }
+        Err(_) => false,
+    }
+}
+
 /// What the dry run of the desired object as it is (carried fields included) says, once the
 /// proof passed.
 #[derive(Debug, PartialEq)]
