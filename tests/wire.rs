@@ -19,7 +19,9 @@ const CLAIMS: usize = 3;
 fn statefulset(size: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": "default"},
+        "metadata": {"name": "web", "namespace": "default",
+                     "labels": {"kustomize.toolkit.fluxcd.io/name": "apps",
+                                "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}},
         "spec": {
             "serviceName": "web", "replicas": CLAIMS, "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {"app": "web"}},
@@ -175,11 +177,12 @@ async fn the_cli_converges_over_tls_in_n_plus_12_requests() {
 }
 
 /// The service's converge with warm caches: StorageClasses from its reflector, the intent
-/// load answered by its watch of the intents, the server's "forbidden in place" remembered
-/// from an earlier converge. N+9: get, claim list, the proof, the pre-flight, N claim
-/// patches, record, orphan delete, watch, re-apply, clear.
+/// load answered by its watch of the intents, the StatefulSet decided on from its watch
+/// (confirmed by the proof's answer) and its orphan delete seen complete there, the server's
+/// "forbidden in place" remembered from an earlier converge. N+7: claim list, the proof, the
+/// pre-flight, N claim patches, record, orphan delete, re-apply, clear.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_services_converge_with_warm_caches_costs_n_plus_9_requests() {
+async fn the_services_converge_with_warm_caches_costs_n_plus_7_requests() {
     use flux_converger::journal::Journal as _;
     use flux_converger::service::intents::{IntentCache, WatchedJournal};
     use futures::StreamExt as _;
@@ -198,8 +201,14 @@ async fn the_services_converge_with_warm_caches_costs_n_plus_9_requests() {
     classes.wait_until_ready().await.unwrap();
     let (intents, watch) = IntentCache::watch(client.clone(), "default");
     let watching = tokio::spawn(watch);
-    let cluster =
-        KubeCluster::new(client.clone(), Duration::from_secs(10)).with_storage_classes(classes);
+    let (statefulsets, watch_statefulsets) = flux_converger::cluster::WatchedStatefulSets::watch(
+        client.clone(),
+        flux_converger::flux::objects::OWNER_NAME_LABEL,
+    );
+    let watching_statefulsets = tokio::spawn(watch_statefulsets);
+    let cluster = KubeCluster::new(client.clone(), Duration::from_secs(10))
+        .with_storage_classes(classes)
+        .with_statefulsets(statefulsets.clone());
     let journal = WatchedJournal::new(
         ConfigMapJournal::new(client, "default", Duration::from_secs(10)),
         Some(intents),
@@ -218,11 +227,15 @@ async fn the_services_converge_with_warm_caches_costs_n_plus_9_requests() {
             .filter(|r| r.method == http::Method::GET && r.path.contains("/configmaps/"))
             .count()
     };
+    // And the StatefulSet watch holds the re-created object.
     let mut settled = false;
     for _ in 0..500 {
         let before = intent_reads(&fake);
         assert!(journal.load("default", "web").await.unwrap().is_none());
-        if intent_reads(&fake) == before {
+        let watched = statefulsets.get("default", "web");
+        if intent_reads(&fake) == before
+            && watched.is_some_and(|w| w.metadata.uid == report.new_uid)
+        {
             settled = true;
             break;
         }
@@ -236,14 +249,26 @@ async fn the_services_converge_with_warm_caches_costs_n_plus_9_requests() {
         .await
         .unwrap();
     assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
+    assert!(report.recreated, "{report:?}");
     reflect.abort();
     watching.abort();
+    watching_statefulsets.abort();
+    // The caches' own watches are not the converge's requests; the converge's wait for its
+    // delete would be a watch of the namespace's StatefulSets, and there is none.
     let log: Vec<_> = fake
         .requests()
         .into_iter()
         .filter(|r| {
-            !(r.watch && (r.path.contains("/storageclasses") || r.path.contains("/configmaps")))
+            !(r.watch
+                && (r.path.contains("/storageclasses")
+                    || r.path.contains("/configmaps")
+                    || r.path == "/apis/apps/v1/statefulsets"))
         })
         .collect();
-    assert_eq!(log.len(), CLAIMS + 9, "{:#?}", lines(&log));
+    assert_eq!(log.len(), CLAIMS + 7, "{:#?}", lines(&log));
+    let reads = log
+        .iter()
+        .filter(|r| r.method == http::Method::GET && r.path.contains("/statefulsets"))
+        .count();
+    assert_eq!(reads, 0, "{:#?}", lines(&log));
 }

@@ -82,7 +82,8 @@ const FLUX_SOURCE: &str = "source.toolkit.fluxcd.io";
 /// exactly these, plus `create selfsubjectaccessreviews` for this check).
 pub const PERMISSIONS: &[Permission] = &[
     // Decide, prove, orphan-delete and wait, re-apply (a server-side apply that re-creates the
-    // orphan-deleted object is authorised as `create`).
+    // orphan-deleted object is authorised as `create`); `list` + `watch` also feed the watch of
+    // Flux's StatefulSets (`cluster::WatchedStatefulSets`).
     p("get", APPS, "statefulsets", Cluster, Always),
     p("list", APPS, "statefulsets", Cluster, Always),
     p("watch", APPS, "statefulsets", Cluster, Always),

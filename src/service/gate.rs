@@ -107,6 +107,7 @@ pub struct Gate {
     observer: Observer,
     /// The service's StorageClass cache; `None` lists them on every converge.
     storage_classes: Option<Store<StorageClass>>,
+    statefulsets: Option<crate::cluster::WatchedStatefulSets>,
     /// The server's "forbidden in place" answers, shared by every run (one dry run fewer per
     /// re-create once the server has said it).
     in_place: converge::prove::InPlaceMemory,
@@ -154,6 +155,7 @@ impl Gate {
             config: std::sync::Arc::new(config),
             observer,
             storage_classes: None,
+            statefulsets: None,
             in_place: converge::prove::InPlaceMemory::default(),
             intents: None,
             artifact_host: None,
@@ -179,6 +181,14 @@ impl Gate {
     /// Kept out of [`GateConfig`] so that existing literal configs stay valid.
     pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
         self.storage_classes = Some(store);
+        self
+    }
+
+    /// The service's watch of Flux's StatefulSets: converges decide on its copy (confirmed
+    /// by the proof's answer) and see their orphan delete complete in it
+    /// (`cluster::WatchedStatefulSets`).
+    pub fn with_statefulsets(mut self, watched: crate::cluster::WatchedStatefulSets) -> Self {
+        self.statefulsets = Some(watched);
         self
     }
 
@@ -695,6 +705,9 @@ impl Gate {
         let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
         if let Some(store) = &self.storage_classes {
             cluster = cluster.with_storage_classes(store.clone());
+        }
+        if let Some(watched) = &self.statefulsets {
+            cluster = cluster.with_statefulsets(watched.clone());
         }
         // Recorded with the shard's label, so only this shard resumes it after a crash.
         let journal = WatchedJournal::new(

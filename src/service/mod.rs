@@ -811,6 +811,10 @@ pub fn build_parts(
     .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
     let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
     let (intents, intent_watch) = intents::IntentCache::watch(client.clone(), &config.namespace);
+    let (statefulsets, statefulset_watch) = crate::cluster::WatchedStatefulSets::watch(
+        client.clone(),
+        crate::flux::objects::OWNER_NAME_LABEL,
+    );
     let fence = ServiceFence::default();
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
@@ -826,6 +830,7 @@ pub fn build_parts(
         fence: Some(Arc::new(fence.clone())),
     })
     .with_storage_classes(storage_classes)
+    .with_statefulsets(statefulsets)
     .with_intents(intents);
     // The `artifact` gate publishes through the storage; without one, a Kustomization in that
     // mode fails its hand-off naming the missing storage.
@@ -859,7 +864,7 @@ pub fn build_parts(
         storage,
     };
     let caches = async move {
-        tokio::join!(storage_class_watch, intent_watch);
+        tokio::join!(storage_class_watch, intent_watch, statefulset_watch);
     };
     Ok((parts, Box::pin(caches)))
 }

@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
-use crate::cluster::{CallError, Cluster, DeleteOutcome, KubeCluster, WaitOutcome};
+use crate::cluster::{
+    CallError, Cluster, DeleteOutcome, KubeCluster, WaitOutcome, WatchedStatefulSets,
+};
 use crate::journal::{Intent, OWN_IDENTITY};
 
 /// The header the API server's impersonation filter reads.
@@ -68,6 +70,13 @@ impl TenantCluster {
         self.service = self.service.with_storage_classes(store);
         self
     }
+
+    /// StatefulSets from the service's watch: a guess to decide on, which the tenant's own
+    /// proof confirms (its answer is the tenant's read), and the orphan delete's completion.
+    pub fn with_statefulsets(mut self, watched: WatchedStatefulSets) -> Self {
+        self.tenant = self.tenant.with_statefulsets(watched);
+        self
+    }
 }
 
 impl Cluster for TenantCluster {
@@ -77,6 +86,10 @@ impl Cluster for TenantCluster {
         name: &str,
     ) -> Result<Option<StatefulSet>, CallError> {
         self.tenant.get_statefulset(namespace, name).await
+    }
+
+    fn watched_statefulset(&self, namespace: &str, name: &str) -> Option<StatefulSet> {
+        self.tenant.watched_statefulset(namespace, name)
     }
 
     async fn list_claims(&self, namespace: &str) -> Result<Vec<PersistentVolumeClaim>, CallError> {
