@@ -82,7 +82,13 @@ impl World {
         let fake = FakeApiServer::new();
         fake.seed_fixture("v1.28/storageclasses.yaml");
         fake.enable_statefulset_controller();
-        let live: StatefulSet = serde_json::from_value(statefulset("1Gi")).unwrap();
+        // As kustomize-controller applied it: with its owner labels.
+        let mut live = statefulset("1Gi");
+        live["metadata"]["labels"] = json!({
+            "kustomize.toolkit.fluxcd.io/name": "apps",
+            "kustomize.toolkit.fluxcd.io/namespace": FLUX_NS,
+        });
+        let live: StatefulSet = serde_json::from_value(live).unwrap();
         KubeCluster::new(fake.client(), T)
             .apply(&live)
             .await
@@ -1215,10 +1221,10 @@ fn converge_requests(fake: &FakeApiServer) -> Vec<String> {
         .collect()
 }
 
-/// With the service's caches the converge inside the gate lists no StorageClasses and does
-/// not read its intent: N+10 requests for N claims (StatefulSet get, claim list, the proof,
-/// the dry run in place, pre-flight, N grows, intent, orphan delete, watch, re-apply, intent
-/// cleared), two fewer than without them.
+/// With the service's caches the converge inside the gate lists no StorageClasses, does not
+/// read its intent, decides on the watched StatefulSet and sees its delete complete in that
+/// watch: N+8 requests for N claims (claim list, the proof, the dry run in place, pre-flight,
+/// N grows, intent, orphan delete, re-apply, intent cleared), four fewer than without them.
 #[tokio::test]
 async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_caches() {
     const CLAIMS: usize = 2;
@@ -1247,6 +1253,19 @@ async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_c
             }
             assert!(intents.is_synced());
             gate = gate.with_intents(intents);
+            let (statefulsets, task) = flux_converger::cluster::WatchedStatefulSets::watch(
+                w.fake.client(),
+                flux_converger::flux::objects::OWNER_NAME_LABEL,
+            );
+            watches.push(tokio::spawn(task));
+            for _ in 0..500 {
+                if statefulsets.get(NS, "web").is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(statefulsets.get(NS, "web").is_some());
+            gate = gate.with_statefulsets(statefulsets);
         }
         w.fake.clear_requests();
         let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
@@ -1265,9 +1284,15 @@ async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_c
             .filter(|r| r.starts_with("GET") && r.contains("/configmaps/flux-converger-intent."))
             .count();
         assert_eq!(intent_reads, usize::from(!cached), "{requests:#?}");
+        let statefulset_reads = requests
+            .iter()
+            .filter(|r| r.starts_with("GET") && r.contains("/statefulsets"))
+            .count();
+        // Uncached: the get and the watch for the delete.
+        assert_eq!(statefulset_reads, 2 * usize::from(!cached), "{requests:#?}");
         counted.push(requests.len());
     }
-    assert_eq!(counted, [CLAIMS + 12, CLAIMS + 10]);
+    assert_eq!(counted, [CLAIMS + 12, CLAIMS + 8]);
 }
 
 /// `name`: one template `data` at `size`, no replicas (no pods, no claims), running `image`.
