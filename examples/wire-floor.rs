@@ -13,6 +13,9 @@
 //! `resourceVersion`), the intent record (apply), the orphan delete (uid precondition), the
 //! watch until the uid is gone, the re-apply, the intent delete. It exits 1 if an answer is not
 //! the one a converge expects, so a floor is never measured on a run that did less.
+//!
+//! With `--service`, the service's sequence with warm caches instead (see `Args::service`),
+//! the floor `SERVICE=1 hack/converge-wire.sh` measures `examples/service-converge.rs` against.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,6 +40,12 @@ struct Args {
     /// The desired StatefulSet (YAML, one document), as given to `converge --desired`.
     #[arg(long)]
     desired: PathBuf,
+    /// The service's sequence with warm caches (N+7: claim list, proof, pre-flight, N claim
+    /// patches, record, orphan delete, re-apply, clear) on a warm connection, the deletion
+    /// read from a watch opened beforehand as the service's is; prints the milliseconds from
+    /// the first request to the last answer.
+    #[arg(long)]
+    service: bool,
 }
 
 const APPLY: &str = "application/apply-patch+yaml";
@@ -153,18 +162,15 @@ async fn main() -> anyhow::Result<()> {
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
 
     let desired: Value = serde_saphyr::from_str(&std::fs::read_to_string(&args.desired)?)?;
-    let ns = desired["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or("default")
-        .to_owned();
-    let name = desired["metadata"]["name"]
-        .as_str()
-        .context("desired without a name")?
-        .to_owned();
-    let sts_path = format!("/apis/apps/v1/namespaces/{ns}/statefulsets/{name}");
-    let cm_name = flux_converger::journal::intent_configmap_name(&ns, &name);
-    let cm_path = format!("/api/v1/namespaces/{ns}/configmaps/{cm_name}");
-    let ssa = "fieldManager=kustomize-controller&force=true";
+    if args.service {
+        return service_floor(&server, &tls, &desired).await;
+    }
+    let Paths {
+        ns,
+        name,
+        sts: sts_path,
+        ..
+    } = paths(&desired)?;
 
     let mut c = Connection::open(&server, &tls).await?;
     let (s, _) = c
@@ -196,35 +202,97 @@ async fn main() -> anyhow::Result<()> {
         .await?;
     expect("StorageClass list", s, &[200])?;
 
-    let mut proof = desired.clone();
-    proof["spec"]["volumeClaimTemplates"] = live["spec"]["volumeClaimTemplates"].clone();
-    let (s, _) = c
-        .call(
-            Method::PATCH,
-            &format!("{sts_path}?dryRun=All&{ssa}"),
-            Some((APPLY, proof.to_string())),
-        )
+    prove(&mut c, &desired, &live, true).await?;
+    grow_and_record(&mut c, &desired, &claims, &uid).await?;
+    let delete = json!({"propagationPolicy": "Orphan", "preconditions": {"uid": uid}});
+    let (s, deleting) = c
+        .call(Method::DELETE, &sts_path, Some((JSON, delete.to_string())))
         .await?;
-    expect("proof", s, &[200])?;
-    let (s, _) = c
-        .call(
-            Method::PATCH,
-            &format!("{sts_path}?dryRun=All&{ssa}"),
-            Some((APPLY, desired.to_string())),
-        )
-        .await?;
-    expect("dry run as it is", s, &[422])?;
-    let (s, _) = c
-        .call(
-            Method::POST,
-            &format!(
-                "/apis/apps/v1/namespaces/{ns}/statefulsets?dryRun=All&fieldManager=kustomize-controller"
-            ),
-            Some((JSON, desired.to_string())),
-        )
-        .await?;
-    expect("pre-flight", s, &[409])?;
+    expect("orphan delete", s, &[200])?;
+    let version = deleting["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
 
+    // The watch on its own connection, as a converge's watch takes one.
+    let mut w = Connection::open(&server, &tls).await?;
+    let watch = w
+        .start(
+            Method::GET,
+            &format!(
+                "/apis/apps/v1/namespaces/{ns}/statefulsets?watch=true&timeoutSeconds=30&fieldSelector=metadata.name%3D{name}&resourceVersion={version}"
+            ),
+            None,
+        )
+        .await?;
+    expect("watch", watch.status(), &[200])?;
+    let mut stream = axum::body::Body::new(watch.into_body()).into_data_stream();
+    let mut buffer = Vec::<u8>::new();
+    let mut gone = false;
+    'events: while let Some(chunk) = stream.next().await {
+        let chunk: Bytes = chunk?;
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            let event: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
+            if event["type"] == "DELETED" && event["object"]["metadata"]["uid"] == uid.as_str() {
+                gone = true;
+                break 'events;
+            }
+        }
+    }
+    if !gone {
+        bail!("the watch ended before the StatefulSet was gone");
+    }
+    drop(stream);
+
+    reapply_and_clear(&mut c, &desired).await
+}
+
+/// Where a converge writes for `desired`: its StatefulSet and its intent ConfigMap.
+struct Paths {
+    ns: String,
+    name: String,
+    sts: String,
+    cm_name: String,
+    cm: String,
+}
+
+const SSA: &str = "fieldManager=kustomize-controller&force=true";
+
+fn paths(desired: &Value) -> anyhow::Result<Paths> {
+    let ns = desired["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_owned();
+    let name = desired["metadata"]["name"]
+        .as_str()
+        .context("desired without a name")?
+        .to_owned();
+    let cm_name = flux_converger::journal::intent_configmap_name(&ns, &name);
+    Ok(Paths {
+        sts: format!("/apis/apps/v1/namespaces/{ns}/statefulsets/{name}"),
+        cm: format!("/api/v1/namespaces/{ns}/configmaps/{cm_name}"),
+        ns,
+        name,
+        cm_name,
+    })
+}
+
+/// The N claim patches (each with its `resourceVersion`), then the intent record.
+async fn grow_and_record(
+    c: &mut Connection,
+    desired: &Value,
+    claims: &Value,
+    uid: &str,
+) -> anyhow::Result<()> {
+    let Paths {
+        ns,
+        name,
+        cm_name,
+        cm: cm_path,
+        ..
+    } = paths(desired)?;
     let size =
         desired["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
             .clone();
@@ -269,48 +337,17 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
     expect("intent record", s, &[200, 201])?;
-    let delete = json!({"propagationPolicy": "Orphan", "preconditions": {"uid": uid}});
-    let (s, deleting) = c
-        .call(Method::DELETE, &sts_path, Some((JSON, delete.to_string())))
-        .await?;
-    expect("orphan delete", s, &[200])?;
-    let version = deleting["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    Ok(())
+}
 
-    // The watch on its own connection, as a converge's watch takes one.
-    let mut w = Connection::open(&server, &tls).await?;
-    let watch = w
-        .start(
-            Method::GET,
-            &format!(
-                "/apis/apps/v1/namespaces/{ns}/statefulsets?watch=true&timeoutSeconds=30&fieldSelector=metadata.name%3D{name}&resourceVersion={version}"
-            ),
-            None,
-        )
-        .await?;
-    expect("watch", watch.status(), &[200])?;
-    let mut stream = axum::body::Body::new(watch.into_body()).into_data_stream();
-    let mut buffer = Vec::<u8>::new();
-    let mut gone = false;
-    'events: while let Some(chunk) = stream.next().await {
-        let chunk: Bytes = chunk?;
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            let event: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
-            if event["type"] == "DELETED" && event["object"]["metadata"]["uid"] == uid.as_str() {
-                gone = true;
-                break 'events;
-            }
-        }
-    }
-    if !gone {
-        bail!("the watch ended before the StatefulSet was gone");
-    }
-    drop(stream);
-
+/// The re-apply, then the intent delete.
+async fn reapply_and_clear(c: &mut Connection, desired: &Value) -> anyhow::Result<()> {
+    let Paths {
+        sts: sts_path,
+        cm: cm_path,
+        ..
+    } = paths(desired)?;
+    let ssa = SSA;
     let (s, _) = c
         .call(
             Method::PATCH,
@@ -321,5 +358,145 @@ async fn main() -> anyhow::Result<()> {
     expect("re-apply", s, &[201])?;
     let (s, _) = c.call(Method::DELETE, &cm_path, None).await?;
     expect("intent delete", s, &[200])?;
+    Ok(())
+}
+
+/// The proof (dry-run apply with the live claim templates), the dry run of the desired object
+/// as it is (`as_it_is`: the service skips it once the server has forbidden the change), the
+/// pre-flight (dry-run create).
+async fn prove(
+    c: &mut Connection,
+    desired: &Value,
+    live: &Value,
+    as_it_is: bool,
+) -> anyhow::Result<()> {
+    let Paths {
+        ns, sts: sts_path, ..
+    } = paths(desired)?;
+    let ssa = SSA;
+    let mut proof = desired.clone();
+    proof["spec"]["volumeClaimTemplates"] = live["spec"]["volumeClaimTemplates"].clone();
+    let (s, _) = c
+        .call(
+            Method::PATCH,
+            &format!("{sts_path}?dryRun=All&{ssa}"),
+            Some((APPLY, proof.to_string())),
+        )
+        .await?;
+    expect("proof", s, &[200])?;
+    if as_it_is {
+        let (s, _) = c
+            .call(
+                Method::PATCH,
+                &format!("{sts_path}?dryRun=All&{ssa}"),
+                Some((APPLY, desired.to_string())),
+            )
+            .await?;
+        expect("dry run as it is", s, &[422])?;
+    }
+    let (s, _) = c
+        .call(
+            Method::POST,
+            &format!(
+                "/apis/apps/v1/namespaces/{ns}/statefulsets?dryRun=All&fieldManager=kustomize-controller"
+            ),
+            Some((JSON, desired.to_string())),
+        )
+        .await?;
+    expect("pre-flight", s, &[409])?;
+
+    Ok(())
+}
+
+/// The service's N+7 (see `Args::service`), timed from the first request to the last answer.
+async fn service_floor(
+    server: &http::Uri,
+    tls: &tokio_rustls::TlsConnector,
+    desired: &Value,
+) -> anyhow::Result<()> {
+    let Paths {
+        ns,
+        name,
+        sts: sts_path,
+        ..
+    } = paths(desired)?;
+    // The watch the service keeps open, on its own connection, read by a task.
+    let mut w = Connection::open(server, tls).await?;
+    let watch = w
+        .start(
+            Method::GET,
+            "/apis/apps/v1/statefulsets?watch=true&labelSelector=kustomize.toolkit.fluxcd.io%2Fname",
+            None,
+        )
+        .await?;
+    expect("watch", watch.status(), &[200])?;
+    let (events, mut received) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        let _connection = w;
+        let mut stream = axum::body::Body::new(watch.into_body()).into_data_stream();
+        let mut buffer = Vec::<u8>::new();
+        while let Some(Ok(chunk)) = stream.next().await {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                if let Ok(event) = serde_json::from_slice::<Value>(&line)
+                    && events.send(event).is_err()
+                {
+                    return;
+                }
+            }
+        }
+    });
+    let ours = |event: &Value| {
+        event["object"]["metadata"]["name"] == name.as_str()
+            && event["object"]["metadata"]["namespace"] == ns.as_str()
+    };
+    // The live object, as the service's watch holds it before the converge.
+    let live = loop {
+        let event = received.recv().await.context("the watch ended")?;
+        if ours(&event) {
+            break event["object"].clone();
+        }
+    };
+    let uid = live["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let mut c = Connection::open(server, tls).await?;
+    let (s, _) = c
+        .call(Method::GET, "/apis/storage.k8s.io/v1/storageclasses", None)
+        .await?;
+    expect("warm-up", s, &[200])?;
+
+    let started = std::time::Instant::now();
+    let (s, claims) = c
+        .call(
+            Method::GET,
+            &format!("/api/v1/namespaces/{ns}/persistentvolumeclaims?limit=500"),
+            None,
+        )
+        .await?;
+    expect("claim list", s, &[200])?;
+    prove(&mut c, desired, &live, false).await?;
+    grow_and_record(&mut c, desired, &claims, &uid).await?;
+    let delete = json!({"propagationPolicy": "Orphan", "preconditions": {"uid": uid}});
+    let (s, _) = c
+        .call(Method::DELETE, &sts_path, Some((JSON, delete.to_string())))
+        .await?;
+    expect("orphan delete", s, &[200])?;
+    loop {
+        let event = received
+            .recv()
+            .await
+            .context("the watch ended before the StatefulSet was gone")?;
+        if ours(&event)
+            && event["type"] == "DELETED"
+            && event["object"]["metadata"]["uid"] == uid.as_str()
+        {
+            break;
+        }
+    }
+    reapply_and_clear(&mut c, desired).await?;
+    println!("{:.3}", started.elapsed().as_secs_f64() * 1000.0);
     Ok(())
 }

@@ -12,6 +12,11 @@
 # binary (e.g. one built without the connector fix, for a before/after). TRACE=1 prints the
 # per-request trace (flux_converger::wire at debug) of one more converge.
 # Times are process wall times (start to exit), release builds, this machine's.
+# SERVICE=1 measures the service's converge instead: examples/service-converge.rs converges
+# once to warm the caches a running `serve` keeps (StorageClasses, intents, StatefulSets, the
+# server's "forbidden in place"), then times a second converge in-process, against the floor's
+# `--service` sequence (the same N+7 requests on a warm connection, the deletion read from a
+# watch opened beforehand), timed from its first request to its last answer.
 set -euo pipefail
 shopt -s inherit_errexit
 RUNS="${1:-5}"
@@ -27,10 +32,11 @@ cleanup() {
 trap cleanup EXIT
 
 cargo build --release --quiet --manifest-path "$ROOT/Cargo.toml" \
-  --bin flux-converger --example fake-apiserver --example wire-floor
+  --bin flux-converger --example fake-apiserver --example wire-floor --example service-converge
 CONVERGER="${CONVERGER:-$TARGET/release/flux-converger}"
 FAKE="$TARGET/release/examples/fake-apiserver"
 FLOOR="$TARGET/release/examples/wire-floor"
+SERVICE_CONVERGE="$TARGET/release/examples/service-converge"
 
 cat > "$WORK/seed.yaml" <<'YAML'
 apiVersion: storage.k8s.io/v1
@@ -47,7 +53,10 @@ statefulset() {
   cat <<YAML
 apiVersion: apps/v1
 kind: StatefulSet
-metadata: {name: web, namespace: default}
+metadata:
+  name: web
+  namespace: default
+  labels: {kustomize.toolkit.fluxcd.io/name: apps, kustomize.toolkit.fluxcd.io/namespace: flux-system}
 spec:
   serviceName: web
   replicas: 3
@@ -67,6 +76,7 @@ YAML
 }
 statefulset 1Gi > "$WORK/live.yaml"
 statefulset 2Gi > "$WORK/desired.yaml"
+statefulset 3Gi > "$WORK/desired-3gi.yaml"
 
 # A fresh fake with web (3 replicas, 3 Bound 1Gi claims) created through it, over TLS.
 start_fake() {
@@ -112,14 +122,33 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[
 
 : > "$WORK/converge"
 : > "$WORK/floor"
-echo "run  converge_ms  floor_ms  (orphan GC: ${GC_MS:-fake default} ms; $CONVERGER)"
+# What the service's side prints on stdout: the milliseconds it timed, as microseconds.
+printed() {
+  "$@" >"$WORK/out" 2>"$WORK/err" || { cat "$WORK/out" "$WORK/err" >&2; echo "failed: $*" >&2; exit 1; }
+  awk '{printf "%d\n", $1 * 1000}' "$WORK/out"
+}
+
+if [ "${SERVICE:-0}" = 1 ]; then
+  echo "run  service_ms  floor_ms  (in-process, warm caches; orphan GC: ${GC_MS:-fake default} ms)"
+else
+  echo "run  converge_ms  floor_ms  (orphan GC: ${GC_MS:-fake default} ms; $CONVERGER)"
+fi
 for i in $(seq 1 "$RUNS"); do
   start_fake
-  c=$(timed converge_run)
-  grep -q "converged" "$WORK/out" || { cat "$WORK/out" >&2; exit 1; }
+  if [ "${SERVICE:-0}" = 1 ]; then
+    c=$(printed "$SERVICE_CONVERGE" --kubeconfig "$WORK/kubeconfig" \
+      --warm "$WORK/desired.yaml" --desired "$WORK/desired-3gi.yaml")
+  else
+    c=$(timed converge_run)
+    grep -q "converged" "$WORK/out" || { cat "$WORK/out" >&2; exit 1; }
+  fi
   stop_fake
   start_fake
-  f=$(timed "$FLOOR" --kubeconfig "$WORK/kubeconfig" --desired "$WORK/desired.yaml")
+  if [ "${SERVICE:-0}" = 1 ]; then
+    f=$(printed "$FLOOR" --service --kubeconfig "$WORK/kubeconfig" --desired "$WORK/desired.yaml")
+  else
+    f=$(timed "$FLOOR" --kubeconfig "$WORK/kubeconfig" --desired "$WORK/desired.yaml")
+  fi
   stop_fake
   echo "$c" >> "$WORK/converge"
   echo "$f" >> "$WORK/floor"
