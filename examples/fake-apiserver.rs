@@ -149,28 +149,19 @@ async fn apply_statefulsets(fake: &FakeApiServer, file: &PathBuf) -> anyhow::Res
     Ok(())
 }
 
-/// Waits (up to 10 s) for the StatefulSet controller to make each claim, then marks it Bound,
-/// so a converge can grow it at once.
+/// Waits for the StatefulSet controller to make each claim, then marks it Bound.
 async fn bind_when_made(fake: &FakeApiServer, claims: &[String]) -> anyhow::Result<()> {
+    let mut named = Vec::with_capacity(claims.len());
     for claim in claims {
-        let (ns, name) = claim
-            .split_once('/')
-            .with_context(|| format!("--bind {claim:?}: expected NAMESPACE/NAME"))?;
-        let mut made = false;
-        for _ in 0..1000 {
-            if fake
-                .get("v1", "PersistentVolumeClaim", Some(ns), name)
-                .is_some()
-            {
-                made = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        anyhow::ensure!(made, "--bind {claim}: the claim was never made");
-        fake.set_pvc_phase(ns, name, "Bound");
+        named.push(
+            claim
+                .split_once('/')
+                .with_context(|| format!("--bind {claim:?}: expected NAMESPACE/NAME"))?,
+        );
     }
-    Ok(())
+    fake.bind_when_made(named)
+        .await
+        .map_err(|claim| anyhow::anyhow!("--bind {claim}: the claim was never made"))
 }
 
 fn version_name(v: KubeVersion) -> &'static str {

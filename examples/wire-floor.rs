@@ -118,6 +118,18 @@ impl Connection {
     }
 }
 
+/// The watch events completed by `chunk` (one JSON object per line; a line may span chunks,
+/// its start waits in `buffer`).
+fn events(buffer: &mut Vec<u8>, chunk: &[u8]) -> Vec<Value> {
+    buffer.extend_from_slice(chunk);
+    let mut events = Vec::new();
+    while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+        let line: Vec<u8> = buffer.drain(..=end).collect();
+        events.push(serde_json::from_slice(&line).unwrap_or(Value::Null));
+    }
+    events
+}
+
 fn expect(what: &str, got: StatusCode, want: &[u16]) -> anyhow::Result<()> {
     ensure!(
         want.contains(&got.as_u16()),
@@ -231,10 +243,7 @@ async fn main() -> anyhow::Result<()> {
     let mut gone = false;
     'events: while let Some(chunk) = stream.next().await {
         let chunk: Bytes = chunk?;
-        buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            let event: Value = serde_json::from_slice(&line).unwrap_or(Value::Null);
+        for event in events(&mut buffer, &chunk) {
             if event["type"] == "DELETED" && event["object"]["metadata"]["uid"] == uid.as_str() {
                 gone = true;
                 break 'events;
@@ -430,18 +439,14 @@ async fn service_floor(
         )
         .await?;
     expect("watch", watch.status(), &[200])?;
-    let (events, mut received) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let (sent, mut received) = tokio::sync::mpsc::unbounded_channel::<Value>();
     tokio::spawn(async move {
         let _connection = w;
         let mut stream = axum::body::Body::new(watch.into_body()).into_data_stream();
         let mut buffer = Vec::<u8>::new();
         while let Some(Ok(chunk)) = stream.next().await {
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buffer.drain(..=end).collect();
-                if let Ok(event) = serde_json::from_slice::<Value>(&line)
-                    && events.send(event).is_err()
-                {
+            for event in events(&mut buffer, &chunk) {
+                if sent.send(event).is_err() {
                     return;
                 }
             }

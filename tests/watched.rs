@@ -58,18 +58,9 @@ async fn world(size: &str, labelled: bool) -> FakeApiServer {
         .await
         .unwrap();
     let names: Vec<String> = (0..CLAIMS).map(|i| format!("data-web-{i}")).collect();
-    for _ in 0..500 {
-        if names.iter().all(|n| {
-            fake.get("v1", "PersistentVolumeClaim", Some("default"), n)
-                .is_some()
-        }) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    for n in &names {
-        fake.set_pvc_phase("default", n, "Bound");
-    }
+    fake.bind_when_made(names.iter().map(|n| ("default", n.as_str())))
+        .await
+        .unwrap();
     fake.clear_requests();
     fake
 }
@@ -213,19 +204,11 @@ async fn a_copy_with_stale_templates_is_refused_by_the_proof_and_decided_again()
     assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
     assert!(report.recreated, "{report:?}");
     assert_eq!(statefulset_reads(&fake.requests()), 1);
-    let now = live(&fake);
+    let now = fake
+        .get("apps/v1", "StatefulSet", Some("default"), "web")
+        .unwrap();
     assert_eq!(
-        now.spec.unwrap().volume_claim_templates.unwrap()[0]
-            .spec
-            .as_ref()
-            .unwrap()
-            .resources
-            .as_ref()
-            .unwrap()
-            .requests
-            .as_ref()
-            .unwrap()["storage"]
-            .0,
+        now["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
         "2Gi"
     );
     for i in 0..CLAIMS {

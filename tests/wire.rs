@@ -49,18 +49,9 @@ async fn world() -> FakeApiServer {
             .unwrap();
     }
     let names: Vec<String> = (0..CLAIMS).map(|i| format!("data-web-{i}")).collect();
-    for _ in 0..500 {
-        if names.iter().all(|n| {
-            fake.get("v1", "PersistentVolumeClaim", Some("default"), n)
-                .is_some()
-        }) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    for n in &names {
-        fake.set_pvc_phase("default", n, "Bound");
-    }
+    fake.bind_when_made(names.iter().map(|n| ("default", n.as_str())))
+        .await
+        .unwrap();
     fake.clear_requests();
     fake
 }

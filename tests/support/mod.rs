@@ -519,6 +519,32 @@ impl FakeApiServer {
         state.replace(resources::PVC, pvc);
     }
 
+    /// Waits (up to 10 s) for the StatefulSet controller to make each claim `namespace/name`,
+    /// then marks it Bound, so a converge can grow it at once. `Err` names a claim never made.
+    pub async fn bind_when_made<'a>(
+        &self,
+        claims: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<(), String> {
+        for (ns, name) in claims {
+            let mut made = false;
+            for _ in 0..1000 {
+                if self
+                    .get("v1", "PersistentVolumeClaim", Some(ns), name)
+                    .is_some()
+                {
+                    made = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if !made {
+                return Err(format!("{ns}/{name}"));
+            }
+            self.set_pvc_phase(ns, name, "Bound");
+        }
+        Ok(())
+    }
+
     /// Sets a claim's `status.capacity.storage` (what an external resizer does after a grow).
     pub fn set_pvc_capacity(&self, namespace: &str, name: &str, capacity: &str) {
         let mut state = self.lock();
