@@ -43,6 +43,11 @@ fn read(path: &PathBuf) -> anyhow::Result<StatefulSet> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // `RUST_LOG=flux_converger::wire=debug` traces each request (stderr).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
     flux_converger::tls::install_crypto_provider();
     let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
@@ -111,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
     // The intent's clear seen by the watch too: the load is then answered from it.
     tokio::time::sleep(Duration::from_millis(50)).await;
 
+    tracing::info!("timed converge starts");
     let t = Instant::now();
     let report = converge(&cluster, &journal, &desired, &options).await?;
     let took = t.elapsed();
