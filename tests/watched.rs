@@ -294,3 +294,30 @@ async fn the_watch_holds_what_flux_applied_and_sees_the_orphan_delete_complete()
         assert_eq!(own_watches, expected, "labelled: {labelled}");
     }
 }
+
+/// A watch that has not listed (its task never ran: the server refused it, or it is still
+/// starting) is not used: the converge reads the object and watches its delete on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_has_not_listed_is_not_used() {
+    let fake = world("1Gi", true).await;
+    let (watched, _never_run) = WatchedStatefulSets::watch(
+        fake.client(),
+        flux_converger::flux::objects::OWNER_NAME_LABEL,
+    );
+    assert!(!watched.is_synced());
+    assert!(watched.get("default", "web").is_none());
+    let cluster =
+        KubeCluster::new(fake.client(), Duration::from_secs(5)).with_statefulsets(watched);
+    let journal = ConfigMapJournal::new(fake.client(), "default", Duration::from_secs(5));
+    let report = converge(&cluster, &journal, &sts("2Gi", true), &opts())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
+    let log = fake.requests();
+    assert_eq!(statefulset_reads(&log), 1);
+    assert!(
+        log.iter()
+            .any(|r| r.watch && r.path == "/apis/apps/v1/namespaces/default/statefulsets"),
+        "no watch of the delete on the server"
+    );
+}
