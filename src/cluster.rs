@@ -20,7 +20,9 @@ use kube::api::{
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 
+mod synced;
 mod watched;
+pub use synced::Synced;
 pub use watched::{TRUST_WAIT, WatchedStatefulSets};
 
 /// Field manager of the StatefulSet dry run and re-apply: parity with Flux (docs/README.md, Contracts).

@@ -18,12 +18,9 @@
 //! of a StatefulSet's bytes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::future::FutureExt;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
@@ -31,6 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use super::WaitOutcome;
+use super::synced::Synced;
 
 /// How long a wait for a deletion trusts the watch alone: an orphan delete completes in tens
 /// of milliseconds on a healthy control plane, so a watch that has said nothing by then is
@@ -47,8 +45,7 @@ type Key = (String, String);
 #[derive(Clone)]
 pub struct WatchedStatefulSets {
     store: Store<StatefulSet>,
-    /// False from a watch error until the watch answers again (an event, or a relist's end).
-    healthy: Arc<AtomicBool>,
+    synced: Synced,
     /// Bumped after every event the store took and at every error, so a wait looks again.
     changed: tokio::sync::watch::Receiver<u64>,
     /// uid of each object the watch saw deleted, and when.
@@ -85,31 +82,18 @@ impl WatchedStatefulSets {
         let config = watcher::Config::default().labels(label_selector);
         let (bump, changed) = tokio::sync::watch::channel(0u64);
         let cache = Self::new(store, changed);
-        let (healthy, deleted) = (cache.healthy.clone(), cache.deleted.clone());
+        let (synced, deleted) = (cache.synced.clone(), cache.deleted.clone());
         let task = async move {
-            let mut stream = reflector(writer, watcher(api, config).modify(slim))
-                .default_backoff()
-                .boxed();
-            loop {
-                match stream.try_next().await {
-                    // A relist replaces the store only at its end: until then it may miss
-                    // what changed while the watch was down.
-                    Ok(Some(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
-                    Ok(Some(event)) => {
-                        if let watcher::Event::Delete(sts) = &event {
-                            remember(&deleted, sts);
-                        }
-                        healthy.store(true, Ordering::SeqCst);
+            let stream = reflector(writer, watcher(api, config).modify(slim)).default_backoff();
+            let warning = "watching StatefulSets; retrying (converges read them meanwhile)";
+            synced
+                .follow(stream, warning, |event| {
+                    if let Some(watcher::Event::Delete(sts)) = event {
+                        remember(&deleted, sts);
                     }
-                    Ok(None) => return,
-                    Err(error) => {
-                        if healthy.swap(false, Ordering::SeqCst) {
-                            tracing::warn!(%error, "watching StatefulSets; retrying (converges read them meanwhile)");
-                        }
-                    }
-                }
-                bump.send_modify(|n| *n = n.wrapping_add(1));
-            }
+                    bump.send_modify(|n| *n = n.wrapping_add(1));
+                })
+                .await;
         };
         (cache, task)
     }
@@ -117,7 +101,7 @@ impl WatchedStatefulSets {
     fn new(store: Store<StatefulSet>, changed: tokio::sync::watch::Receiver<u64>) -> Self {
         WatchedStatefulSets {
             store,
-            healthy: Arc::new(AtomicBool::new(false)),
+            synced: Synced::default(),
             changed,
             deleted: Arc::default(),
         }
@@ -125,8 +109,7 @@ impl WatchedStatefulSets {
 
     /// Whether the watch has listed and its last answer was not an error.
     pub fn is_synced(&self) -> bool {
-        matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())))
-            && self.healthy.load(Ordering::SeqCst)
+        self.synced.of(&self.store)
     }
 
     /// The watched copy of `namespace/name` (without its pod template), when the watch is

@@ -17,16 +17,14 @@
 //! race just the same.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::future::FutureExt;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
+use crate::cluster::Synced;
 use crate::journal::{
     ConfigMapJournal, INTENT_RECORD, Intent, Journal, JournalError, Listing, RECORD_LABEL,
     intent_configmap_name,
@@ -39,9 +37,7 @@ type Key = (String, String);
 pub struct IntentCache {
     store: Store<ConfigMap>,
     namespace: String,
-    /// False from a watch error until the watch answers again (an event, or the end of a
-    /// relist).
-    healthy: Arc<AtomicBool>,
+    synced: Synced,
     /// StatefulSets whose intent this process recorded and has not cleared yet.
     uncleared: Arc<Mutex<HashSet<Key>>>,
 }
@@ -56,42 +52,28 @@ impl IntentCache {
         let (store, writer) = reflector::store();
         let api: Api<ConfigMap> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().labels(&format!("{RECORD_LABEL}={INTENT_RECORD}"));
-        let healthy = Arc::new(AtomicBool::new(false));
-        let flag = healthy.clone();
+        let synced = Synced::default();
+        let follower = synced.clone();
         let task = async move {
-            let mut stream = reflector(writer, watcher(api, config))
-                .default_backoff()
-                .boxed();
-            loop {
-                match stream.try_next().await {
-                    // A relist replaces the store only at its end: until then what it holds
-                    // may miss what was written while the watch was down.
-                    Ok(Some(watcher::Event::Init | watcher::Event::InitApply(_))) => {}
-                    Ok(Some(_)) => flag.store(true, Ordering::SeqCst),
-                    Ok(None) => return,
-                    Err(error) => {
-                        if flag.swap(false, Ordering::SeqCst) {
-                            tracing::warn!(%error, "watching intents; retrying (converges read their intent meanwhile)");
-                        }
-                    }
-                }
-            }
+            let stream = reflector(writer, watcher(api, config)).default_backoff();
+            let warning = "watching intents; retrying (converges read their intent meanwhile)";
+            follower.follow(stream, warning, |_| {}).await;
         };
-        (Self::new(store, namespace, healthy), task)
+        (Self::new(store, namespace, synced), task)
     }
 
-    fn new(store: Store<ConfigMap>, namespace: &str, healthy: Arc<AtomicBool>) -> Self {
+    fn new(store: Store<ConfigMap>, namespace: &str, synced: Synced) -> Self {
         IntentCache {
             store,
             namespace: namespace.to_string(),
-            healthy,
+            synced,
             uncleared: Arc::default(),
         }
     }
 
     /// A cache over a store the caller fills (tests drive its watch events by hand).
     pub fn over(store: Store<ConfigMap>, namespace: &str) -> Self {
-        Self::new(store, namespace, Arc::new(AtomicBool::new(true)))
+        Self::new(store, namespace, Synced::trusted())
     }
 
     fn uncleared(&self) -> std::sync::MutexGuard<'_, HashSet<Key>> {
@@ -103,8 +85,7 @@ impl IntentCache {
     /// Whether the watch has listed and its last answer was not an error: until then every
     /// load reads the server.
     pub fn is_synced(&self) -> bool {
-        matches!(self.store.wait_until_ready().now_or_never(), Some(Ok(())))
-            && self.healthy.load(Ordering::SeqCst)
+        self.synced.of(&self.store)
     }
 
     /// Whether the watch alone can say there is no intent for `namespace/name`.
