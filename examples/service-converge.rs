@@ -35,6 +35,27 @@ struct Args {
     desired: PathBuf,
 }
 
+/// Until both watches have listed and the StatefulSet watch holds `name` (with `uid`, when
+/// given), polled every 5 ms for up to 5 s.
+async fn settle(
+    intents: &IntentCache,
+    statefulsets: &WatchedStatefulSets,
+    namespace: &str,
+    name: &str,
+    uid: Option<&str>,
+) -> anyhow::Result<()> {
+    for _ in 0..1000 {
+        let held = statefulsets
+            .get(namespace, name)
+            .is_some_and(|s| uid.is_none_or(|u| s.metadata.uid.as_deref() == Some(u)));
+        if intents.is_synced() && held {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    anyhow::bail!("the caches did not settle")
+}
+
 fn read(path: &PathBuf) -> anyhow::Result<StatefulSet> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
     Ok(serde_saphyr::from_str(&text)?)
@@ -91,28 +112,17 @@ async fn main() -> anyhow::Result<()> {
     let options = Options::default();
 
     // Warm: every cache synced and holding the object, then the first converge.
-    let synced = |uid: Option<&String>| {
-        intents.is_synced()
-            && statefulsets
-                .get(&namespace, &name)
-                .is_some_and(|s| uid.is_none_or(|u| s.metadata.uid.as_ref() == Some(u)))
-    };
-    let settle = |uid: Option<String>| {
-        let synced = &synced;
-        async move {
-            for _ in 0..1000 {
-                if synced(uid.as_ref()) {
-                    return Ok(());
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            anyhow::bail!("the caches did not settle")
-        }
-    };
-    settle(None).await?;
+    settle(&intents, &statefulsets, &namespace, &name, None).await?;
     let first = converge(&cluster, &journal, &warm, &options).await?;
     ensure!(first.outcome == Outcome::Converged, "warm-up: {first:?}");
-    settle(first.new_uid.clone()).await?;
+    settle(
+        &intents,
+        &statefulsets,
+        &namespace,
+        &name,
+        first.new_uid.as_deref(),
+    )
+    .await?;
     // The intent's clear seen by the watch too: the load is then answered from it.
     tokio::time::sleep(Duration::from_millis(50)).await;
 
