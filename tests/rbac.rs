@@ -862,9 +862,26 @@ async fn a_review_that_fails_is_retried_not_reported_missing() {
 
 /// A handled Kustomization that names a service account makes the service impersonate: once
 /// the watches have synced, the check asks for `impersonate` too, and names it when missing.
+/// The answer given before the sync never makes the replica ready: the Kustomizations are
+/// listed well after the first pass has answered, and the second pass is slow, so a replica
+/// ready on the first pass's answer would be seen ready here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kustomization_with_a_service_account_makes_impersonate_needed() {
     let fake = FakeApiServer::new();
+    fake.add_fault(FaultRule {
+        method: Some(Method::GET),
+        path_contains: "/kustomizations".into(),
+        nth: 0,
+        action: Fault::Delay(Duration::from_millis(1000)),
+    });
+    for nth in 0..80 {
+        fake.add_fault(FaultRule {
+            method: Some(Method::POST),
+            path_contains: "/selfsubjectaccessreviews".into(),
+            nth,
+            action: Fault::Delay(Duration::from_millis(100)),
+        });
+    }
     fake.seed(json!({
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
         "metadata": {"name": "tenant", "namespace": "flux-system",

@@ -346,7 +346,7 @@ pub async fn check(
             }
         }
         let complete = missing.is_empty();
-        readiness.set_missing_access(missing);
+        readiness.set_missing_access(missing, synced);
         if !complete {
             tokio::time::sleep(RECHECK).await;
         } else if synced {

@@ -133,6 +133,7 @@ impl Backend for ServiceBackend {
         if !self.records.is_loaded() {
             return Err("results not read yet".to_string());
         }
-        Ok(())
+        // Last: an answer given before the Kustomizations were listed may lack `impersonate`.
+        self.readiness.access_final()
     }
 }

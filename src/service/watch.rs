@@ -47,6 +47,9 @@ struct ReadinessFlags {
     /// The permissions the access check found missing (`service::access`); `None` until it
     /// has answered for every one.
     missing_access: RwLock<Option<Vec<String>>>,
+    /// Whether that answer was given with every watch synced: before, a Kustomization not yet
+    /// listed may name a service account, and so need `impersonate` nobody has asked about.
+    access_final: AtomicBool,
 }
 
 fn slot(kind: SourceKind) -> usize {
@@ -81,8 +84,12 @@ impl Readiness {
         missing
     }
 
-    /// Records the access check's answer: the permissions missing, by name (empty: none).
-    pub fn set_missing_access(&self, missing: Vec<String>) {
+    /// Records the access check's answer: the permissions missing, by name (empty: none), and
+    /// whether it was asked with every watch synced (`final_answer`).
+    pub fn set_missing_access(&self, missing: Vec<String>, final_answer: bool) {
+        self.inner
+            .access_final
+            .store(final_answer, Ordering::Release);
         *self
             .inner
             .missing_access
@@ -101,6 +108,15 @@ impl Readiness {
             None => Err("access not checked yet".to_string()),
             Some(missing) if missing.is_empty() => Ok(()),
             Some(missing) => Err(format!("missing permissions: {}", missing.join(", "))),
+        }
+    }
+
+    /// `Ok` once the access check has answered for what the synced Kustomizations need.
+    pub fn access_final(&self) -> Result<(), String> {
+        if self.inner.access_final.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err("access not checked for the Kustomizations' service accounts yet".to_string())
         }
     }
 
