@@ -125,7 +125,7 @@ impl Backend for ServiceBackend {
 
     fn ready(&self) -> Result<(), String> {
         // First: a missing permission is often why a cache never syncs.
-        self.readiness.access()?;
+        let access_final = self.readiness.access()?;
         let unsynced = self.readiness.unsynced();
         if !unsynced.is_empty() {
             return Err(format!("caches not synced: {}", unsynced.join(", ")));
@@ -134,6 +134,11 @@ impl Backend for ServiceBackend {
             return Err("results not read yet".to_string());
         }
         // Last: an answer given before the Kustomizations were listed may lack `impersonate`.
-        self.readiness.access_final()
+        if !access_final {
+            return Err(
+                "access not checked for the Kustomizations' service accounts yet".to_string(),
+            );
+        }
+        Ok(())
     }
 }

@@ -44,12 +44,17 @@ pub struct Readiness {
 struct ReadinessFlags {
     kustomizations: AtomicBool,
     sources: [AtomicBool; 4],
-    /// The permissions the access check found missing (`service::access`); `None` until it
-    /// has answered for every one.
-    missing_access: RwLock<Option<Vec<String>>>,
-    /// Whether that answer was given with every watch synced: before, a Kustomization not yet
-    /// listed may name a service account, and so need `impersonate` nobody has asked about.
-    access_final: AtomicBool,
+    /// The access check's last answer (`service::access`); `None` until it has answered for
+    /// every permission. One lock for both halves, so no reader pairs an old list with a new
+    /// `final_answer`.
+    access: RwLock<Option<AccessAnswer>>,
+}
+
+struct AccessAnswer {
+    missing: Vec<String>,
+    /// Asked with every watch synced: before, a Kustomization not yet listed may name a
+    /// service account, and so need `impersonate` nobody has asked about.
+    final_answer: bool,
 }
 
 fn slot(kind: SourceKind) -> usize {
@@ -87,36 +92,23 @@ impl Readiness {
     /// Records the access check's answer: the permissions missing, by name (empty: none), and
     /// whether it was asked with every watch synced (`final_answer`).
     pub fn set_missing_access(&self, missing: Vec<String>, final_answer: bool) {
-        self.inner
-            .access_final
-            .store(final_answer, Ordering::Release);
-        *self
-            .inner
-            .missing_access
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Some(missing);
+        *self.inner.access.write().unwrap_or_else(|e| e.into_inner()) = Some(AccessAnswer {
+            missing,
+            final_answer,
+        });
     }
 
-    /// `Ok` once the access check found every permission granted; else why not.
-    pub fn access(&self) -> Result<(), String> {
-        match &*self
-            .inner
-            .missing_access
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-        {
+    /// `Ok` once the access check found every permission granted, with whether that answer
+    /// was given with the synced Kustomizations known (one read, so both halves agree); else
+    /// why not.
+    pub fn access(&self) -> Result<bool, String> {
+        match &*self.inner.access.read().unwrap_or_else(|e| e.into_inner()) {
             None => Err("access not checked yet".to_string()),
-            Some(missing) if missing.is_empty() => Ok(()),
-            Some(missing) => Err(format!("missing permissions: {}", missing.join(", "))),
-        }
-    }
-
-    /// `Ok` once the access check has answered for what the synced Kustomizations need.
-    pub fn access_final(&self) -> Result<(), String> {
-        if self.inner.access_final.load(Ordering::Acquire) {
-            Ok(())
-        } else {
-            Err("access not checked for the Kustomizations' service accounts yet".to_string())
+            Some(answer) if answer.missing.is_empty() => Ok(answer.final_answer),
+            Some(answer) => Err(format!(
+                "missing permissions: {}",
+                answer.missing.join(", ")
+            )),
         }
     }
 
