@@ -4,6 +4,8 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+#[path = "../tests/data/web.rs"]
+mod web;
 
 use std::time::{Duration, Instant};
 
@@ -17,19 +19,7 @@ use serde_json::{Value, json};
 use support::FakeApiServer;
 
 fn statefulset(size: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {
-            "serviceName": "web", "replicas": 3, "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                         "spec": {"containers": [{"name": "app", "image": "busybox"}]}},
-            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                "accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
-                "resources": {"requests": {"storage": size}}}}],
-        }
-    })
+    web::statefulset(3, size, json!({}))
 }
 
 async fn world() -> FakeApiServer {

@@ -7,6 +7,8 @@
 #[path = "data/flux_standin.rs"]
 mod flux_standin;
 mod support;
+#[path = "data/web.rs"]
+mod web;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,20 +43,7 @@ const T: Duration = Duration::from_secs(5);
 
 /// `web`: templates `data` and `logs`, 2 replicas.
 fn statefulset(data: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {
-            "serviceName": "web", "replicas": 2, "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                         "spec": {"containers": [{"name": "app", "image": "busybox"}]}},
-            "volumeClaimTemplates": [
-                {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
-                  "storageClassName": "expandable", "resources": {"requests": {"storage": data}}}},
-            ],
-        }
-    })
+    web::statefulset(2, data, json!({}))
 }
 
 /// A cluster with `web` at 1Gi (claims Bound), the `apps` Kustomization and its GitRepository,
@@ -83,11 +72,7 @@ impl World {
         fake.seed_fixture("v1.28/storageclasses.yaml");
         fake.enable_statefulset_controller();
         // As kustomize-controller applied it: with its owner labels.
-        let mut live = statefulset("1Gi");
-        live["metadata"]["labels"] = json!({
-            "kustomize.toolkit.fluxcd.io/name": "apps",
-            "kustomize.toolkit.fluxcd.io/namespace": FLUX_NS,
-        });
+        let live = web::statefulset(2, "1Gi", web::applied_by_apps());
         let live: StatefulSet = serde_json::from_value(live).unwrap();
         KubeCluster::new(fake.client(), T)
             .apply(&live)

@@ -9,6 +9,8 @@ mod support;
 
 #[path = "data/flux_standin.rs"]
 mod flux_standin;
+#[path = "data/web.rs"]
+mod web;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,20 +106,7 @@ impl ArtifactHost for TestHost {
 }
 
 fn statefulset(data: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {
-            "serviceName": "web", "replicas": 2, "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                         "spec": {"containers": [{"name": "app", "image": "busybox"}]}},
-            "volumeClaimTemplates": [
-                {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
-                  "storageClassName": "expandable", "resources": {"requests": {"storage": data}}}},
-            ],
-        }
-    })
+    web::statefulset(2, data, json!({}))
 }
 
 struct World {

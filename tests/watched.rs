@@ -5,6 +5,8 @@
 
 #[path = "support/mod.rs"]
 mod support;
+#[path = "data/web.rs"]
+mod web;
 
 use std::time::Duration;
 
@@ -24,24 +26,11 @@ const CLAIMS: usize = 2;
 
 fn statefulset(size: &str, labelled: bool) -> Value {
     let labels = if labelled {
-        json!({"kustomize.toolkit.fluxcd.io/name": "apps",
-               "kustomize.toolkit.fluxcd.io/namespace": "flux-system"})
+        web::applied_by_apps()
     } else {
         json!({})
     };
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": "default", "labels": labels},
-        "spec": {
-            "serviceName": "web", "replicas": CLAIMS, "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                         "spec": {"containers": [{"name": "app", "image": "busybox"}]}},
-            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                "accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
-                "resources": {"requests": {"storage": size}}}}],
-        }
-    })
+    web::statefulset(CLAIMS, size, labels)
 }
 
 fn sts(size: &str, labelled: bool) -> StatefulSet {

@@ -4,6 +4,8 @@
 
 #[path = "support/mod.rs"]
 mod support;
+#[path = "data/web.rs"]
+mod web;
 
 use std::time::Duration;
 
@@ -11,27 +13,13 @@ use flux_converger::cluster::KubeCluster;
 use flux_converger::converge::{Options, Outcome, converge};
 use flux_converger::journal::ConfigMapJournal;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use serde_json::{Value, json};
+use serde_json::Value;
 use support::{FakeApiServer, RequestRecord};
 
 const CLAIMS: usize = 3;
 
 fn statefulset(size: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "web", "namespace": "default",
-                     "labels": {"kustomize.toolkit.fluxcd.io/name": "apps",
-                                "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}},
-        "spec": {
-            "serviceName": "web", "replicas": CLAIMS, "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}},
-                         "spec": {"containers": [{"name": "app", "image": "busybox"}]}},
-            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                "accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
-                "resources": {"requests": {"storage": size}}}}],
-        }
-    })
+    web::statefulset(CLAIMS, size, web::applied_by_apps())
 }
 
 /// `web` with 3 Bound 1Gi claims, created through the server as Flux would.
