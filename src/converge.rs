@@ -1068,9 +1068,15 @@ pub async fn converge_all<C: Cluster, J: Journal>(
     desired: &[StatefulSet],
     options: &Options,
 ) -> Vec<Result<Report, ConvergeError>> {
+    use tracing::Instrument as _;
+    let spans: Vec<tracing::Span> = desired.iter().map(statefulset_span).collect();
     let mut prepared = Vec::with_capacity(desired.len());
-    for d in desired {
-        prepared.push(prepare_one(cluster, journal, d, options).await);
+    for (d, span) in desired.iter().zip(&spans) {
+        prepared.push(
+            prepare_one(cluster, journal, d, options)
+                .instrument(span.clone())
+                .await,
+        );
     }
     let blocker = prepared.iter().zip(desired).find_map(|(p, d)| match p {
         Err(_) => Some(held_message(d, "failed")),
@@ -1089,7 +1095,7 @@ pub async fn converge_all<C: Cluster, J: Journal>(
     }
     let mut results = Vec::with_capacity(prepared.len());
     let mut stopped: Option<String> = None;
-    for (p, d) in prepared.into_iter().zip(desired) {
+    for ((p, d), span) in prepared.into_iter().zip(desired).zip(spans) {
         let p = match p {
             Ok(p) => p,
             Err(e) => {
@@ -1101,13 +1107,21 @@ pub async fn converge_all<C: Cluster, J: Journal>(
             results.push(Ok(held(p.report, why)));
             continue;
         }
-        let written = write_one(p).await;
+        let written = write_one(p).instrument(span).await;
         if written.is_err() {
             stopped = Some(held_message(d, "failed"));
         }
         results.push(written);
     }
     results
+}
+
+/// The span one StatefulSet's converge runs in: every event inside it, the wire's request
+/// trace included (`crate::wire`), carries `statefulset = namespace/name`.
+fn statefulset_span(desired: &StatefulSet) -> tracing::Span {
+    let namespace = desired.metadata.namespace.as_deref().unwrap_or_default();
+    let name = desired.metadata.name.as_deref().unwrap_or_default();
+    tracing::info_span!("converge", statefulset = %format!("{namespace}/{name}"))
 }
 
 /// Converges one StatefulSet to `desired` (namespace and name set): first finishes an

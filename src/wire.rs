@@ -11,10 +11,12 @@
 //! kube's rustls config (the `ring` provider, see [`crate::tls`]).
 //!
 //! The stack also traces the wire at `debug` (target `flux_converger::wire`): one event per
-//! request (method, path, status, elapsed until the response head) and one per new
-//! connection (host, elapsed for TCP connect and TLS handshake). With
-//! `--log-level flux_converger::wire=debug` a converge's requests can be read one by one, and
-//! a second connection or a stalled request shows at once.
+//! request (the Kubernetes verb as the API server's audit log names it, method, path, status,
+//! elapsed until the response head) and one per new connection (host, elapsed for TCP connect
+//! and TLS handshake). Each event carries the fields of the spans it is sent in (the
+//! Kustomization and revision of a service run, the StatefulSet of a converge), so with
+//! `--log-level info,flux_converger::wire=debug` a converge's requests can be read and counted
+//! one by one, and a second connection or a stalled request shows at once.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -99,6 +101,7 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let method = request.method().clone();
+        let verb = verb(&method, request.uri().path(), request.uri().query());
         let path = request.uri().path_and_query().map_or_else(
             || request.uri().path().to_owned(),
             |p| p.as_str().to_owned(),
@@ -111,6 +114,7 @@ where
             match &result {
                 Ok(response) => tracing::debug!(
                     target: "flux_converger::wire",
+                    verb,
                     %method,
                     %path,
                     status = response.status().as_u16(),
@@ -119,6 +123,7 @@ where
                 ),
                 Err(error) => tracing::debug!(
                     target: "flux_converger::wire",
+                    verb,
                     %method,
                     %path,
                     %error,
@@ -129,6 +134,55 @@ where
             result
         })
     }
+}
+
+/// The Kubernetes verb of a request, as the API server's authorizer and audit log name it:
+/// `get`/`list`/`watch` for a GET (a named object, a collection, `watch=true`), `create`,
+/// `update`, `patch`, `delete`, `deletecollection`; a path outside `/api` and `/apis`
+/// (`/version`, discovery) is a plain `get`. An operator counting a converge's writes reads
+/// this field rather than decoding methods and paths.
+pub fn verb(method: &http::Method, path: &str, query: Option<&str>) -> &'static str {
+    let named = names_an_object(path);
+    match *method {
+        http::Method::GET | http::Method::HEAD => {
+            let watching = query.is_some_and(|q| {
+                q.split('&')
+                    .any(|pair| pair == "watch=true" || pair == "watch=1")
+            });
+            if watching {
+                "watch"
+            } else if named {
+                "get"
+            } else {
+                "list"
+            }
+        }
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE if named => "delete",
+        http::Method::DELETE => "deletecollection",
+        _ => "unknown",
+    }
+}
+
+/// Whether `path` names one object (or a subresource of one) rather than a collection. The
+/// resource path is what follows `/api/v1` or `/apis/<group>/<version>`, less a leading
+/// `namespaces/<ns>` of a namespaced resource; a path outside both roots counts as named,
+/// so a GET of `/version` is a `get`.
+fn names_an_object(path: &str) -> bool {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        ["api" | "apis", ..] => return false,
+        _ => return true,
+    };
+    let resource = match rest {
+        ["namespaces", _ns, resource @ ..] if !resource.is_empty() => resource,
+        other => other,
+    };
+    resource.len() >= 2
 }
 
 /// Logs each new connection (TCP connect and TLS handshake) at `debug`.
@@ -175,5 +229,111 @@ where
             }
             result
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbs_by_table() {
+        use http::Method;
+        for (method, path, query, expected) in [
+            (
+                Method::GET,
+                "/api/v1/namespaces/default/persistentvolumeclaims",
+                Some("labelSelector=a%3Db"),
+                "list",
+            ),
+            (
+                Method::GET,
+                "/apis/apps/v1/namespaces/default/statefulsets/web",
+                None,
+                "get",
+            ),
+            (
+                Method::GET,
+                "/apis/apps/v1/namespaces/default/statefulsets",
+                Some("fieldSelector=metadata.name%3Dweb&watch=true&resourceVersion=5"),
+                "watch",
+            ),
+            (
+                Method::GET,
+                "/apis/storage.k8s.io/v1/storageclasses",
+                None,
+                "list",
+            ),
+            (
+                Method::GET,
+                "/apis/storage.k8s.io/v1/storageclasses/standard",
+                None,
+                "get",
+            ),
+            (Method::GET, "/api/v1/namespaces", None, "list"),
+            (Method::GET, "/api/v1/namespaces/default", None, "get"),
+            (
+                Method::GET,
+                "/apis/apps/v1/statefulsets",
+                Some("labelSelector=x"),
+                "list",
+            ),
+            (Method::GET, "/version", None, "get"),
+            (Method::GET, "/apis", None, "list"),
+            (
+                Method::PATCH,
+                "/apis/apps/v1/namespaces/default/statefulsets/web",
+                Some("dryRun=All&fieldManager=kustomize-controller"),
+                "patch",
+            ),
+            (
+                Method::PATCH,
+                "/api/v1/namespaces/default/persistentvolumeclaims/data-web-0",
+                None,
+                "patch",
+            ),
+            (
+                Method::PUT,
+                "/api/v1/namespaces/flux-system/configmaps/x",
+                None,
+                "update",
+            ),
+            (
+                Method::POST,
+                "/api/v1/namespaces/flux-system/secrets",
+                None,
+                "create",
+            ),
+            (
+                Method::POST,
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                None,
+                "create",
+            ),
+            (
+                Method::DELETE,
+                "/apis/apps/v1/namespaces/default/statefulsets/web",
+                Some("propagationPolicy=Orphan"),
+                "delete",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/default/configmaps",
+                Some("labelSelector=x"),
+                "deletecollection",
+            ),
+            (
+                Method::GET,
+                "/api/v1/namespaces/default/pods/web-0/log",
+                None,
+                "get",
+            ),
+        ] {
+            assert_eq!(
+                verb(&method, path, query),
+                expected,
+                "{method} {path}?{query:?}"
+            );
+        }
     }
 }

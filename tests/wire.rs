@@ -155,6 +155,65 @@ async fn the_cli_converges_over_tls_in_n_plus_12_requests() {
     assert_eq!(intent_gets, 0, "{:#?}", lines(&log));
 }
 
+/// The request trace an operator turns on (docs/operating.md): one JSON line per request at
+/// `debug` with the verb, method, path, status and duration, inside the StatefulSet's span,
+/// and exactly as many lines as the server saw requests (N+12 for `converge -f`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_trace_counts_a_converge_line_by_line() {
+    let fake = world().await;
+    let served = fake.serve_tls().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.yaml");
+    std::fs::write(&file, statefulset("2Gi").to_string()).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+        .arg("--kubeconfig")
+        .arg(&served.kubeconfig)
+        .args([
+            "--log-level",
+            "info,flux_converger::wire=debug",
+            "--log-format",
+            "json",
+            "converge",
+            "-f",
+        ])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let traced: Vec<Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["target"] == "flux_converger::wire" && l["message"] == "request")
+        .collect();
+    let log = fake.requests();
+    assert_eq!(log.len(), CLAIMS + 12, "{:#?}", lines(&log));
+    assert_eq!(traced.len(), log.len(), "{stderr}");
+    for (line, seen) in traced.iter().zip(&log) {
+        assert_eq!(line["level"], "DEBUG", "{line}");
+        assert_eq!(line["method"], seen.method.as_str(), "{line}");
+        let path = line["path"].as_str().unwrap_or_default();
+        assert!(path.starts_with(&seen.path), "{line} vs {}", seen.path);
+        assert!(line["status"].as_u64().is_some(), "{line}");
+        assert!(line["elapsed_us"].as_u64().is_some(), "{line}");
+        assert!(line["verb"].as_str().is_some(), "{line}");
+    }
+    let verbs: Vec<&str> = traced.iter().filter_map(|l| l["verb"].as_str()).collect();
+    // docs/converge.md's N+12: the intent list, the StatefulSet, the claims, the
+    // StorageClasses, the proof (two dry-run patches) and the pre-flight (a dry-run create),
+    // N claim patches, the intent recorded, the orphan delete, the watch until it is gone, the
+    // re-apply, the intent cleared.
+    let mut expected = vec!["list", "get", "list", "list", "patch", "patch", "create"];
+    expected.extend(std::iter::repeat_n("patch", CLAIMS));
+    expected.extend(["patch", "delete", "watch", "patch", "delete"]);
+    assert_eq!(verbs, expected, "{:#?}", lines(&log));
+    // Every request after the start's intent list is the StatefulSet's converge.
+    for line in &traced[1..] {
+        assert_eq!(line["span"]["statefulset"], "default/web", "{line}");
+    }
+}
+
 /// The service's converge with warm caches: StorageClasses from its reflector, the intent
 /// load answered by its watch of the intents, the StatefulSet decided on from its watch
 /// (confirmed by the proof's answer) and its orphan delete seen complete there, the server's

@@ -377,6 +377,9 @@ impl Gate {
         {
             record.warnings.push(FORCE_WARNING.to_string());
         }
+        // The run's span (service::worker) names the revision from here on: the converge's
+        // events and its request trace carry it.
+        tracing::Span::current().record("revision", record.revision.as_str());
         tracing::info!(kustomization = %key, revision = %record.revision, recheck = recheck.is_some(),
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 

@@ -31,6 +31,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
@@ -636,7 +637,8 @@ async fn work(
                 let windows = RunWindows::default();
                 let outcome = tokio::select! {
                     biased;
-                    outcome = windows.scope(runner.run(&key.namespace, &key.name, trigger)) => outcome,
+                    outcome = windows.scope(runner.run(&key.namespace, &key.name, trigger))
+                        .instrument(tracing::info_span!("run", kustomization = %key, revision = tracing::field::Empty)) => outcome,
                     () = async {
                         cut.cancelled().await;
                         windows.none_open().await;
