@@ -3,7 +3,7 @@
 #   1. `kubectl kustomize` of the install (manifests/), the Flux wiring examples
 #      (manifests/examples/), the sidecar component and the ExternalArtifact feature-gate component
 #      (manifests/examples/external-artifact/) over a minimal bootstrap flux-system
-#      (tests/data/flux-system/), and the sharding component over the install; each must render, and the results are left in
+#      (tests/data/flux-system/), and the sharding and multi-tenant components over the install; each must render, and the results are left in
 #      target/manifests/ to read or to attach to a release;
 #   2. the checks on them, in Rust, where they are tested themselves: tests/manifests.rs
 #      (hardening, wiring, Flux CRD schemas, the Dockerfile) and tests/rbac.rs (the RBAC against
@@ -68,6 +68,19 @@ components:
   - flux-converger/examples/sharding
 YAML
 render sharded-install "$WORK/sharded"
+
+# The multi-tenant lockdown component over the install, the same way.
+mkdir -p "$WORK/multi-tenant"
+cp -r "$ROOT/manifests" "$WORK/multi-tenant/flux-converger"
+cat > "$WORK/multi-tenant/kustomization.yaml" <<'YAML'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - flux-converger
+components:
+  - flux-converger/examples/multi-tenant
+YAML
+render multi-tenant-install "$WORK/multi-tenant"
 
 cd "$ROOT"
 cargo test --locked --test manifests --test rbac

@@ -64,39 +64,23 @@ fn mebibytes(q: &Value) -> u64 {
 
 /// The serve flags of the service's contract (docs/service.md); an argument outside it is a typo that
 /// would stop the pod at start.
-const SERVE_FLAGS: &[&str] = &[
-    "--listen",
-    "--metrics-addr",
-    "--hook-min-interval",
-    "--allow-unauthenticated-hooks",
-    "--namespace",
-    "--kubeconfig",
-    "--context",
-    "--hmac-key-file",
-    "--hook-token-file",
-    "--default-gate",
-    "--watch-label-selector",
-    "--workers",
-    "--resync",
-    "--handoff-timeout",
-    "--timeout",
-    "--leader-elect",
-    "--no-cross-namespace-refs",
-    "--default-service-account",
-    "--events-addr",
-    "--kustomize",
-    "--storage-addr",
-    "--storage-adv-addr",
-    "--storage-path",
-    "--storage-cache-max-size",
-    "--log-format",
-    "--log-encoding",
-    "--log-level",
-    "--storage-addr",
-    "--storage-adv-addr",
-    "--storage-path",
-    "--leader-election-id",
-];
+/// The flags `serve` takes, read from the binary's own `serve --help`, so a flag renamed in the
+/// code or mistyped in a manifest (the pod would crash-loop) is caught, and no list here drifts.
+fn serve_flags() -> &'static BTreeSet<String> {
+    static FLAGS: std::sync::OnceLock<BTreeSet<String>> = std::sync::OnceLock::new();
+    FLAGS.get_or_init(|| {
+        let help = Command::new(env!("CARGO_BIN_EXE_flux-converger"))
+            .args(["serve", "--help"])
+            .output()
+            .expect("the binary runs");
+        assert!(help.status.success(), "serve --help");
+        String::from_utf8_lossy(&help.stdout)
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | '=' | '[' | '<'))
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+            .map(str::to_string)
+            .collect()
+    })
+}
 
 /// Every hardening rule the issue names, for one converger container of `pod`; returns what is
 /// wrong, so a table of broken variants can prove each rule is checked.
@@ -161,7 +145,7 @@ fn hardening_problems(pod: &Value, c: &Value) -> Vec<String> {
     }
     for a in args.iter().skip(1) {
         let flag = a.split('=').next().unwrap_or(a);
-        if !SERVE_FLAGS.contains(&flag) {
+        if !serve_flags().contains(flag) {
             p.push(format!("unknown serve flag {a}"));
         }
     }
@@ -1136,6 +1120,70 @@ fn sharding_component_runs_one_deployment_per_shard() {
     assert_eq!(
         second_as_first, pods[0],
         "shard2 differs from shard1 beyond its shard"
+    );
+}
+
+// ---- the multi-tenant lockdown over the install ----
+
+/// The install with the multi-tenant component (manifests/examples/multi-tenant), as a
+/// platform team's fleet repository would use it.
+fn multi_tenant_objects() -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&repo("manifests"), &dir.path().join("flux-converger"));
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - flux-converger\ncomponents:\n  - flux-converger/examples/multi-tenant\n",
+    )
+    .unwrap();
+    kustomize(dir.path())
+}
+
+fn args_of(c: &Value) -> Vec<String> {
+    c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The lockdown a multi-tenant Flux sets on kustomize-controller, set the same way on the
+/// converger (docs/operating.md, "Multi-tenant lockdown"), with the install's args kept and
+/// the review rights --status-auth=kubernetes needs bound to the converger's service account.
+#[test]
+fn multi_tenant_component_sets_flux_lockdown_and_status_auth() {
+    let objects = multi_tenant_objects();
+    let pod = deployment_pod(&objects);
+    let c = container(&pod, "manager");
+    assert_eq!(hardening_problems(&pod, c), Vec::<String>::new());
+    let args = args_of(c);
+    for flag in [
+        "--no-cross-namespace-refs=true",
+        "--no-remote-bases=true",
+        "--default-service-account=default",
+        "--status-auth=kubernetes",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    let base_pod = deployment_pod(&base());
+    let base_args = args_of(container(&base_pod, "manager"));
+    assert_eq!(
+        args[..base_args.len()],
+        base_args[..],
+        "the install's args are kept"
+    );
+    let binding = find(
+        &objects,
+        "ClusterRoleBinding",
+        "flux-converger-auth-delegator",
+    );
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"})
+    );
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "flux-converger", "namespace": "flux-system"}])
     );
 }
 

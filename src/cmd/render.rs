@@ -54,8 +54,9 @@ pub struct Args {
     /// Strict post-build substitution (Flux's default): an unset variable without default fails.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     strict_substitution: bool,
-    /// Refuse a sourceRef in another namespace, like kustomize-controller's flag of that name.
-    #[arg(long)]
+    /// Refuse a sourceRef in another namespace, like kustomize-controller's flag of that name
+    /// (bare, `=true` or `=false`, as pflag takes it).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     no_cross_namespace_refs: bool,
     /// Retries of an artifact download on connection errors and 5xx (`serve` makes one
     /// attempt and retries through its queue).

@@ -61,7 +61,7 @@ pub struct Args {
     hook_token_file: Option<PathBuf>,
     /// Serve `/hook` without `--hmac-key-file` or `--hook-token-file`: anyone who reaches the
     /// port can then queue runs. Only for a loopback or otherwise closed network.
-    #[arg(long, env = "FLUX_CONVERGER_ALLOW_UNAUTHENTICATED_HOOKS")]
+    #[arg(long, env = "FLUX_CONVERGER_ALLOW_UNAUTHENTICATED_HOOKS", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     allow_unauthenticated_hooks: bool,
     /// At most one webhook-triggered run per Kustomization in this interval (`0s`: no limit);
     /// the watches and the resync are not limited.
@@ -98,11 +98,13 @@ pub struct Args {
     /// its orphan delete and its re-apply is waited for past it.
     #[arg(long, default_value = "25s", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_SHUTDOWN_GRACE")]
     shutdown_grace: Duration,
+    // The switches take `--flag`, `--flag=true` and `--flag=false`, as Go's pflag does for
+    // Flux's controllers (Flux's multi-tenancy guide writes `--no-cross-namespace-refs=true`).
     /// Elect a leader among replicas with a Lease in `--namespace`; only it converges.
-    #[arg(long, env = "FLUX_CONVERGER_LEADER_ELECT")]
+    #[arg(long, env = "FLUX_CONVERGER_LEADER_ELECT", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     leader_elect: bool,
     /// Refuse source references to another namespace (kustomize-controller's flag).
-    #[arg(long, env = "FLUX_CONVERGER_NO_CROSS_NAMESPACE_REFS")]
+    #[arg(long, env = "FLUX_CONVERGER_NO_CROSS_NAMESPACE_REFS", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     no_cross_namespace_refs: bool,
     /// Service account impersonated for Kustomizations without `spec.serviceAccountName`.
     #[arg(
@@ -375,6 +377,33 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: Args,
+    }
+
+    /// The switches parse as Flux's controllers' (pflag): bare, `=true`, `=false`, and from
+    /// their environment variable.
+    #[test]
+    fn switches_take_a_bare_flag_or_a_boolean_value() {
+        use clap::Parser as _;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["serve"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|c| c.args.no_cross_namespace_refs)
+        };
+        assert!(!parse(&[]).unwrap());
+        assert!(parse(&["--no-cross-namespace-refs"]).unwrap());
+        assert!(parse(&["--no-cross-namespace-refs=true"]).unwrap());
+        assert!(!parse(&["--no-cross-namespace-refs=false"]).unwrap());
+        assert!(parse(&["--no-cross-namespace-refs=maybe"]).is_err());
+        let leader = Cli::try_parse_from(["serve", "--leader-elect"]).unwrap();
+        assert!(leader.args.leader_elect);
+        let bare_then_positional_free = Cli::try_parse_from([
+            "serve",
+            "--allow-unauthenticated-hooks",
+            "--leader-elect=false",
+        ])
+        .unwrap();
+        assert!(bare_then_positional_free.args.allow_unauthenticated_hooks);
+        assert!(!bare_then_positional_free.args.leader_elect);
     }
 
     /// The flag's default is the service's own (the manifests' termination grace is sized from
