@@ -5,8 +5,19 @@
 //! field and the reference, and the sentinel's text must appear nowhere. The same tree with the
 //! file inside the root still renders.
 
+#[path = "data/render/flux_archive.rs"]
+mod flux_archive;
+mod support;
+
 use std::path::Path;
 use std::process::Command;
+
+use flux_archive::{ArtifactServer, flux_artifact, sha256};
+use flux_converger::flux::artifact::{FetchOptions, Fetcher};
+use flux_converger::flux::render::KustomizeCommand;
+use flux_converger::flux::render::resolve::Resolver;
+use serde_json::json;
+use support::FakeApiServer;
 
 const KS: &str = "apiVersion: kustomize.toolkit.fluxcd.io/v1
 kind: Kustomization
@@ -668,4 +679,72 @@ fn no_remote_bases_refuses_a_remote_base_before_fetching_it() {
     let (code, stdout, stderr) = render(root.path(), &["--no-remote-bases"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("name: cm"), "{stdout}");
+}
+
+// ---- the service's path: a Kustomization in the cluster, its artifact from source-controller ----
+
+/// The Resolver `serve` renders with: the same tree is refused there as bad input (a `refused`
+/// record, not a retry), naming the field, without the sentinel; and `--no-remote-bases`
+/// reaches it through the build command.
+#[tokio::test]
+async fn the_service_refuses_the_same_trees_as_bad_input() {
+    flux_converger::tls::install_crypto_provider();
+    let token = token();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("token");
+    std::fs::write(&secret, &token).unwrap();
+    let config = generator(
+        "ConfigMapGenerator",
+        &format!("files: [token={}]", secret.display()),
+    );
+    let server = ArtifactServer::start().await;
+    for (files, no_remote_bases, needle) in [
+        (
+            vec![("apps/kustomization.yaml", "generators: [gen.yaml]\n"), ("apps/gen.yaml", config.as_str())],
+            false,
+            format!(
+                "./apps/kustomization.yaml: generators[0] (ConfigMapGenerator gen.yaml): files {:?} escapes the artifact root",
+                secret.display().to_string()
+            ),
+        ),
+        (
+            vec![("apps/kustomization.yaml", "resources: ['github.com/org/repo//base?ref=v1']\n")],
+            true,
+            "./apps/kustomization.yaml: resources \"github.com/org/repo//base?ref=v1\" is remote: remote bases are disallowed (--no-remote-bases)".to_string(),
+        ),
+    ] {
+        let archive = flux_artifact(&files);
+        let path = "gitrepository/flux-system/repo/confine.tar.gz";
+        let url = server.put(path, archive.clone());
+        let fake = FakeApiServer::new();
+        fake.seed(json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": "apps", "namespace": "tenants"},
+            "spec": {"interval": "10m", "path": "./apps", "prune": true, "targetNamespace": "tenants",
+                     "sourceRef": {"kind": "GitRepository", "name": "repo", "namespace": "flux-system"}}
+        }));
+        fake.seed(json!({
+            "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+            "metadata": {"name": "repo", "namespace": "flux-system"},
+            "spec": {"interval": "1m", "url": "https://example.com/repo.git", "ref": {"branch": "main"}},
+            "status": {
+                "artifact": {"url": url, "digest": sha256(&archive), "revision": "main@sha1:0123abcd",
+                             "path": path, "size": 1, "lastUpdateTime": "2026-11-29T00:00:00Z"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+                                "message": "stored artifact", "lastTransitionTime": "2026-11-29T00:00:00Z"}]
+            }
+        }));
+        let resolver = Resolver {
+            client: fake.client(),
+            fetcher: Fetcher::new(FetchOptions::default()).unwrap(),
+            kustomize: KustomizeCommand::default().with_no_remote_bases(no_remote_bases),
+            strict: true,
+            allow_cross_namespace: true,
+        };
+        let e = resolver.resolve("tenants", "apps").await.unwrap_err();
+        let text = e.to_string();
+        assert!(e.is_bad_input(), "{text}");
+        assert!(text.contains(&needle), "{text}");
+        assert!(!text.contains(&token), "{text}");
+    }
 }
