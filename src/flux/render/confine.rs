@@ -860,7 +860,7 @@ mod tests {
             (
                 serde_json::json!({"secretGenerator": [{"env": ["/x"]}]}),
                 "secretGenerator[].env",
-                "a string, found a list",
+                "a string, found a sequence",
             ),
             (
                 serde_json::json!({"openapi": "schema.json"}),

@@ -158,7 +158,7 @@ pub async fn render(request: &RenderRequest<'_>) -> Result<Rendered, RenderError
     let root = request.root.to_path_buf();
     let spec = request.owner.spec.clone();
     let no_remote_bases = request.kustomize.no_remote_bases;
-    let dir = tokio::task::spawn_blocking(move || prepare(&root, &spec, no_remote_bases))
+    let dir = tokio::task::spawn_blocking(move || prepare_with(&root, &spec, no_remote_bases))
         .await
         .map_err(|e| RenderError::Io {
             context: "preparing the kustomization".into(),
@@ -183,9 +183,17 @@ pub async fn render(request: &RenderRequest<'_>) -> Result<Rendered, RenderError
 }
 
 /// Resolves `spec.path`, writes the kustomization file with the spec overlay, and checks every
-/// path the build can reach stays inside the root; with `no_remote_bases`, that it fetches
-/// nothing either. Returns the directory to build.
+/// path the build can reach stays inside the root. Returns the directory to build.
 pub fn prepare(
+    root: &Path,
+    spec: &crate::flux::objects::KustomizationSpec,
+) -> Result<PathBuf, RenderError> {
+    prepare_with(root, spec, false)
+}
+
+/// [`prepare`], and with `no_remote_bases` (kustomize-controller's `--no-remote-bases`) the
+/// check that the build fetches nothing either.
+pub fn prepare_with(
     root: &Path,
     spec: &crate::flux::objects::KustomizationSpec,
     no_remote_bases: bool,
@@ -639,7 +647,7 @@ mod tests {
                 "./apps/kustomization.yaml: resources \"../../outside.yaml\" escapes",
             ),
         ] {
-            let e = prepare(root, &spec(path), false).unwrap_err().to_string();
+            let e = prepare(root, &spec(path)).unwrap_err().to_string();
             assert!(e.contains(needle), "{path}: {e}");
         }
         let with_component = KustomizationSpec {
@@ -647,9 +655,7 @@ mod tests {
             components: vec!["../../c".into()],
             ..Default::default()
         };
-        let e = prepare(root, &with_component, false)
-            .unwrap_err()
-            .to_string();
+        let e = prepare(root, &with_component).unwrap_err().to_string();
         assert!(
             e.contains("spec.components entry \"../../c\" escapes"),
             "{e}"
@@ -720,7 +726,7 @@ mod tests {
                 path: Some(path.into()),
                 ..Default::default()
             };
-            match (prepare(dir.path(), &spec, false), refused) {
+            match (prepare(dir.path(), &spec), refused) {
                 (Ok(_), None) => {}
                 (Err(e), Some(needle)) => {
                     assert!(e.to_string().contains(needle), "{tree:?}: {e}");
@@ -761,7 +767,7 @@ mod tests {
         ] {
             let dir = tempfile::tempdir().unwrap();
             write(dir.path(), "kustomization.yaml", kustomization);
-            let e = prepare(dir.path(), &KustomizationSpec::default(), true).unwrap_err();
+            let e = prepare_with(dir.path(), &KustomizationSpec::default(), true).unwrap_err();
             let text = e.to_string();
             assert!(text.contains(needle), "{kustomization}: {text}");
             assert!(
@@ -772,7 +778,7 @@ mod tests {
             // Allowed by default (kustomize fetches it), except a plugin config it cannot check.
             let dir = tempfile::tempdir().unwrap();
             write(dir.path(), "kustomization.yaml", kustomization);
-            let allowed = prepare(dir.path(), &KustomizationSpec::default(), false);
+            let allowed = prepare(dir.path(), &KustomizationSpec::default());
             assert_eq!(
                 allowed.is_ok(),
                 !kustomization.starts_with("generators"),
@@ -843,7 +849,7 @@ mod tests {
             target_namespace: Some("t".into()),
             ..Default::default()
         };
-        let built = prepare(root, &spec, false).unwrap();
+        let built = prepare(root, &spec).unwrap();
         assert_eq!(built, root.to_path_buf());
         assert!(!root.join("kustomization.yaml").exists());
         let text = std::fs::read_to_string(root.join("Kustomization")).unwrap();
