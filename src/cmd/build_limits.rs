@@ -19,6 +19,11 @@ pub struct BuildLimitArgs {
     /// --max-unpacked-size].
     #[arg(long, value_name = "SIZE", env = "FLUX_CONVERGER_MAX_RENDER_SIZE", value_parser = parse_size)]
     pub max_render_size: Option<u64>,
+    /// Refuse remote bases, resources, components, plugin configs and helm chart repos before
+    /// anything is fetched (kustomize-controller's flag): all resources must refer to local
+    /// files included in the source artifact.
+    #[arg(long, env = "FLUX_CONVERGER_NO_REMOTE_BASES")]
+    pub no_remote_bases: bool,
 }
 
 impl Default for BuildLimitArgs {
@@ -26,6 +31,7 @@ impl Default for BuildLimitArgs {
         Self {
             render_timeout: DEFAULT_RENDER_TIMEOUT,
             max_render_size: None,
+            no_remote_bases: false,
         }
     }
 }
@@ -47,7 +53,8 @@ impl BuildLimitArgs {
         }
         Ok(command
             .with_timeout(self.render_timeout)
-            .with_max_output(max))
+            .with_max_output(max)
+            .with_no_remote_bases(self.no_remote_bases))
     }
 }
 

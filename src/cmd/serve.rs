@@ -708,5 +708,19 @@ mod tests {
             kustomize(&["--render-timeout", "30s", "--max-render-size", "1Mi"]),
             (Duration::from_secs(30), 1 << 20)
         );
+        let no_remote = |args: &[&str]| {
+            let parsed = Cli::try_parse_from(
+                ["serve", "--allow-unauthenticated-hooks"]
+                    .into_iter()
+                    .chain(args.iter().copied()),
+            )
+            .unwrap();
+            config(&parsed.args, &kube)
+                .unwrap()
+                .kustomize
+                .no_remote_bases
+        };
+        assert!(!no_remote(&[]));
+        assert!(no_remote(&["--no-remote-bases"]));
     }
 }

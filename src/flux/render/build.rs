@@ -43,6 +43,9 @@ pub struct KustomizeCommand {
     pub timeout: Duration,
     /// The build is killed when it prints more bytes than this.
     pub max_output: u64,
+    /// kustomize-controller's `--no-remote-bases`: a tree that would fetch anything is
+    /// refused before the build (checked in `prepare`, not by the child).
+    pub no_remote_bases: bool,
 }
 
 impl Default for KustomizeCommand {
@@ -52,6 +55,7 @@ impl Default for KustomizeCommand {
             args: vec!["kustomize".into()],
             timeout: DEFAULT_RENDER_TIMEOUT,
             max_output: DEFAULT_MAX_RENDER_BYTES,
+            no_remote_bases: false,
         })
     }
 }
@@ -98,6 +102,7 @@ impl KustomizeCommand {
             args: words.collect(),
             timeout: DEFAULT_RENDER_TIMEOUT,
             max_output: DEFAULT_MAX_RENDER_BYTES,
+            no_remote_bases: false,
         })
     }
 
@@ -110,6 +115,12 @@ impl KustomizeCommand {
     /// The same command under another output cap (`--max-render-size`).
     pub fn with_max_output(mut self, max_output: u64) -> Self {
         self.max_output = max_output;
+        self
+    }
+
+    /// The same command refusing remote bases (`--no-remote-bases`).
+    pub fn with_no_remote_bases(mut self, no_remote_bases: bool) -> Self {
+        self.no_remote_bases = no_remote_bases;
         self
     }
 
@@ -282,6 +293,7 @@ mod tests {
                 ],
                 timeout: DEFAULT_RENDER_TIMEOUT,
                 max_output: DEFAULT_MAX_RENDER_BYTES,
+                no_remote_bases: false,
             }
         );
         assert_eq!(

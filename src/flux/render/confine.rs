@@ -9,6 +9,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use serde_json::{Map, Value};
+
 use super::RenderError;
 
 /// Resolves `relative` against `base` (a directory inside `root`) without touching the disk,
@@ -75,79 +77,588 @@ pub fn is_local_relative(path: &str) -> bool {
     !Path::new(path).is_absolute() && !Path::new(stripped).is_absolute()
 }
 
-/// The local file references of one kustomization file (parsed), as `(field, path)`.
-/// Inline values (patches given as text, generator literals) are not paths and are skipped.
-pub fn references(kustomization: &serde_json::Value) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let strings = |field: &str, out: &mut Vec<(String, String)>| {
-        if let Some(items) = kustomization.get(field).and_then(|v| v.as_array()) {
-            for item in items.iter().filter_map(|v| v.as_str()) {
-                out.push((field.to_string(), item.to_string()));
+// ---- What kustomize reads, field by field ----
+//
+// Every field below names something kustomize reads while it builds; the table says where in
+// kustomize's sources (sigs.k8s.io/kustomize/api, read at 12f9e63) the read happens, so the list
+// can be checked against a newer kustomize.
+//
+// | field                                        | read by                                                    |
+// |----------------------------------------------|------------------------------------------------------------|
+// | resources, bases                             | internal/target/kusttarget.go accumulateResources (file: rFactory.FromFile -> ldr.Load; dir or git/http: ldr.New) |
+// | components                                   | kusttarget.go accumulateComponents (ldr.New)               |
+// | crds                                         | internal/accumulator/loadconfigfromcrds.go (ldr.Load)      |
+// | configurations                               | internal/plugins/builtinconfig/loaddefaultconfig.go (ldr.Load) |
+// | generators, transformers, validators         | kusttarget.go configureExternalGenerators/-Transformers: inline YAML, else accumulateResources (file or kustomization dir) |
+// | openapi.path                                 | kusttarget.go accumulateDirectory (ldr.Load)               |
+// | patchesStrategicMerge[]                      | builtins/PatchStrategicMergeTransformer.go loadFromPaths: inline YAML, else ldr.Load |
+// | patches[].path, patchesJson6902[].path       | builtins/PatchTransformer.go, PatchJson6902Transformer.go (ldr.Load) |
+// | replacements[].path                          | builtins/ReplacementTransformer.go (ldr.Load)              |
+// | configMapGenerator/secretGenerator[].files, .envs, .env | api/kv/kv.go keyValuesFromFileSources/-EnvFiles (ldr.Load; `key=path`: internal/generators/utils.go ParseFileSource) |
+// | helmGlobals.chartHome, helmCharts[].name     | builtins/HelmChartInflationGenerator.go absChartHome (filepath.Join(root, chartHome), then the chart's name) |
+// | helmCharts[].valuesFile, .additionalValuesFiles | HelmChartInflationGenerator.go validateArgs/Generate (ldr.Load; helm `-f`) |
+// | helmCharts[].repo                            | HelmChartInflationGenerator.go pullCommand (`helm pull --repo`): remote |
+// | helmGlobals.configHome                       | HelmChartInflationGenerator.go runHelmCommand (HELM_CONFIG_HOME, not resolved against the root) |
+// | helmChartInflationGenerator[].chartHome, .chartName, .values, .helmHome, .chartRepoUrl | types/helmchartargs.go SplitHelmParameters (the legacy spelling of the above) |
+//
+// Builtin plugin configs (apiVersion `builtin`, internal/plugins/loader/loader.go isBuiltinPlugin),
+// by kind (internal/plugins/builtinhelpers/builtins.go):
+//
+// | kind                                   | fields read                                             |
+// |----------------------------------------|---------------------------------------------------------|
+// | ConfigMapGenerator, SecretGenerator    | files, envs, env (types/kvpairsources.go, via api/kv/kv.go) |
+// | PatchTransformer                       | path (builtins/PatchTransformer.go Config)              |
+// | PatchJson6902Transformer               | path (builtins/PatchJson6902Transformer.go Config)      |
+// | PatchStrategicMergeTransformer         | paths (builtins/PatchStrategicMergeTransformer.go loadFromPaths) |
+// | ReplacementTransformer                 | replacements[].path (builtins/ReplacementTransformer.go Config) |
+// | ValueAddTransformer                    | targetFilePath (builtins/ValueAddTransformer.go Config) |
+// | HelmChartInflationGenerator            | chartHome, name, valuesFile, additionalValuesFiles, configHome, repo (as helmCharts above) |
+// | AnnotationsTransformer, HashTransformer, IAMPolicyGenerator, ImageTagTransformer, LabelTransformer, NamespaceTransformer, PrefixSuffixTransformer, PrefixTransformer, SuffixTransformer, ReplicaCountTransformer | none (field specs and values only) |
+
+/// How kustomize uses a reference found in a kustomization file or a plugin config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// A file kustomize loads (`ifc.Loader.Load`): a path from the kustomization's directory,
+    /// or an http(s) URL it downloads.
+    Load,
+    /// `resources`, `bases`, `components`: a file, a kustomization directory (followed), or a
+    /// remote base kustomize clones or downloads.
+    Follow,
+    /// A `generators`, `transformers` or `validators` entry: inline configs, a file of configs,
+    /// or a kustomization directory whose resources are the configs.
+    Plugins,
+    /// A directory helm reads below (`chartHome`, a chart under it).
+    Dir,
+    /// Where helm pulls a chart from: never a path, always remote.
+    Repo,
+}
+
+/// One reference: the field it is in (as the refusal names it), the text, how it is used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reference {
+    pub field: String,
+    pub reference: String,
+    pub used: Use,
+}
+
+/// Why a kustomization file or a plugin config cannot be checked: the field (empty for the
+/// whole config) and what is wrong with it. It never quotes a file the config points at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unchecked {
+    pub field: String,
+    pub reason: String,
+}
+
+impl Unchecked {
+    fn shape(field: &str, expected: &str, found: &Value) -> Self {
+        Self {
+            field: field.to_string(),
+            reason: format!(
+                "expected {expected}, found {}: a field kustomize reads a path from must have its shape",
+                super::generator::json_type(found)
+            ),
+        }
+    }
+}
+
+/// kustomize's builtin plugin kinds: the keys of `GeneratorFactories` and `TransformerFactories`
+/// in api/internal/plugins/builtinhelpers/builtins.go. Anything else is an exec or container
+/// plugin (a KRM function), which the build must never run.
+pub const BUILTIN_PLUGIN_KINDS: [&str; 18] = [
+    "AnnotationsTransformer",
+    "ConfigMapGenerator",
+    "HashTransformer",
+    "HelmChartInflationGenerator",
+    "IAMPolicyGenerator",
+    "ImageTagTransformer",
+    "LabelTransformer",
+    "NamespaceTransformer",
+    "PatchJson6902Transformer",
+    "PatchStrategicMergeTransformer",
+    "PatchTransformer",
+    "PrefixSuffixTransformer",
+    "PrefixTransformer",
+    "ReplacementTransformer",
+    "ReplicaCountTransformer",
+    "SecretGenerator",
+    "SuffixTransformer",
+    "ValueAddTransformer",
+];
+
+/// The apiVersion of a builtin plugin config (`konfig.BuiltinPluginApiVersion`).
+pub const BUILTIN_PLUGIN_API_VERSION: &str = "builtin";
+
+/// The annotations that make a config a KRM function (kyaml's `runtimeutil`).
+const FUNCTION_ANNOTATIONS: [&str; 2] = ["config.kubernetes.io/function", "config.k8s.io/function"];
+
+/// kustomize's default chart home, relative to the kustomization (`types.HelmDefaultHome`).
+const HELM_DEFAULT_HOME: &str = "charts";
+
+/// Why `configHome` is refused: kustomize hands it to helm as HELM_CONFIG_HOME unresolved, so a
+/// relative one is relative to the service's working directory, not the tree.
+const CONFIG_HOME_REFUSED: &str = "helm's config home is passed to helm as it is, relative to the build's working directory and not to the artifact: it cannot be kept inside the artifact root (remove it; a temporary one is used)";
+
+/// One Unicode simple case fold step of Go's `bytes.EqualFold`, as far as it reaches ASCII
+/// letters: `ſ` folds to `s` and the Kelvin sign to `k`.
+fn folded(c: char) -> char {
+    match c {
+        'ſ' => 's',
+        '\u{212A}' => 'k',
+        c => c.to_ascii_lowercase(),
+    }
+}
+
+/// Whether Go's encoding/json would decode `key` into the field `name`. kustomize decodes
+/// kustomization files and builtin plugin configs with it, and it matches keys to fields
+/// case-insensitively: `Files:` is `files:`.
+fn key_is(key: &str, name: &str) -> bool {
+    key.chars()
+        .map(folded)
+        .eq(name.chars().map(|c| c.to_ascii_lowercase()))
+}
+
+/// Every value whose key decodes into `name` (a later duplicate wins in Go; all are checked).
+fn fields<'a>(object: &'a Map<String, Value>, name: &'a str) -> impl Iterator<Item = &'a Value> {
+    object
+        .iter()
+        .filter(move |(k, _)| key_is(k, name))
+        .map(|(_, v)| v)
+}
+
+fn push_string(
+    out: &mut Vec<Reference>,
+    field: &str,
+    value: &Value,
+    used: Use,
+) -> Result<(), Unchecked> {
+    match value {
+        Value::Null => Ok(()),
+        Value::String(s) => {
+            if !s.is_empty() {
+                out.push(Reference {
+                    field: field.to_string(),
+                    reference: s.clone(),
+                    used,
+                });
+            }
+            Ok(())
+        }
+        other => Err(Unchecked::shape(field, "a string", other)),
+    }
+}
+
+fn string_list<'a>(field: &str, value: &'a Value) -> Result<Vec<&'a str>, Unchecked> {
+    match value {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => items
+            .iter()
+            .filter(|v| !v.is_null())
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| Unchecked::shape(field, "a list of strings", v))
+            })
+            .collect(),
+        other => Err(Unchecked::shape(field, "a list of strings", other)),
+    }
+}
+
+fn push_strings(
+    out: &mut Vec<Reference>,
+    field: &str,
+    value: &Value,
+    used: Use,
+) -> Result<(), Unchecked> {
+    for s in string_list(field, value)? {
+        out.push(Reference {
+            field: field.to_string(),
+            reference: s.to_string(),
+            used,
+        });
+    }
+    Ok(())
+}
+
+fn mapping<'a>(field: &str, value: &'a Value) -> Result<Option<&'a Map<String, Value>>, Unchecked> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Object(m) => Ok(Some(m)),
+        other => Err(Unchecked::shape(field, "a mapping", other)),
+    }
+}
+
+fn mappings<'a>(field: &str, value: &'a Value) -> Result<Vec<&'a Map<String, Value>>, Unchecked> {
+    match value {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => items
+            .iter()
+            .filter(|v| !v.is_null())
+            .map(|v| {
+                v.as_object()
+                    .ok_or_else(|| Unchecked::shape(field, "a list of mappings", v))
+            })
+            .collect(),
+        other => Err(Unchecked::shape(field, "a list of mappings", other)),
+    }
+}
+
+/// `files`, `envs`, `env` of a ConfigMap or Secret generator (`types.KvPairSources`).
+fn kv_sources(
+    out: &mut Vec<Reference>,
+    prefix: &str,
+    item: &Map<String, Value>,
+) -> Result<(), Unchecked> {
+    for v in fields(item, "files") {
+        let field = format!("{prefix}files");
+        for f in string_list(&field, v)? {
+            // `key=path` or `path` (ParseFileSource; more than one `=` fails in kustomize,
+            // and is checked whole here).
+            let path = match f.split_once('=') {
+                Some((_, p)) if !p.contains('=') => p,
+                _ => f,
+            };
+            out.push(Reference {
+                field: field.clone(),
+                reference: path.to_string(),
+                used: Use::Load,
+            });
+        }
+    }
+    for v in fields(item, "envs") {
+        push_strings(out, &format!("{prefix}envs"), v, Use::Load)?;
+    }
+    for v in fields(item, "env") {
+        push_string(out, &format!("{prefix}env"), v, Use::Load)?;
+    }
+    Ok(())
+}
+
+fn config_home(field: &str, value: &Value) -> Result<(), Unchecked> {
+    match value {
+        Value::Null => Ok(()),
+        Value::String(s) if s.is_empty() => Ok(()),
+        Value::String(_) => Err(Unchecked {
+            field: field.to_string(),
+            reason: CONFIG_HOME_REFUSED.into(),
+        }),
+        other => Err(Unchecked::shape(field, "a string", other)),
+    }
+}
+
+/// The charts a kustomization or a HelmChartInflationGenerator config inflates: where helm
+/// reads them (`chartHome`, joined with each chart's `name`), their values files, their repos.
+#[derive(Default)]
+struct Charts {
+    homes: Vec<String>,
+    names: Vec<(String, String)>,
+}
+
+impl Charts {
+    fn chart(
+        &mut self,
+        out: &mut Vec<Reference>,
+        prefix: &str,
+        chart: &Map<String, Value>,
+        legacy: bool,
+    ) -> Result<(), Unchecked> {
+        let (name, repo, values) = if legacy {
+            ("chartName", "chartRepoUrl", "values")
+        } else {
+            ("name", "repo", "valuesFile")
+        };
+        for v in fields(chart, name) {
+            let field = format!("{prefix}{name}");
+            if let Some(n) = v.as_str() {
+                self.names.push((field, n.to_string()));
+            } else if !v.is_null() {
+                return Err(Unchecked::shape(&field, "a string", v));
             }
         }
+        for v in fields(chart, repo) {
+            push_string(out, &format!("{prefix}{repo}"), v, Use::Repo)?;
+        }
+        for v in fields(chart, values) {
+            push_string(out, &format!("{prefix}{values}"), v, Use::Load)?;
+        }
+        if !legacy {
+            for v in fields(chart, "additionalValuesFiles") {
+                push_strings(out, &format!("{prefix}additionalValuesFiles"), v, Use::Load)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn globals(
+        &mut self,
+        out: &mut Vec<Reference>,
+        prefix: &str,
+        globals: &Map<String, Value>,
+        config_home_key: &str,
+    ) -> Result<(), Unchecked> {
+        for v in fields(globals, "chartHome") {
+            let field = format!("{prefix}chartHome");
+            push_string(out, &field, v, Use::Dir)?;
+            if let Some(h) = v.as_str().filter(|h| !h.is_empty()) {
+                self.homes.push(h.to_string());
+            }
+        }
+        for v in fields(globals, config_home_key) {
+            config_home(&format!("{prefix}{config_home_key}"), v)?;
+        }
+        Ok(())
+    }
+
+    /// Each chart's directory under each chart home it may be read from (`filepath.Join` of
+    /// the two, as `absChartHome` and `AsHelmArgs` do).
+    fn finish(self, out: &mut Vec<Reference>) {
+        let mut homes = self.homes;
+        homes.insert(0, HELM_DEFAULT_HOME.to_string());
+        for (field, name) in &self.names {
+            for home in &homes {
+                out.push(Reference {
+                    field: format!("{field} (under chartHome {home:?})"),
+                    reference: format!("{home}/{name}"),
+                    used: Use::Dir,
+                });
+            }
+        }
+    }
+}
+
+/// The file references of one kustomization file (parsed), as kustomize reads them (see the
+/// table above), remote ones included: the caller decides what a remote reference may be.
+/// A field whose shape is not what kustomize decodes is refused rather than skipped.
+pub fn references(kustomization: &Value) -> Result<Vec<Reference>, Unchecked> {
+    let Some(k) = mapping("the kustomization", kustomization)? else {
+        return Ok(Vec::new());
     };
-    for field in [
-        "resources",
-        "bases",
-        "components",
-        "crds",
-        "configurations",
-        "generators",
-        "transformers",
-        "validators",
+    let mut out = Vec::new();
+    for (name, used) in [
+        ("resources", Use::Follow),
+        ("bases", Use::Follow),
+        ("components", Use::Follow),
+        ("crds", Use::Load),
+        ("configurations", Use::Load),
+        // Inline patch or path: kustomize reads it as a file when it is not a patch, so
+        // every entry is checked as a path (an inline patch never leaves the root).
+        ("patchesStrategicMerge", Use::Load),
     ] {
-        strings(field, &mut out);
+        for v in fields(k, name) {
+            push_strings(&mut out, name, v, used)?;
+        }
     }
-    if let Some(items) = kustomization
-        .get("patchesStrategicMerge")
-        .and_then(|v| v.as_array())
-    {
-        for item in items.iter().filter_map(|v| v.as_str()) {
-            // An inline patch is YAML text; a path is one line.
-            if !item.contains('\n') && !item.trim_start().starts_with('{') {
-                out.push(("patchesStrategicMerge".into(), item.to_string()));
+    for name in ["generators", "transformers", "validators"] {
+        for v in fields(k, name) {
+            for (i, entry) in string_list(name, v)?.into_iter().enumerate() {
+                out.push(Reference {
+                    field: format!("{name}[{i}]"),
+                    reference: entry.to_string(),
+                    used: Use::Plugins,
+                });
             }
         }
     }
-    for field in ["patches", "patchesJson6902", "replacements"] {
-        if let Some(items) = kustomization.get(field).and_then(|v| v.as_array()) {
-            for item in items {
-                if let Some(p) = item.get("path").and_then(|v| v.as_str()) {
-                    out.push((format!("{field}[].path"), p.to_string()));
+    for name in ["patches", "patchesJson6902", "replacements"] {
+        for v in fields(k, name) {
+            for item in mappings(name, v)? {
+                for p in fields(item, "path") {
+                    push_string(&mut out, &format!("{name}[].path"), p, Use::Load)?;
                 }
             }
         }
     }
-    if let Some(p) = kustomization
-        .get("openapi")
-        .and_then(|o| o.get("path"))
-        .and_then(|v| v.as_str())
-    {
-        out.push(("openapi.path".into(), p.to_string()));
+    for v in fields(k, "openapi") {
+        if let Some(o) = mapping("openapi", v)? {
+            for p in fields(o, "path") {
+                push_string(&mut out, "openapi.path", p, Use::Load)?;
+            }
+        }
     }
-    for field in ["configMapGenerator", "secretGenerator"] {
-        if let Some(items) = kustomization.get(field).and_then(|v| v.as_array()) {
-            for item in items {
-                if let Some(files) = item.get("files").and_then(|v| v.as_array()) {
-                    for f in files.iter().filter_map(|v| v.as_str()) {
-                        // `key=path` or `path`.
-                        let path = f.split_once('=').map_or(f, |(_, p)| p);
-                        out.push((format!("{field}[].files"), path.to_string()));
+    for name in ["configMapGenerator", "secretGenerator"] {
+        for v in fields(k, name) {
+            for item in mappings(name, v)? {
+                kv_sources(&mut out, &format!("{name}[]."), item)?;
+            }
+        }
+    }
+    let mut charts = Charts::default();
+    for v in fields(k, "helmGlobals") {
+        if let Some(g) = mapping("helmGlobals", v)? {
+            charts.globals(&mut out, "helmGlobals.", g, "configHome")?;
+        }
+    }
+    for v in fields(k, "helmCharts") {
+        for chart in mappings("helmCharts", v)? {
+            charts.chart(&mut out, "helmCharts[].", chart, false)?;
+        }
+    }
+    for v in fields(k, "helmChartInflationGenerator") {
+        for chart in mappings("helmChartInflationGenerator", v)? {
+            let prefix = "helmChartInflationGenerator[].";
+            charts.globals(&mut out, prefix, chart, "helmHome")?;
+            charts.chart(&mut out, prefix, chart, true)?;
+        }
+    }
+    charts.finish(&mut out);
+    Ok(out)
+}
+
+/// The references of one plugin config listed under `generators`, `transformers` or
+/// `validators`, with its kind for the messages; a config that is not a builtin plugin (an
+/// exec or container KRM function, or any kind kustomize does not build in) is refused.
+pub fn plugin_references(config: &Value) -> Result<(String, Vec<Reference>), Unchecked> {
+    let Some(c) = config.as_object() else {
+        return Err(Unchecked::shape("", "a plugin config (a mapping)", config));
+    };
+    // kyaml reads the type exactly (not through Go's json), as kustomize's plugin loader does.
+    let text = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("");
+    let (api_version, kind) = (text("apiVersion"), text("kind"));
+    if api_version != BUILTIN_PLUGIN_API_VERSION || !BUILTIN_PLUGIN_KINDS.contains(&kind) {
+        return Err(Unchecked {
+            field: String::new(),
+            reason: format!(
+                "kind {kind:?} apiVersion {api_version:?} is not a kustomize builtin plugin: exec and container plugins (KRM functions) are never run; only apiVersion {BUILTIN_PLUGIN_API_VERSION:?} with a builtin kind is built"
+            ),
+        });
+    }
+    if let Some(annotations) = c
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        && let Some(a) = FUNCTION_ANNOTATIONS
+            .iter()
+            .find(|a| annotations.contains_key(**a))
+    {
+        return Err(Unchecked {
+            field: String::new(),
+            reason: format!(
+                "{kind} carries the KRM function annotation {a}: exec and container plugins are never run"
+            ),
+        });
+    }
+    let mut out = Vec::new();
+    match kind {
+        "ConfigMapGenerator" | "SecretGenerator" => kv_sources(&mut out, "", c)?,
+        "PatchTransformer" | "PatchJson6902Transformer" => {
+            for v in fields(c, "path") {
+                push_string(&mut out, "path", v, Use::Load)?;
+            }
+        }
+        "PatchStrategicMergeTransformer" => {
+            for v in fields(c, "paths") {
+                push_strings(&mut out, "paths", v, Use::Load)?;
+            }
+        }
+        "ReplacementTransformer" => {
+            for v in fields(c, "replacements") {
+                for item in mappings("replacements", v)? {
+                    for p in fields(item, "path") {
+                        push_string(&mut out, "replacements[].path", p, Use::Load)?;
                     }
                 }
-                if let Some(envs) = item.get("envs").and_then(|v| v.as_array()) {
-                    for e in envs.iter().filter_map(|v| v.as_str()) {
-                        out.push((format!("{field}[].envs"), e.to_string()));
-                    }
-                }
-                if let Some(e) = item.get("env").and_then(|v| v.as_str()) {
-                    out.push((format!("{field}[].env"), e.to_string()));
-                }
+            }
+        }
+        "ValueAddTransformer" => {
+            for v in fields(c, "targetFilePath") {
+                push_string(&mut out, "targetFilePath", v, Use::Load)?;
+            }
+        }
+        "HelmChartInflationGenerator" => {
+            let mut charts = Charts::default();
+            charts.globals(&mut out, "", c, "configHome")?;
+            charts.chart(&mut out, "", c, false)?;
+            charts.finish(&mut out);
+        }
+        _ => {}
+    }
+    Ok((kind.to_string(), out))
+}
+
+/// The fields a kustomization directory listed under `generators`, `transformers` or
+/// `validators` may have: none of them can change a config's path fields or make it a
+/// function, so the configs read from its resources are the configs kustomize will run.
+const PLAIN_FIELDS: [&str; 9] = [
+    "apiVersion",
+    "kind",
+    "metadata",
+    "resources",
+    "bases",
+    "namespace",
+    "namePrefix",
+    "nameSuffix",
+    "buildMetadata",
+];
+
+/// The resources of a kustomization directory of plugin configs, refused when it has a field
+/// that could rewrite the configs after they are checked (patches, replacements, generators,
+/// components, ...): those are only known after a build.
+pub fn plain_resources(kustomization: &Value) -> Result<Vec<String>, Unchecked> {
+    let Some(k) = mapping("the kustomization", kustomization)? else {
+        return Ok(Vec::new());
+    };
+    if let Some(key) = k
+        .keys()
+        .find(|key| !PLAIN_FIELDS.iter().any(|f| key_is(key, f)))
+    {
+        return Err(Unchecked {
+            field: key.clone(),
+            reason: "a kustomization whose output configures plugins may only list resources (and set namespace, namePrefix or nameSuffix): its other fields rewrite the configs after they can be checked".into(),
+        });
+    }
+    let mut out = Vec::new();
+    for name in ["resources", "bases"] {
+        for v in fields(k, name) {
+            out.extend(string_list(name, v)?.into_iter().map(str::to_string));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether kustomize downloads `reference` over http(s) when it loads it as a file
+/// (`loader.IsRemoteFile`: the URL's scheme, which Go lower-cases).
+pub fn is_http(reference: &str) -> bool {
+    let lower = reference.to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+/// Whether kustomize fetches `reference` instead of reading the tree: Flux's list
+/// ([`is_remote`]), an http(s) URL, or anything `git.NewRepoSpecFromURL` takes for a git
+/// repository to clone (api/internal/git/repospec.go: after an optional `git::`, an ssh, https,
+/// http or file URL, a `user@host:path` address, a github.com path).
+pub fn is_fetched(reference: &str) -> bool {
+    if is_remote(reference) || is_http(reference) {
+        return true;
+    }
+    let lower = reference.to_ascii_lowercase();
+    let rest = lower.strip_prefix("git::").unwrap_or(&lower);
+    if ["ssh://", "https://", "http://", "file://"]
+        .iter()
+        .any(|s| rest.starts_with(s))
+    {
+        return true;
+    }
+    // extractUsername: ^[a-zA-Z][a-zA-Z0-9-]*@
+    let mut chars = rest.chars();
+    if chars.next().is_some_and(|c| c.is_ascii_alphabetic()) {
+        for c in chars {
+            if c == '@' {
+                return true;
+            }
+            if !(c.is_ascii_alphanumeric() || c == '-') {
+                break;
             }
         }
     }
-    out.retain(|(_, p)| !is_remote(p));
-    out
+    rest.starts_with("github.com/") || rest.starts_with("github.com:")
+}
+
+/// The path of a `file://` git URL (after an optional `git::`): kustomize clones the local
+/// repository there, which is a read of that path.
+pub fn file_url_path(reference: &str) -> Option<&str> {
+    let lower = reference.to_ascii_lowercase();
+    let skip = if lower.starts_with("git::") { 5 } else { 0 };
+    lower[skip..]
+        .starts_with("file://")
+        .then(|| &reference[skip + "file://".len()..])
 }
 
 #[cfg(test)]
@@ -188,32 +699,356 @@ mod tests {
         }
     }
 
+    fn refs(k: serde_json::Value) -> Vec<(String, String, Use)> {
+        references(&k)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.field, r.reference, r.used))
+            .collect()
+    }
+
+    fn r(field: &str, reference: &str, used: Use) -> (String, String, Use) {
+        (field.to_string(), reference.to_string(), used)
+    }
+
     #[test]
     fn references_lists_every_path_field() {
         let k = serde_json::json!({
             "resources": ["a.yaml", "../base", "https://github.com/x/y//z"],
             "components": ["../c"],
+            "crds": ["crd.yaml"],
+            "configurations": ["conf.yaml"],
+            "generators": ["gen.yaml", "apiVersion: builtin\nkind: X\n"],
+            "transformers": ["t/"],
+            "validators": ["v.yaml"],
             "patchesStrategicMerge": ["p.yaml", "apiVersion: v1\nkind: X\n"],
             "patches": [{"path": "q.yaml"}, {"patch": "- op: add"}],
+            "patchesJson6902": [{"path": "j.yaml"}],
+            "replacements": [{"path": "r.yaml"}],
             "configMapGenerator": [{"name": "c", "files": ["k=../f.txt", "g.txt"], "envs": ["e.env"]}],
             "secretGenerator": [{"name": "s", "env": "s.env"}],
-            "openapi": {"path": "schema.json"}
+            "openapi": {"path": "schema.json"},
+            "helmGlobals": {"chartHome": "my-charts"},
+            "helmCharts": [{"name": "db", "repo": "https://charts.example", "valuesFile": "v.yaml", "additionalValuesFiles": ["w.yaml"]}],
+            "helmChartInflationGenerator": [{"chartName": "old", "chartHome": "old-charts", "values": "ov.yaml", "chartRepoUrl": "https://old.example"}]
         });
-        let got: Vec<String> = references(&k).into_iter().map(|(_, p)| p).collect();
         assert_eq!(
-            got,
+            refs(k),
             [
-                "a.yaml",
-                "../base",
-                "../c",
-                "p.yaml",
-                "q.yaml",
-                "schema.json",
-                "../f.txt",
-                "g.txt",
-                "e.env",
-                "s.env"
+                r("resources", "a.yaml", Use::Follow),
+                r("resources", "../base", Use::Follow),
+                r("resources", "https://github.com/x/y//z", Use::Follow),
+                r("components", "../c", Use::Follow),
+                r("crds", "crd.yaml", Use::Load),
+                r("configurations", "conf.yaml", Use::Load),
+                r("patchesStrategicMerge", "p.yaml", Use::Load),
+                r(
+                    "patchesStrategicMerge",
+                    "apiVersion: v1\nkind: X\n",
+                    Use::Load
+                ),
+                r("generators[0]", "gen.yaml", Use::Plugins),
+                r(
+                    "generators[1]",
+                    "apiVersion: builtin\nkind: X\n",
+                    Use::Plugins
+                ),
+                r("transformers[0]", "t/", Use::Plugins),
+                r("validators[0]", "v.yaml", Use::Plugins),
+                r("patches[].path", "q.yaml", Use::Load),
+                r("patchesJson6902[].path", "j.yaml", Use::Load),
+                r("replacements[].path", "r.yaml", Use::Load),
+                r("openapi.path", "schema.json", Use::Load),
+                r("configMapGenerator[].files", "../f.txt", Use::Load),
+                r("configMapGenerator[].files", "g.txt", Use::Load),
+                r("configMapGenerator[].envs", "e.env", Use::Load),
+                r("secretGenerator[].env", "s.env", Use::Load),
+                r("helmGlobals.chartHome", "my-charts", Use::Dir),
+                r("helmCharts[].repo", "https://charts.example", Use::Repo),
+                r("helmCharts[].valuesFile", "v.yaml", Use::Load),
+                r("helmCharts[].additionalValuesFiles", "w.yaml", Use::Load),
+                r(
+                    "helmChartInflationGenerator[].chartHome",
+                    "old-charts",
+                    Use::Dir
+                ),
+                r(
+                    "helmChartInflationGenerator[].chartRepoUrl",
+                    "https://old.example",
+                    Use::Repo
+                ),
+                r("helmChartInflationGenerator[].values", "ov.yaml", Use::Load),
+                r(
+                    "helmCharts[].name (under chartHome \"charts\")",
+                    "charts/db",
+                    Use::Dir
+                ),
+                r(
+                    "helmCharts[].name (under chartHome \"my-charts\")",
+                    "my-charts/db",
+                    Use::Dir
+                ),
+                r(
+                    "helmCharts[].name (under chartHome \"old-charts\")",
+                    "old-charts/db",
+                    Use::Dir
+                ),
+                r(
+                    "helmChartInflationGenerator[].chartName (under chartHome \"charts\")",
+                    "charts/old",
+                    Use::Dir
+                ),
+                r(
+                    "helmChartInflationGenerator[].chartName (under chartHome \"my-charts\")",
+                    "my-charts/old",
+                    Use::Dir
+                ),
+                r(
+                    "helmChartInflationGenerator[].chartName (under chartHome \"old-charts\")",
+                    "old-charts/old",
+                    Use::Dir
+                ),
             ]
         );
+    }
+
+    /// Go's encoding/json matches keys case-insensitively (with `ſ` for `s` and the Kelvin
+    /// sign for `k`): each spelling kustomize would decode is checked.
+    #[test]
+    fn references_match_keys_as_go_decodes_them() {
+        let k = serde_json::json!({
+            "Resources": ["/a"],
+            "RESOURCES": ["/b"],
+            "reſources": ["/c"],
+            "configMapGenerator": [{"FILES": ["/d"]}],
+            "\u{212A}ind": "ignored",
+        });
+        let got: Vec<String> = refs(k).into_iter().map(|(_, p, _)| p).collect();
+        let mut sorted = got.clone();
+        sorted.sort();
+        assert_eq!(sorted, ["/a", "/b", "/c", "/d"]);
+    }
+
+    #[test]
+    fn a_path_field_of_another_shape_is_refused_by_table() {
+        for (k, field, expected) in [
+            (
+                serde_json::json!({"resources": "a.yaml"}),
+                "resources",
+                "a list of strings, found a string",
+            ),
+            (
+                serde_json::json!({"resources": [1]}),
+                "resources",
+                "a list of strings, found a number",
+            ),
+            (
+                serde_json::json!({"patches": [{"path": {"x": 1}}]}),
+                "patches[].path",
+                "a string, found a mapping",
+            ),
+            (
+                serde_json::json!({"patches": ["p.yaml"]}),
+                "patches",
+                "a list of mappings, found a string",
+            ),
+            (
+                serde_json::json!({"configMapGenerator": [{"files": [["/x"]]}]}),
+                "configMapGenerator[].files",
+                "a list of strings, found a sequence",
+            ),
+            (
+                serde_json::json!({"secretGenerator": [{"env": ["/x"]}]}),
+                "secretGenerator[].env",
+                "a string, found a sequence",
+            ),
+            (
+                serde_json::json!({"openapi": "schema.json"}),
+                "openapi",
+                "a mapping, found a string",
+            ),
+            (
+                serde_json::json!({"helmCharts": [{"name": 3}]}),
+                "helmCharts[].name",
+                "a string, found a number",
+            ),
+            (
+                serde_json::json!({"generators": [{"kind": "X"}]}),
+                "generators",
+                "a list of strings, found a mapping",
+            ),
+        ] {
+            let e = references(&k).unwrap_err();
+            assert_eq!(e.field, field, "{k}");
+            assert!(e.reason.contains(expected), "{k}: {}", e.reason);
+        }
+        let e =
+            references(&serde_json::json!({"helmGlobals": {"configHome": "/tmp/h"}})).unwrap_err();
+        assert_eq!(e.field, "helmGlobals.configHome");
+        assert!(
+            e.reason.contains("cannot be kept inside the artifact root"),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[test]
+    fn plugin_references_by_kind() {
+        for (config, kind, expected) in [
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "ConfigMapGenerator", "metadata": {"name": "x"}, "files": ["k=a.txt", "b.txt"], "envs": ["c.env"], "env": "d.env"}),
+                "ConfigMapGenerator",
+                vec![
+                    r("files", "a.txt", Use::Load),
+                    r("files", "b.txt", Use::Load),
+                    r("envs", "c.env", Use::Load),
+                    r("env", "d.env", Use::Load),
+                ],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "SecretGenerator", "files": ["s.txt"]}),
+                "SecretGenerator",
+                vec![r("files", "s.txt", Use::Load)],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "PatchTransformer", "path": "p.yaml", "patch": "x"}),
+                "PatchTransformer",
+                vec![r("path", "p.yaml", Use::Load)],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "PatchJson6902Transformer", "path": "j.yaml"}),
+                "PatchJson6902Transformer",
+                vec![r("path", "j.yaml", Use::Load)],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "PatchStrategicMergeTransformer", "paths": ["a.yaml", "b.yaml"]}),
+                "PatchStrategicMergeTransformer",
+                vec![
+                    r("paths", "a.yaml", Use::Load),
+                    r("paths", "b.yaml", Use::Load),
+                ],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "ReplacementTransformer", "replacements": [{"path": "r.yaml"}, {"source": {}}]}),
+                "ReplacementTransformer",
+                vec![r("replacements[].path", "r.yaml", Use::Load)],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "ValueAddTransformer", "targetFilePath": "t.yaml"}),
+                "ValueAddTransformer",
+                vec![r("targetFilePath", "t.yaml", Use::Load)],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "HelmChartInflationGenerator", "name": "db", "chartHome": "ch", "repo": "oci://r", "valuesFile": "v.yaml", "additionalValuesFiles": ["w.yaml"]}),
+                "HelmChartInflationGenerator",
+                vec![
+                    r("chartHome", "ch", Use::Dir),
+                    r("repo", "oci://r", Use::Repo),
+                    r("valuesFile", "v.yaml", Use::Load),
+                    r("additionalValuesFiles", "w.yaml", Use::Load),
+                    r("name (under chartHome \"charts\")", "charts/db", Use::Dir),
+                    r("name (under chartHome \"ch\")", "ch/db", Use::Dir),
+                ],
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "LabelTransformer", "labels": {"a": "b"}}),
+                "LabelTransformer",
+                vec![],
+            ),
+        ] {
+            let (k, got) = plugin_references(&config).unwrap();
+            assert_eq!(k, kind);
+            assert_eq!(
+                got.into_iter()
+                    .map(|r| (r.field, r.reference, r.used))
+                    .collect::<Vec<_>>(),
+                expected,
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_builtin_plugins_are_accepted_by_table() {
+        for (config, needle) in [
+            (
+                serde_json::json!({"apiVersion": "example.com/v1", "kind": "ConfigMapGenerator"}),
+                "is not a kustomize builtin plugin",
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "Exec"}),
+                "is not a kustomize builtin plugin",
+            ),
+            (
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": []}),
+                "is not a kustomize builtin plugin",
+            ),
+            (
+                serde_json::json!({"kind": "ConfigMapGenerator"}),
+                "is not a kustomize builtin plugin",
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "LabelTransformer", "metadata": {"annotations": {"config.kubernetes.io/function": "exec: {path: /bin/sh}"}}}),
+                "KRM function annotation config.kubernetes.io/function",
+            ),
+            (
+                serde_json::json!({"apiVersion": "builtin", "kind": "LabelTransformer", "metadata": {"annotations": {"config.k8s.io/function": "container: {image: x}"}}}),
+                "KRM function annotation config.k8s.io/function",
+            ),
+            (serde_json::json!("a string"), "expected a plugin config"),
+        ] {
+            let e = plugin_references(&config).unwrap_err();
+            assert!(e.reason.contains(needle), "{config}: {}", e.reason);
+        }
+    }
+
+    #[test]
+    fn a_plugin_directory_may_only_list_resources() {
+        assert_eq!(
+            plain_resources(
+                &serde_json::json!({"resources": ["a.yaml", "b/"], "namePrefix": "p-"})
+            )
+            .unwrap(),
+            ["a.yaml", "b/"]
+        );
+        for field in [
+            "patches",
+            "replacements",
+            "generators",
+            "components",
+            "configMapGenerator",
+            "commonAnnotations",
+            "Patches",
+        ] {
+            let e = plain_resources(&serde_json::json!({"resources": ["a.yaml"], field: []}))
+                .unwrap_err();
+            assert_eq!(e.field, field);
+        }
+    }
+
+    #[test]
+    fn fetched_references_by_table() {
+        for (reference, fetched) in [
+            ("https://example.com/x.yaml", true),
+            ("HTTP://example.com/x.yaml", true),
+            ("github.com/org/repo//dir?ref=v1", true),
+            ("GitHub.com:org/repo", true),
+            ("git::https://gitlab.com/org/repo", true),
+            ("ssh://git@gitlab.com/org/repo", true),
+            ("file:///srv/repo", true),
+            ("deploy@gitlab.example.com:org/repo.git", true),
+            ("git@github.com:org/repo", true),
+            ("gh:org/repo", true),
+            ("base", false),
+            ("../base/kustomization.yaml", false),
+            ("gitlab.com/org/repo", false),
+            ("a.b@c", false),
+            ("1user@host:x", false),
+        ] {
+            assert_eq!(is_fetched(reference), fetched, "{reference}");
+        }
+        assert_eq!(file_url_path("git::FILE:///srv/repo"), Some("/srv/repo"));
+        assert_eq!(file_url_path("file://x"), Some("x"));
+        assert_eq!(file_url_path("files/x"), None);
     }
 }

@@ -57,6 +57,16 @@ pub struct RenderRequest<'a> {
 pub enum RenderError {
     #[error("{what} {path:?} escapes the artifact root")]
     Escapes { what: String, path: String },
+    /// A reference the build could follow out of the root without it being seen here: an
+    /// unknown shape, a plugin that is not builtin, a remote plugin config. Never quotes the
+    /// file a reference points at.
+    #[error("{what}: {reason}")]
+    Unconfined { what: String, reason: String },
+    /// `--no-remote-bases`, in the words of kustomize-controller's flag of that name.
+    #[error(
+        "{what} {reference:?} is remote: remote bases are disallowed (--no-remote-bases), all resources must refer to local files included in the source artifact"
+    )]
+    RemoteBase { what: String, reference: String },
     #[error("kustomization path not found: {path:?} is not a directory in the artifact")]
     PathNotFound { path: String },
     #[error("failed to decode Kubernetes YAML from {file}: {message}")]
@@ -147,7 +157,8 @@ impl RenderError {
 pub async fn render(request: &RenderRequest<'_>) -> Result<Rendered, RenderError> {
     let root = request.root.to_path_buf();
     let spec = request.owner.spec.clone();
-    let dir = tokio::task::spawn_blocking(move || prepare(&root, &spec))
+    let no_remote_bases = request.kustomize.no_remote_bases;
+    let dir = tokio::task::spawn_blocking(move || prepare_with(&root, &spec, no_remote_bases))
         .await
         .map_err(|e| RenderError::Io {
             context: "preparing the kustomization".into(),
@@ -176,6 +187,16 @@ pub async fn render(request: &RenderRequest<'_>) -> Result<Rendered, RenderError
 pub fn prepare(
     root: &Path,
     spec: &crate::flux::objects::KustomizationSpec,
+) -> Result<PathBuf, RenderError> {
+    prepare_with(root, spec, false)
+}
+
+/// [`prepare`], and with `no_remote_bases` (kustomize-controller's `--no-remote-bases`) the
+/// check that the build fetches nothing either.
+pub fn prepare_with(
+    root: &Path,
+    spec: &crate::flux::objects::KustomizationSpec,
+    no_remote_bases: bool,
 ) -> Result<PathBuf, RenderError> {
     let path = spec
         .path
@@ -223,7 +244,11 @@ pub fn prepare(
         context: format!("writing {}", file.display()),
         error,
     })?;
-    check_confined(root, &dir)?;
+    Confinement {
+        root,
+        no_remote_bases,
+    }
+    .check(&dir)?;
     Ok(dir)
 }
 
@@ -250,28 +275,234 @@ fn read_kustomization(root: &Path, file: &Path) -> Result<Value, RenderError> {
     }
 }
 
-/// Follows the kustomization files reachable from `dir` and refuses any local reference that
-/// leaves `root`.
-fn check_confined(root: &Path, dir: &Path) -> Result<(), RenderError> {
-    let mut pending = vec![dir.to_path_buf()];
-    let mut seen = HashSet::new();
-    while let Some(d) = pending.pop() {
-        if !seen.insert(d.clone()) {
-            continue;
-        }
-        let Some(file) = generator::find_kustomization_file(&d) else {
-            continue;
-        };
-        let shown = generator::display_relative(root, &file);
-        let kustomization = read_kustomization(root, &file)?;
-        for (field, reference) in confine::references(&kustomization) {
-            let target = confine::join_within(root, &d, &reference, &format!("{shown}: {field}"))?;
-            if target.is_dir() {
-                pending.push(target);
+/// The check that every reference of the tree stays inside the artifact root (and, with
+/// `no_remote_bases`, that none is fetched), before anything is built or fetched.
+struct Confinement<'a> {
+    root: &'a Path,
+    no_remote_bases: bool,
+}
+
+impl Confinement<'_> {
+    /// Follows the kustomization files reachable from `dir` and refuses any reference that
+    /// leaves the root, in the kustomization files and in every plugin config they list.
+    fn check(&self, dir: &Path) -> Result<(), RenderError> {
+        let mut pending = vec![dir.to_path_buf()];
+        let mut seen = HashSet::new();
+        while let Some(d) = pending.pop() {
+            if !seen.insert(d.clone()) {
+                continue;
+            }
+            let Some(file) = generator::find_kustomization_file(&d) else {
+                continue;
+            };
+            let shown = generator::display_relative(self.root, &file);
+            let kustomization = read_kustomization(self.root, &file)?;
+            let references =
+                confine::references(&kustomization).map_err(|u| unconfined(&shown, u))?;
+            for r in references {
+                let what = format!("{shown}: {}", r.field);
+                if r.used == confine::Use::Plugins {
+                    self.plugin_entry(&d, &what, &r.reference)?;
+                    continue;
+                }
+                if let Some(target) = self.reference(&d, &what, &r.reference, r.used)?
+                    && r.used == confine::Use::Follow
+                    && target.is_dir()
+                {
+                    pending.push(target);
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Checks one reference made from `dir`; the path it names in the tree, if it names one.
+    fn reference(
+        &self,
+        dir: &Path,
+        what: &str,
+        reference: &str,
+        used: confine::Use,
+    ) -> Result<Option<PathBuf>, RenderError> {
+        let remote = used == confine::Use::Repo || confine::is_fetched(reference);
+        if self.no_remote_bases && remote {
+            return Err(RenderError::RemoteBase {
+                what: what.to_string(),
+                reference: reference.to_string(),
+            });
+        }
+        match used {
+            confine::Use::Repo => return Ok(None),
+            // Downloaded, not read from the disk.
+            confine::Use::Load | confine::Use::Follow if confine::is_http(reference) => {
+                return Ok(None);
+            }
+            _ => {}
+        }
+        if used == confine::Use::Follow
+            && let Some(path) = confine::file_url_path(reference)
+        {
+            // A clone of the local repository at that path.
+            confine::join_within(self.root, dir, path, what)?;
+        }
+        // Whatever kustomize does not fetch it reads as a path, so every other reference is
+        // checked as one (a git URL that is not one is then a harmless relative name).
+        confine::join_within(self.root, dir, reference, what).map(Some)
+    }
+
+    /// One `generators`/`transformers`/`validators` entry of the kustomization in `dir`:
+    /// inline configs, a file of configs, or a kustomization directory whose resources are
+    /// configs. The configs' own paths are relative to `dir` (kustomize loads every plugin
+    /// with the listing kustomization's loader).
+    fn plugin_entry(&self, dir: &Path, what: &str, entry: &str) -> Result<(), RenderError> {
+        let inline = inline_configs(entry);
+        if inline.is_none() && confine::is_fetched(entry) {
+            if self.no_remote_bases {
+                return Err(RenderError::RemoteBase {
+                    what: what.to_string(),
+                    reference: entry.to_string(),
+                });
+            }
+            return Err(RenderError::Unconfined {
+                what: format!("{what} {entry:?}"),
+                reason: "a remote plugin config cannot be checked before the build: refused".into(),
+            });
+        }
+        for (i, config) in inline.iter().flatten().enumerate() {
+            self.config(dir, what, &format!("inline #{i}"), config)?;
+        }
+        // kustomize reads the entry as a path when it does not parse as configs, so it is
+        // checked as one whatever this parser made of it.
+        let target = confine::join_within(self.root, dir, entry, what)?;
+        if target.is_file() {
+            self.config_file(dir, what, &target, entry)?;
+        } else if target.is_dir() {
+            self.config_dir(dir, what, &target, &mut HashSet::new())?;
+        }
+        Ok(())
+    }
+
+    fn config_file(
+        &self,
+        dir: &Path,
+        what: &str,
+        file: &Path,
+        source: &str,
+    ) -> Result<(), RenderError> {
+        let configs = read_documents(self.root, file)?;
+        let many = configs.len() > 1;
+        for (i, config) in configs.iter().enumerate() {
+            let source = if many {
+                format!("{source} #{i}")
+            } else {
+                source.to_string()
+            };
+            self.config(dir, what, &source, config)?;
+        }
+        Ok(())
+    }
+
+    fn config_dir(
+        &self,
+        dir: &Path,
+        what: &str,
+        configs: &Path,
+        seen: &mut HashSet<PathBuf>,
+    ) -> Result<(), RenderError> {
+        if !seen.insert(configs.to_path_buf()) {
+            return Ok(());
+        }
+        let Some(file) = generator::find_kustomization_file(configs) else {
+            return Ok(());
+        };
+        let shown = generator::display_relative(self.root, &file);
+        let what = format!("{what} ({shown})");
+        let kustomization = read_kustomization(self.root, &file)?;
+        let resources =
+            confine::plain_resources(&kustomization).map_err(|u| unconfined(&what, u))?;
+        for entry in resources {
+            let field = format!("{what}: resources");
+            if confine::is_fetched(&entry) {
+                return Err(if self.no_remote_bases {
+                    RenderError::RemoteBase {
+                        what: field,
+                        reference: entry,
+                    }
+                } else {
+                    RenderError::Unconfined {
+                        what: format!("{field} {entry:?}"),
+                        reason:
+                            "a remote plugin config cannot be checked before the build: refused"
+                                .into(),
+                    }
+                });
+            }
+            let target = confine::join_within(self.root, configs, &entry, &field)?;
+            if target.is_dir() {
+                self.config_dir(dir, &what, &target, seen)?;
+            } else if target.is_file() {
+                let source = generator::display_relative(self.root, &target);
+                self.config_file(dir, &what, &target, &source)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One plugin config found from `what` in `source`.
+    fn config(
+        &self,
+        dir: &Path,
+        what: &str,
+        source: &str,
+        config: &Value,
+    ) -> Result<(), RenderError> {
+        let (kind, references) = confine::plugin_references(config)
+            .map_err(|u| unconfined(&format!("{what} ({source})"), u))?;
+        let what = format!("{what} ({kind} {source})");
+        for r in references {
+            self.reference(dir, &format!("{what}: {}", r.field), &r.reference, r.used)?;
+        }
+        Ok(())
+    }
+}
+
+fn unconfined(what: &str, u: confine::Unchecked) -> RenderError {
+    RenderError::Unconfined {
+        what: if u.field.is_empty() {
+            what.to_string()
+        } else {
+            format!("{what}: {}", u.field)
+        },
+        reason: u.reason,
+    }
+}
+
+/// `entry` as inline plugin configs, when it parses as YAML mappings (what kustomize tries
+/// first: `NewResMapFromBytes`).
+fn inline_configs(entry: &str) -> Option<Vec<Value>> {
+    let docs: Vec<Value> = crate::manifest::with_parse_stack(|| {
+        serde_saphyr::from_multiple_with_options(entry, crate::manifest::yaml_options())
+    })
+    .ok()?;
+    let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+    (!docs.is_empty() && docs.iter().all(Value::is_object)).then_some(docs)
+}
+
+/// The YAML documents of a file of plugin configs in the tree.
+fn read_documents(root: &Path, file: &Path) -> Result<Vec<Value>, RenderError> {
+    let shown = generator::display_relative(root, file);
+    let text = std::fs::read_to_string(file).map_err(|error| RenderError::Io {
+        context: format!("reading {shown}"),
+        error,
+    })?;
+    let docs: Vec<Value> = crate::manifest::with_parse_stack(|| {
+        serde_saphyr::from_multiple_with_options(&text, crate::manifest::yaml_options())
+    })
+    .map_err(|e| RenderError::InvalidYaml {
+        file: shown,
+        message: e.to_string(),
+    })?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
 /// Parses kustomize's YAML stream into objects, with the shared parser's raised budget (a
@@ -429,6 +660,131 @@ mod tests {
             e.contains("spec.components entry \"../../c\" escapes"),
             "{e}"
         );
+    }
+
+    /// The plugin configs a kustomization lists are checked like its own fields: inline, by
+    /// file, through a directory; a config that is not builtin is refused as such.
+    #[test]
+    fn prepare_checks_plugin_configs_by_table() {
+        let cm = |files: &str| {
+            format!(
+                "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {{name: x}}\nfiles: [{files}]\n"
+            )
+        };
+        for (tree, refused) in [
+            (vec![("kustomization.yaml", "generators: [gen.yaml]\n".to_string()), ("gen.yaml", cm("k=f.txt"))], None),
+            (
+                vec![("kustomization.yaml", "generators: [gen.yaml]\n".to_string()), ("gen.yaml", cm("k=/etc/passwd"))],
+                Some("./kustomization.yaml: generators[0] (ConfigMapGenerator gen.yaml): files \"/etc/passwd\" escapes the artifact root"),
+            ),
+            (
+                vec![("kustomization.yaml", format!("generators:\n- |\n{}", cm("../../x").lines().map(|l| format!("  {l}\n")).collect::<String>()))],
+                Some("generators[0] (ConfigMapGenerator inline #0): files \"../../x\" escapes"),
+            ),
+            (
+                vec![
+                    ("apps/kustomization.yaml", "transformers: [../t]\n".to_string()),
+                    ("t/kustomization.yaml", "resources: [p.yaml]\n".to_string()),
+                    ("t/p.yaml", "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: p}\npath: ../../secret\n".to_string()),
+                ],
+                Some("./apps/kustomization.yaml: transformers[0] (./t/kustomization.yaml) (PatchTransformer ./t/p.yaml): path \"../../secret\" escapes"),
+            ),
+            (
+                vec![
+                    ("kustomization.yaml", "transformers: [t]\n".to_string()),
+                    ("t/kustomization.yaml", "resources: [p.yaml]\npatches: [{path: x.yaml}]\n".to_string()),
+                ],
+                Some("transformers[0] (./t/kustomization.yaml): patches: a kustomization whose output configures plugins may only list resources"),
+            ),
+            (
+                vec![("kustomization.yaml", "validators: [v.yaml]\n".to_string()), ("v.yaml", "apiVersion: example.com/v1\nkind: Validate\nmetadata:\n  annotations:\n    config.kubernetes.io/function: 'exec: {path: ./v.sh}'\n".to_string())],
+                Some("./kustomization.yaml: validators[0] (v.yaml): kind \"Validate\" apiVersion \"example.com/v1\" is not a kustomize builtin plugin"),
+            ),
+            (
+                vec![("kustomization.yaml", "generators: [https://example.com/gen.yaml]\n".to_string())],
+                Some("a remote plugin config cannot be checked before the build"),
+            ),
+            (
+                vec![("kustomization.yaml", "Resources: [/etc/passwd]\n".to_string())],
+                Some("./kustomization.yaml: resources \"/etc/passwd\" escapes"),
+            ),
+            (
+                vec![("kustomization.yaml", "resources: [git@x/../../../../etc/passwd]\n".to_string())],
+                Some("escapes the artifact root"),
+            ),
+            (
+                vec![("kustomization.yaml", "resources: ['file:///etc/repo']\n".to_string())],
+                Some("resources \"/etc/repo\" escapes"),
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            for (rel, text) in &tree {
+                write(dir.path(), rel, text);
+            }
+            let path = if tree[0].0.starts_with("apps/") { "apps" } else { "." };
+            let spec = KustomizationSpec {
+                path: Some(path.into()),
+                ..Default::default()
+            };
+            match (prepare(dir.path(), &spec), refused) {
+                (Ok(_), None) => {}
+                (Err(e), Some(needle)) => {
+                    assert!(e.to_string().contains(needle), "{tree:?}: {e}");
+                    assert!(e.is_bad_input());
+                }
+                (got, _) => panic!("{tree:?}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn no_remote_bases_refuses_every_remote_reference_by_table() {
+        for (kustomization, needle) in [
+            (
+                "resources: [github.com/org/repo//base?ref=v1]\n",
+                "resources \"github.com/org/repo//base?ref=v1\" is remote",
+            ),
+            (
+                "resources: [https://example.com/x.yaml]\n",
+                "resources \"https://example.com/x.yaml\" is remote",
+            ),
+            (
+                "components: [ssh://git@example.com/org/repo]\n",
+                "components",
+            ),
+            (
+                "patches: [{path: 'https://example.com/p.yaml'}]\n",
+                "patches[].path",
+            ),
+            (
+                "generators: [https://example.com/gen.yaml]\n",
+                "generators[0]",
+            ),
+            (
+                "helmCharts: [{name: db, repo: 'https://charts.example.com'}]\n",
+                "helmCharts[].repo",
+            ),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), "kustomization.yaml", kustomization);
+            let e = prepare_with(dir.path(), &KustomizationSpec::default(), true).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains(needle), "{kustomization}: {text}");
+            assert!(
+                text.contains("remote bases are disallowed (--no-remote-bases), all resources must refer to local files included in the source artifact"),
+                "{text}"
+            );
+            assert!(e.is_bad_input());
+            // Allowed by default (kustomize fetches it), except a plugin config it cannot check.
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), "kustomization.yaml", kustomization);
+            let allowed = prepare(dir.path(), &KustomizationSpec::default());
+            assert_eq!(
+                allowed.is_ok(),
+                !kustomization.starts_with("generators"),
+                "{kustomization}: {allowed:?}"
+            );
+        }
     }
 
     #[test]
