@@ -22,7 +22,8 @@ pub struct BuildLimitArgs {
     /// Refuse remote bases, resources, components, plugin configs and helm chart repos before
     /// anything is fetched (kustomize-controller's flag): all resources must refer to local
     /// files included in the source artifact.
-    #[arg(long, env = "FLUX_CONVERGER_NO_REMOTE_BASES")]
+    /// Bare, `=true` or `=false`, as pflag takes kustomize-controller's.
+    #[arg(long, env = "FLUX_CONVERGER_NO_REMOTE_BASES", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub no_remote_bases: bool,
 }
 
