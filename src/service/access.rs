@@ -137,6 +137,15 @@ pub const PERMISSIONS: &[Permission] = &[
     p("update", "", "configmaps", Own, Always),
     p("patch", "", "configmaps", Own, Always),
     p("delete", "", "configmaps", Own, Always),
+    // The intents, as Secrets (they may hold values substituted from Secrets), watched by
+    // every replica; legacy intent ConfigMaps are moved with the configmaps verbs above.
+    p("get", "", "secrets", Own, Always),
+    p("list", "", "secrets", Own, Always),
+    p("watch", "", "secrets", Own, Always),
+    p("create", "", "secrets", Own, Always),
+    p("update", "", "secrets", Own, Always),
+    p("patch", "", "secrets", Own, Always),
+    p("delete", "", "secrets", Own, Always),
     // The Lease.
     p("get", "coordination.k8s.io", "leases", Own, LeaderElect),
     p("create", "coordination.k8s.io", "leases", Own, LeaderElect),

@@ -24,6 +24,8 @@ pub struct ServiceBackend {
     pub status: Arc<StatusCache>,
     /// `--hook-min-interval`, per Kustomization.
     pub hook_limit: Arc<HookLimit<Key>>,
+    /// The resume on start: which intents it left in the journal (`/status` `refusedIntents`).
+    pub resume: Option<Arc<dyn crate::service::Resume>>,
 }
 
 impl ServiceBackend {
@@ -99,8 +101,18 @@ impl Backend for ServiceBackend {
     }
 
     fn status_json(&self, namespace: Option<&str>) -> Result<bytes::Bytes, serde_json::Error> {
-        self.status
-            .list(&self.index, self.records.as_ref(), namespace)
+        let body = self
+            .status
+            .list(&self.index, self.records.as_ref(), namespace)?;
+        let refused: Vec<_> = self
+            .resume
+            .as_ref()
+            .map(|r| r.refused())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| namespace.is_none_or(|ns| r.namespace == ns))
+            .collect();
+        with_refused_intents(body, &refused)
     }
 
     fn kustomization_json(
@@ -141,4 +153,23 @@ impl Backend for ServiceBackend {
         }
         Ok(())
     }
+}
+
+/// The `/status` body with `"refusedIntents":[...]` after the Kustomizations when the resume
+/// left any intent in the journal (docs/converge.md, the journal); the cached body as it is
+/// otherwise.
+fn with_refused_intents(
+    body: bytes::Bytes,
+    refused: &[crate::journal::RefusedIntent],
+) -> Result<bytes::Bytes, serde_json::Error> {
+    if refused.is_empty() || !body.ends_with(b"}") {
+        return Ok(body);
+    }
+    let list = serde_json::to_vec(refused)?;
+    let mut out = Vec::with_capacity(body.len() + list.len() + 20);
+    out.extend_from_slice(&body[..body.len() - 1]);
+    out.extend_from_slice(b",\"refusedIntents\":");
+    out.extend_from_slice(&list);
+    out.push(b'}');
+    Ok(bytes::Bytes::from(out))
 }
