@@ -139,7 +139,25 @@ fn opts() -> Options {
         fence: None,
         act_as: None,
         in_place: Default::default(),
+        kustomization: None,
+        resume_as_operator: false,
+        renders: None,
     }
+}
+
+/// [`opts`] with a render that has default/web (as the command's file does).
+fn rendered_opts() -> Options {
+    Options {
+        renders: Some(std::sync::Arc::new(
+            [(NS.to_string(), "web".to_string())].into(),
+        )),
+        ..opts()
+    }
+}
+
+/// The intent records in the journal namespace (Secrets since issue 27).
+fn intent_records(fake: &FakeApiServer) -> usize {
+    fake.list("v1", "Secret", Some(JOURNAL_NS)).len()
 }
 
 fn uid(v: &Value) -> String {
@@ -233,7 +251,7 @@ fn end_state(fake: &FakeApiServer, before: &BTreeMap<String, String>) -> Value {
             (name, v)
         })
         .collect();
-    let intents = fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).len();
+    let intents = intent_records(fake);
     json!({
         "statefulset": sts.map(|s| json!({"spec": s["spec"], "labels": s["metadata"]["labels"],
                                           "terminating": s["metadata"].get("deletionTimestamp").is_some()})),
@@ -310,7 +328,7 @@ async fn happy_path_grows_claims_recreates_and_the_pods_are_adopted() {
         deletes,
         vec![
             "/apis/apps/v1/namespaces/default/statefulsets/web".to_string(),
-            "/api/v1/namespaces/flux-system/configmaps/flux-converger-intent.default.web"
+            "/api/v1/namespaces/flux-system/secrets/flux-converger-intent.default.web"
                 .to_string(),
         ]
     );
@@ -851,7 +869,7 @@ async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_
         // The process dies: its memory (c, j, the desired object) goes with it.
     }
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)), &j, &rendered_opts())
         .await
         .unwrap();
     assert_eq!(resumed.results.len(), 1);
@@ -1535,6 +1553,7 @@ fn legacy_intent(fake: &FakeApiServer, uid: &str) {
         revision: None,
         deleting: false,
         act_as: None,
+        kustomization: None,
     };
     let mut cm = serde_json::to_value(intent_to_configmap(JOURNAL_NS, &intent).unwrap()).unwrap();
     let data = cm["data"].as_object_mut().unwrap();
@@ -1552,9 +1571,11 @@ async fn a_resume_never_brings_back_a_statefulset_someone_else_deleted() {
     legacy_intent(&fake, &uid(&live));
     // Flux prunes it (the intent was recorded, nothing of ours deleted it).
     fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
-    fake.clear_requests();
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+    // On start, the earlier version's ConfigMap becomes a Secret first.
+    j.migrate_legacy().await.unwrap();
+    fake.clear_requests();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)), &j, &rendered_opts())
         .await
         .unwrap();
     let (_, _, result) = resumed.results.into_iter().next().unwrap();
@@ -1624,7 +1645,8 @@ async fn one_unreadable_journal_record_wedges_nothing() {
     let other = corrupt_intent(&fake, "apps", "db");
     let own = corrupt_intent(&fake, NS, "web");
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
+    j.migrate_legacy().await.unwrap();
+    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)), &j, &rendered_opts())
         .await
         .unwrap();
     assert!(resumed.results.is_empty());
@@ -1645,14 +1667,12 @@ async fn one_unreadable_journal_record_wedges_nothing() {
             .as_ref()
             .is_some_and(|u| u.object.ends_with(&own))
     );
+    assert!(fake.get("v1", "Secret", Some(JOURNAL_NS), &own).is_none());
     assert!(
-        fake.get("v1", "ConfigMap", Some(JOURNAL_NS), &own)
-            .is_none()
-    );
-    assert!(
-        fake.get("v1", "ConfigMap", Some(JOURNAL_NS), &other)
+        fake.get("v1", "Secret", Some(JOURNAL_NS), &other)
             .is_some()
     );
+    assert!(fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).is_empty());
 }
 
 #[tokio::test]
@@ -1929,10 +1949,11 @@ async fn the_cli_exits_1_naming_the_permission_and_names_an_unreadable_record_on
     // The command's journal is the StatefulSet's own namespace by default.
     let cm = flux_converger::journal::intent_configmap_name(NS, "web");
     fake.seed(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1", "kind": "Secret", "type": "flux-converger.io/intent",
         "metadata": {"name": cm, "namespace": NS,
                      "labels": {"flux-converger.io/record": "intent"}},
-        "data": {"desired": "{hand-edited"},
+        // "{hand-edited"
+        "data": {"desired": "e2hhbmQtZWRpdGVk"},
     }));
     fake.add_fault(FaultRule {
         method: Some(Method::PATCH),
@@ -2050,7 +2071,7 @@ async fn an_admission_webhook_denying_the_recreate_is_refused_before_any_write()
     );
     assert_eq!(storage(&fake, "data-web-0"), "1Gi");
     assert!(
-        fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).is_empty(),
+        intent_records(&fake) == 0,
         "no intent"
     );
 
@@ -2248,7 +2269,7 @@ async fn the_cli_converges_a_file_all_or_nothing() {
 
 #[tokio::test]
 async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
-    use flux_converger::journal::{Intent, intent_from_configmap};
+    use flux_converger::journal::{Intent, intent_from_secret};
     use flux_converger::service::JournalResume;
     use flux_converger::service::Resume as _;
     let fake = world().await;
@@ -2279,8 +2300,17 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
             message: "etcd is down".into(),
         },
     });
+    // The Kustomization the revision came from acts as that service account.
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "apps"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+                 "serviceAccountName": "deployer",
+                 "sourceRef": {"kind": "GitRepository", "name": "apps"}},
+    }));
     let options = Options {
         act_as: Some(user.into()),
+        kustomization: Some("apps/apps".into()),
         ..opts()
     };
     let e = run_converge(&c, &j, &desired(), &options)
@@ -2293,17 +2323,18 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         fake.get("apps/v1", "StatefulSet", Some(NS), "web")
             .is_none()
     );
-    let cm_name = flux_converger::journal::intent_configmap_name(NS, "web");
-    let cm = fake
-        .get("v1", "ConfigMap", Some(JOURNAL_NS), &cm_name)
-        .unwrap();
-    assert_eq!(cm["data"]["actAs"], user);
-    let intent: Intent = intent_from_configmap(&serde_json::from_value(cm).unwrap()).unwrap();
+    let name = flux_converger::journal::intent_record_name(NS, "web");
+    let secret = fake.get("v1", "Secret", Some(JOURNAL_NS), &name).unwrap();
+    assert_eq!(secret["type"], "flux-converger.io/intent");
+    let intent: Intent = intent_from_secret(&serde_json::from_value(secret).unwrap()).unwrap();
     assert_eq!(intent.act_as.as_deref(), Some(user));
+    assert_eq!(intent.kustomization.as_deref(), Some("apps/apps"));
+    assert!(intent.deleting);
 
     // An intent of an earlier version (no actAs) for another StatefulSet: not resumed, kept.
     let mut legacy = intent.clone();
     legacy.name = "cache".into();
+    legacy.desired.metadata.name = Some("cache".into());
     legacy.act_as = None;
     j.record(&legacy).await.unwrap();
 
@@ -2315,10 +2346,40 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         wait_timeout: Duration::from_secs(5),
         fence: None,
         shard: Default::default(),
+        default_service_account: None,
+        intents: None,
+        refused_gauge: None,
     };
     resume.resume_all().await;
 
-    // web re-applied, as the tenant: every StatefulSet request impersonated it.
+    // On start no render is at hand: web, absent, is not re-created (someone may have pruned
+    // it since); it was read as the tenant, and nothing was written.
+    let sts_requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/statefulsets"))
+        .collect();
+    assert!(!sts_requests.is_empty());
+    assert!(
+        sts_requests
+            .iter()
+            .all(|r| !r.is_write() && r.impersonate_user.as_deref() == Some(user)),
+        "{sts_requests:#?}"
+    );
+    assert!(
+        !sts_requests.iter().any(|r| r.path.ends_with("/cache")),
+        "the legacy intent's StatefulSet was not touched: {sts_requests:#?}"
+    );
+    assert!(j.load(NS, "cache").await.unwrap().is_some());
+    assert!(j.load(NS, "web").await.unwrap().is_some());
+
+    // The Kustomization's next converge (its render has web) finishes it, as the tenant.
+    fake.clear_requests();
+    let report = run_converge(&c, &j, &desired(), &options).await.unwrap();
+    assert_eq!(
+        report.resumed.as_ref().map(|r| r.action),
+        Some(ResumeAction::Reapplied)
+    );
     assert!(
         fake.get("apps/v1", "StatefulSet", Some(NS), "web")
             .is_some()
@@ -2338,19 +2399,15 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
             .all(|r| r.impersonate_user.as_deref() == Some(user)),
         "{sts_requests:#?}"
     );
-    assert!(
-        !sts_requests.iter().any(|r| r.path.ends_with("/cache")),
-        "the legacy intent's StatefulSet was not touched: {sts_requests:#?}"
-    );
-    // The legacy intent is kept; web's is cleared.
-    assert!(j.load(NS, "cache").await.unwrap().is_some());
     assert!(j.load(NS, "web").await.unwrap().is_none());
 
     // With resume_all itself: the unknown identity is reported by name, with why.
     let resumed = converge::resume_all(
-        |i: &Intent| match i.act_as {
-            Some(_) => Ok(&c),
-            None => Err("no recorded identity".to_string()),
+        |i: &Intent| {
+            std::future::ready(match i.act_as {
+                Some(_) => Ok(&c),
+                None => Err("no recorded identity".to_string()),
+            })
         },
         &j,
         &opts(),
