@@ -875,7 +875,10 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         }
         self.intent_kept.store(true, Ordering::SeqCst);
         // This converge's desired object is this StatefulSet: its render has it.
-        self.finish(intent, true).await.map(|r| Ok(Some(r)))
+        // Boxed: the resume's procedure is a whole converge, kept off the caller's stack.
+        Box::pin(self.finish(intent, true))
+            .await
+            .map(|r| Ok(Some(r)))
     }
 
     /// Finishes `intent`. `rendered`: the caller's current render has this StatefulSet, so an
@@ -1331,7 +1334,7 @@ where
                  the intent"
             ),
         );
-        match run.finish(intent, rendered).await {
+        match Box::pin(run.finish(intent, rendered)).await {
             Ok(report) if report.action == ResumeAction::NotRendered => {
                 resumed.not_resumed.push(kept);
             }

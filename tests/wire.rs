@@ -59,6 +59,7 @@ fn opts() -> Options {
         fence: None,
         act_as: None,
         in_place: Default::default(),
+        ..Options::default()
     }
 }
 
