@@ -1289,7 +1289,10 @@ where
         not_resumed: listing.refused,
     };
     for intent in listing.intents {
-        let record = format!("intent {}", intent_record_name(&intent.namespace, &intent.name));
+        let record = format!(
+            "intent {}",
+            intent_record_name(&intent.namespace, &intent.name)
+        );
         let not_resumed = |intent: &Intent, reason: String| NotResumed {
             object: record.clone(),
             namespace: intent.namespace.clone(),

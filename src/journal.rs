@@ -16,8 +16,8 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
@@ -179,7 +179,12 @@ pub fn inconsistency(record: &str, intent: &Intent) -> Option<String> {
         ));
     }
     let (ns, name) = (
-        intent.desired.metadata.namespace.as_deref().unwrap_or_default(),
+        intent
+            .desired
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default(),
         intent.desired.metadata.name.as_deref().unwrap_or_default(),
     );
     if ns != intent.namespace || name != intent.name {
@@ -746,7 +751,10 @@ mod tests {
         assert!(e.contains("type") && e.contains("Opaque"), "{e}");
         // A legacy ConfigMap moves into the same Secret.
         let cm = intent_to_configmap("flux-system", &i).unwrap();
-        assert_eq!(intent_from_secret(&legacy_to_secret("flux-system", &cm)).unwrap(), i);
+        assert_eq!(
+            intent_from_secret(&legacy_to_secret("flux-system", &cm)).unwrap(),
+            i
+        );
     }
 
     #[test]
@@ -759,7 +767,11 @@ mod tests {
         for (record, intent, words) in [
             ("flux-converger-intent.team.web", &ok, None),
             ("flux-converger-intent.team.db", &ok, Some("is kept as")),
-            ("flux-converger-intent.team.web", &elsewhere, Some("kube-system/web")),
+            (
+                "flux-converger-intent.team.web",
+                &elsewhere,
+                Some("kube-system/web"),
+            ),
             ("flux-converger-intent.team.web", &renamed, Some("team/db")),
         ] {
             let got = inconsistency(record, intent);

@@ -252,12 +252,7 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         renders: Some(std::sync::Arc::new(
             desired
                 .iter()
-                .filter_map(|s| {
-                    Some((
-                        s.metadata.namespace.clone()?,
-                        s.metadata.name.clone()?,
-                    ))
-                })
+                .filter_map(|s| Some((s.metadata.namespace.clone()?, s.metadata.name.clone()?)))
                 .collect(),
         )),
     };

@@ -124,7 +124,9 @@ fn rendering(options: Options) -> Options {
 }
 
 /// The cluster for every intent: the world itself.
-fn all_as<'a>(w: &'a World) -> impl Fn(&Intent) -> std::future::Ready<Result<&'a World, String>> + 'a {
+fn all_as<'a>(
+    w: &'a World,
+) -> impl Fn(&Intent) -> std::future::Ready<Result<&'a World, String>> + 'a {
     move |_: &Intent| std::future::ready(Ok(w))
 }
 
@@ -465,7 +467,9 @@ async fn crash_between_delete_and_reapply_reapplies_from_the_journal() {
     assert!(w.sts("default", "web").is_none());
     w.lock().fault = None;
     // A new process: only the journal survives. Even an unrelated desired resumes first.
-    let r = resume_all(all_as(&w), &w, &rendering(opts())).await.unwrap();
+    let r = resume_all(all_as(&w), &w, &rendering(opts()))
+        .await
+        .unwrap();
     assert_eq!(r.results.len(), 1);
     assert!(r.unreadable.is_empty());
     let (ns, name, resumed) = r.results.into_iter().next().unwrap();

@@ -142,10 +142,7 @@ impl IntentCache {
                 .contains(&(namespace.to_string(), name.to_string()))
             && self
                 .store
-                .get(
-                    &ObjectRef::new(&intent_record_name(namespace, name))
-                        .within(&self.namespace),
-                )
+                .get(&ObjectRef::new(&intent_record_name(namespace, name)).within(&self.namespace))
                 .is_none()
     }
 }

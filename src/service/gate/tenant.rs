@@ -237,7 +237,9 @@ pub async fn cluster_for_intent(
         call_timeout,
     )
     .await
-    .map_err(|e| format!("its Kustomization cannot be read, so its identity cannot be checked: {e}"))?;
+    .map_err(|e| {
+        format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
+    })?;
     let current = kustomization_user(&kustomization, default_service_account);
     check_identity(intent, current.as_deref())?;
     match intent.act_as.as_deref() {
@@ -320,8 +322,18 @@ mod tests {
         for (recorded, current, ok, words) in [
             (Some(tenant), Some(tenant), true, ""),
             (Some(OWN_IDENTITY), None, true, ""),
-            (Some(OWN_IDENTITY), Some(tenant), false, "never resumes as the service"),
-            (Some(tenant), Some(other), false, "acts as \"system:serviceaccount:team:other\""),
+            (
+                Some(OWN_IDENTITY),
+                Some(tenant),
+                false,
+                "never resumes as the service",
+            ),
+            (
+                Some(tenant),
+                Some(other),
+                false,
+                "acts as \"system:serviceaccount:team:other\"",
+            ),
             (Some(tenant), None, false, "acts as \"-\" now"),
             (None, None, false, "earlier version"),
         ] {
