@@ -173,3 +173,35 @@ fn with_refused_intents(
     out.push(b'}');
     Ok(bytes::Bytes::from(out))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::RefusedIntent;
+
+    #[test]
+    fn status_names_the_refused_intents_after_the_kustomizations_by_table() {
+        let refused = RefusedIntent {
+            object: "Secret flux-system/flux-converger-intent.team.web".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+            act_as: Some("-".into()),
+            reason: "never resumes as the service".into(),
+        };
+        let body = bytes::Bytes::from_static(b"{\"kustomizations\":[]}");
+        for (refused, want) in [
+            (vec![], serde_json::json!({"kustomizations": []})),
+            (
+                vec![refused],
+                serde_json::json!({"kustomizations": [], "refusedIntents": [{
+                    "object": "Secret flux-system/flux-converger-intent.team.web",
+                    "namespace": "team", "name": "web", "actAs": "-",
+                    "reason": "never resumes as the service"}]}),
+            ),
+        ] {
+            let out = with_refused_intents(body.clone(), &refused).unwrap();
+            let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(got, want);
+        }
+    }
+}
