@@ -469,8 +469,8 @@ fn corrupt(object: &str, field: &str, message: impl ToString) -> JournalError {
 /// The data keys of the record of `intent` (docs/converge.md, the journal).
 fn intent_data(object: &str, intent: &Intent) -> Result<BTreeMap<String, String>, JournalError> {
     let desired =
-        serde_json::to_string(&intent.desired).map_err(|e| corrupt(&object, "desired", e))?;
-    let plan = serde_json::to_string(&intent.plan).map_err(|e| corrupt(&object, "plan", e))?;
+        serde_json::to_string(&intent.desired).map_err(|e| corrupt(object, "desired", e))?;
+    let plan = serde_json::to_string(&intent.plan).map_err(|e| corrupt(object, "plan", e))?;
     let mut data = BTreeMap::from([
         ("namespace".to_string(), intent.namespace.clone()),
         ("name".to_string(), intent.name.clone()),
