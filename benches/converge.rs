@@ -95,6 +95,7 @@ async fn one(fake: &FakeApiServer, classes: ClassCache) -> Duration {
         fence: None,
         act_as: None,
         in_place: Default::default(),
+        ..Options::default()
     };
     let t = Instant::now();
     let report = converge(&cluster, &journal, &desired, &options)

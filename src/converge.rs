@@ -18,6 +18,9 @@ pub mod preflight;
 pub mod prove;
 pub mod report;
 
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -28,7 +31,10 @@ use tracing::{debug, info, warn};
 
 use crate::cluster::{CallError, Cluster, DeleteOutcome, WaitOutcome, is_conflict};
 use crate::decide::{Plan, Refusal, decide, declares_desired_sizes};
-use crate::journal::{Intent, Journal, JournalError, OWN_IDENTITY, Unreadable};
+use crate::journal::{
+    Intent, Journal, JournalError, OWN_IDENTITY, RefusedIntent, Unreadable, inconsistency,
+    intent_record_name,
+};
 
 pub use report::{
     ClaimAction, ClaimReport, Outcome, RefusalReport, Report, ResumeAction, ResumeReport, Step,
@@ -59,6 +65,19 @@ pub struct Options {
     /// The server's "forbidden in place" answers, shared by the converges that pass the same
     /// memory (one run of the command; every run of the service).
     pub in_place: prove::InPlaceMemory,
+    /// The Kustomization (`namespace/name`) whose revision is converged, when known (the
+    /// service's): recorded in the intent, so a resume on start can ask which identity that
+    /// Kustomization would use now.
+    pub kustomization: Option<String>,
+    /// The caller is an operator (the `converge` command): an intent recorded under any
+    /// identity is finished under the caller's own. Otherwise (the service) an intent recorded
+    /// under another identity than [`Options::act_as`] is refused, not resumed.
+    pub resume_as_operator: bool,
+    /// The StatefulSets `(namespace, name)` the caller's current render has (the command: its
+    /// file), for [`resume_all`]: an absent StatefulSet whose intent says our delete was sent
+    /// is re-created only if its render still has it. `None`: no render at hand (the service
+    /// on start), so none is re-created there; the next converge of its Kustomization does it.
+    pub renders: Option<Arc<BTreeSet<(String, String)>>>,
 }
 
 impl Default for Options {
@@ -70,6 +89,9 @@ impl Default for Options {
             fence: None,
             act_as: None,
             in_place: prove::InPlaceMemory::default(),
+            kustomization: None,
+            resume_as_operator: false,
+            renders: None,
         }
     }
 }
@@ -526,7 +548,9 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
     ) -> Result<(), ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let planned = match work {
-            Work::InFlight { uid } => return self.recreate(desired, &uid, report, true).await,
+            Work::InFlight { uid } => {
+                return self.recreate(desired, &uid, report, true, None).await;
+            }
             Work::Planned(planned) => planned,
         };
         let Planned {
@@ -559,10 +583,12 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             return Ok(());
         }
 
-        // The intent is recorded once the claims are grown, right before the delete: until
-        // then the live StatefulSet is untouched and a crash loses nothing (the next run
-        // decides again and skips grown claims); from now on it says "our delete is next".
-        self.fenced(Step::Orphan)?;
+        // The intent is recorded once the claims are grown and the window of the delete is
+        // open, right before the delete: until then the live StatefulSet is untouched and a
+        // crash loses nothing (the next run decides again and skips grown claims); from now on
+        // it says "our delete is next". A refused window records nothing, so no intent says
+        // `deleting` for a delete that was never sent.
+        let window = self.window(Step::Orphan)?;
         if !resuming.is_some_and(|i| i.deleting) {
             let t = Instant::now();
             let intent = Intent {
@@ -584,6 +610,9 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                             .unwrap_or_else(|| OWN_IDENTITY.to_string()),
                     )
                 }),
+                kustomization: resuming
+                    .and_then(|i| i.kustomization.clone())
+                    .or_else(|| self.options.kustomization.clone()),
             };
             self.writing();
             self.journal
@@ -593,7 +622,8 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             self.intent_kept.store(true, Ordering::SeqCst);
             report.timed(Step::Record, t.elapsed());
         }
-        self.recreate(desired, &uid, report, false).await
+        self.recreate(desired, &uid, report, false, Some(window))
+            .await
     }
 
     /// Grows each claim of the plan from the version it was decided on. A 409 means the claim
@@ -708,15 +738,20 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
 
     /// orphan → wait → re-apply. `ours_in_flight`: the object was seen terminating while an
     /// intent of ours says our delete was sent, so "already gone" is our delete's doing.
+    /// `window`: the delete's window, when the caller opened it (before recording the intent).
     async fn recreate(
         &self,
         desired: &StatefulSet,
         uid: &str,
         report: &mut Report,
         ours_in_flight: bool,
+        window: Option<fence::Window>,
     ) -> Result<(), ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
-        let _window = self.window(Step::Orphan)?;
+        let _window = match window {
+            Some(window) => window,
+            None => self.window(Step::Orphan)?,
+        };
         info!(statefulset = %name, namespace = %ns, uid, "orphan-deleting");
         let t = Instant::now();
         self.writing();
@@ -788,10 +823,34 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         Ok(())
     }
 
+    /// Why the journal's intent for this StatefulSet is not resumed by this converge, if it is
+    /// not: its record, StatefulSet and desired object disagree, or (unless the caller is an
+    /// operator) it was recorded under another identity than this converge acts as, which is
+    /// the one its Kustomization uses now.
+    fn refusal_of(&self, intent: &Intent) -> Option<RefusedIntent> {
+        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
+        let record = intent_record_name(ns, name);
+        let current = self.options.act_as.as_deref().unwrap_or(OWN_IDENTITY);
+        let reason = inconsistency(&record, intent).or_else(|| match intent.act_as.as_deref() {
+            Some(recorded) if !self.options.resume_as_operator && recorded != current => Some(
+                format!("it was recorded as {recorded:?}, but this converge acts as {current:?}"),
+            ),
+            _ => None,
+        })?;
+        Some(RefusedIntent {
+            object: format!("intent {record}"),
+            namespace: intent.namespace.clone(),
+            name: intent.name.clone(),
+            act_as: intent.act_as.clone(),
+            reason,
+        })
+    }
+
     /// Finishes the journal's intent for this StatefulSet, if there is one. An intent that
-    /// does not parse is reported (`Err(Unreadable)` inside `Ok`) and otherwise ignored: a
-    /// hand-edited record must not wedge the StatefulSet.
-    async fn resume(&self) -> Result<Result<Option<ResumeReport>, Unreadable>, ConvergeError> {
+    /// does not parse, or is not what it says, is reported (`Err(Skipped)` inside `Ok`) and
+    /// otherwise ignored: a hand-edited record must not wedge the StatefulSet, and a forged
+    /// one is never acted on.
+    async fn resume(&self) -> Result<Result<Option<ResumeReport>, Skipped>, ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let loaded = match self.journal.load(ns, name).await {
             Ok(loaded) => loaded,
@@ -800,7 +859,7 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                     // The caller reports it (the report's `unreadable_intent`): debug only here.
                     debug!(statefulset = %name, namespace = %ns, record = %unreadable.object,
                            error = %e, "unreadable journal record: ignored");
-                    return Ok(Err(unreadable));
+                    return Ok(Err(Skipped::Unreadable(unreadable)));
                 }
                 None => return Err(self.journal_err(Step::Resume)(e)),
             },
@@ -808,11 +867,24 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         let Some(intent) = loaded else {
             return Ok(Ok(None));
         };
+        if let Some(refused) = self.refusal_of(&intent) {
+            warn!(statefulset = %name, namespace = %ns, record = %refused.object,
+                  act_as = refused.act_as.as_deref().unwrap_or_default(), reason = %refused.reason,
+                  "not resuming an intent that is not what it says: left in the journal");
+            return Ok(Err(Skipped::Refused(refused)));
+        }
         self.intent_kept.store(true, Ordering::SeqCst);
-        self.finish(intent).await.map(|r| Ok(Some(r)))
+        // This converge's desired object is this StatefulSet: its render has it.
+        // Boxed: the resume's procedure is a whole converge, kept off the caller's stack.
+        Box::pin(self.finish(intent, true))
+            .await
+            .map(|r| Ok(Some(r)))
     }
 
-    async fn finish(&self, intent: Intent) -> Result<ResumeReport, ConvergeError> {
+    /// Finishes `intent`. `rendered`: the caller's current render has this StatefulSet, so an
+    /// absent one whose intent says our delete was sent is re-created; otherwise it is left
+    /// absent and the intent kept ([`ResumeAction::NotRendered`]).
+    async fn finish(&self, intent: Intent, rendered: bool) -> Result<ResumeReport, ConvergeError> {
         let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         info!(statefulset = %name, namespace = %ns, uid = %intent.uid,
               recorded_at = %intent.recorded_at, revision = intent.revision.as_deref().unwrap_or_default(),
@@ -830,6 +902,13 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
             report: None,
         };
         match live {
+            None if intent.deleting && !rendered => {
+                warn!(statefulset = %name, namespace = %ns, uid = %intent.uid,
+                      "absent, and no render at hand says its Kustomization still has it: not \
+                       re-created; the intent is kept for its Kustomization's next converge");
+                resumed.action = ResumeAction::NotRendered;
+                return Ok(resumed);
+            }
             None if intent.deleting => {
                 let _window = self.window(Step::Reapply)?;
                 self.writing();
@@ -852,6 +931,21 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
                 resumed.action = ResumeAction::AlreadyRecreated;
             }
             Some(live) => {
+                let mut intent = intent;
+                if intent.deleting && live.metadata.deletion_timestamp.is_none() {
+                    // Present with the recorded uid and not terminating: the delete the intent
+                    // announced was never sent (a crash or a refusal right before it). Say so
+                    // in the journal first, so a prune of the StatefulSet from now on is never
+                    // undone by a later resume; the write phase marks it again right before
+                    // its own delete.
+                    self.fenced(Step::Resume)?;
+                    intent.deleting = false;
+                    self.writing();
+                    self.journal
+                        .record(&intent)
+                        .await
+                        .map_err(self.journal_err(Step::Resume))?;
+                }
                 let mut inner = Report::new(ns, name, false);
                 self.procedure(&intent.desired, live, &mut inner, Some(&intent))
                     .await?;
@@ -876,6 +970,12 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         self.intent_kept.store(false, Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// Why a converge did not resume the intent it found for its StatefulSet.
+enum Skipped {
+    Unreadable(Unreadable),
+    Refused(RefusedIntent),
 }
 
 /// What the write-free phase of one StatefulSet found.
@@ -946,6 +1046,9 @@ async fn prepare_one<'a, C: Cluster, J: Journal>(
     if options.dry_run {
         // Only say that a real run would first finish an earlier intent.
         match journal.load(&namespace, &name).await {
+            Ok(Some(intent)) if run.refusal_of(&intent).is_some() => {
+                report.refused_intent = run.refusal_of(&intent);
+            }
             Ok(found) => {
                 report.resumed = found.map(|intent| ResumeReport {
                     action: ResumeAction::Pending,
@@ -963,7 +1066,8 @@ async fn prepare_one<'a, C: Cluster, J: Journal>(
     } else {
         match run.resume().await? {
             Ok(resumed) => report.resumed = resumed,
-            Err(unreadable) => report.unreadable_intent = Some(unreadable),
+            Err(Skipped::Unreadable(unreadable)) => report.unreadable_intent = Some(unreadable),
+            Err(Skipped::Refused(refused)) => report.refused_intent = Some(refused),
         }
     }
     report.timed(Step::Resume, t.elapsed());
@@ -1147,17 +1251,10 @@ pub async fn converge<C: Cluster, J: Journal>(
     })
 }
 
-/// An intent [`resume_all`] did not finish because the identity it was recorded under cannot
-/// be used: it stays in the journal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotResumed {
-    pub namespace: String,
-    pub name: String,
-    /// The recorded identity (`None`: the record does not say).
-    pub act_as: Option<String>,
-    /// Why it was not resumed.
-    pub reason: String,
-}
+/// An intent [`resume_all`] did not finish (it is not what it says, the identity it was
+/// recorded under cannot be used, or its StatefulSet is absent and no render says it is still
+/// wanted): it stays in the journal.
+pub type NotResumed = RefusedIntent;
 
 /// What [`resume_all`] found and did.
 #[derive(Debug, Default)]
@@ -1167,15 +1264,19 @@ pub struct Resumed {
     pub results: Vec<(String, String, Result<ResumeReport, ConvergeError>)>,
     /// Records with the intent label that do not parse: skipped, each named once.
     pub unreadable: Vec<Unreadable>,
-    /// Intents left in the journal because their identity cannot be used.
+    /// Intents left in the journal: not what they say, their identity cannot be used, or
+    /// their StatefulSet absent with no render at hand that still has it.
     pub not_resumed: Vec<NotResumed>,
 }
 
 /// Finishes every unfinished intent in the journal (on start), each under the cluster
-/// `cluster_for` gives for it (the identity it was recorded under): an intent it has no
-/// cluster for is reported in [`Resumed::not_resumed`] and kept. Each StatefulSet is resumed
-/// on its own, and one failing (or one unreadable record) does not stop the others.
-pub async fn resume_all<C, J, F>(
+/// `cluster_for` gives for it (the identity it was recorded under, checked by the caller
+/// against the one its Kustomization uses now): an intent it has no cluster for, one whose
+/// record, StatefulSet and desired object disagree, and one whose StatefulSet is absent and
+/// not in [`Options::renders`] are reported in [`Resumed::not_resumed`] and kept. Each
+/// StatefulSet is resumed on its own, and one failing (or one unreadable record) does not
+/// stop the others.
+pub async fn resume_all<C, J, F, Fut>(
     cluster_for: F,
     journal: &J,
     options: &Options,
@@ -1183,39 +1284,79 @@ pub async fn resume_all<C, J, F>(
 where
     C: Cluster,
     J: Journal,
-    F: Fn(&Intent) -> Result<C, String>,
+    F: Fn(&Intent) -> Fut,
+    Fut: Future<Output = Result<C, String>>,
 {
     let listing = journal.list().await?;
     // The caller reports them (`Resumed::unreadable`), once each: debug only here.
     for u in &listing.unreadable {
         debug!(record = %u.object, message = %u.message, "unreadable journal record: skipped");
     }
+    for r in &listing.refused {
+        warn!(statefulset = %r.name, namespace = %r.namespace, record = %r.object,
+              act_as = r.act_as.as_deref().unwrap_or_default(), reason = %r.reason,
+              "not resuming an intent that is not what it says; kept in the journal");
+    }
     let mut resumed = Resumed {
         results: Vec::with_capacity(listing.intents.len()),
         unreadable: listing.unreadable,
-        not_resumed: Vec::new(),
+        not_resumed: listing.refused,
     };
     for intent in listing.intents {
-        let cluster = match cluster_for(&intent) {
+        let record = format!(
+            "intent {}",
+            intent_record_name(&intent.namespace, &intent.name)
+        );
+        let not_resumed = |intent: &Intent, reason: String| NotResumed {
+            object: record.clone(),
+            namespace: intent.namespace.clone(),
+            name: intent.name.clone(),
+            act_as: intent.act_as.clone(),
+            reason,
+        };
+        // The journal checked the record's name; the desired object is checked here too, as
+        // every journal's listing may not.
+        if let Some(reason) = inconsistency(
+            &intent_record_name(&intent.namespace, &intent.name),
+            &intent,
+        ) {
+            warn!(statefulset = %intent.name, namespace = %intent.namespace, %reason,
+                  "not resuming an intent that is not what it says; kept in the journal");
+            resumed.not_resumed.push(not_resumed(&intent, reason));
+            continue;
+        }
+        let cluster = match cluster_for(&intent).await {
             Ok(cluster) => cluster,
             Err(reason) => {
                 warn!(statefulset = %intent.name, namespace = %intent.namespace,
                       act_as = intent.act_as.as_deref().unwrap_or_default(), %reason,
                       "not resuming an intent: its identity cannot be used; kept in the journal");
-                resumed.not_resumed.push(NotResumed {
-                    namespace: intent.namespace.clone(),
-                    name: intent.name.clone(),
-                    act_as: intent.act_as.clone(),
-                    reason,
-                });
+                resumed.not_resumed.push(not_resumed(&intent, reason));
                 continue;
             }
         };
         let run = Run::new(&cluster, journal, &intent.namespace, &intent.name, options);
         run.intent_kept.store(true, Ordering::SeqCst);
         let (namespace, name) = (intent.namespace.clone(), intent.name.clone());
-        let result = run.finish(intent).await;
-        resumed.results.push((namespace, name, result));
+        let rendered = options
+            .renders
+            .as_ref()
+            .is_some_and(|r| r.contains(&(namespace.clone(), name.clone())));
+        let kept = not_resumed(
+            &intent,
+            format!(
+                "StatefulSet {namespace}/{name} is absent and its intent says our delete was \
+                 sent, but no render at hand still has it (someone may have pruned it since): \
+                 not re-created; the next converge of its Kustomization finishes it, or delete \
+                 the intent"
+            ),
+        );
+        match Box::pin(run.finish(intent, rendered)).await {
+            Ok(report) if report.action == ResumeAction::NotRendered => {
+                resumed.not_resumed.push(kept);
+            }
+            result => resumed.results.push((namespace, name, result)),
+        }
     }
     Ok(resumed)
 }

@@ -5,26 +5,33 @@
 //! in the cluster so the next run (or the next process) finishes the work. One record per
 //! StatefulSet: a converge only starts after the previous intent for it is resumed.
 //!
-//! [`ConfigMapJournal`] keeps each intent in a labelled ConfigMap (so intents can be listed
-//! on start); [`MemoryJournal`] is for tests and dry runs.
+//! [`SecretJournal`] keeps each intent in a labelled Secret of type [`INTENT_SECRET_TYPE`] (so
+//! intents can be listed on start): the desired object may carry values substituted from Secrets
+//! (`postBuild.substituteFrom`), and a Secret value belongs in a Secret only. Intents that earlier
+//! versions wrote as ConfigMaps are moved on start ([`SecretJournal::migrate_legacy`]).
+//! [`MemoryJournal`] is for tests and dry runs.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 
-/// Label on every record ConfigMap the converger writes; its value says the kind of record.
+/// Label on every record the converger writes; its value says the kind of record.
 pub const RECORD_LABEL: &str = "flux-converger.io/record";
 /// Value of [`RECORD_LABEL`] on intents.
 pub const INTENT_RECORD: &str = "intent";
+/// The `type` of the Secrets holding intents: tells them from any other Secret of the namespace,
+/// as `kubernetes.io/tls` or `helm.sh/release.v1` do.
+pub const INTENT_SECRET_TYPE: &str = "flux-converger.io/intent";
 /// Label on the records (results, intents) of a sharded replica: its Lease's name. Shards
 /// share one namespace, and each must read, resume and delete only its own records.
 pub const SHARD_LABEL: &str = "flux-converger.io/shard";
@@ -103,6 +110,11 @@ pub struct Intent {
     /// may do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub act_as: Option<String>,
+    /// The Kustomization (`namespace/name`) whose revision the converge applied, when the
+    /// recorder knows it (the service does). The service resumes an intent at start only if
+    /// that Kustomization would act as [`Intent::act_as`] now (docs/converge.md, the journal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomization: Option<String>,
 }
 
 /// The [`Intent::act_as`] value for the recorder's own identity (no impersonation).
@@ -112,7 +124,7 @@ pub const OWN_IDENTITY: &str = "-";
 /// another version): reported by name and skipped, so it wedges nothing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Unreadable {
-    /// `ConfigMap namespace/name`.
+    /// `Secret namespace/name`.
     pub object: String,
     pub message: String,
 }
@@ -135,11 +147,62 @@ impl Unreadable {
     }
 }
 
-/// Every intent of a journal, and the records that could not be read.
+/// An intent that reads but is not what it says (docs/converge.md, the journal): its key, its
+/// recorded StatefulSet and its desired object disagree, its identity is not the one its
+/// Kustomization would use now, or what it would do cannot be checked. Never resumed: left in
+/// the journal, logged, named in `/status` (`refusedIntents`) and counted
+/// (`flux_converger_intents_refused`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedIntent {
+    /// `Secret namespace/name` of the record.
+    pub object: String,
+    /// The StatefulSet the intent records (`intent.namespace`, `intent.name`).
+    pub namespace: String,
+    pub name: String,
+    /// The recorded identity (`None`: the record does not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub act_as: Option<String>,
+    /// Why it is not resumed.
+    pub reason: String,
+}
+
+/// Why an intent does not say what it is: its record's name is not the one its StatefulSet's
+/// intent is kept under, or its desired object is another StatefulSet. Pure: what a writer of
+/// the journal namespace could forge is checked before anything is done with it.
+pub fn inconsistency(record: &str, intent: &Intent) -> Option<String> {
+    let key = intent_record_name(&intent.namespace, &intent.name);
+    if record != key {
+        return Some(format!(
+            "the record is named {record:?} but the intent of StatefulSet {}/{} is kept as {key:?}",
+            intent.namespace, intent.name
+        ));
+    }
+    let (ns, name) = (
+        intent
+            .desired
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or_default(),
+        intent.desired.metadata.name.as_deref().unwrap_or_default(),
+    );
+    if ns != intent.namespace || name != intent.name {
+        return Some(format!(
+            "the intent of StatefulSet {}/{} holds the desired object of StatefulSet {ns}/{name}",
+            intent.namespace, intent.name
+        ));
+    }
+    None
+}
+
+/// Every intent of a journal, and the records that could not be read or are not what they say.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Listing {
     pub intents: Vec<Intent>,
     pub unreadable: Vec<Unreadable>,
+    /// Intents whose record name or desired object disagree with what they record.
+    pub refused: Vec<RefusedIntent>,
 }
 
 /// Why the journal could not be read or written.
@@ -222,7 +285,7 @@ impl Journal for MemoryJournal {
     async fn list(&self) -> Result<Listing, JournalError> {
         Ok(Listing {
             intents: self.with(|m| m.values().cloned().collect()),
-            unreadable: Vec::new(),
+            ..Listing::default()
         })
     }
 
@@ -232,9 +295,10 @@ impl Journal for MemoryJournal {
     }
 }
 
-/// Intents as ConfigMaps in one namespace (the converger's own, usually `flux-system`).
+/// Intents as Secrets of type [`INTENT_SECRET_TYPE`] in one namespace (the converger's own,
+/// usually `flux-system`; the command's `--journal-namespace`).
 #[derive(Clone)]
-pub struct ConfigMapJournal {
+pub struct SecretJournal {
     client: kube::Client,
     namespace: String,
     call_timeout: Duration,
@@ -246,11 +310,12 @@ pub struct ConfigMapJournal {
 const MAX_NAME: usize = 253;
 const NAME_PREFIX: &str = "flux-converger-intent";
 
-/// The ConfigMap name of the intent for `namespace/name`.
+/// The name of the record (Secret; ConfigMap in earlier versions) of the intent for
+/// `namespace/name`.
 ///
 /// A namespace is a DNS label (no dots), so `<prefix>.<namespace>.<name>` cannot collide and
 /// stays readable; names too long for that fall back to a digest.
-pub fn intent_configmap_name(namespace: &str, name: &str) -> String {
+pub fn intent_record_name(namespace: &str, name: &str) -> String {
     let readable = format!("{NAME_PREFIX}.{namespace}.{name}");
     if readable.len() <= MAX_NAME {
         return readable;
@@ -259,9 +324,24 @@ pub fn intent_configmap_name(namespace: &str, name: &str) -> String {
     format!("{NAME_PREFIX}.{}", &hex::encode(digest)[..40])
 }
 
-impl ConfigMapJournal {
+/// The earlier name of [`intent_record_name`].
+pub fn intent_configmap_name(namespace: &str, name: &str) -> String {
+    intent_record_name(namespace, name)
+}
+
+/// The journal's earlier name, when intents were ConfigMaps.
+pub type ConfigMapJournal = SecretJournal;
+
+/// What [`SecretJournal::migrate_legacy`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Migrated {
+    /// Records moved: `ConfigMap ns/name`, each now a Secret of the same name.
+    pub moved: Vec<String>,
+}
+
+impl SecretJournal {
     pub fn new(client: kube::Client, namespace: impl Into<String>, call_timeout: Duration) -> Self {
-        ConfigMapJournal {
+        SecretJournal {
             client,
             namespace: namespace.into(),
             call_timeout,
@@ -281,12 +361,100 @@ impl ConfigMapJournal {
         &self.namespace
     }
 
-    fn api(&self) -> Api<ConfigMap> {
+    fn api(&self) -> Api<Secret> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    fn object(&self, cm: &str) -> String {
-        format!("ConfigMap {}/{cm}", self.namespace)
+    fn object(&self, secret: &str) -> String {
+        format!("Secret {}/{secret}", self.namespace)
+    }
+
+    fn selector(&self) -> String {
+        match &self.shard {
+            None => format!("{RECORD_LABEL}={INTENT_RECORD}"),
+            Some(shard) => shard.selector(INTENT_RECORD),
+        }
+    }
+
+    /// Moves the intents earlier versions wrote as ConfigMaps (this journal's selector: a shard
+    /// moves its own) into Secrets of the same name, labels and data, then deletes each
+    /// ConfigMap, so no value substituted from a Secret stays in a ConfigMap. Run on start,
+    /// before the intents are listed. The data is moved as it is, read or not: the Secret is
+    /// then read (and checked, or reported unreadable) as any other. Idempotent: a Secret that
+    /// already exists under that name (a crash between the create and the delete, or a newer
+    /// record) wins, and only the ConfigMap is deleted.
+    pub async fn migrate_legacy(&self) -> Result<Migrated, JournalError> {
+        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let params = ListParams::default().labels(&self.selector());
+        let list = with_deadline(
+            self.call_timeout,
+            "list legacy intents in",
+            &format!("ConfigMaps of namespace {}", self.namespace),
+            configmaps.list(&params),
+        )
+        .await?;
+        let mut migrated = Migrated::default();
+        for cm in &list.items {
+            let Some(name) = cm.metadata.name.clone() else {
+                continue;
+            };
+            let cm_object = format!("ConfigMap {}/{name}", self.namespace);
+            let secret = legacy_to_secret(&self.namespace, cm);
+            let created = with_deadline(
+                self.call_timeout,
+                "move legacy intent into",
+                &self.object(&name),
+                self.api().create(&PostParams::default(), &secret),
+            )
+            .await;
+            match created {
+                Ok(_) => {}
+                // A Secret of that name exists: it is the one to keep.
+                Err(e) if e.code() == Some(409) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let deleted = with_deadline(
+                self.call_timeout,
+                "delete legacy intent",
+                &cm_object,
+                configmaps.delete(&name, &DeleteParams::default()),
+            )
+            .await;
+            match deleted {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(404) => {}
+                Err(e) => return Err(e.into()),
+            }
+            tracing::info!(record = %cm_object, "moved a legacy intent ConfigMap into a Secret");
+            migrated.moved.push(cm_object);
+        }
+        Ok(migrated)
+    }
+}
+
+/// The Secret a legacy intent ConfigMap becomes: same name, labels (the record and shard labels
+/// among them) and data; `binaryData` kept too, so nothing of the record is lost.
+pub fn legacy_to_secret(namespace: &str, cm: &ConfigMap) -> Secret {
+    let mut data: BTreeMap<String, ByteString> = cm
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
+        .collect();
+    for (k, v) in cm.binary_data.iter().flatten() {
+        data.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    Secret {
+        metadata: ObjectMeta {
+            name: cm.metadata.name.clone(),
+            namespace: Some(namespace.to_string()),
+            labels: cm.metadata.labels.clone(),
+            annotations: cm.metadata.annotations.clone(),
+            ..ObjectMeta::default()
+        },
+        type_: Some(INTENT_SECRET_TYPE.to_string()),
+        data: Some(data),
+        ..Secret::default()
     }
 }
 
@@ -298,13 +466,11 @@ fn corrupt(object: &str, field: &str, message: impl ToString) -> JournalError {
     }
 }
 
-/// The ConfigMap holding `intent` (pure, so the format is tested without a server).
-pub fn intent_to_configmap(namespace: &str, intent: &Intent) -> Result<ConfigMap, JournalError> {
-    let cm_name = intent_configmap_name(&intent.namespace, &intent.name);
-    let object = format!("ConfigMap {namespace}/{cm_name}");
+/// The data keys of the record of `intent` (docs/converge.md, the journal).
+fn intent_data(object: &str, intent: &Intent) -> Result<BTreeMap<String, String>, JournalError> {
     let desired =
-        serde_json::to_string(&intent.desired).map_err(|e| corrupt(&object, "desired", e))?;
-    let plan = serde_json::to_string(&intent.plan).map_err(|e| corrupt(&object, "plan", e))?;
+        serde_json::to_string(&intent.desired).map_err(|e| corrupt(object, "desired", e))?;
+    let plan = serde_json::to_string(&intent.plan).map_err(|e| corrupt(object, "plan", e))?;
     let mut data = BTreeMap::from([
         ("namespace".to_string(), intent.namespace.clone()),
         ("name".to_string(), intent.name.clone()),
@@ -320,25 +486,79 @@ pub fn intent_to_configmap(namespace: &str, intent: &Intent) -> Result<ConfigMap
     if let Some(act_as) = &intent.act_as {
         data.insert("actAs".to_string(), act_as.clone());
     }
+    if let Some(kustomization) = &intent.kustomization {
+        data.insert("kustomization".to_string(), kustomization.clone());
+    }
+    Ok(data)
+}
+
+fn record_meta(namespace: &str, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(namespace.to_string()),
+        labels: Some(BTreeMap::from([
+            (RECORD_LABEL.to_string(), INTENT_RECORD.to_string()),
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "flux-converger".to_string(),
+            ),
+        ])),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The Secret holding `intent` (pure, so the format is tested without a server).
+pub fn intent_to_secret(namespace: &str, intent: &Intent) -> Result<Secret, JournalError> {
+    let name = intent_record_name(&intent.namespace, &intent.name);
+    let data = intent_data(&format!("Secret {namespace}/{name}"), intent)?;
+    Ok(Secret {
+        metadata: record_meta(namespace, name),
+        type_: Some(INTENT_SECRET_TYPE.to_string()),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Secret::default()
+    })
+}
+
+/// The ConfigMap an earlier version held `intent` in (tests write legacy records with it).
+pub fn intent_to_configmap(namespace: &str, intent: &Intent) -> Result<ConfigMap, JournalError> {
+    let name = intent_record_name(&intent.namespace, &intent.name);
+    let data = intent_data(&format!("ConfigMap {namespace}/{name}"), intent)?;
     Ok(ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(cm_name),
-            namespace: Some(namespace.to_string()),
-            labels: Some(BTreeMap::from([
-                (RECORD_LABEL.to_string(), INTENT_RECORD.to_string()),
-                (
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "flux-converger".to_string(),
-                ),
-            ])),
-            ..ObjectMeta::default()
-        },
+        metadata: record_meta(namespace, name),
         data: Some(data),
         ..ConfigMap::default()
     })
 }
 
-/// Reads an intent back from its ConfigMap; every missing or unreadable key is named.
+/// Reads an intent back from its Secret; every missing or unreadable key is named, and so is
+/// a Secret of another type.
+pub fn intent_from_secret(secret: &Secret) -> Result<Intent, JournalError> {
+    let object = format!(
+        "Secret {}/{}",
+        secret.metadata.namespace.as_deref().unwrap_or_default(),
+        secret.metadata.name.as_deref().unwrap_or_default()
+    );
+    let kind = secret.type_.as_deref().unwrap_or_default();
+    if kind != INTENT_SECRET_TYPE {
+        return Err(corrupt(
+            &object,
+            "type",
+            format!("{kind:?} is not {INTENT_SECRET_TYPE:?}"),
+        ));
+    }
+    let mut data = BTreeMap::new();
+    for (k, v) in secret.data.iter().flatten() {
+        let text = String::from_utf8(v.0.clone()).map_err(|e| corrupt(&object, k, e))?;
+        data.insert(k.clone(), text);
+    }
+    intent_from_data(&object, &data)
+}
+
+/// Reads an intent back from an earlier version's ConfigMap.
 pub fn intent_from_configmap(cm: &ConfigMap) -> Result<Intent, JournalError> {
     let object = format!(
         "ConfigMap {}/{}",
@@ -346,7 +566,11 @@ pub fn intent_from_configmap(cm: &ConfigMap) -> Result<Intent, JournalError> {
         cm.metadata.name.as_deref().unwrap_or_default()
     );
     let empty = BTreeMap::new();
-    let data = cm.data.as_ref().unwrap_or(&empty);
+    intent_from_data(&object, cm.data.as_ref().unwrap_or(&empty))
+}
+
+fn intent_from_data(object: &str, data: &BTreeMap<String, String>) -> Result<Intent, JournalError> {
+    let object = object.to_string();
     let get = |key: &str| {
         data.get(key)
             .cloned()
@@ -364,6 +588,7 @@ pub fn intent_from_configmap(cm: &ConfigMap) -> Result<Intent, JournalError> {
         recorded_at: data.get("recordedAt").cloned().unwrap_or_default(),
         revision: data.get("revision").cloned(),
         act_as: data.get("actAs").cloned().filter(|a| !a.is_empty()),
+        kustomization: data.get("kustomization").cloned().filter(|k| !k.is_empty()),
         // Absent in records of earlier versions: they did not say, so not "deleting".
         deleting: match data.get("deleting").map(String::as_str) {
             None | Some("false") => false,
@@ -379,30 +604,31 @@ pub fn intent_from_configmap(cm: &ConfigMap) -> Result<Intent, JournalError> {
     })
 }
 
-impl Journal for ConfigMapJournal {
+impl Journal for SecretJournal {
     async fn record(&self, intent: &Intent) -> Result<(), JournalError> {
-        let mut cm = intent_to_configmap(&self.namespace, intent)?;
+        let mut secret = intent_to_secret(&self.namespace, intent)?;
         if let Some((key, value)) = self.shard.as_ref().and_then(Shard::label) {
-            cm.metadata
+            secret
+                .metadata
                 .labels
                 .get_or_insert_with(BTreeMap::new)
                 .insert(key, value);
         }
-        let cm_name = cm.metadata.name.clone().unwrap_or_default();
+        let cm_name = secret.metadata.name.clone().unwrap_or_default();
         // Server-side apply: recording the same intent twice (a retry after a lost answer) is a no-op.
         let params = PatchParams::apply(FIELD_MANAGER).force();
         with_deadline(
             self.call_timeout,
             "record intent in",
             &self.object(&cm_name),
-            self.api().patch(&cm_name, &params, &Patch::Apply(&cm)),
+            self.api().patch(&cm_name, &params, &Patch::Apply(&secret)),
         )
         .await?;
         Ok(())
     }
 
     async fn load(&self, namespace: &str, name: &str) -> Result<Option<Intent>, JournalError> {
-        let cm_name = intent_configmap_name(namespace, name);
+        let cm_name = intent_record_name(namespace, name);
         let found = with_deadline(
             self.call_timeout,
             "read intent from",
@@ -410,26 +636,32 @@ impl Journal for ConfigMapJournal {
             self.api().get_opt(&cm_name),
         )
         .await?;
-        found.as_ref().map(intent_from_configmap).transpose()
+        found.as_ref().map(intent_from_secret).transpose()
     }
 
     async fn list(&self) -> Result<Listing, JournalError> {
-        let selector = match &self.shard {
-            None => format!("{RECORD_LABEL}={INTENT_RECORD}"),
-            Some(shard) => shard.selector(INTENT_RECORD),
-        };
-        let params = ListParams::default().labels(&selector);
+        let params = ListParams::default().labels(&self.selector());
         let list = with_deadline(
             self.call_timeout,
             "list intents in",
-            &format!("ConfigMaps of namespace {}", self.namespace),
+            &format!("Secrets of namespace {}", self.namespace),
             self.api().list(&params),
         )
         .await?;
         let mut listing = Listing::default();
-        for cm in &list.items {
-            match intent_from_configmap(cm) {
-                Ok(intent) => listing.intents.push(intent),
+        for secret in &list.items {
+            let record = secret.metadata.name.clone().unwrap_or_default();
+            match intent_from_secret(secret) {
+                Ok(intent) => match inconsistency(&record, &intent) {
+                    None => listing.intents.push(intent),
+                    Some(reason) => listing.refused.push(RefusedIntent {
+                        object: self.object(&record),
+                        namespace: intent.namespace,
+                        name: intent.name,
+                        act_as: intent.act_as,
+                        reason,
+                    }),
+                },
                 Err(e) => match Unreadable::of(&e) {
                     Some(unreadable) => listing.unreadable.push(unreadable),
                     None => return Err(e),
@@ -440,7 +672,7 @@ impl Journal for ConfigMapJournal {
     }
 
     async fn clear(&self, namespace: &str, name: &str) -> Result<(), JournalError> {
-        let cm_name = intent_configmap_name(namespace, name);
+        let cm_name = intent_record_name(namespace, name);
         let result = with_deadline(
             self.call_timeout,
             "clear intent in",
@@ -478,6 +710,7 @@ mod tests {
             revision: Some("main@sha1:0123abcd".into()),
             deleting: true,
             act_as: Some("system:serviceaccount:default:deployer".into()),
+            kustomization: Some("flux-system/apps".into()),
         }
     }
 
@@ -496,6 +729,57 @@ mod tests {
         let hashed = intent_configmap_name("ns", &long);
         assert!(hashed.len() <= MAX_NAME, "{hashed}");
         assert_ne!(hashed, intent_configmap_name("ns2", &long));
+    }
+
+    #[test]
+    fn secret_round_trip_keeps_every_field_in_a_typed_secret() {
+        let i = intent("default", "web");
+        let secret = intent_to_secret("flux-system", &i).unwrap();
+        assert_eq!(secret.type_.as_deref(), Some(INTENT_SECRET_TYPE));
+        assert_eq!(secret.metadata.namespace.as_deref(), Some("flux-system"));
+        assert_eq!(
+            secret.metadata.name.as_deref(),
+            Some("flux-converger-intent.default.web")
+        );
+        assert_eq!(intent_from_secret(&secret).unwrap(), i);
+        // Base64 on the wire, as every Secret's data.
+        let wire = serde_json::to_value(&secret).unwrap();
+        assert_eq!(wire["data"]["name"], "d2Vi");
+        let mut other = secret.clone();
+        other.type_ = Some("Opaque".into());
+        let e = intent_from_secret(&other).unwrap_err().to_string();
+        assert!(e.contains("type") && e.contains("Opaque"), "{e}");
+        // A legacy ConfigMap moves into the same Secret.
+        let cm = intent_to_configmap("flux-system", &i).unwrap();
+        assert_eq!(
+            intent_from_secret(&legacy_to_secret("flux-system", &cm)).unwrap(),
+            i
+        );
+    }
+
+    #[test]
+    fn an_intent_is_what_it_says_only_if_key_statefulset_and_desired_agree_by_table() {
+        let ok = intent("team", "web");
+        let mut elsewhere = ok.clone();
+        elsewhere.desired.metadata.namespace = Some("kube-system".into());
+        let mut renamed = ok.clone();
+        renamed.desired.metadata.name = Some("db".into());
+        for (record, intent, words) in [
+            ("flux-converger-intent.team.web", &ok, None),
+            ("flux-converger-intent.team.db", &ok, Some("is kept as")),
+            (
+                "flux-converger-intent.team.web",
+                &elsewhere,
+                Some("kube-system/web"),
+            ),
+            ("flux-converger-intent.team.web", &renamed, Some("team/db")),
+        ] {
+            let got = inconsistency(record, intent);
+            assert_eq!(got.is_some(), words.is_some(), "{record}: {got:?}");
+            if let (Some(message), Some(words)) = (got, words) {
+                assert!(message.contains(words), "{message}");
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use flux_converger::cluster::KubeCluster;
 use flux_converger::converge::{
-    self, ClaimAction, Options, Outcome, ResumeAction, Step, converge as run_converge,
+    self, ClaimAction, ConvergeError, Options, Outcome, ResumeAction, Step,
+    converge as run_converge,
 };
 use flux_converger::decide::RefusalCode;
 use flux_converger::journal::{ConfigMapJournal, Journal};
@@ -139,7 +140,25 @@ fn opts() -> Options {
         fence: None,
         act_as: None,
         in_place: Default::default(),
+        kustomization: None,
+        resume_as_operator: false,
+        renders: None,
     }
+}
+
+/// [`opts`] with a render that has default/web (as the command's file does).
+fn rendered_opts() -> Options {
+    Options {
+        renders: Some(std::sync::Arc::new(
+            [(NS.to_string(), "web".to_string())].into(),
+        )),
+        ..opts()
+    }
+}
+
+/// The intent records in the journal namespace (Secrets since issue 27).
+fn intent_records(fake: &FakeApiServer) -> usize {
+    fake.list("v1", "Secret", Some(JOURNAL_NS)).len()
 }
 
 fn uid(v: &Value) -> String {
@@ -233,7 +252,7 @@ fn end_state(fake: &FakeApiServer, before: &BTreeMap<String, String>) -> Value {
             (name, v)
         })
         .collect();
-    let intents = fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).len();
+    let intents = intent_records(fake);
     json!({
         "statefulset": sts.map(|s| json!({"spec": s["spec"], "labels": s["metadata"]["labels"],
                                           "terminating": s["metadata"].get("deletionTimestamp").is_some()})),
@@ -310,8 +329,7 @@ async fn happy_path_grows_claims_recreates_and_the_pods_are_adopted() {
         deletes,
         vec![
             "/apis/apps/v1/namespaces/default/statefulsets/web".to_string(),
-            "/api/v1/namespaces/flux-system/configmaps/flux-converger-intent.default.web"
-                .to_string(),
+            "/api/v1/namespaces/flux-system/secrets/flux-converger-intent.default.web".to_string(),
         ]
     );
     // Field managers: the StatefulSet as Flux, the rest as the converger.
@@ -851,9 +869,13 @@ async fn a_crash_between_delete_and_reapply_is_healed_from_the_journal_by_a_new_
         // The process dies: its memory (c, j, the desired object) goes with it.
     }
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
-        .await
-        .unwrap();
+    let resumed = converge::resume_all(
+        |_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)),
+        &j,
+        &rendered_opts(),
+    )
+    .await
+    .unwrap();
     assert_eq!(resumed.results.len(), 1);
     let (ns, name, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!((ns.as_str(), name.as_str()), (NS, "web"));
@@ -1535,6 +1557,7 @@ fn legacy_intent(fake: &FakeApiServer, uid: &str) {
         revision: None,
         deleting: false,
         act_as: None,
+        kustomization: None,
     };
     let mut cm = serde_json::to_value(intent_to_configmap(JOURNAL_NS, &intent).unwrap()).unwrap();
     let data = cm["data"].as_object_mut().unwrap();
@@ -1552,11 +1575,17 @@ async fn a_resume_never_brings_back_a_statefulset_someone_else_deleted() {
     legacy_intent(&fake, &uid(&live));
     // Flux prunes it (the intent was recorded, nothing of ours deleted it).
     fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
-    fake.clear_requests();
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
-        .await
-        .unwrap();
+    // On start, the earlier version's ConfigMap becomes a Secret first.
+    j.migrate_legacy().await.unwrap();
+    fake.clear_requests();
+    let resumed = converge::resume_all(
+        |_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)),
+        &j,
+        &rendered_opts(),
+    )
+    .await
+    .unwrap();
     let (_, _, result) = resumed.results.into_iter().next().unwrap();
     assert_eq!(result.unwrap().action, ResumeAction::DeletedElsewhere);
     assert!(
@@ -1624,9 +1653,14 @@ async fn one_unreadable_journal_record_wedges_nothing() {
     let other = corrupt_intent(&fake, "apps", "db");
     let own = corrupt_intent(&fake, NS, "web");
     let (c, j) = cluster(&fake);
-    let resumed = converge::resume_all(|_: &flux_converger::journal::Intent| Ok(&c), &j, &opts())
-        .await
-        .unwrap();
+    j.migrate_legacy().await.unwrap();
+    let resumed = converge::resume_all(
+        |_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)),
+        &j,
+        &rendered_opts(),
+    )
+    .await
+    .unwrap();
     assert!(resumed.results.is_empty());
     let names: Vec<&str> = resumed
         .unreadable
@@ -1645,14 +1679,9 @@ async fn one_unreadable_journal_record_wedges_nothing() {
             .as_ref()
             .is_some_and(|u| u.object.ends_with(&own))
     );
-    assert!(
-        fake.get("v1", "ConfigMap", Some(JOURNAL_NS), &own)
-            .is_none()
-    );
-    assert!(
-        fake.get("v1", "ConfigMap", Some(JOURNAL_NS), &other)
-            .is_some()
-    );
+    assert!(fake.get("v1", "Secret", Some(JOURNAL_NS), &own).is_none());
+    assert!(fake.get("v1", "Secret", Some(JOURNAL_NS), &other).is_some());
+    assert!(fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).is_empty());
 }
 
 #[tokio::test]
@@ -1929,10 +1958,11 @@ async fn the_cli_exits_1_naming_the_permission_and_names_an_unreadable_record_on
     // The command's journal is the StatefulSet's own namespace by default.
     let cm = flux_converger::journal::intent_configmap_name(NS, "web");
     fake.seed(json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1", "kind": "Secret", "type": "flux-converger.io/intent",
         "metadata": {"name": cm, "namespace": NS,
                      "labels": {"flux-converger.io/record": "intent"}},
-        "data": {"desired": "{hand-edited"},
+        // "{hand-edited"
+        "data": {"desired": "e2hhbmQtZWRpdGVk"},
     }));
     fake.add_fault(FaultRule {
         method: Some(Method::PATCH),
@@ -2049,10 +2079,7 @@ async fn an_admission_webhook_denying_the_recreate_is_refused_before_any_write()
         "the StatefulSet is still there, untouched"
     );
     assert_eq!(storage(&fake, "data-web-0"), "1Gi");
-    assert!(
-        fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).is_empty(),
-        "no intent"
-    );
+    assert!(intent_records(&fake) == 0, "no intent");
 
     // The fake's webhook answers the create a server-side apply of a missing object makes,
     // as the real server does (the re-apply would have failed here).
@@ -2248,7 +2275,7 @@ async fn the_cli_converges_a_file_all_or_nothing() {
 
 #[tokio::test]
 async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
-    use flux_converger::journal::{Intent, intent_from_configmap};
+    use flux_converger::journal::{Intent, intent_from_secret};
     use flux_converger::service::JournalResume;
     use flux_converger::service::Resume as _;
     let fake = world().await;
@@ -2279,8 +2306,17 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
             message: "etcd is down".into(),
         },
     });
+    // The Kustomization the revision came from acts as that service account.
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "apps"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+                 "serviceAccountName": "deployer",
+                 "sourceRef": {"kind": "GitRepository", "name": "apps"}},
+    }));
     let options = Options {
         act_as: Some(user.into()),
+        kustomization: Some("apps/apps".into()),
         ..opts()
     };
     let e = run_converge(&c, &j, &desired(), &options)
@@ -2293,17 +2329,18 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         fake.get("apps/v1", "StatefulSet", Some(NS), "web")
             .is_none()
     );
-    let cm_name = flux_converger::journal::intent_configmap_name(NS, "web");
-    let cm = fake
-        .get("v1", "ConfigMap", Some(JOURNAL_NS), &cm_name)
-        .unwrap();
-    assert_eq!(cm["data"]["actAs"], user);
-    let intent: Intent = intent_from_configmap(&serde_json::from_value(cm).unwrap()).unwrap();
+    let name = flux_converger::journal::intent_record_name(NS, "web");
+    let secret = fake.get("v1", "Secret", Some(JOURNAL_NS), &name).unwrap();
+    assert_eq!(secret["type"], "flux-converger.io/intent");
+    let intent: Intent = intent_from_secret(&serde_json::from_value(secret).unwrap()).unwrap();
     assert_eq!(intent.act_as.as_deref(), Some(user));
+    assert_eq!(intent.kustomization.as_deref(), Some("apps/apps"));
+    assert!(intent.deleting);
 
     // An intent of an earlier version (no actAs) for another StatefulSet: not resumed, kept.
     let mut legacy = intent.clone();
     legacy.name = "cache".into();
+    legacy.desired.metadata.name = Some("cache".into());
     legacy.act_as = None;
     j.record(&legacy).await.unwrap();
 
@@ -2315,10 +2352,40 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         wait_timeout: Duration::from_secs(5),
         fence: None,
         shard: Default::default(),
+        default_service_account: None,
+        intents: None,
+        refused_gauge: None,
     };
     resume.resume_all().await;
 
-    // web re-applied, as the tenant: every StatefulSet request impersonated it.
+    // On start no render is at hand: web, absent, is not re-created (someone may have pruned
+    // it since); it was read as the tenant, and nothing was written.
+    let sts_requests: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/statefulsets"))
+        .collect();
+    assert!(!sts_requests.is_empty());
+    assert!(
+        sts_requests
+            .iter()
+            .all(|r| !r.is_write() && r.impersonate_user.as_deref() == Some(user)),
+        "{sts_requests:#?}"
+    );
+    assert!(
+        !sts_requests.iter().any(|r| r.path.ends_with("/cache")),
+        "the legacy intent's StatefulSet was not touched: {sts_requests:#?}"
+    );
+    assert!(j.load(NS, "cache").await.unwrap().is_some());
+    assert!(j.load(NS, "web").await.unwrap().is_some());
+
+    // The Kustomization's next converge (its render has web) finishes it, as the tenant.
+    fake.clear_requests();
+    let report = run_converge(&c, &j, &desired(), &options).await.unwrap();
+    assert_eq!(
+        report.resumed.as_ref().map(|r| r.action),
+        Some(ResumeAction::Reapplied)
+    );
     assert!(
         fake.get("apps/v1", "StatefulSet", Some(NS), "web")
             .is_some()
@@ -2338,19 +2405,15 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
             .all(|r| r.impersonate_user.as_deref() == Some(user)),
         "{sts_requests:#?}"
     );
-    assert!(
-        !sts_requests.iter().any(|r| r.path.ends_with("/cache")),
-        "the legacy intent's StatefulSet was not touched: {sts_requests:#?}"
-    );
-    // The legacy intent is kept; web's is cleared.
-    assert!(j.load(NS, "cache").await.unwrap().is_some());
     assert!(j.load(NS, "web").await.unwrap().is_none());
 
     // With resume_all itself: the unknown identity is reported by name, with why.
     let resumed = converge::resume_all(
-        |i: &Intent| match i.act_as {
-            Some(_) => Ok(&c),
-            None => Err("no recorded identity".to_string()),
+        |i: &Intent| {
+            std::future::ready(match i.act_as {
+                Some(_) => Ok(&c),
+                None => Err("no recorded identity".to_string()),
+            })
         },
         &j,
         &opts(),
@@ -2431,4 +2494,458 @@ async fn the_fake_answers_a_dry_run_create_as_the_real_server() {
         )
     );
     assert!(fake.requests().iter().all(|r| !r.is_write()));
+}
+
+// ------------------------------------------------------------ issue 27: the journal's trust
+
+/// What a value substituted from a Secret (`postBuild.substituteFrom`) looks like in the
+/// desired object: it must never land in a ConfigMap.
+const SENTINEL: &str = "s3cr3t-from-a-Secret-7f1c";
+
+/// The desired object with [`SENTINEL`] as a pod-template env value, as a substitution puts it.
+fn desired_with_sentinel() -> StatefulSet {
+    let mut v = statefulset("2Gi", "1Gi");
+    v["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "PASSWORD", "value": SENTINEL}]);
+    serde_json::from_value(v).unwrap()
+}
+
+/// Every ConfigMap of the journal namespace, as text.
+fn configmaps_text(fake: &FakeApiServer) -> String {
+    fake.list("v1", "ConfigMap", Some(JOURNAL_NS))
+        .iter()
+        .map(|cm| cm.to_string())
+        .collect()
+}
+
+/// The intent the journal holds for default/web, read from its Secret.
+fn web_intent(fake: &FakeApiServer) -> Option<flux_converger::journal::Intent> {
+    let name = flux_converger::journal::intent_record_name(NS, "web");
+    let secret = fake.get("v1", "Secret", Some(JOURNAL_NS), &name)?;
+    assert_eq!(secret["type"], "flux-converger.io/intent");
+    Some(
+        flux_converger::journal::intent_from_secret(&serde_json::from_value(secret).unwrap())
+            .unwrap(),
+    )
+}
+
+/// The service's resume on start, over the fake, keeping what it refuses in `cache`.
+fn service_resume(
+    fake: &FakeApiServer,
+    cache: Option<flux_converger::service::intents::IntentCache>,
+    gauge: Option<prometheus_client::metrics::gauge::Gauge>,
+) -> flux_converger::service::JournalResume {
+    flux_converger::service::JournalResume {
+        client: fake.client(),
+        namespace: JOURNAL_NS.into(),
+        call_timeout: Duration::from_secs(5),
+        wait_timeout: Duration::from_secs(5),
+        fence: None,
+        shard: Default::default(),
+        default_service_account: None,
+        intents: cache,
+        refused_gauge: gauge,
+    }
+}
+
+#[tokio::test]
+async fn an_intent_holding_a_substituted_value_is_a_secret_never_a_configmap() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    // Interrupted right after the record: the orphan delete fails.
+    fake.add_fault(FaultRule {
+        method: Some(Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "etcd is down".into(),
+        },
+    });
+    let e = run_converge(&c, &j, &desired_with_sentinel(), &opts())
+        .await
+        .unwrap_err();
+    assert_eq!(e.step(), Some(Step::Orphan), "{e}");
+    assert!(
+        !configmaps_text(&fake).contains(SENTINEL),
+        "a ConfigMap holds the substituted value: {}",
+        configmaps_text(&fake)
+    );
+    let intent = web_intent(&fake).expect("the intent is kept, in a Secret");
+    let env = serde_json::to_string(&intent.desired).unwrap();
+    assert!(env.contains(SENTINEL), "{env}");
+}
+
+#[tokio::test]
+async fn a_legacy_intent_configmap_is_moved_into_a_secret_at_start() {
+    use flux_converger::service::Resume as _;
+    let fake = world().await;
+    let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    // An earlier version's record of a converge that stopped before its delete.
+    let intent = flux_converger::journal::Intent {
+        namespace: NS.into(),
+        name: "web".into(),
+        uid: uid(&live),
+        desired: desired_with_sentinel(),
+        plan: json!({"recreate": true}),
+        recorded_at: "2026-11-29T17:00:00Z".into(),
+        revision: None,
+        deleting: false,
+        act_as: Some("-".into()),
+        kustomization: None,
+    };
+    let mut cm = serde_json::to_value(
+        flux_converger::journal::intent_to_configmap(JOURNAL_NS, &intent).unwrap(),
+    )
+    .unwrap();
+    cm["apiVersion"] = json!("v1");
+    cm["kind"] = json!("ConfigMap");
+    fake.seed(cm);
+    assert!(configmaps_text(&fake).contains(SENTINEL));
+
+    service_resume(&fake, None, None).resume_all().await;
+
+    assert!(
+        !configmaps_text(&fake).contains(SENTINEL),
+        "the legacy ConfigMap is gone: {}",
+        configmaps_text(&fake)
+    );
+    // Moved as it was; not resumed by the service (it does not name its Kustomization), so it
+    // is still there for the operator, now as a Secret.
+    assert_eq!(web_intent(&fake), Some(intent.clone()));
+
+    // Idempotent: a crash between the Secret's create and the ConfigMap's delete leaves both;
+    // the next start only deletes the ConfigMap, and the Secret wins.
+    let mut stale = intent.clone();
+    stale.recorded_at = "2020-01-01T00:00:00Z".into();
+    let mut cm = serde_json::to_value(
+        flux_converger::journal::intent_to_configmap(JOURNAL_NS, &stale).unwrap(),
+    )
+    .unwrap();
+    cm["apiVersion"] = json!("v1");
+    cm["kind"] = json!("ConfigMap");
+    fake.seed(cm);
+    service_resume(&fake, None, None).resume_all().await;
+    assert!(fake.list("v1", "ConfigMap", Some(JOURNAL_NS)).is_empty());
+    assert_eq!(web_intent(&fake), Some(intent));
+}
+
+/// A Secret in the journal namespace with the intent label, named `record`, holding `intent`.
+fn seed_intent_secret(
+    fake: &FakeApiServer,
+    record: &str,
+    intent: &flux_converger::journal::Intent,
+) {
+    let mut secret = serde_json::to_value(
+        flux_converger::journal::intent_to_secret(JOURNAL_NS, intent).unwrap(),
+    )
+    .unwrap();
+    secret["apiVersion"] = json!("v1");
+    secret["kind"] = json!("Secret");
+    secret["metadata"]["name"] = json!(record);
+    fake.seed(secret);
+}
+
+#[tokio::test]
+async fn forged_intents_are_left_in_place_not_resumed_and_reported() {
+    use flux_converger::service::Resume as _;
+    let fake = world().await;
+    let tenant = "system:serviceaccount:apps:deployer";
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "apps"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+                 "serviceAccountName": "deployer",
+                 "sourceRef": {"kind": "GitRepository", "name": "apps"}},
+    }));
+    let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    // What a resume would carry on with: the live uid, a grown template (claims would grow,
+    // the StatefulSet be deleted and re-applied).
+    let base = flux_converger::journal::Intent {
+        namespace: NS.into(),
+        name: "web".into(),
+        uid: uid(&live),
+        desired: desired(),
+        plan: json!({"recreate": true}),
+        recorded_at: "2026-12-03T12:00:00Z".into(),
+        revision: None,
+        deleting: true,
+        act_as: Some(tenant.into()),
+        kustomization: Some("apps/apps".into()),
+    };
+    // 1. Its key is not the one its StatefulSet's intent is kept under.
+    seed_intent_secret(&fake, "flux-converger-intent.default.db", &base);
+    // 2. The service's own identity for a Kustomization that has a tenant's.
+    let mut own = base.clone();
+    own.name = "web-own".into();
+    own.desired.metadata.name = Some("web-own".into());
+    own.act_as = Some("-".into());
+    seed_intent_secret(&fake, "flux-converger-intent.default.web-own", &own);
+    // 3. Another service account than the Kustomization's now.
+    let mut other = base.clone();
+    other.name = "web-other".into();
+    other.desired.metadata.name = Some("web-other".into());
+    other.act_as = Some("system:serviceaccount:apps:admin".into());
+    seed_intent_secret(&fake, "flux-converger-intent.default.web-other", &other);
+    // 4. Its desired object is another StatefulSet than the one it records.
+    let mut elsewhere = base.clone();
+    elsewhere.desired.metadata.namespace = Some("kube-system".into());
+    seed_intent_secret(&fake, "flux-converger-intent.default.web", &elsewhere);
+
+    let (cache, watch) =
+        flux_converger::service::intents::IntentCache::watch(fake.client(), JOURNAL_NS);
+    let task = tokio::spawn(watch);
+    for _ in 0..500 {
+        if cache.is_synced() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let gauge = prometheus_client::metrics::gauge::Gauge::default();
+    fake.clear_requests();
+    let resume = service_resume(&fake, Some(cache.clone()), Some(gauge.clone()));
+    resume.resume_all().await;
+
+    // Nothing written, nothing of the StatefulSets even asked as a tenant.
+    let writes: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.is_write())
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("/statefulsets")),
+        "{:#?}",
+        fake.requests()
+    );
+    assert_eq!(
+        uid(&fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap()),
+        uid(&live)
+    );
+    assert_eq!(storage(&fake, "data-web-0"), "1Gi");
+    // Left in place.
+    assert_eq!(fake.list("v1", "Secret", Some(JOURNAL_NS)).len(), 4);
+    // Reported: the gauge, and by name with why (what `/status` shows as refusedIntents).
+    assert_eq!(gauge.get(), 4);
+    let refused = resume.refused();
+    let reasons: Vec<(String, String)> = refused
+        .iter()
+        .map(|r| (format!("{} {}", r.object, r.name), r.reason.clone()))
+        .collect();
+    assert_eq!(refused.len(), 4, "{reasons:#?}");
+    let reason_of = |record: &str| {
+        refused
+            .iter()
+            .find(|r| r.object.ends_with(record))
+            .map(|r| r.reason.clone())
+            .unwrap_or_else(|| panic!("{record} not reported: {reasons:#?}"))
+    };
+    assert!(reason_of("flux-converger-intent.default.db").contains("is kept as"));
+    assert!(
+        reason_of("flux-converger-intent.default.web-own").contains("never resumes as the service")
+    );
+    assert!(
+        reason_of("flux-converger-intent.default.web-other")
+            .contains("Kustomization apps/apps acts as \"system:serviceaccount:apps:deployer\"")
+    );
+    assert!(reason_of("flux-converger-intent.default.web").contains("kube-system/web"));
+
+    // A converge of web (its Kustomization's render, as the tenant) does not resume the forged
+    // record either: it reports it and decides on its own.
+    let tenant_client =
+        flux_converger::service::gate::tenant::impersonating(&fake.client(), tenant).unwrap();
+    fake.grant(
+        NS,
+        tenant,
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"],
+             "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
+             "verbs": ["get", "list", "patch"]},
+        ]),
+    );
+    let tc = TenantCluster::new(tenant_client, fake.client(), Duration::from_secs(5));
+    let (_, j) = cluster(&fake);
+    let dry = Options {
+        dry_run: true,
+        act_as: Some(tenant.into()),
+        ..opts()
+    };
+    let report = run_converge(&tc, &j, &desired(), &dry).await.unwrap();
+    let r = report.refused_intent.expect("reported");
+    assert!(r.reason.contains("kube-system/web"), "{}", r.reason);
+    assert!(report.resumed.is_none());
+    task.abort();
+}
+
+/// A fence whose windows never open (a replica shutting down, or one that lost its Lease
+/// between the claim patches and the delete).
+#[derive(Debug)]
+struct NoWindow;
+
+impl flux_converger::converge::fence::Fence for NoWindow {
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn open_window(&self) -> Result<flux_converger::converge::fence::Window, String> {
+        Err("shutting down".into())
+    }
+}
+
+#[tokio::test]
+async fn a_refused_window_leaves_no_intent_saying_deleting() {
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    let fenced = Options {
+        fence: Some(std::sync::Arc::new(NoWindow)),
+        ..opts()
+    };
+    let e = run_converge(&c, &j, &desired(), &fenced).await.unwrap_err();
+    assert!(matches!(e, ConvergeError::Fenced { .. }), "{e}");
+    assert!(
+        web_intent(&fake).is_none_or(|i| !i.deleting),
+        "{:?}",
+        web_intent(&fake)
+    );
+
+    // An intent that says `deleting` for a delete never sent (a crash right after the record):
+    // the next converge, refused its window, leaves it saying it is not deleting.
+    fake.add_fault(FaultRule {
+        method: Some(Method::DELETE),
+        path_contains: "/statefulsets/web".into(),
+        nth: 0,
+        action: Fault::Status {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "etcd is down".into(),
+        },
+    });
+    let mut grown = statefulset("3Gi", "1Gi");
+    grown["spec"]["podManagementPolicy"] = json!("OrderedReady");
+    let grown: StatefulSet = serde_json::from_value(grown).unwrap();
+    run_converge(&c, &j, &grown, &opts()).await.unwrap_err();
+    fake.clear_faults();
+    assert!(web_intent(&fake).expect("recorded").deleting);
+    let e = run_converge(&c, &j, &grown, &fenced).await.unwrap_err();
+    assert!(matches!(e, ConvergeError::Fenced { .. }), "{e}");
+    assert!(!web_intent(&fake).expect("kept").deleting);
+    // Someone prunes it now: no resume brings it back.
+    fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
+    let resumed = converge::resume_all(
+        |_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)),
+        &j,
+        &rendered_opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        resumed.results[0].2.as_ref().unwrap().action,
+        ResumeAction::DeletedElsewhere
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_pruned_statefulset_its_kustomization_no_longer_renders_is_not_recreated() {
+    use flux_converger::service::Resume as _;
+    let fake = world().await;
+    let (c, j) = cluster(&fake);
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": JOURNAL_NS},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+                 "sourceRef": {"kind": "GitRepository", "name": "apps"}},
+    }));
+    let live = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+    // An intent that says our delete was sent; then Flux prunes web (the new revision no
+    // longer has it) before anyone resumes.
+    let intent = flux_converger::journal::Intent {
+        namespace: NS.into(),
+        name: "web".into(),
+        uid: uid(&live),
+        desired: desired(),
+        plan: json!({"recreate": true}),
+        recorded_at: "2026-12-03T12:00:00Z".into(),
+        revision: None,
+        deleting: true,
+        act_as: Some("-".into()),
+        kustomization: Some(format!("{JOURNAL_NS}/apps")),
+    };
+    j.record(&intent).await.unwrap();
+    fake.remove("apps/v1", "StatefulSet", Some(NS), "web");
+    fake.clear_requests();
+
+    // The service on start has no render: not re-created, kept and reported.
+    let gauge = prometheus_client::metrics::gauge::Gauge::default();
+    service_resume(&fake, None, Some(gauge.clone()))
+        .resume_all()
+        .await;
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+    assert!(web_intent(&fake).is_some(), "kept");
+    assert_eq!(gauge.get(), 1);
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.is_write() && r.path.contains("/statefulsets")),
+        "{:#?}",
+        fake.requests()
+    );
+
+    // The command with a file that no longer has web: not re-created either, reported.
+    let other = Options {
+        renders: Some(std::sync::Arc::new(
+            [(NS.to_string(), "cache".to_string())].into(),
+        )),
+        resume_as_operator: true,
+        ..opts()
+    };
+    let resumed = converge::resume_all(
+        |_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)),
+        &j,
+        &other,
+    )
+    .await
+    .unwrap();
+    assert!(resumed.results.is_empty());
+    assert_eq!(resumed.not_resumed.len(), 1);
+    assert!(
+        resumed.not_resumed[0]
+            .reason
+            .contains("no render at hand still has it"),
+        "{}",
+        resumed.not_resumed[0].reason
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_none()
+    );
+
+    // A render that has it (its Kustomization still renders web) re-creates it.
+    let resumed = converge::resume_all(
+        |_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&c)),
+        &j,
+        &rendered_opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        resumed.results[0].2.as_ref().unwrap().action,
+        ResumeAction::Reapplied
+    );
+    assert!(
+        fake.get("apps/v1", "StatefulSet", Some(NS), "web")
+            .is_some()
+    );
 }

@@ -1200,7 +1200,8 @@ fn converge_requests(fake: &FakeApiServer) -> Vec<String> {
             ]
             .iter()
             .any(|p| r.path.contains(p))
-                || (r.path.ends_with("/configmaps") && r.query.contains("flux-converger.io"))
+                || ((r.path.ends_with("/configmaps") || r.path.ends_with("/secrets"))
+                    && r.query.contains("flux-converger.io"))
         })
         .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
         .collect()
@@ -1266,7 +1267,7 @@ async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_c
         assert_eq!(storage_class_lists, usize::from(!cached), "{requests:#?}");
         let intent_reads = requests
             .iter()
-            .filter(|r| r.starts_with("GET") && r.contains("/configmaps/flux-converger-intent."))
+            .filter(|r| r.starts_with("GET") && r.contains("/secrets/flux-converger-intent."))
             .count();
         assert_eq!(intent_reads, usize::from(!cached), "{requests:#?}");
         let statefulset_reads = requests

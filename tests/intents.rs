@@ -12,7 +12,7 @@ use std::time::Duration;
 use flux_converger::journal::{ConfigMapJournal, Journal, intent_configmap_name};
 use flux_converger::service::intents::{IntentCache, WatchedJournal};
 use intent_fixture::intent;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use support::FakeApiServer;
@@ -20,22 +20,22 @@ use support::FakeApiServer;
 const NS: &str = "flux-system";
 const T: Duration = Duration::from_secs(5);
 
-/// GETs of intent ConfigMaps the server has seen.
+/// GETs of intent Secrets the server has seen.
 fn reads(fake: &FakeApiServer) -> usize {
     fake.requests()
         .iter()
         .filter(|r| {
-            r.method == http::Method::GET && r.path.contains("/configmaps/flux-converger-intent.")
+            r.method == http::Method::GET && r.path.contains("/secrets/flux-converger-intent.")
         })
         .count()
 }
 
-/// The intent ConfigMap as the server holds it (what a watch event carries).
-fn stored(fake: &FakeApiServer, name: &str) -> ConfigMap {
+/// The intent Secret as the server holds it (what a watch event carries).
+fn stored(fake: &FakeApiServer, name: &str) -> Secret {
     let value = fake
         .get(
             "v1",
-            "ConfigMap",
+            "Secret",
             Some(NS),
             &intent_configmap_name("default", name),
         )
@@ -49,7 +49,7 @@ fn stored(fake: &FakeApiServer, name: &str) -> ConfigMap {
 async fn a_load_is_answered_from_the_watch_only_where_it_cannot_miss_an_intent() {
     let fake = FakeApiServer::new();
     let plain = ConfigMapJournal::new(fake.client(), NS, T);
-    let (store, mut writer) = reflector::store::<ConfigMap>();
+    let (store, mut writer) = reflector::store::<Secret>();
     let cache = IntentCache::over(store.clone(), NS);
     let journal = WatchedJournal::new(plain.clone(), Some(cache.clone()));
     let load = |name: &'static str| {
@@ -117,7 +117,7 @@ async fn a_load_is_answered_from_the_watch_only_where_it_cannot_miss_an_intent()
     assert_eq!(fake.requests().len(), before + 1);
 }
 
-fn ready(store: &Store<ConfigMap>) -> bool {
+fn ready(store: &Store<Secret>) -> bool {
     use futures::FutureExt as _;
     matches!(store.wait_until_ready().now_or_never(), Some(Ok(())))
 }

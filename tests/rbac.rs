@@ -141,9 +141,35 @@ async fn converge_own_identity() -> Vec<RbacRequest> {
     check::install(&fake);
     let cluster = KubeCluster::new(fake.client(), Duration::from_secs(5));
     let journal = journal(fake.client());
+    // On start the service moves an earlier version's intent ConfigMap into a Secret (this
+    // one names a StatefulSet that is gone, so its resume only clears it).
+    let mut legacy = serde_json::to_value(
+        flux_converger::journal::intent_to_configmap(check::NAMESPACE, &{
+            let mut intent = flux_converger::journal::Intent {
+                namespace: NS.into(),
+                name: "gone".into(),
+                uid: "u-gone".into(),
+                desired: statefulset("2Gi"),
+                plan: json!({}),
+                recorded_at: String::new(),
+                revision: None,
+                deleting: false,
+                act_as: Some("-".into()),
+                kustomization: None,
+            };
+            intent.desired.metadata.name = Some("gone".into());
+            intent
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    legacy["apiVersion"] = json!("v1");
+    legacy["kind"] = json!("ConfigMap");
+    fake.seed(legacy);
+    journal.migrate_legacy().await.unwrap();
     // On start the service finishes what an earlier run left.
     flux_converger::converge::resume_all(
-        |_: &flux_converger::journal::Intent| Ok(&cluster),
+        |_: &flux_converger::journal::Intent| std::future::ready(Ok::<_, String>(&cluster)),
         &journal,
         &opts(),
     )

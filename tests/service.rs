@@ -1337,7 +1337,7 @@ async fn e2e_a_restart_mid_converge_is_finished_from_the_journal() {
         left.unwrap_or_default()["metadata"],
         failed
     );
-    let intents = fake.list("v1", "ConfigMap", Some(NS));
+    let intents = fake.list("v1", "Secret", Some(NS));
     assert!(
         intents
             .iter()

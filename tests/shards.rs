@@ -488,7 +488,7 @@ async fn each_shard_resumes_only_its_own_intents() {
     let cm = fake
         .get(
             "v1",
-            "ConfigMap",
+            "Secret",
             Some(NS),
             "flux-converger-intent.default.web-a",
         )

@@ -59,6 +59,7 @@ fn opts() -> Options {
         fence: None,
         act_as: None,
         in_place: Default::default(),
+        ..Options::default()
     }
 }
 
@@ -124,7 +125,7 @@ async fn a_converge_over_tls_costs_n_plus_12_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_converges_over_tls_in_n_plus_12_requests() {
+async fn the_cli_converges_over_tls_in_n_plus_13_requests() {
     let fake = world().await;
     let served = fake.serve_tls().await;
     let dir = tempfile::tempdir().unwrap();
@@ -143,14 +144,16 @@ async fn the_cli_converges_over_tls_in_n_plus_12_requests() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("converged"), "{text}");
     let log = fake.requests();
-    // The command first lists the intents an earlier run left (once per journal namespace),
+    // The command first lists the intents earlier versions left as ConfigMaps (to move them
+    // into Secrets) and the intents an earlier run left (once per journal namespace each),
     // then converges without loading the StatefulSet's intent again (the list just found
-    // none): N+12, as the library's converge.
-    assert_eq!(log.len(), CLAIMS + 12, "{:#?}", lines(&log));
-    assert!(log[0].query.contains("labelSelector"), "{:#?}", lines(&log));
+    // none): N+13, the library's converge and the legacy list.
+    assert_eq!(log.len(), CLAIMS + 13, "{:#?}", lines(&log));
+    assert!(log[0].path.ends_with("/configmaps"), "{:#?}", lines(&log));
+    assert!(log[1].query.contains("labelSelector"), "{:#?}", lines(&log));
     let intent_gets = log
         .iter()
-        .filter(|r| r.method == "GET" && r.path.contains("/configmaps/"))
+        .filter(|r| r.method == "GET" && r.path.contains("/secrets/"))
         .count();
     assert_eq!(intent_gets, 0, "{:#?}", lines(&log));
 }

@@ -155,6 +155,7 @@ impl Journal for Journals {
             let mut one = self.of(namespace).list().await?;
             all.intents.append(&mut one.intents);
             all.unreadable.append(&mut one.unreadable);
+            all.refused.append(&mut one.refused);
         }
         Ok(all)
     }
@@ -243,6 +244,17 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         // The operator's own identity: intents say so, and a resume uses the same.
         act_as: None,
         in_place: Default::default(),
+        kustomization: None,
+        // An operator finishes every intent as themselves, whoever recorded it.
+        resume_as_operator: true,
+        // The file is the render: an absent StatefulSet an intent says we deleted is
+        // re-created only if the file still has it.
+        renders: Some(std::sync::Arc::new(
+            desired
+                .iter()
+                .filter_map(|s| Some((s.metadata.namespace.clone()?, s.metadata.name.clone()?)))
+                .collect(),
+        )),
     };
 
     let mut failed = false;
@@ -269,8 +281,19 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     for journal_namespace in journal_namespaces.iter().filter(|_| !dry_run) {
         let journal = journal_in(journal_namespace);
         let wrote = !summary.resumed.is_empty();
+        // Intents earlier versions kept in ConfigMaps become Secrets first.
+        journal.migrate_legacy().await.with_context(|| {
+            format!(
+                "cannot move the legacy intent ConfigMaps of namespace {journal_namespace} into Secrets ({}run converge again)",
+                if wrote { "" } else { "nothing was written: " }
+            )
+        })?;
         // The operator finishes every intent as themselves, whoever recorded it.
-        let resumed = converge::resume_all(|_: &Intent| Ok(&cluster), &journal, &options)
+        let resumed = converge::resume_all(
+            |_: &Intent| std::future::ready(Ok::<_, String>(&cluster)),
+            &journal,
+            &options,
+        )
             .await
             .with_context(|| {
                 format!(
@@ -279,6 +302,12 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
                 )
             })?;
         resumed.unreadable.iter().for_each(&mut warn_unreadable);
+        for kept in &resumed.not_resumed {
+            eprintln!(
+                "warning: intent {} of StatefulSet {}/{} not resumed (kept in the journal): {}",
+                kept.object, kept.namespace, kept.name, kept.reason
+            );
+        }
         if resumed.unreadable.is_empty()
             && resumed.not_resumed.is_empty()
             && resumed.results.iter().all(|(_, _, r)| r.is_ok())

@@ -178,6 +178,11 @@ pub enum ResumeAction {
     DeletedElsewhere,
     /// Dry run: an unfinished intent exists; a real run finishes it first.
     Pending,
+    /// Absent, the intent says our delete was sent, but the caller has no render that still
+    /// has the StatefulSet (the service's resume on start; the command's for a StatefulSet its
+    /// file lacks): not re-created, since someone may have pruned it since; the intent is
+    /// kept for the next converge of its Kustomization (whose render says).
+    NotRendered,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -216,6 +221,10 @@ pub struct Report {
     /// delete it; the next intent recorded replaces it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unreadable_intent: Option<crate::journal::Unreadable>,
+    /// This StatefulSet's intent, when it is not what it says (docs/converge.md, the journal):
+    /// not resumed, converged as if there were none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_intent: Option<crate::journal::RefusedIntent>,
     /// Why an `held` StatefulSet was not written: "not written: StatefulSet NS/NAME of the
     /// same revision was refused" (or "failed").
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -238,6 +247,7 @@ impl Report {
             new_uid: None,
             resumed: None,
             unreadable_intent: None,
+            refused_intent: None,
             held_by: None,
             steps: Vec::new(),
         }
@@ -315,6 +325,12 @@ impl Report {
                 r.recorded_at,
                 r.recorded_uid,
                 serde_plain(&r.action)
+            ));
+        }
+        if let Some(r) = &self.refused_intent {
+            line(format!(
+                "StatefulSet {}/{}: intent {} not resumed (left in the journal): {}",
+                self.namespace, self.name, r.object, r.reason
             ));
         }
         let what = match self.outcome {

@@ -135,8 +135,17 @@ pub const PERMISSIONS: &[Permission] = &[
     p("watch", "", "configmaps", Own, Always),
     p("create", "", "configmaps", Own, Always),
     p("update", "", "configmaps", Own, Always),
-    p("patch", "", "configmaps", Own, Always),
+    // Results are replaced (update), intents were applied (patch) before they became
+    // Secrets; a legacy intent ConfigMap is deleted once moved.
     p("delete", "", "configmaps", Own, Always),
+    // The intents, as Secrets (they may hold values substituted from Secrets): applied
+    // (patch), created when a legacy ConfigMap is moved, watched by every replica.
+    p("get", "", "secrets", Own, Always),
+    p("list", "", "secrets", Own, Always),
+    p("watch", "", "secrets", Own, Always),
+    p("create", "", "secrets", Own, Always),
+    p("patch", "", "secrets", Own, Always),
+    p("delete", "", "secrets", Own, Always),
     // The Lease.
     p("get", "coordination.k8s.io", "leases", Own, LeaderElect),
     p("create", "coordination.k8s.io", "leases", Own, LeaderElect),

@@ -24,6 +24,8 @@ pub struct ServiceBackend {
     pub status: Arc<StatusCache>,
     /// `--hook-min-interval`, per Kustomization.
     pub hook_limit: Arc<HookLimit<Key>>,
+    /// The resume on start: which intents it left in the journal (`/status` `refusedIntents`).
+    pub resume: Option<Arc<dyn crate::service::Resume>>,
 }
 
 impl ServiceBackend {
@@ -99,8 +101,18 @@ impl Backend for ServiceBackend {
     }
 
     fn status_json(&self, namespace: Option<&str>) -> Result<bytes::Bytes, serde_json::Error> {
-        self.status
-            .list(&self.index, self.records.as_ref(), namespace)
+        let body = self
+            .status
+            .list(&self.index, self.records.as_ref(), namespace)?;
+        let refused: Vec<_> = self
+            .resume
+            .as_ref()
+            .map(|r| r.refused())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| namespace.is_none_or(|ns| r.namespace == ns))
+            .collect();
+        with_refused_intents(body, &refused)
     }
 
     fn kustomization_json(
@@ -140,5 +152,56 @@ impl Backend for ServiceBackend {
             );
         }
         Ok(())
+    }
+}
+
+/// The `/status` body with `"refusedIntents":[...]` after the Kustomizations when the resume
+/// left any intent in the journal (docs/converge.md, the journal); the cached body as it is
+/// otherwise.
+fn with_refused_intents(
+    body: bytes::Bytes,
+    refused: &[crate::journal::RefusedIntent],
+) -> Result<bytes::Bytes, serde_json::Error> {
+    if refused.is_empty() || !body.ends_with(b"}") {
+        return Ok(body);
+    }
+    let list = serde_json::to_vec(refused)?;
+    let mut out = Vec::with_capacity(body.len() + list.len() + 20);
+    out.extend_from_slice(&body[..body.len() - 1]);
+    out.extend_from_slice(b",\"refusedIntents\":");
+    out.extend_from_slice(&list);
+    out.push(b'}');
+    Ok(bytes::Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::RefusedIntent;
+
+    #[test]
+    fn status_names_the_refused_intents_after_the_kustomizations_by_table() {
+        let refused = RefusedIntent {
+            object: "Secret flux-system/flux-converger-intent.team.web".into(),
+            namespace: "team".into(),
+            name: "web".into(),
+            act_as: Some("-".into()),
+            reason: "never resumes as the service".into(),
+        };
+        let body = bytes::Bytes::from_static(b"{\"kustomizations\":[]}");
+        for (refused, want) in [
+            (vec![], serde_json::json!({"kustomizations": []})),
+            (
+                vec![refused],
+                serde_json::json!({"kustomizations": [], "refusedIntents": [{
+                    "object": "Secret flux-system/flux-converger-intent.team.web",
+                    "namespace": "team", "name": "web", "actAs": "-",
+                    "reason": "never resumes as the service"}]}),
+            ),
+        ] {
+            let out = with_refused_intents(body.clone(), &refused).unwrap();
+            let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(got, want);
+        }
     }
 }

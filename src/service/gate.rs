@@ -32,7 +32,7 @@ use crate::converge::{self, ConvergeError};
 use crate::flux::objects::{self, Kustomization, ObjectsError};
 use crate::flux::render::RenderedStatefulSet;
 use crate::flux::render::resolve::{ResolveError, Resolved, Resolver};
-use crate::journal::ConfigMapJournal;
+use crate::journal::SecretJournal;
 use crate::service::events::{
     EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
 };
@@ -652,13 +652,8 @@ impl Gate {
         let c = &self.config;
         let ks = &resolved.kustomization;
         let ks_namespace = ks.metadata.namespace.clone().unwrap_or_default();
-        let user = ks
-            .spec
-            .service_account_name
-            .clone()
-            .or_else(|| c.default_service_account.clone())
-            .filter(|s| !s.is_empty())
-            .map(|sa| tenant::service_account_user(&ks_namespace, &sa));
+        // The same question a resume on start asks of an intent's Kustomization.
+        let user = tenant::kustomization_user(ks, c.default_service_account.as_deref());
         let tenant_client = match &user {
             None => Ok(c.client.clone()),
             Some(user) => tenant::impersonating(&c.client, user),
@@ -714,7 +709,7 @@ impl Gate {
         }
         // Recorded with the shard's label, so only this shard resumes it after a crash.
         let journal = WatchedJournal::new(
-            ConfigMapJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
+            SecretJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
                 .scoped(c.results.shard()),
             self.intents.clone(),
         );
@@ -723,6 +718,10 @@ impl Gate {
             revision: Some(resolved.revision.clone()),
             act_as: user.clone(),
             in_place: self.in_place.clone(),
+            kustomization: Some(format!(
+                "{ks_namespace}/{}",
+                ks.metadata.name.as_deref().unwrap_or_default()
+            )),
             ..converge::Options::default()
         };
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;

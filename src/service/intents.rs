@@ -1,5 +1,7 @@
-//! The service's journal: the intents ConfigMaps ([`ConfigMapJournal`]), with the load every
-//! converge starts with answered from a watch of them where the watch cannot be missing one.
+//! The service's journal: the intent Secrets ([`SecretJournal`]), with the load every converge
+//! starts with answered from a watch of them where the watch cannot be missing one, and the
+//! intents the last resume refused ([`IntentCache::refused`], for `/status` and the
+//! `flux_converger_intents_refused` gauge).
 //!
 //! Nearly every converge finds no intent for its StatefulSet, so the load was a request spent
 //! on a known answer (issue #18: the service's converge with warm caches). The watch is
@@ -19,15 +21,15 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::cluster::Synced;
 use crate::journal::{
-    ConfigMapJournal, INTENT_RECORD, Intent, Journal, JournalError, Listing, RECORD_LABEL,
-    intent_configmap_name,
+    INTENT_RECORD, Intent, Journal, JournalError, Listing, RECORD_LABEL, RefusedIntent,
+    SecretJournal, intent_record_name,
 };
 
 type Key = (String, String);
@@ -35,11 +37,13 @@ type Key = (String, String);
 /// The watched intents of one namespace, shared by every run of the service. Cheap to clone.
 #[derive(Clone)]
 pub struct IntentCache {
-    store: Store<ConfigMap>,
+    store: Store<Secret>,
     namespace: String,
     synced: Synced,
     /// StatefulSets whose intent this process recorded and has not cleared yet.
     uncleared: Arc<Mutex<HashSet<Key>>>,
+    /// What the last resume on start refused, by StatefulSet.
+    refused: Arc<Mutex<Vec<RefusedIntent>>>,
 }
 
 impl IntentCache {
@@ -50,7 +54,7 @@ impl IntentCache {
         namespace: &str,
     ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
         let (store, writer) = reflector::store();
-        let api: Api<ConfigMap> = Api::namespaced(client, namespace);
+        let api: Api<Secret> = Api::namespaced(client, namespace);
         let config = watcher::Config::default().labels(&format!("{RECORD_LABEL}={INTENT_RECORD}"));
         let synced = Synced::default();
         let follower = synced.clone();
@@ -62,17 +66,59 @@ impl IntentCache {
         (Self::new(store, namespace, synced), task)
     }
 
-    fn new(store: Store<ConfigMap>, namespace: &str, synced: Synced) -> Self {
+    fn new(store: Store<Secret>, namespace: &str, synced: Synced) -> Self {
         IntentCache {
             store,
             namespace: namespace.to_string(),
             synced,
             uncleared: Arc::default(),
+            refused: Arc::default(),
         }
     }
 
+    /// The namespace whose intents it watches.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Keeps what a resume refused (replacing the last resume's), for [`IntentCache::refused`].
+    pub fn set_refused(&self, refused: Vec<RefusedIntent>) {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = refused;
+    }
+
+    /// The intents the last resume refused that are still in the journal as far as the watch
+    /// knows (one a later converge finished, or a person deleted, drops out), in the order of
+    /// the namespace and name of their StatefulSets.
+    pub fn refused(&self) -> Vec<RefusedIntent> {
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if !self.is_synced() {
+            return refused;
+        }
+        let mut left: Vec<RefusedIntent> = refused
+            .into_iter()
+            .filter(|r| {
+                // `Secret ns/name` (the journal's listing) or `intent name` (a resume's).
+                let record = r
+                    .object
+                    .rsplit(['/', ' '])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                self.store
+                    .get(&ObjectRef::new(&record).within(&self.namespace))
+                    .is_some()
+            })
+            .collect();
+        left.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        left
+    }
+
     /// A cache over a store the caller fills (tests drive its watch events by hand).
-    pub fn over(store: Store<ConfigMap>, namespace: &str) -> Self {
+    pub fn over(store: Store<Secret>, namespace: &str) -> Self {
         Self::new(store, namespace, Synced::trusted())
     }
 
@@ -96,23 +142,20 @@ impl IntentCache {
                 .contains(&(namespace.to_string(), name.to_string()))
             && self
                 .store
-                .get(
-                    &ObjectRef::new(&intent_configmap_name(namespace, name))
-                        .within(&self.namespace),
-                )
+                .get(&ObjectRef::new(&intent_record_name(namespace, name)).within(&self.namespace))
                 .is_none()
     }
 }
 
-/// [`ConfigMapJournal`] with its `load` answered by an [`IntentCache`] where it can be
+/// [`SecretJournal`] with its `load` answered by an [`IntentCache`] where it can be
 /// (the service's journal of one run; without a cache, the journal itself).
 pub struct WatchedJournal {
-    inner: ConfigMapJournal,
+    inner: SecretJournal,
     cache: Option<IntentCache>,
 }
 
 impl WatchedJournal {
-    pub fn new(inner: ConfigMapJournal, cache: Option<IntentCache>) -> Self {
+    pub fn new(inner: SecretJournal, cache: Option<IntentCache>) -> Self {
         WatchedJournal { inner, cache }
     }
 }

@@ -39,6 +39,10 @@ pub struct Metrics {
     pub queue_depth: Gauge,
     pub step_duration: Family<StepLabel, Histogram, fn() -> Histogram>,
     pub last_resync: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Intents the last resume on start left in the journal, not resumed (docs/converge.md,
+    /// the journal): not what they say, an identity their Kustomization no longer uses, or an
+    /// absent StatefulSet no render at hand still has.
+    pub intents_refused: Gauge,
 }
 
 impl Default for Metrics {
@@ -52,6 +56,7 @@ impl Default for Metrics {
             queue_depth: Gauge::default(),
             step_duration: Family::new_with_constructor(step_histogram),
             last_resync: Gauge::default(),
+            intents_refused: Gauge::default(),
         }
     }
 }
@@ -98,6 +103,11 @@ impl Metrics {
             "last_resync_timestamp_seconds",
             "Unix time of the last completed resync",
             self.last_resync.clone(),
+        );
+        registry.register(
+            "intents_refused",
+            "Intents the last resume left in the journal without resuming them",
+            self.intents_refused.clone(),
         );
         self
     }

@@ -150,6 +150,12 @@ const LOST_REPORT: Duration = Duration::from_secs(15);
 /// What finishes a previous process's unfinished converges when this one starts leading.
 pub trait Resume: Send + Sync + 'static {
     fn resume_all(&self) -> BoxFuture<'_, ()>;
+
+    /// The intents the last [`Resume::resume_all`] left in the journal because they are not
+    /// what they say (named in `/status` as `refusedIntents`).
+    fn refused(&self) -> Vec<crate::journal::RefusedIntent> {
+        Vec::new()
+    }
 }
 
 /// The parts [`start_with`] assembles: the gate, the results, the HTTP app, the resume.
@@ -343,6 +349,7 @@ pub async fn start_with(
         readiness: readiness.clone(),
         status: Arc::default(),
         hook_limit: Arc::new(HookLimit::new(config.hook_min_interval)),
+        resume: Some(resume.clone()),
     };
 
     let (listener, addr) = bind("--listen", config.listen).await?;
@@ -833,7 +840,7 @@ pub fn build_parts(
     })
     .with_storage_classes(storage_classes)
     .with_statefulsets(statefulsets)
-    .with_intents(intents);
+    .with_intents(intents.clone());
     // The `artifact` gate publishes through the storage; without one, a Kustomization in that
     // mode fails its hand-off naming the missing storage.
     let gate = match &storage {
@@ -847,6 +854,9 @@ pub fn build_parts(
         wait_timeout: crate::converge::Options::default().wait_timeout,
         fence: Some(Arc::new(fence.clone())),
         shard,
+        default_service_account: config.default_service_account.clone(),
+        intents: Some(intents),
+        refused_gauge: Some(metrics.intents_refused.clone()),
     };
     let app_metrics = metrics.clone();
     let parts = Parts {
@@ -874,8 +884,12 @@ pub fn build_parts(
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
 /// no crash leaves a StatefulSet deleted, and this is where the next leader makes sure of it.
 /// Each intent is finished as the identity it was recorded under (the tenant, impersonated),
-/// never with the service's own rights for a tenant's work: whoever can write a labelled
-/// ConfigMap in the service's namespace must not get a StatefulSet re-applied with more.
+/// and only if that is the identity its Kustomization uses now, never with the service's own
+/// rights for a tenant's work: whoever can write a labelled Secret in the service's namespace
+/// must not get a StatefulSet re-applied with more. First the intents earlier versions wrote
+/// as ConfigMaps are moved into Secrets. An absent StatefulSet is not re-created here (no
+/// render is at hand to say its Kustomization still has it): its Kustomization's next converge
+/// does that.
 pub struct JournalResume {
     pub client: kube::Client,
     /// The journal's namespace (`--namespace`).
@@ -886,24 +900,45 @@ pub struct JournalResume {
     pub fence: Option<crate::converge::fence::SharedFence>,
     /// Only this shard's intents are resumed: another shard's leader may be finishing its own.
     pub shard: Shard,
+    /// `--default-service-account`: the identity a Kustomization without
+    /// `spec.serviceAccountName` acts as, which an intent's `actAs` must match.
+    pub default_service_account: Option<String>,
+    /// Where the refused intents are kept for `/status` (`None`: only logged).
+    pub intents: Option<intents::IntentCache>,
+    /// `flux_converger_intents_refused`, set after each resume.
+    pub refused_gauge: Option<prometheus_client::metrics::gauge::Gauge>,
 }
 
 impl Resume for JournalResume {
     fn resume_all(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let journal = crate::journal::ConfigMapJournal::new(
+            let journal = crate::journal::SecretJournal::new(
                 self.client.clone(),
                 self.namespace.clone(),
                 self.call_timeout,
             )
             .scoped(self.shard.clone());
+            // Before the listing: an intent an earlier version wrote as a ConfigMap is listed
+            // (and resumed) as a Secret, and no substituted value stays in a ConfigMap.
+            if let Err(error) = journal.migrate_legacy().await {
+                tracing::warn!(%error, "moving legacy intent ConfigMaps into Secrets; retried at the next start");
+            }
             let options = crate::converge::Options {
                 wait_timeout: self.wait_timeout,
                 fence: self.fence.clone(),
                 ..Default::default()
             };
             let cluster_for = |intent: &crate::journal::Intent| {
-                gate::tenant::cluster_for_intent(&self.client, intent, self.call_timeout)
+                let intent = intent.clone();
+                async move {
+                    gate::tenant::cluster_for_intent(
+                        &self.client,
+                        &intent,
+                        self.default_service_account.as_deref(),
+                        self.call_timeout,
+                    )
+                    .await
+                }
             };
             match crate::converge::resume_all(cluster_for, &journal, &options).await {
                 Ok(resumed) => {
@@ -911,10 +946,17 @@ impl Resume for JournalResume {
                         tracing::warn!(record = %unreadable.object, message = %unreadable.message,
                             "skipping an unreadable intent record (fix or delete it by hand)");
                     }
-                    for kept in resumed.not_resumed {
+                    for kept in &resumed.not_resumed {
                         tracing::warn!(statefulset = %format!("{}/{}", kept.namespace, kept.name),
+                            record = %kept.object,
                             act_as = kept.act_as.as_deref().unwrap_or_default(), reason = %kept.reason,
                             "not resuming an unfinished converge: kept in the journal (finish it with `flux-converger converge` as an operator)");
+                    }
+                    if let Some(gauge) = &self.refused_gauge {
+                        gauge.set(resumed.not_resumed.len() as i64);
+                    }
+                    if let Some(cache) = &self.intents {
+                        cache.set_refused(resumed.not_resumed);
                     }
                     for (namespace, name, result) in resumed.results {
                         let statefulset = format!("{namespace}/{name}");
@@ -931,5 +973,12 @@ impl Resume for JournalResume {
                 Err(error) => tracing::warn!(%error, "listing unfinished converges"),
             }
         })
+    }
+
+    fn refused(&self) -> Vec<crate::journal::RefusedIntent> {
+        self.intents
+            .as_ref()
+            .map(intents::IntentCache::refused)
+            .unwrap_or_default()
     }
 }

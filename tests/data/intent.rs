@@ -23,5 +23,6 @@ pub fn intent(name: &str) -> Intent {
         revision: None,
         deleting: true,
         act_as: Some("-".into()),
+        kustomization: None,
     }
 }

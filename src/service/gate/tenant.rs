@@ -155,22 +155,95 @@ impl Cluster for TenantCluster {
     }
 }
 
-/// The cluster to finish `intent` with: impersonating the user it was recorded under, the
-/// service's own identity only for [`OWN_IDENTITY`] (an intent recorded without
-/// impersonation). An intent that does not say (an earlier version's record) gets none: its
-/// identity is unknown, and the service's rights may be more than its recorder had.
-pub fn cluster_for_intent(
-    service: &kube::Client,
-    intent: &Intent,
-    call_timeout: Duration,
-) -> Result<TenantCluster, String> {
-    match intent.act_as.as_deref() {
-        None => Err(
+/// The identity a Kustomization's converges act as now: its `spec.serviceAccountName`, else
+/// `--default-service-account`, impersonated (`system:serviceaccount:NS:SA`); `None` for the
+/// service's own identity (neither is set). The gate's converges and the resume's check agree
+/// because both ask this.
+pub fn kustomization_user(
+    kustomization: &crate::flux::objects::Kustomization,
+    default_service_account: Option<&str>,
+) -> Option<String> {
+    let namespace = kustomization.metadata.namespace.clone().unwrap_or_default();
+    kustomization
+        .spec
+        .service_account_name
+        .as_deref()
+        .or(default_service_account)
+        .filter(|s| !s.is_empty())
+        .map(|sa| service_account_user(&namespace, sa))
+}
+
+/// Whether `intent` may be resumed by the service as the identity it records: only if it
+/// names the Kustomization it came from and that Kustomization (`current`: its
+/// [`kustomization_user`] now, `None` = the service's own) would act as the same identity.
+/// Pure: the check of what a writer of the journal could forge, by table.
+pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), String> {
+    let Some(recorded) = intent.act_as.as_deref() else {
+        return Err(
             "the intent does not record the identity it was written as (a record of an earlier \
              version): not resumed with the service's own rights"
                 .to_string(),
-        ),
-        Some(OWN_IDENTITY) => Ok(TenantCluster::new(
+        );
+    };
+    let current = current.unwrap_or(OWN_IDENTITY);
+    if recorded == current {
+        return Ok(());
+    }
+    let ks = intent.kustomization.as_deref().unwrap_or_default();
+    Err(if recorded == OWN_IDENTITY {
+        format!(
+            "the intent would resume with the service's own identity, but Kustomization {ks} acts \
+             as {current:?} now: a tenant's intent never resumes as the service"
+        )
+    } else {
+        format!(
+            "the intent was recorded as {recorded:?}, but Kustomization {ks} acts as {current:?} now"
+        )
+    })
+}
+
+/// The cluster to finish `intent` with, on start: impersonating the user it was recorded
+/// under, the service's own identity only for [`OWN_IDENTITY`], and either only if the
+/// Kustomization it names would act as that identity now ([`check_identity`]; read from the
+/// cluster). An intent that does not name its Kustomization (an earlier version's, or one the
+/// `converge` command wrote), whose Kustomization is gone or cannot be read, or whose identity
+/// differs gets none: it is kept and reported, never resumed with more rights than its
+/// Kustomization has now.
+pub async fn cluster_for_intent(
+    service: &kube::Client,
+    intent: &Intent,
+    default_service_account: Option<&str>,
+    call_timeout: Duration,
+) -> Result<TenantCluster, String> {
+    if intent.act_as.is_none() {
+        check_identity(intent, None)?;
+    }
+    let Some((ks_namespace, ks_name)) = intent
+        .kustomization
+        .as_deref()
+        .and_then(|k| k.split_once('/'))
+    else {
+        return Err(
+            "the intent does not name the Kustomization it came from (an earlier version's or the \
+             `converge` command's): its identity cannot be checked; finish it with \
+             `flux-converger converge` as an operator"
+                .to_string(),
+        );
+    };
+    let kustomization = crate::flux::objects::get_kustomization_within(
+        service,
+        ks_namespace,
+        ks_name,
+        call_timeout,
+    )
+    .await
+    .map_err(|e| {
+        format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
+    })?;
+    let current = kustomization_user(&kustomization, default_service_account);
+    check_identity(intent, current.as_deref())?;
+    match intent.act_as.as_deref() {
+        Some(OWN_IDENTITY) | None => Ok(TenantCluster::new(
             service.clone(),
             service.clone(),
             call_timeout,
@@ -229,6 +302,48 @@ pub fn forbidden_message(user: &str, error: &CallError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_intent_resumes_only_as_its_kustomizations_identity_now_by_table() {
+        let tenant = "system:serviceaccount:team:deployer";
+        let other = "system:serviceaccount:team:other";
+        let intent = |act_as: Option<&str>| Intent {
+            namespace: "team".into(),
+            name: "web".into(),
+            uid: "u".into(),
+            desired: Default::default(),
+            plan: serde_json::Value::Null,
+            recorded_at: String::new(),
+            revision: None,
+            deleting: false,
+            act_as: act_as.map(String::from),
+            kustomization: Some("team/apps".into()),
+        };
+        for (recorded, current, ok, words) in [
+            (Some(tenant), Some(tenant), true, ""),
+            (Some(OWN_IDENTITY), None, true, ""),
+            (
+                Some(OWN_IDENTITY),
+                Some(tenant),
+                false,
+                "never resumes as the service",
+            ),
+            (
+                Some(tenant),
+                Some(other),
+                false,
+                "acts as \"system:serviceaccount:team:other\"",
+            ),
+            (Some(tenant), None, false, "acts as \"-\" now"),
+            (None, None, false, "earlier version"),
+        ] {
+            let got = check_identity(&intent(recorded), current);
+            assert_eq!(got.is_ok(), ok, "{recorded:?} now {current:?}: {got:?}");
+            if let Err(message) = got {
+                assert!(message.contains(words), "{message}");
+            }
+        }
+    }
 
     #[test]
     fn permission_by_table() {
