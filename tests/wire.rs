@@ -160,7 +160,7 @@ async fn the_cli_converges_over_tls_in_n_plus_13_requests() {
 
 /// The request trace an operator turns on (docs/operating.md): one JSON line per request at
 /// `debug` with the verb, method, path, status and duration, inside the StatefulSet's span,
-/// and exactly as many lines as the server saw requests (N+12 for `converge -f`).
+/// and exactly as many lines as the server saw requests (N+13 for `converge -f`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_trace_counts_a_converge_line_by_line() {
     let fake = world().await;
@@ -191,7 +191,7 @@ async fn the_request_trace_counts_a_converge_line_by_line() {
         .filter(|l| l["target"] == "flux_converger::wire" && l["message"] == "request")
         .collect();
     let log = fake.requests();
-    assert_eq!(log.len(), CLAIMS + 12, "{:#?}", lines(&log));
+    assert_eq!(log.len(), CLAIMS + 13, "{:#?}", lines(&log));
     assert_eq!(traced.len(), log.len(), "{stderr}");
     for (line, seen) in traced.iter().zip(&log) {
         assert_eq!(line["level"], "DEBUG", "{line}");
@@ -203,16 +203,16 @@ async fn the_request_trace_counts_a_converge_line_by_line() {
         assert!(line["verb"].as_str().is_some(), "{line}");
     }
     let verbs: Vec<&str> = traced.iter().filter_map(|l| l["verb"].as_str()).collect();
-    // docs/converge.md's N+12: the intent list, the StatefulSet, the claims, the
-    // StorageClasses, the proof (two dry-run patches) and the pre-flight (a dry-run create),
-    // N claim patches, the intent recorded, the orphan delete, the watch until it is gone, the
-    // re-apply, the intent cleared.
-    let mut expected = vec!["list", "get", "list", "list", "patch", "patch", "create"];
+    // docs/converge.md's N+13: the legacy intent ConfigMaps and the intents listed, the
+    // StatefulSet, the claims, the StorageClasses, the proof (two dry-run patches) and the
+    // pre-flight (a dry-run create), N claim patches, the intent recorded, the orphan delete,
+    // the watch until it is gone, the re-apply, the intent cleared.
+    let mut expected = vec!["list", "list", "get", "list", "list", "patch", "patch", "create"];
     expected.extend(std::iter::repeat_n("patch", CLAIMS));
     expected.extend(["patch", "delete", "watch", "patch", "delete"]);
     assert_eq!(verbs, expected, "{:#?}", lines(&log));
-    // Every request after the start's intent list is the StatefulSet's converge.
-    for line in &traced[1..] {
+    // Every request after the start's two intent lists is the StatefulSet's converge.
+    for line in &traced[2..] {
         assert_eq!(line["span"]["statefulset"], "default/web", "{line}");
     }
 }
