@@ -637,6 +637,23 @@ async fn the_follower_fetches_what_the_external_artifacts_publish() {
     assert!(!served.storage.lost(&key("db")));
     let other_url = format!("http://{}/{other}", served.addr);
     assert_eq!(get(&other_url).await.status(), StatusCode::NOT_FOUND);
+    // The ExternalArtifact deleted: its artifacts leave the index and the disk, as
+    // source-controller's do with their object.
+    fake.remove(
+        "source.toolkit.fluxcd.io/v1",
+        "ExternalArtifact",
+        Some("apps"),
+        "db",
+    )
+    .expect("the ExternalArtifact");
+    for _ in 0..500 {
+        if blobs_on_disk(dir.path()) == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(blobs_on_disk(dir.path()), 0);
+    assert_eq!(get(&url).await.status(), StatusCode::NOT_FOUND);
     follow.abort();
 }
 

@@ -236,6 +236,23 @@ impl Storage {
         Ok(())
     }
 
+    /// Removes every artifact of the ExternalArtifact `namespace/name`, which was deleted: as
+    /// source-controller removes all of an object's artifacts when it goes. Returns the paths.
+    pub async fn forget(&self, namespace: &str, name: &str) -> Result<Vec<String>, StorageError> {
+        let key = index::key_text(namespace, name);
+        let mut index = self.index.lock().await;
+        let mut updated = index.clone();
+        let removed = updated.forget(&key);
+        self.lost_set().remove(&key);
+        if removed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let paths = removed.iter().map(|e| e.path.clone()).collect();
+        let removed = removed.into_iter().map(|e| (key.clone(), e)).collect();
+        self.commit(&mut index, updated, removed).await?;
+        Ok(paths)
+    }
+
     /// Garbage-collects every ExternalArtifact's artifacts (`--artifact-retention-*`), the
     /// current ones kept: what runs besides each publish, so an artifact past its TTL goes
     /// though no new revision comes. Returns the paths removed.

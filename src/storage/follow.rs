@@ -198,6 +198,23 @@ pub async fn follow(storage: Arc<Storage>, client: Client) {
                         tokio::spawn(keep(storage.clone(), client.clone(), followed));
                     }
                 }
+                // Gone: its artifacts go too, as source-controller's do with their object.
+                // (One deleted while no replica watched stays until it is collected by hand.)
+                Ok(Some(watcher::Event::Delete(obj))) => {
+                    if let Some(gone) = followed(&storage, &obj) {
+                        let storage = storage.clone();
+                        tokio::spawn(async move {
+                            let artifact = format!("{}/{}", gone.namespace, gone.name);
+                            match storage.forget(&gone.namespace, &gone.name).await {
+                                Ok(paths) if !paths.is_empty() => tracing::info!(%artifact,
+                                    count = paths.len(), "garbage collected artifacts for deleted resource"),
+                                Ok(_) => {}
+                                Err(error) => tracing::warn!(%artifact, %error,
+                                    "cannot remove the artifacts of a deleted ExternalArtifact"),
+                            }
+                        });
+                    }
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => return,
                 Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))

@@ -199,6 +199,11 @@ impl Index {
         removed
     }
 
+    /// Drops every artifact of `key` (its ExternalArtifact is gone), returning them.
+    pub fn forget(&mut self, key: &str) -> Vec<Entry> {
+        self.by_key.remove(key).unwrap_or_default()
+    }
+
     /// [`Index::collect`] for every ExternalArtifact: each removed entry with its key.
     pub fn collect_all(&mut self, retention: Retention, now: u64) -> Vec<(String, Entry)> {
         let keys: Vec<String> = self.by_key.keys().cloned().collect();
