@@ -273,7 +273,9 @@ async fn a_storage_path_that_cannot_be_created_exits_2() {
     std::fs::write(&file, b"x").unwrap();
     let under_a_file = file.join("storage");
     let under_a_file = under_a_file.to_str().unwrap();
-    let cases: &[(&[&str], &[(&str, &str)], &str)] = &[
+    // (flags, environment, the path the message names)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         (&["--storage-path", under_a_file], &[], under_a_file),
         (
             &[],

@@ -267,7 +267,8 @@ mod tests {
     #[test]
     fn garbage_is_source_controllers_by_table() {
         // (case, entries, pause between them ms, ttl ms, records, deleted)
-        let cases: &[(&str, u8, u64, u64, usize, &[u8])] = &[
+        type Case<'a> = (&'a str, u8, u64, u64, usize, &'a [u8]);
+        let cases: &[Case] = &[
             (
                 "delete files based on maxItemsToBeRetained",
                 5,
