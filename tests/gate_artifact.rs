@@ -237,6 +237,12 @@ impl World {
     }
 
     fn gate(&self) -> Gate {
+        self.bare_gate()
+            .with_artifact_host(Arc::new(self.host.clone()))
+    }
+
+    /// The gate without an artifact host.
+    fn bare_gate(&self) -> Gate {
         Gate::new(GateConfig {
             client: self.fake.client(),
             namespace: FLUX_NS.into(),
@@ -250,7 +256,6 @@ impl World {
             default_gate: GateMode::Suspend,
             fence: None,
         })
-        .with_artifact_host(Arc::new(self.host.clone()))
     }
 
     fn kustomize_controller(&self) -> KustomizeController {
@@ -757,4 +762,36 @@ async fn the_fake_serves_external_artifact_status_as_a_subresource() {
         matches!(err, kube::Error::Api(ref s) if s.code == 422),
         "{err}"
     );
+}
+
+/// Without a storage because the default `--storage-path` cannot be created, the gate's
+/// refusal names the directory and why (not only the flag), and nothing is published.
+#[tokio::test]
+async fn without_storage_the_artifact_gate_names_the_directory() {
+    let w = World::new().await;
+    w.kustomization("apps", "./apps", "ExternalArtifact", "apps");
+    w.publish("main@sha1:1", &[("apps/web.yaml", statefulset("1Gi"))]);
+    let why = "the default --storage-path /nowhere/data does not exist and cannot be created \
+               (creating /nowhere/data: Read-only file system (os error 30))";
+    let gate = w.bare_gate().with_no_artifact_host(why.to_string());
+    let outcome = gate
+        .run(
+            FLUX_NS,
+            "apps",
+            flux_converger::service::record::Trigger::Watch,
+        )
+        .await;
+    let GateOutcome::Failed { message } = outcome else {
+        panic!("{outcome:?}");
+    };
+    for word in [
+        "no artifact storage",
+        "/nowhere/data",
+        "Read-only file system",
+        "--storage-path",
+    ] {
+        assert!(message.contains(word), "{word:?} missing from {message}");
+    }
+    assert_eq!(w.host.publishes(), 0);
+    assert!(w.external_artifact()["status"]["artifact"].is_null());
 }

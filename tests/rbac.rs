@@ -540,6 +540,7 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
             addr: "127.0.0.1:0".parse().unwrap(),
             adv_addr: "127.0.0.1:9090".into(),
             max_cache_bytes: 1 << 30,
+            ..Default::default()
         },
         FetchOptions::default(),
     )

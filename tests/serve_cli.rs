@@ -123,6 +123,7 @@ async fn an_open_hook_is_served_only_on_purpose_and_said_out_loud() {
     let fake = support::FakeApiServer::new();
     let served = fake.serve().await;
     let kubeconfig = served.kubeconfig.to_str().unwrap().to_string();
+    let storage = tempfile::tempdir().unwrap();
     let mut child = command(
         &[
             "serve",
@@ -136,6 +137,11 @@ async fn an_open_hook_is_served_only_on_purpose_and_said_out_loud() {
             "127.0.0.1:0",
             "--log-format",
             "json",
+            // Not the default `/data`, which `serve` creates (as root, here on the test host).
+            "--storage-path",
+            storage.path().to_str().unwrap(),
+            "--storage-addr",
+            "127.0.0.1:0",
         ],
         &[("FLUX_CONVERGER_ALLOW_UNAUTHENTICATED_HOOKS", "true")],
     )
@@ -188,4 +194,108 @@ async fn an_open_hook_is_served_only_on_purpose_and_said_out_loud() {
 
     child.start_kill().expect("stop serve");
     let _ = child.wait().await;
+}
+
+/// Runs `serve` on the fake API server with `extra` flags until it logs "serving": the log
+/// lines before it (JSON), or why it stopped (exit code, stderr).
+async fn serve_until_serving(extra: &[&str]) -> Result<(Vec<Value>, Value), (i32, String)> {
+    flux_converger::tls::install_crypto_provider();
+    let fake = support::FakeApiServer::new();
+    let served = fake.serve().await;
+    let kubeconfig = served.kubeconfig.to_str().unwrap().to_string();
+    let mut args = vec![
+        "serve",
+        "--kubeconfig",
+        &kubeconfig,
+        "-n",
+        "flux-system",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--storage-addr",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let mut child = command(
+        &args,
+        &[("FLUX_CONVERGER_ALLOW_UNAUTHENTICATED_HOOKS", "true")],
+    )
+    .spawn()
+    .expect("spawn serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut before = Vec::new();
+    let mut text = String::new();
+    let outcome = loop {
+        let Ok(Some(line)) = lines.next_line().await else {
+            let status = child.wait().await.expect("serve exits");
+            break Err((status.code().unwrap_or(-1), text));
+        };
+        text.push_str(&line);
+        text.push('\n');
+        let Ok(entry) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if entry["message"] == "serving" {
+            break Ok((before, entry));
+        }
+        before.push(entry);
+    };
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    outcome
+}
+
+/// A `--storage-path` that does not exist is created with its parents and served, as
+/// source-controller creates its storage path at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_path_that_does_not_exist_is_created_and_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("new/nested/storage");
+    let (before, _) = serve_until_serving(&["--storage-path", nested.to_str().unwrap()])
+        .await
+        .unwrap_or_else(|(code, stderr)| panic!("serve exited {code}: {stderr}"));
+    assert!(nested.join("blobs/sha256").is_dir(), "{before:#?}");
+    assert!(
+        before.iter().any(|e| e["message"] == "serving artifacts"),
+        "{before:#?}"
+    );
+}
+
+/// A `--storage-path` (flag or env) that cannot be created or written is exit 2 naming the
+/// flag, the path and the error, before any client is built.
+#[tokio::test]
+async fn a_storage_path_that_cannot_be_created_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let under_a_file = file.join("storage");
+    let under_a_file = under_a_file.to_str().unwrap();
+    // (flags, environment, the path the message names)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
+        (&["--storage-path", under_a_file], &[], under_a_file),
+        (
+            &[],
+            &[("FLUX_CONVERGER_STORAGE_PATH", under_a_file)],
+            under_a_file,
+        ),
+        (
+            &["--storage-path", "/proc/flux-converger/storage"],
+            &[],
+            "/proc/flux-converger/storage",
+        ),
+    ];
+    for (flags, env, path) in cases {
+        let mut args = vec!["serve", "--allow-unauthenticated-hooks"];
+        args.extend_from_slice(flags);
+        let (code, stderr) = run(&args, env).await;
+        assert_eq!(code, 2, "{flags:?} {env:?}: {stderr}");
+        for word in ["--storage-path", path, "os error"] {
+            assert!(stderr.contains(word), "{word:?} missing from {stderr}");
+        }
+        assert!(!stderr.contains("kubeconfig"), "{stderr}");
+    }
 }

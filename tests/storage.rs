@@ -47,6 +47,7 @@ async fn serve_bounded(dir: &std::path::Path, max_cache_bytes: u64) -> Served {
         addr,
         adv_addr: addr.to_string(),
         max_cache_bytes,
+        ..StorageConfig::default()
     };
     let storage = Storage::open(&config, FetchOptions::default()).unwrap();
     let stop = CancellationToken::new();
@@ -146,14 +147,15 @@ async fn a_published_artifact_is_served_with_get_and_head() {
     assert_eq!(upstream.requests().len(), 1);
 }
 
-#[tokio::test]
-async fn the_published_and_the_previous_are_kept_older_ones_go() {
-    let upstream = ArtifactServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    // A cache bound of zero: only what is pinned stays on disk.
-    let served = serve_bounded(dir.path(), 0).await;
+/// The blob files on disk (one per stored artifact).
+fn blobs_on_disk(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir.join("blobs/sha256")).unwrap().count()
+}
+
+/// Publishes revisions `1..=n` of `db`, returning each one's published URL.
+async fn publish_revisions(served: &Served, upstream: &ArtifactServer, n: usize) -> Vec<String> {
     let mut urls = Vec::new();
-    for n in 1..=3 {
+    for n in 1..=n {
         let data = revision(n);
         let url = upstream.put(&format!("r/{n}.tar.gz"), data.clone());
         let published = served
@@ -163,19 +165,97 @@ async fn the_published_and_the_previous_are_kept_older_ones_go() {
             .unwrap();
         urls.push(published.url);
     }
-    let statuses: Vec<StatusCode> = futures::future::join_all(urls.iter().map(|u| get(u)))
+    urls
+}
+
+async fn statuses(urls: &[String]) -> Vec<StatusCode> {
+    futures::future::join_all(urls.iter().map(|u| get(u)))
         .await
         .iter()
         .map(|r| r.status())
-        .collect();
-    assert_eq!(
-        statuses,
-        vec![StatusCode::NOT_FOUND, StatusCode::OK, StatusCode::OK]
+        .collect()
+}
+
+/// source-controller's garbage collection with its defaults (`--artifact-retention-records`
+/// 2, `--artifact-retention-ttl` 1m): before each publish the ExternalArtifact's artifacts are
+/// collected down to 2 with the current one kept, so 5 revisions leave 3 on disk (not 5 under a
+/// roomy cache), the current one served, the collected ones 404 and gone from the index.
+#[tokio::test]
+async fn five_revisions_leave_at_most_three_artifacts_on_disk() {
+    let upstream = ArtifactServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A roomy cache: only the garbage collection removes published artifacts.
+    let served = serve(dir.path()).await;
+    let urls = publish_revisions(&served, &upstream, 5).await;
+    assert!(
+        blobs_on_disk(dir.path()) <= 3,
+        "{} artifacts on disk",
+        blobs_on_disk(dir.path())
     );
-    let blobs = std::fs::read_dir(dir.path().join("blobs/sha256"))
-        .unwrap()
-        .count();
-    assert_eq!(blobs, 2, "the first revision's blob is removed from disk");
+    let got = statuses(&urls).await;
+    assert_eq!(got[4], StatusCode::OK, "the current one is served");
+    assert_eq!(
+        got[..2],
+        [StatusCode::NOT_FOUND, StatusCode::NOT_FOUND],
+        "{got:?}"
+    );
+    let index = std::fs::read_to_string(dir.path().join("published.json")).unwrap();
+    for gone in &urls[..2] {
+        let path = gone.split_once(&served.addr.to_string()).unwrap().1;
+        assert!(!index.contains(path.trim_start_matches('/')), "{index}");
+    }
+}
+
+/// Past `--artifact-retention-ttl` the collection that runs without a new revision removes
+/// every artifact but the current one: at most 2 stay (here 1), the current one served.
+#[tokio::test]
+async fn past_the_ttl_only_the_current_artifact_stays() {
+    flux_converger::tls::install_crypto_provider();
+    let upstream = ArtifactServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ttl = std::time::Duration::from_millis(1500);
+    let config = StorageConfig {
+        path: Some(dir.path().to_path_buf()),
+        addr,
+        adv_addr: addr.to_string(),
+        retention: flux_converger::storage::Retention { records: 2, ttl },
+        ..StorageConfig::default()
+    };
+    let storage = Storage::open(&config, FetchOptions::default()).unwrap();
+    let stop = CancellationToken::new();
+    let server = storage.clone();
+    let until = stop.clone().cancelled_owned();
+    tokio::spawn(async move {
+        flux_converger::storage::server::run(listener, server, until)
+            .await
+            .unwrap();
+    });
+    let served = Served {
+        storage,
+        addr,
+        stop,
+    };
+    let urls = publish_revisions(&served, &upstream, 5).await;
+    assert!(blobs_on_disk(dir.path()) <= 3);
+    tokio::time::sleep(ttl + std::time::Duration::from_millis(200)).await;
+    let removed = served.storage.collect_garbage().await.unwrap();
+    assert!(!removed.is_empty());
+    assert!(
+        blobs_on_disk(dir.path()) <= 2,
+        "{} artifacts on disk",
+        blobs_on_disk(dir.path())
+    );
+    let got = statuses(&urls).await;
+    assert_eq!(got[4], StatusCode::OK, "the current one is never collected");
+    assert!(
+        got[..4].iter().all(|s| *s == StatusCode::NOT_FOUND),
+        "{got:?}"
+    );
+    // Nothing more to collect: the current one stays however old.
+    assert!(served.storage.collect_garbage().await.unwrap().is_empty());
+    assert_eq!(blobs_on_disk(dir.path()), 1);
 }
 
 #[tokio::test]
@@ -557,6 +637,23 @@ async fn the_follower_fetches_what_the_external_artifacts_publish() {
     assert!(!served.storage.lost(&key("db")));
     let other_url = format!("http://{}/{other}", served.addr);
     assert_eq!(get(&other_url).await.status(), StatusCode::NOT_FOUND);
+    // The ExternalArtifact deleted: its artifacts leave the index and the disk, as
+    // source-controller's do with their object.
+    fake.remove(
+        "source.toolkit.fluxcd.io/v1",
+        "ExternalArtifact",
+        Some("apps"),
+        "db",
+    )
+    .expect("the ExternalArtifact");
+    for _ in 0..500 {
+        if blobs_on_disk(dir.path()) == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(blobs_on_disk(dir.path()), 0);
+    assert_eq!(get(&url).await.status(), StatusCode::NOT_FOUND);
     follow.abort();
 }
 
@@ -603,14 +700,8 @@ async fn a_miss_looks_the_external_artifact_up() {
     assert_eq!(upstream.requests().len(), 1);
 }
 
-/// `serve` with a storage directory serves it on `--storage-addr` (bound, port known for
-/// `:0`) and renders through its store; without one, no artifact port is bound.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_service_serves_its_storage_only_when_the_directory_exists() {
-    flux_converger::tls::install_crypto_provider();
-    let fake = support::FakeApiServer::new();
-    let dir = tempfile::tempdir().unwrap();
-    let config = |path: Option<std::path::PathBuf>| flux_converger::service::Config {
+fn service_config(storage: StorageConfig) -> flux_converger::service::Config {
+    flux_converger::service::Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
         namespace: "flux-system".into(),
@@ -631,26 +722,116 @@ async fn the_service_serves_its_storage_only_when_the_directory_exists() {
         kustomize: Default::default(),
         call_timeout: std::time::Duration::from_secs(5),
         fetch: Default::default(),
-        storage: StorageConfig {
-            path,
-            addr: "127.0.0.1:0".parse().unwrap(),
-            adv_addr: "converger.flux-system.svc".into(),
-            max_cache_bytes: 1 << 20,
-        },
-    };
-    let with = flux_converger::service::start(config(Some(dir.path().into())), fake.client())
-        .await
-        .unwrap();
+        storage,
+    }
+}
+
+fn storage_at(path: Option<std::path::PathBuf>) -> StorageConfig {
+    StorageConfig {
+        path,
+        addr: "127.0.0.1:0".parse().unwrap(),
+        adv_addr: "converger.flux-system.svc".into(),
+        max_cache_bytes: 1 << 20,
+        ..StorageConfig::default()
+    }
+}
+
+/// A storage path that does not exist is created (parents too) and used, as source-controller
+/// creates its own: the artifact port is bound and renders go through its store. One that
+/// cannot be created fails the start naming `--storage-path`; no path, no artifact port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_creates_its_storage_path_and_refuses_one_it_cannot() {
+    flux_converger::tls::install_crypto_provider();
+    let fake = support::FakeApiServer::new();
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("new/nested/storage");
+    let with = flux_converger::service::start(
+        service_config(storage_at(Some(nested.clone()))),
+        fake.client(),
+    )
+    .await
+    .unwrap();
     let addr = with.storage_addr.expect("the artifact port is bound");
     let response = get(&format!("http://{addr}/externalartifact/apps/db/x.tar.gz")).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
-    assert!(dir.path().join("blobs/sha256").is_dir());
+    assert!(nested.join("blobs/sha256").is_dir());
     with.shutdown().await;
-    let without =
-        flux_converger::service::start(config(Some(dir.path().join("missing"))), fake.client())
-            .await
-            .unwrap();
+
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let under_a_file = file.join("storage");
+    match flux_converger::service::start(
+        service_config(storage_at(Some(under_a_file.clone()))),
+        fake.client(),
+    )
+    .await
+    {
+        Ok(running) => {
+            running.shutdown().await;
+            panic!("started on a storage path under a file");
+        }
+        Err(error) => {
+            let text = error.to_string();
+            assert!(text.contains("--storage-path"), "{text}");
+            assert!(text.contains(under_a_file.to_str().unwrap()), "{text}");
+        }
+    }
+
+    let without = flux_converger::service::start(service_config(storage_at(None)), fake.client())
+        .await
+        .unwrap();
     assert_eq!(without.storage_addr, None);
-    assert!(!dir.path().join("missing").exists());
     without.shutdown().await;
+}
+
+/// `GET /readyz`: status and body.
+async fn readyz(addr: SocketAddr) -> (u16, String) {
+    let response = get(&format!("http://{addr}/readyz")).await;
+    let code = response.status().as_u16();
+    (code, response.text().await.unwrap_or_default())
+}
+
+/// Polls `/readyz` (at most 20 s) until `done` says so; the last answer.
+async fn readyz_until(addr: SocketAddr, done: impl Fn(u16, &str) -> bool) -> (u16, String) {
+    let mut last = (0, String::new());
+    for _ in 0..1000 {
+        last = readyz(addr).await;
+        if done(last.0, &last.1) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    last
+}
+
+/// No storage because the default directory cannot be created: ready while no Kustomization
+/// uses the `artifact` gate; once one does, `/readyz` is 503 naming the directory and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_the_storage_is_missing_while_the_artifact_gate_is_used() {
+    flux_converger::tls::install_crypto_provider();
+    let fake = support::FakeApiServer::new();
+    let why = "the default --storage-path /nowhere/data does not exist and cannot be created \
+               (creating /nowhere/data: Read-only file system (os error 30))";
+    let storage = StorageConfig {
+        unavailable: Some(why.into()),
+        ..storage_at(None)
+    };
+    let running = flux_converger::service::start(service_config(storage), fake.client())
+        .await
+        .unwrap();
+    let (code, body) = readyz_until(running.addr, |code, _| code == 200).await;
+    assert_eq!(code, 200, "{body}");
+    fake.seed(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "apps", "namespace": "flux-system",
+                     "annotations": {"flux-converger.io/gate": "artifact"}},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true,
+                 "sourceRef": {"kind": "ExternalArtifact", "name": "apps"}},
+    }));
+    let (code, body) = readyz_until(running.addr, |code, _| code == 503).await;
+    assert_eq!(code, 503, "{body}");
+    for word in ["no artifact storage", "/nowhere/data", "artifact gate"] {
+        assert!(body.contains(word), "{word:?} missing from {body}");
+    }
+    running.shutdown().await;
 }

@@ -19,6 +19,9 @@ use super::{Exit, KubeArgs, bad_input, listen_addr};
 /// The namespace file of the pod's service account.
 const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
+/// `--storage-path`'s default, source-controller's (the manifests mount the volume there).
+const DEFAULT_STORAGE_PATH: &str = "/data";
+
 /// Where Flux itself runs; the service runs next to it.
 const DEFAULT_NAMESPACE: &str = "flux-system";
 
@@ -132,15 +135,26 @@ pub struct Args {
         env = "FLUX_CONVERGER_STORAGE_ADV_ADDR"
     )]
     storage_adv_addr: Option<String>,
-    /// The artifact storage directory (a volume): published artifacts and the download cache.
-    /// When it does not exist, renders download each time and nothing is published.
+    /// The path to the directory where artifacts will be stored (source-controller's flag; a
+    /// volume): published artifacts and the download cache. Created with its parents at start;
+    /// one given that cannot be created or written is exit 2. Only the default, `/data`, when
+    /// it cannot be created means no storage (said at start; the `artifact` gate refuses).
+    /// [default: /data]
+    #[arg(long, value_name = "DIR", env = "FLUX_CONVERGER_STORAGE_PATH")]
+    storage_path: Option<PathBuf>,
+    /// The maximum number of artifacts to be kept in storage after a garbage collection
+    /// (source-controller's flag), per ExternalArtifact; the one it points at is never removed.
     #[arg(
         long,
-        value_name = "DIR",
-        default_value = "/data",
-        env = "FLUX_CONVERGER_STORAGE_PATH"
+        value_name = "N",
+        default_value_t = 2,
+        env = "FLUX_CONVERGER_ARTIFACT_RETENTION_RECORDS"
     )]
-    storage_path: PathBuf,
+    artifact_retention_records: usize,
+    /// The duration after which stale artifacts are garbage collected (source-controller's
+    /// flag).
+    #[arg(long, value_name = "DUR", default_value = "60s", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_ARTIFACT_RETENTION_TTL")]
+    artifact_retention_ttl: Duration,
     /// Bytes of downloaded artifacts kept for the next render (least recently used out
     /// first); published artifacts are kept on top of it.
     #[arg(long, value_name = "SIZE", env = "FLUX_CONVERGER_STORAGE_CACHE_MAX_SIZE",
@@ -279,12 +293,52 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         call_timeout: args.timeout,
         fetch: args.limits.fetch_options(),
         storage: flux_converger::storage::StorageConfig {
-            path: Some(args.storage_path.clone()),
+            path: Some(
+                args.storage_path
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(DEFAULT_STORAGE_PATH)),
+            ),
+            unavailable: None,
             addr: args.storage_addr,
             adv_addr: storage_adv_addr,
             max_cache_bytes: args.storage_cache_max_size,
+            retention: flux_converger::storage::Retention {
+                records: args.artifact_retention_records,
+                ttl: args.artifact_retention_ttl,
+            },
         },
     })
+}
+
+/// Creates the storage directory as source-controller does at start ([`flux_converger::storage::prepare`]).
+/// A `--storage-path` given (flag or env) that cannot be created or written is bad input, exit
+/// 2 naming the flag and the error; only the default, when absent and not creatable (no volume
+/// mounted, a read-only root), means no storage, with the reason kept for the log line at
+/// start, the `artifact` gate's refusal and `/readyz`.
+fn settle_storage(
+    storage: &mut flux_converger::storage::StorageConfig,
+    given: bool,
+) -> anyhow::Result<()> {
+    let Some(path) = storage.path.clone() else {
+        return Ok(());
+    };
+    let absent = !path.exists();
+    match flux_converger::storage::prepare(&path) {
+        Ok(()) => Ok(()),
+        Err(error) if given || !absent => Err(bad_input(anyhow::anyhow!(
+            "--storage-path {}: {error}",
+            path.display()
+        ))),
+        Err(error) => {
+            storage.path = None;
+            storage.unavailable = Some(format!(
+                "the default --storage-path {} does not exist and cannot be created ({error}); \
+                 mount a volume there or set --storage-path",
+                path.display()
+            ));
+            Ok(())
+        }
+    }
 }
 
 /// `--storage-adv-addr` as source-controller takes it: `host[:port]`; a leading `http://` is
@@ -324,7 +378,8 @@ async fn terminated() {
 }
 
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
-    let config = config(&args, &kube)?;
+    let mut config = config(&args, &kube)?;
+    settle_storage(&mut config.storage, args.storage_path.is_some())?;
     let client = kube.client().await?;
     let tuning = service::Tuning {
         shutdown_grace: args.shutdown_grace,
@@ -514,6 +569,86 @@ mod tests {
         let storage = config(&parsed.args, &kube).unwrap().storage;
         assert_eq!(storage.max_cache_bytes, 64 << 20);
         assert_eq!(storage.path, Some(PathBuf::from("/var/x")));
+    }
+
+    /// source-controller's retention flags and defaults (2 records, 1m) reach the storage.
+    #[test]
+    fn artifact_retention_flags_as_source_controllers() {
+        use clap::Parser as _;
+        let kube = KubeArgs::default();
+        let parse = |extra: &[&str]| {
+            let args = ["serve", "--allow-unauthenticated-hooks"]
+                .iter()
+                .chain(extra)
+                .copied()
+                .collect::<Vec<_>>();
+            config(&Cli::try_parse_from(args).unwrap().args, &kube)
+                .unwrap()
+                .storage
+                .retention
+        };
+        assert_eq!(parse(&[]), flux_converger::storage::Retention::default());
+        assert_eq!(parse(&[]).records, 2);
+        assert_eq!(parse(&[]).ttl, Duration::from_secs(60));
+        let given = parse(&[
+            "--artifact-retention-records",
+            "5",
+            "--artifact-retention-ttl",
+            "1m30s",
+        ]);
+        assert_eq!(given.records, 5);
+        assert_eq!(given.ttl, Duration::from_secs(90));
+        assert!(
+            Cli::try_parse_from(["serve", "--artifact-retention-records", "-1"]).is_err(),
+            "a negative count is refused"
+        );
+    }
+
+    /// A `--storage-path` given is created (parents too) or exit 2 naming the flag; only the
+    /// default, absent and not creatable, means no storage, with the directory in the reason.
+    #[test]
+    fn the_storage_path_is_created_or_refused_and_only_the_default_may_be_absent() {
+        use flux_converger::storage::StorageConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let nested = dir.path().join("new/nested/storage");
+        let under_a_file = file.join("storage");
+        let settle = |path: &Path, given: bool| {
+            let mut storage = StorageConfig {
+                path: Some(path.to_path_buf()),
+                ..StorageConfig::default()
+            };
+            settle_storage(&mut storage, given).map(|()| storage)
+        };
+        // Given, absent: created and kept.
+        let created = settle(&nested, true).unwrap();
+        assert!(nested.is_dir());
+        assert_eq!(created.path.as_deref(), Some(nested.as_path()));
+        assert_eq!(created.unavailable, None);
+        // Given, not creatable: exit 2 naming the flag, the path and the error.
+        let error = settle(&under_a_file, true).unwrap_err();
+        assert_eq!(
+            super::super::exit_code_of(&error),
+            Exit::BadInput,
+            "{error:#}"
+        );
+        let text = format!("{error:#}");
+        for word in ["--storage-path", under_a_file.to_str().unwrap(), "os error"] {
+            assert!(text.contains(word), "{word:?} missing from {text}");
+        }
+        // The default, absent and not creatable: no storage, the directory in the reason.
+        let absent = settle(&under_a_file, false).unwrap();
+        assert_eq!(absent.path, None);
+        let why = absent.unavailable.unwrap();
+        assert!(why.contains(under_a_file.to_str().unwrap()), "{why}");
+        assert!(why.contains("--storage-path"), "{why}");
+        // The default, absent but creatable: created, as a path given.
+        let default_dir = dir.path().join("data");
+        assert!(settle(&default_dir, false).unwrap().path.is_some());
+        assert!(default_dir.is_dir());
+        // The default, present but not a writable directory: refused as well.
+        assert!(settle(&file, false).is_err());
     }
 
     /// What reaches the service from the webhook and port flags, and which combinations are

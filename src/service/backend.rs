@@ -9,7 +9,9 @@ use crate::http::backend::Backend;
 use crate::service::hook_limit::HookLimit;
 use crate::service::index::{Index, Key, Records};
 use crate::service::queue::Queue;
-use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
+use crate::service::record::{
+    GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger,
+};
 use crate::service::status_cache::StatusCache;
 use crate::service::watch::Readiness;
 
@@ -26,6 +28,10 @@ pub struct ServiceBackend {
     pub hook_limit: Arc<HookLimit<Key>>,
     /// The resume on start: which intents it left in the journal (`/status` `refusedIntents`).
     pub resume: Option<Arc<dyn crate::service::Resume>>,
+    /// Why there is no artifact storage though one was meant to be there
+    /// (`StorageConfig::unavailable`): not ready while a handled Kustomization uses the
+    /// `artifact` gate, which cannot publish without it.
+    pub storage_unavailable: Option<String>,
 }
 
 impl ServiceBackend {
@@ -150,6 +156,19 @@ impl Backend for ServiceBackend {
             return Err(
                 "access not checked for the Kustomizations' service accounts yet".to_string(),
             );
+        }
+        if let Some(why) = &self.storage_unavailable {
+            let index = self.index();
+            let artifact = index
+                .handled_keys(None)
+                .iter()
+                .filter(|key| index.handled(key) == Some(GateMode::Artifact))
+                .count();
+            if artifact > 0 {
+                return Err(format!(
+                    "no artifact storage ({why}) and {artifact} Kustomization(s) use the artifact gate"
+                ));
+            }
         }
         Ok(())
     }

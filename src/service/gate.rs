@@ -116,6 +116,9 @@ pub struct Gate {
     /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
     /// artifact mode fails its hand-off naming the missing storage.
     artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
+    /// Why there is no artifact host, when the storage was meant to be there (the default
+    /// `--storage-path` cannot be created): the refusal names the directory.
+    no_artifact_host: Option<String>,
 }
 
 /// What a pass was started with: the mode, the trigger, and (artifact mode) the
@@ -159,6 +162,7 @@ impl Gate {
             in_place: converge::prove::InPlaceMemory::default(),
             intents: None,
             artifact_host: None,
+            no_artifact_host: None,
         }
     }
 
@@ -172,6 +176,13 @@ impl Gate {
     /// configs stay valid.
     pub fn with_artifact_host(mut self, host: std::sync::Arc<dyn ArtifactHost>) -> Self {
         self.artifact_host = Some(host);
+        self
+    }
+
+    /// Why there is no artifact host ([`crate::storage::StorageConfig::unavailable`]): the
+    /// `artifact` gate's refusal says it instead of only naming the flag.
+    pub fn with_no_artifact_host(mut self, why: String) -> Self {
+        self.no_artifact_host = Some(why);
         self
     }
 

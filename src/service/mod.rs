@@ -350,6 +350,10 @@ pub async fn start_with(
         status: Arc::default(),
         hook_limit: Arc::new(HookLimit::new(config.hook_min_interval)),
         resume: Some(resume.clone()),
+        storage_unavailable: match &storage {
+            Some(_) => None,
+            None => config.storage.unavailable.clone(),
+        },
     };
 
     let (listener, addr) = bind("--listen", config.listen).await?;
@@ -780,25 +784,27 @@ pub fn build_parts(
         retries: 0,
         ..config.fetch.clone().with_env_host_override()
     };
-    // Without a writable storage the service still renders (each one downloading to a
-    // temporary file); only the `artifact` gate needs it.
+    // Without a storage the service still renders (each one downloading to a temporary
+    // file); only the `artifact` gate needs it. A path given is created and must be usable
+    // (source-controller's start): no storage only when there is no path, which `serve` says
+    // why (`unavailable`: the default directory cannot be created), once, here.
     let storage = match &config.storage.path {
-        // The volume is mounted or not: a missing directory is no storage, not created on
-        // the root file system.
-        Some(path) if !path.is_dir() => {
-            tracing::info!(path = %path.display(),
-                "no artifact storage directory: no artifact server, renders download every time");
-            None
-        }
         Some(path) => match crate::storage::Storage::open(&config.storage, fetch.clone()) {
             Ok(storage) => Some(storage),
             Err(error) => {
-                tracing::warn!(path = %path.display(), %error,
-                    "artifact storage unusable: no artifact server, renders download every time");
-                None
+                return Err(ServiceError::Setup(format!(
+                    "--storage-path {}: {error}",
+                    path.display()
+                )));
             }
         },
-        None => None,
+        None => {
+            if let Some(why) = &config.storage.unavailable {
+                tracing::warn!(reason = %why,
+                    "no artifact storage: the artifact gate cannot publish, no artifact server, renders download every time");
+            }
+            None
+        }
     };
     let fetcher = match &storage {
         Some(storage) => storage.fetcher(),
@@ -843,9 +849,10 @@ pub fn build_parts(
     .with_intents(intents.clone());
     // The `artifact` gate publishes through the storage; without one, a Kustomization in that
     // mode fails its hand-off naming the missing storage.
-    let gate = match &storage {
-        Some(storage) => gate.with_artifact_host(storage.clone()),
-        None => gate,
+    let gate = match (&storage, &config.storage.unavailable) {
+        (Some(storage), _) => gate.with_artifact_host(storage.clone()),
+        (None, Some(why)) => gate.with_no_artifact_host(why.clone()),
+        (None, None) => gate,
     };
     let resume = JournalResume {
         client: client.clone(),

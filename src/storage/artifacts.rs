@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use super::host::{ArtifactHost, ArtifactKey, HostError, Published};
 use super::index::{self, Entry, Index};
 use super::store::{Lease, Store};
-use super::{StorageConfig, StorageError};
+use super::{Retention, StorageConfig, StorageError};
 use crate::flux::artifact::{Digest, FetchOptions, Fetcher};
 
 /// An artifact the cluster says is published (an ExternalArtifact's `status.artifact`), which
@@ -43,6 +43,8 @@ pub struct Storage {
     served: Mutex<Index>,
     index_path: PathBuf,
     adv_addr: String,
+    /// `--artifact-retention-*`.
+    retention: Retention,
     /// `namespace/name` of ExternalArtifacts whose published artifact could not be restored.
     lost: Mutex<HashSet<String>>,
 }
@@ -62,13 +64,15 @@ pub fn artifact_path(namespace: &str, name: &str, digest: &Digest) -> String {
 }
 
 impl Storage {
-    /// Opens the storage under `config.path` (created if missing) and loads what was published.
-    /// Call [`Storage::restore`] next to fetch what the volume lost.
+    /// Opens the storage under `config.path` (created with its parents if missing, and proved
+    /// writable: [`super::prepare`]) and loads what was published. Call [`Storage::restore`]
+    /// next to fetch what the volume lost.
     pub fn open(config: &StorageConfig, fetch: FetchOptions) -> Result<Arc<Self>, StorageError> {
         let root = config.path.clone().ok_or_else(|| StorageError::Io {
             context: "opening the storage".into(),
             error: std::io::Error::other("no --storage-path"),
         })?;
+        super::prepare(&root)?;
         let store = Store::open(&root, config.max_cache_bytes)?;
         let index_path = root.join("published.json");
         let index = Index::load(&index_path)?;
@@ -77,7 +81,8 @@ impl Storage {
             .map_err(|e| StorageError::Client(e.to_string()))?
             .with_store(store.clone());
         tracing::info!(path = %root.display(), published = index.entries().count(),
-            adv_addr = %config.adv_addr, "artifact storage opened");
+            adv_addr = %config.adv_addr, retention_records = config.retention.records,
+            retention_ttl = ?config.retention.ttl, "artifact storage opened");
         Ok(Arc::new(Self {
             lookup: std::sync::OnceLock::new(),
             fetcher,
@@ -86,6 +91,7 @@ impl Storage {
             index: tokio::sync::Mutex::new(index),
             index_path,
             adv_addr: config.adv_addr.clone(),
+            retention: config.retention,
             lost: Mutex::new(HashSet::new()),
         }))
     }
@@ -175,11 +181,33 @@ impl Storage {
         self.served.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records `entry` for `key` (persisted before it returns) and re-pins.
+    /// `--artifact-retention-*`.
+    pub fn retention(&self) -> Retention {
+        self.retention
+    }
+
+    /// Records `entry` for `key` (persisted before it returns) and re-pins. First `key`'s
+    /// artifacts are garbage-collected with the current one (what the ExternalArtifact points
+    /// at until the caller writes the new status) kept, as source-controller collects before
+    /// it writes the next artifact: right after, `records` + 1 are on disk.
     async fn record(&self, key: &str, entry: Entry) -> Result<(), StorageError> {
         let mut index = self.index.lock().await;
         let mut updated = index.clone();
-        let dropped = updated.record(key, entry);
+        let now = index::now_ms();
+        let removed = updated.collect(key, self.retention, now);
+        updated.record(key, entry, now);
+        let removed = removed.into_iter().map(|e| (key.to_string(), e)).collect();
+        self.commit(&mut index, updated, removed).await
+    }
+
+    /// Saves `updated` as the index, re-pins, and removes from disk the blobs of `removed`
+    /// that nothing published pins any more.
+    async fn commit(
+        &self,
+        index: &mut Index,
+        updated: Index,
+        removed: Vec<(String, Entry)>,
+    ) -> Result<(), StorageError> {
         let path = self.index_path.clone();
         let snapshot = updated.clone();
         tokio::task::spawn_blocking(move || snapshot.save(&path))
@@ -191,10 +219,53 @@ impl Storage {
         *index = updated;
         *self.served() = index.clone();
         self.store.set_pinned(index.pinned());
-        for old in dropped {
-            tracing::debug!(artifact = key, path = %old.path, "artifact no longer retained");
+        let digests: Vec<Digest> = removed
+            .iter()
+            .filter_map(|(_, e)| Digest::parse(&e.digest).ok())
+            .collect();
+        self.store.discard(&digests);
+        let mut by_key: std::collections::BTreeMap<&str, usize> = Default::default();
+        for (key, old) in &removed {
+            tracing::debug!(artifact = %key, path = %old.path, "artifact garbage collected");
+            *by_key.entry(key).or_default() += 1;
+        }
+        for (key, count) in by_key {
+            // source-controller's event: "garbage collected %d artifacts".
+            tracing::info!(artifact = %key, count, "garbage collected {count} artifacts");
         }
         Ok(())
+    }
+
+    /// Removes every artifact of the ExternalArtifact `namespace/name`, which was deleted: as
+    /// source-controller removes all of an object's artifacts when it goes. Returns the paths.
+    pub async fn forget(&self, namespace: &str, name: &str) -> Result<Vec<String>, StorageError> {
+        let key = index::key_text(namespace, name);
+        let mut index = self.index.lock().await;
+        let mut updated = index.clone();
+        let removed = updated.forget(&key);
+        self.lost_set().remove(&key);
+        if removed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let paths = removed.iter().map(|e| e.path.clone()).collect();
+        let removed = removed.into_iter().map(|e| (key.clone(), e)).collect();
+        self.commit(&mut index, updated, removed).await?;
+        Ok(paths)
+    }
+
+    /// Garbage-collects every ExternalArtifact's artifacts (`--artifact-retention-*`), the
+    /// current ones kept: what runs besides each publish, so an artifact past its TTL goes
+    /// though no new revision comes. Returns the paths removed.
+    pub async fn collect_garbage(&self) -> Result<Vec<String>, StorageError> {
+        let mut index = self.index.lock().await;
+        let mut updated = index.clone();
+        let removed = updated.collect_all(self.retention, index::now_ms());
+        if removed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let paths = removed.iter().map(|(_, e)| e.path.clone()).collect();
+        self.commit(&mut index, updated, removed).await?;
+        Ok(paths)
     }
 
     /// Fetches the blob of `digest` from the first of `urls` that has it (one attempt each).
@@ -274,8 +345,12 @@ impl Storage {
             digest: digest.to_string(),
             size: expected.size,
             urls: expected.urls.clone(),
+            created: 0,
         };
-        let known = self.served().current(&key) == Some(&entry);
+        let known = self.served().current(&key).is_some_and(|current| {
+            (&current.path, &current.digest, current.size, &current.urls)
+                == (&entry.path, &entry.digest, entry.size, &entry.urls)
+        });
         if !known {
             self.record(&key, entry).await.map_err(|e| e.to_string())?;
         }
@@ -349,6 +424,7 @@ impl ArtifactHost for Storage {
                 digest: digest.to_string(),
                 size: lease.size,
                 urls: vec![upstream_url.to_string(), url.clone()],
+                created: 0,
             };
             self.record(&shown, entry)
                 .await

@@ -35,6 +35,8 @@ struct Entry {
     verified: bool,
     /// Handles given out and not yet dropped: such a blob is not evicted under a reader.
     users: u32,
+    /// Garbage-collected while being read: removed when its last reader lets it go.
+    discarded: bool,
 }
 
 /// The blobs of one storage directory.
@@ -101,6 +103,7 @@ impl Blobs {
                     last_used: blobs.clock,
                     verified: false,
                     users: 0,
+                    discarded: false,
                 },
             );
         }
@@ -162,6 +165,7 @@ impl Blobs {
                 last_used: self.clock,
                 verified: true,
                 users: 0,
+                discarded: false,
             },
         );
         Ok(BlobInfo {
@@ -196,8 +200,33 @@ impl Blobs {
     }
 
     pub fn release(&mut self, digest: &Digest) {
-        if let Some(entry) = self.entries.get_mut(&digest.to_string()) {
-            entry.users = entry.users.saturating_sub(1);
+        let key = digest.to_string();
+        let unpinned = !self.pinned.contains(&key);
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        entry.users = entry.users.saturating_sub(1);
+        if entry.users == 0 && entry.discarded && unpinned {
+            self.remove(digest);
+        }
+    }
+
+    /// Removes the blob of a garbage-collected artifact from disk: at once, or when its last
+    /// reader lets it go; kept while another published artifact pins it. Not left to the
+    /// cache's bound: a collected artifact leaves the disk, as source-controller deletes its
+    /// file, whatever room the cache has.
+    pub fn discard(&mut self, digest: &Digest) {
+        let key = digest.to_string();
+        if self.pinned.contains(&key) {
+            return;
+        }
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if entry.users > 0 {
+            entry.discarded = true;
+        } else {
+            self.remove(digest);
         }
     }
 
@@ -310,6 +339,25 @@ mod tests {
         blobs.release(&read);
         assert_eq!(blobs.evict(), vec![read.to_string()]);
         assert!(blobs.contains(&pinned));
+    }
+
+    #[test]
+    fn a_discarded_blob_leaves_the_disk_unless_pinned_or_after_its_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut blobs = Blobs::open(dir.path(), 1 << 20).unwrap();
+        let free = put(&mut blobs, b"collected");
+        let read = put(&mut blobs, b"collected, being read");
+        let pinned = put(&mut blobs, b"collected, still published by another");
+        blobs.set_pinned([pinned.to_string()].into_iter().collect());
+        blobs.acquire(&read);
+        for digest in [&free, &read, &pinned] {
+            blobs.discard(digest);
+        }
+        assert!(!blobs.contains(&free) && !blobs.path_of(&free).exists());
+        assert!(blobs.contains(&read) && blobs.contains(&pinned));
+        blobs.release(&read);
+        assert!(!blobs.contains(&read) && !blobs.path_of(&read).exists());
+        assert!(blobs.path_of(&pinned).exists());
     }
 
     #[test]

@@ -153,11 +153,27 @@ async fn keep(storage: Arc<Storage>, client: Client, followed: Followed) {
     }
 }
 
+/// Garbage-collects the published artifacts every [`super::Retention::sweep_interval`]
+/// (besides the collection at each publish), forever.
+pub async fn sweep(storage: Arc<Storage>) {
+    let mut ticker = tokio::time::interval(storage.retention().sweep_interval());
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        if let Err(error) = storage.collect_garbage().await {
+            tracing::warn!(%error, "garbage collection of artifacts failed; tried again later");
+        }
+    }
+}
+
 /// Restores what the volume lost, then follows the ExternalArtifacts forever (every replica,
-/// leader or not), trying lost artifacts again every [`RETRY_LOST`].
+/// leader or not), trying lost artifacts again every [`RETRY_LOST`] and collecting the
+/// garbage ([`sweep`]).
 pub async fn follow(storage: Arc<Storage>, client: Client) {
     set_lookup(&storage, client.clone());
     storage.restore().await;
+    let gc = sweep(storage.clone());
     let retry = {
         let storage = storage.clone();
         async move {
@@ -182,6 +198,23 @@ pub async fn follow(storage: Arc<Storage>, client: Client) {
                         tokio::spawn(keep(storage.clone(), client.clone(), followed));
                     }
                 }
+                // Gone: its artifacts go too, as source-controller's do with their object.
+                // (One deleted while no replica watched stays until it is collected by hand.)
+                Ok(Some(watcher::Event::Delete(obj))) => {
+                    if let Some(gone) = followed(&storage, &obj) {
+                        let storage = storage.clone();
+                        tokio::spawn(async move {
+                            let artifact = format!("{}/{}", gone.namespace, gone.name);
+                            match storage.forget(&gone.namespace, &gone.name).await {
+                                Ok(paths) if !paths.is_empty() => tracing::info!(%artifact,
+                                    count = paths.len(), "garbage collected artifacts for deleted resource"),
+                                Ok(_) => {}
+                                Err(error) => tracing::warn!(%artifact, %error,
+                                    "cannot remove the artifacts of a deleted ExternalArtifact"),
+                            }
+                        });
+                    }
+                }
                 Ok(Some(_)) => {}
                 Ok(None) => return,
                 Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
@@ -201,5 +234,6 @@ pub async fn follow(storage: Arc<Storage>, client: Client) {
     tokio::select! {
         _ = retry => {}
         _ = watch => {}
+        _ = gc => {}
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! - [`blobs`]: the files, one per digest, written by rename after verification; the cache bound.
 //! - [`store`]: one download per digest, shared by concurrent callers; leases against eviction.
-//! - [`index`]: what each ExternalArtifact publishes (kept: the current and the previous).
+//! - [`index`]: what each ExternalArtifact publishes, and source-controller's garbage collection
+//!   of the ones it no longer points at (`--artifact-retention-records`, `--artifact-retention-ttl`).
 //! - [`artifacts`]: [`Storage`], the [`host::ArtifactHost`] the gate publishes through.
 //! - [`server`]: the HTTP artifact server Flux fetches from (`--storage-addr`).
 //! - [`follow`]: every replica keeps what the ExternalArtifacts publish (restart, followers).
@@ -17,7 +18,8 @@ pub mod server;
 pub mod store;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use artifacts::{Expected, Storage};
 
@@ -41,18 +43,55 @@ pub enum StorageError {
     Client(String),
 }
 
+/// How many published artifacts each ExternalArtifact keeps, and for how long: source-controller's
+/// `--artifact-retention-records` and `--artifact-retention-ttl`, with its defaults (2, 1m).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// The maximum number of artifacts to be kept in storage after a garbage collection.
+    pub records: usize,
+    /// The duration after which stale artifacts are garbage collected.
+    pub ttl: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            records: 2,
+            ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Retention {
+    /// How often every ExternalArtifact's artifacts are collected besides at each publish
+    /// (source-controller collects at each reconcile of the object): about once per TTL, so
+    /// an expired artifact goes within two TTLs, at most every second and at least every
+    /// minute.
+    pub fn sweep_interval(&self) -> Duration {
+        self.ttl
+            .clamp(Duration::from_secs(1), Duration::from_secs(60))
+    }
+}
+
 /// Where the storage lives and how it is reached (`serve --storage-*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StorageConfig {
     /// `--storage-path`; `None`: no storage (renders download to a temporary file each time,
-    /// no artifact server, the `artifact` gate cannot publish).
+    /// no artifact server, the `artifact` gate cannot publish). A path given is created
+    /// (parents too) and must be writable, as source-controller's.
     pub path: Option<PathBuf>,
+    /// Why there is no storage (`path: None`) though one was meant to be there: the default
+    /// directory neither exists nor can be created. The `artifact` gate's refusal and
+    /// `/readyz` (while a Kustomization uses that gate) say it, so no one is left guessing.
+    pub unavailable: Option<String>,
     /// `--storage-addr`: the artifact server's listen address.
     pub addr: SocketAddr,
     /// `--storage-adv-addr`: `host[:port]` written into published URLs.
     pub adv_addr: String,
     /// `--storage-max-cache-size`: bytes of cached (not published) artifacts kept.
     pub max_cache_bytes: u64,
+    /// `--artifact-retention-*`: the garbage collection of published artifacts.
+    pub retention: Retention,
 }
 
 impl Default for StorageConfig {
@@ -61,11 +100,34 @@ impl Default for StorageConfig {
         let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_STORAGE_PORT);
         Self {
             path: None,
+            unavailable: None,
             addr,
             adv_addr: default_adv_addr(addr, None),
             max_cache_bytes: DEFAULT_MAX_CACHE_BYTES,
+            retention: Retention::default(),
         }
     }
+}
+
+/// Creates the storage directory and its parents, as source-controller does at start, and
+/// proves it writable by creating and removing a file in it: a volume mounted read-only or a
+/// path under a file is found here, at start, not at the first publish.
+pub fn prepare(path: &Path) -> Result<(), StorageError> {
+    std::fs::create_dir_all(path).map_err(|error| StorageError::Io {
+        context: format!("creating {}", path.display()),
+        error,
+    })?;
+    let probe = tempfile::Builder::new()
+        .prefix(".write-test")
+        .tempfile_in(path)
+        .map_err(|error| StorageError::Io {
+            context: format!("writing in {}", path.display()),
+            error,
+        })?;
+    probe.close().map_err(|error| StorageError::Io {
+        context: format!("removing a test file in {}", path.display()),
+        error,
+    })
 }
 
 /// source-controller's default for `--storage-adv-addr`: the listen address's host, or the

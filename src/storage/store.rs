@@ -136,6 +136,14 @@ impl Store {
         self.blobs().set_pinned(digests);
     }
 
+    /// Removes the blobs of garbage-collected artifacts ([`Blobs::discard`]).
+    pub fn discard<'a>(&self, digests: impl IntoIterator<Item = &'a Digest>) {
+        let mut blobs = self.blobs();
+        for digest in digests {
+            blobs.discard(digest);
+        }
+    }
+
     /// The blob of `digest`, if held and intact. A blob found at open is hashed once before its
     /// first use; one that does not match its name is deleted (logged) and reported missing.
     pub async fn get(&self, digest: &Digest) -> Option<Lease> {

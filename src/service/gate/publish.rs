@@ -570,8 +570,11 @@ impl super::Gate {
             return Ok(None);
         }
 
-        let host = self.artifact_host.as_ref().ok_or_else(|| {
-            "no artifact storage is configured: the artifact gate publishes through the service's artifact server (--storage-path)".to_string()
+        let host = self.artifact_host.as_ref().ok_or_else(|| match &self.no_artifact_host {
+            Some(why) => format!(
+                "no artifact storage: {why}; the artifact gate publishes through the service's artifact server (--storage-path)"
+            ),
+            None => "no artifact storage is configured: the artifact gate publishes through the service's artifact server (--storage-path)".to_string(),
         })?;
         let upstream = upstream
             .filter(|a| a.revision == revision)
