@@ -76,7 +76,9 @@ fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Every line masked of the values substituted from Secrets (flux_converger::redact).
-        .with_writer(flux_converger::redact::RedactingWriter::new(std::io::stderr))
+        .with_writer(flux_converger::redact::RedactingWriter::new(
+            std::io::stderr,
+        ))
         .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),

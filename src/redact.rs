@@ -63,7 +63,10 @@ impl Redactor {
                 patterns.insert(escaped, MASK.to_owned());
             } else {
                 for quote in ["\"", "'", "`"] {
-                    patterns.insert(format!("{quote}{value}{quote}"), format!("{quote}{MASK}{quote}"));
+                    patterns.insert(
+                        format!("{quote}{value}{quote}"),
+                        format!("{quote}{MASK}{quote}"),
+                    );
                 }
                 patterns.insert(format!("\"{escaped}\""), format!("\"{MASK}\""));
                 patterns.insert(format!("\\\"{escaped}\\\""), format!("\\\"{MASK}\\\""));
@@ -169,8 +172,13 @@ fn json_escaped(value: &str) -> String {
         .to_owned()
 }
 
-/// The secret values of every Kustomization this process rendered, by `namespace/name`: each
-/// render replaces its Kustomization's entry.
+/// How many renders' values a Kustomization keeps: a rotated Secret's old value is still
+/// masked in the texts that follow about the revisions rendered with it (Flux's answer to a
+/// hand-off comes after the next render may have run).
+pub const KEPT_RENDERS: usize = 4;
+
+/// The secret values of every Kustomization this process rendered, by `namespace/name`: the
+/// values of its last [`KEPT_RENDERS`] distinct renders.
 #[derive(Debug, Default)]
 pub struct Registry {
     inner: RwLock<RegistryState>,
@@ -178,7 +186,7 @@ pub struct Registry {
 
 #[derive(Debug, Default)]
 struct RegistryState {
-    by_key: BTreeMap<(String, String), Redactor>,
+    by_key: BTreeMap<(String, String), Vec<Redactor>>,
     by_namespace: BTreeMap<String, Redactor>,
     all: Redactor,
 }
@@ -189,26 +197,37 @@ impl Registry {
         let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let key = (namespace.to_owned(), name.to_owned());
         if redactor.is_empty() {
-            if state.by_key.remove(&key).is_none() {
-                return;
-            }
-        } else if state.by_key.get(&key) == Some(&redactor) {
             return;
-        } else {
-            state.by_key.insert(key, redactor);
+        }
+        let kept = state.by_key.entry(key).or_default();
+        if kept.last() == Some(&redactor) {
+            return;
+        }
+        kept.retain(|r| r != &redactor);
+        kept.push(redactor);
+        if kept.len() > KEPT_RENDERS {
+            kept.remove(0);
         }
         state.recompute(namespace);
     }
 
     /// Forgets `namespace/name` (the Kustomization is gone).
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.set(namespace, name, Redactor::default());
+        let mut state = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_owned(), name.to_owned());
+        if state.by_key.remove(&key).is_some() {
+            state.recompute(namespace);
+        }
     }
 
     /// The values of every Kustomization of `namespace`: for texts a tenant of that namespace reads.
     pub fn for_namespace(&self, namespace: &str) -> Redactor {
         let state = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        state.by_namespace.get(namespace).cloned().unwrap_or_default()
+        state
+            .by_namespace
+            .get(namespace)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Every value known: for log lines and CLI errors.
@@ -227,7 +246,8 @@ impl RegistryState {
             .by_key
             .iter()
             .filter(|((ns, _), _)| ns == namespace)
-            .fold(Redactor::default(), |acc, (_, r)| acc.union(r));
+            .flat_map(|(_, kept)| kept)
+            .fold(Redactor::default(), |acc, r| acc.union(r));
         if in_namespace.is_empty() {
             self.by_namespace.remove(namespace);
         } else {
@@ -315,7 +335,11 @@ mod tests {
             (vec!["s3cr3t"], "a s3cr3t and s3cr3t", "a ***** and *****"),
             // Longest first: a value containing another is masked whole.
             (vec!["abcd", "abcdefgh"], "x abcdefgh y", "x ***** y"),
-            (vec!["abcdefgh", "abcd"], "x abcdefgh y abcd", "x ***** y *****"),
+            (
+                vec!["abcdefgh", "abcd"],
+                "x abcdefgh y abcd",
+                "x ***** y *****",
+            ),
             // Quoted by JSON / Go's %q.
             (
                 vec![r#"pa"ss\w"#],
@@ -324,7 +348,11 @@ mod tests {
             ),
             (vec!["pa\"ss"], "raw pa\"ss", "raw *****"),
             // Short values: only where they stand quoted.
-            (vec!["on"], r#"main@sha1:on Invalid value: "on""#, r#"main@sha1:on Invalid value: "*****""#),
+            (
+                vec!["on"],
+                r#"main@sha1:on Invalid value: "on""#,
+                r#"main@sha1:on Invalid value: "*****""#,
+            ),
             (vec!["1"], "replicas '1' of 10", "replicas '*****' of 10"),
             (vec!["ab"], r#"{\"v\":\"ab\"}"#, r#"{\"v\":\"*****\"}"#),
             (vec!["abc"], "abc", "abc"),
@@ -377,16 +405,31 @@ mod tests {
             "alpha-secret ***** gamma-secret"
         );
         assert_eq!(registry.all().redact(text), "***** ***** *****");
-        // A render with other values replaces the entry; a forgotten one masks nothing more.
+        // A render with other values (a rotated Secret) adds them; the oldest go after
+        // KEPT_RENDERS renders; a forgotten Kustomization masks nothing more.
         registry.set("team-a", "apps", Redactor::new(["delta-secret"]));
         assert_eq!(
-            registry.for_namespace("team-a").redact("alpha-secret delta-secret"),
-            "alpha-secret *****"
+            registry
+                .for_namespace("team-a")
+                .redact("alpha-secret delta-secret"),
+            "***** *****"
+        );
+        for i in 0..KEPT_RENDERS {
+            registry.set("team-a", "apps", Redactor::new([format!("rotated-{i}")]));
+        }
+        assert_eq!(
+            registry
+                .for_namespace("team-a")
+                .redact("alpha-secret delta-secret rotated-0"),
+            "alpha-secret delta-secret *****"
         );
         registry.forget("team-a", "apps");
         registry.forget("team-a", "db");
         assert!(registry.for_namespace("team-a").is_empty());
-        assert_eq!(registry.all().redact(text), "alpha-secret ***** gamma-secret");
+        assert_eq!(
+            registry.all().redact(text),
+            "alpha-secret ***** gamma-secret"
+        );
     }
 
     #[test]

@@ -171,7 +171,13 @@ impl EventSink {
         // the Kustomization's namespace goes with them (crate::redact).
         let mut event = event.clone();
         crate::redact::registry()
-            .for_namespace(kustomization.metadata.namespace.as_deref().unwrap_or_default())
+            .for_namespace(
+                kustomization
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .unwrap_or_default(),
+            )
             .redact_in_place(&mut event.message);
         let event = &event;
         let shown = format!(

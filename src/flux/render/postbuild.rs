@@ -256,7 +256,7 @@ mod tests {
                     .contains("failed to decode Kubernetes apiVersion, kind and name"),
                 "{bad}: {e}"
             );
-        }        // Never the object's content: it may hold values substituted from Secrets.
+        } // Never the object's content: it may hold values substituted from Secrets.
         let e = post_build(
             vec![json!({"kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"token": "s3cr3t-value"}})],
             &owner(&spec),
