@@ -2009,10 +2009,18 @@ async fn e2e_a_secret_value_in_a_grown_statefulsets_env_is_in_no_text() {
     let secret = format!("s3cr3t-env-{:016x}", rand::random::<u64>());
     let (flux, running, _) = served_with_a_secret(&secret).await;
     let fake = &flux.fake;
-    let two = flux_standin::web_statefulset("2Gi").replace(
-        "        image: busybox\n",
-        "        image: busybox\n        env: [{name: API_TOKEN, value: \"${API_TOKEN}\"}]\n",
-    );
+    // The value goes to the container's env and to a label of the claim template, whose change
+    // the record lists (live and declared).
+    let two = flux_standin::web_statefulset("2Gi")
+        .replace(
+            "        image: busybox\n",
+            "        image: busybox\n        env: [{name: API_TOKEN, value: \"${API_TOKEN}\"}]\n",
+        )
+        .replace(
+            "  - metadata: {name: data}\n",
+            "  - metadata: {name: data, labels: {token: \"${API_TOKEN}\"}}\n",
+        );
+    assert!(two.contains("labels: {token:"));
     let r2 = flux
         .source
         .publish(
@@ -2025,6 +2033,11 @@ async fn e2e_a_secret_value_in_a_grown_statefulsets_env_is_in_no_text() {
     let record = finished(&running, &r2).await;
     assert_eq!(record.state, RevisionState::Converged, "{record:#?}");
     assert_eq!(record.statefulsets[0].claims.len(), 2, "{record:#?}");
+    let changes = serde_json::to_string(&record.statefulsets[0].changes).unwrap();
+    assert!(
+        changes.contains("claim-metadata") && changes.contains("*****"),
+        "the claim template's label change is listed, masked: {changes}"
+    );
     let live = web(fake).expect("web re-created");
     assert!(live.to_string().contains(&secret), "the value was applied");
     until(|| published_events(fake) >= 2).await;
