@@ -14,6 +14,7 @@ pub mod http;
 pub mod journal;
 pub mod manifest;
 pub mod quantity;
+pub mod redact;
 pub mod service;
 pub mod storage;
 pub mod tls;

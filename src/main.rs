@@ -75,7 +75,10 @@ fn init_logging(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
     // Logs go to stderr: stdout carries the command's output (plans, renders) for pipes.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // Every line masked of the values substituted from Secrets (flux_converger::redact).
+        .with_writer(flux_converger::redact::RedactingWriter::new(
+            std::io::stderr,
+        ))
         .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
@@ -131,7 +134,12 @@ fn main() -> ExitCode {
     match result {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // A render's error may quote a value substituted from a Secret (a serde or API
+            // server text): masked as in the logs (flux_converger::redact).
+            let text = flux_converger::redact::registry()
+                .all()
+                .redact(&format!("{e:#}"));
+            eprintln!("error: {text}");
             ExitCode::from(cmd::exit_code_of(&e) as u8)
         }
     }

@@ -1748,7 +1748,10 @@ fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)
             .with_ansi(false)
-            .with_writer(move || LogSink(sink.clone()))
+            // The writer `main` logs through: every line masked (flux_converger::redact).
+            .with_writer(flux_converger::redact::RedactingWriter::new(move || {
+                LogSink(sink.clone())
+            }))
             .finish();
         tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
         logs
@@ -1884,6 +1887,165 @@ async fn e2e_no_value_from_a_substitute_from_secret_leaves_the_cluster_in_a_fail
     let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert!(logs.contains(&r2), "the logs were captured");
     assert!(!logs.contains(&secret), "the logs carry the secret value");
+}
+
+/// A Kustomization reading `API_TOKEN` from the Secret `app-vars` (holding `secret`), served.
+async fn served_with_a_secret(secret: &str) -> (Flux, Running, String) {
+    let flux = flux("reconcile", None).await;
+    let fake = &flux.fake;
+    fake.seed(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "app-vars", "namespace": NS},
+        "data": {"API_TOKEN": base64_encode(secret.as_bytes())},
+    }));
+    fake.modify(
+        "kustomize.toolkit.fluxcd.io/v1",
+        "Kustomization",
+        Some(NS),
+        "apps",
+        |ks| {
+            ks["spec"]["postBuild"] =
+                json!({"substituteFrom": [{"kind": "Secret", "name": "app-vars"}]});
+        },
+    )
+    .unwrap();
+    let running = serve(fake).await;
+    let r1 = flux.source.history()[0].revision.clone();
+    finished(&running, &r1).await;
+    (flux, running, r1)
+}
+
+/// Every text the service shows or stores, each with its name: `/status`, the detail, the
+/// dashboard and its detail page, every ConfigMap, every Event (core and events.k8s.io), every
+/// ExternalArtifact and every Kustomization status the service wrote.
+async fn every_text(fake: &FakeApiServer, running: &Running) -> Vec<(String, String)> {
+    let mut texts = Vec::new();
+    let http = reqwest::Client::new();
+    for path in [
+        "/status",
+        "/status/flux-system/apps",
+        "/",
+        "/kustomizations/flux-system/apps",
+    ] {
+        let response = http
+            .get(format!("http://{}{path}", running.addr))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        texts.push((path.to_string(), response.text().await.unwrap()));
+    }
+    for (api_version, kind) in [
+        ("v1", "ConfigMap"),
+        ("v1", "Event"),
+        ("events.k8s.io/v1", "Event"),
+    ] {
+        for object in fake.list(api_version, kind, None) {
+            let shown = format!(
+                "{kind} {}/{}",
+                object["metadata"]["namespace"].as_str().unwrap_or_default(),
+                object["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            texts.push((shown, object.to_string()));
+        }
+    }
+    texts
+}
+
+/// The sentinel is nowhere; `*****` is where it was (`expect_mask`: in the record's texts).
+fn assert_nowhere(secret: &str, texts: &[(String, String)], logs: &str) {
+    for (what, text) in texts {
+        assert!(
+            !text.contains(secret),
+            "{what} carries the secret value: {text}"
+        );
+    }
+    assert!(!logs.contains(secret), "the logs carry the secret value");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_secret_value_in_a_label_the_server_rejects_is_masked_in_every_text() {
+    let logs = captured_logs();
+    // Invalid as a label value (`!`): the API server's 422 quotes it.
+    let secret = format!("s3cr3t-label-{:016x}.x!", rand::random::<u64>());
+    let (flux, running, _) = served_with_a_secret(&secret).await;
+    let fake = &flux.fake;
+    let two = flux_standin::web_statefulset("2Gi").replace(
+        "  namespace: default\n",
+        "  namespace: default\n  labels: {tier: \"${API_TOKEN}\"}\n",
+    );
+    assert!(two.contains("${API_TOKEN}"));
+    let r2 = flux
+        .source
+        .publish("web at 2Gi, labelled", &[("apps/web.yaml", two.as_str())])
+        .await
+        .unwrap()
+        .revision;
+    let record = finished(&running, &r2).await;
+    assert_ne!(record.state, RevisionState::Converged, "{record:#?}");
+    // The server did quote it: the record shows the mask where the value was.
+    let shown = serde_json::to_string(&record).unwrap();
+    assert!(
+        shown.contains("Invalid value: \\\"*****\"") || shown.contains("Invalid value: \\\"*****"),
+        "the 422 is recorded, masked: {shown}"
+    );
+    until(|| published_events(fake) >= 2).await;
+    let texts = every_text(fake, &running).await;
+    running.shutdown().await;
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(logs.contains(&r2), "the logs were captured");
+    assert_nowhere(&secret, &texts, &logs);
+    assert!(
+        texts
+            .iter()
+            .any(|(what, t)| what.starts_with("Event") && t.contains("*****")),
+        "an Event shows the mask"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_secret_value_in_a_grown_statefulsets_env_is_in_no_text() {
+    let logs = captured_logs();
+    let secret = format!("s3cr3t-env-{:016x}", rand::random::<u64>());
+    let (flux, running, _) = served_with_a_secret(&secret).await;
+    let fake = &flux.fake;
+    // The value goes to the container's env and to a label of the claim template, whose change
+    // the record lists (live and declared).
+    let two = flux_standin::web_statefulset("2Gi")
+        .replace(
+            "        image: busybox\n",
+            "        image: busybox\n        env: [{name: API_TOKEN, value: \"${API_TOKEN}\"}]\n",
+        )
+        .replace(
+            "  - metadata: {name: data}\n",
+            "  - metadata: {name: data, labels: {token: \"${API_TOKEN}\"}}\n",
+        );
+    assert!(two.contains("labels: {token:"));
+    let r2 = flux
+        .source
+        .publish(
+            "web at 2Gi with a token",
+            &[("apps/web.yaml", two.as_str())],
+        )
+        .await
+        .unwrap()
+        .revision;
+    let record = finished(&running, &r2).await;
+    assert_eq!(record.state, RevisionState::Converged, "{record:#?}");
+    assert_eq!(record.statefulsets[0].claims.len(), 2, "{record:#?}");
+    let changes = serde_json::to_string(&record.statefulsets[0].changes).unwrap();
+    assert!(
+        changes.contains("claim-metadata") && changes.contains("*****"),
+        "the claim template's label change is listed, masked: {changes}"
+    );
+    let live = web(fake).expect("web re-created");
+    assert!(live.to_string().contains(&secret), "the value was applied");
+    until(|| published_events(fake) >= 2).await;
+    let texts = every_text(fake, &running).await;
+    running.shutdown().await;
+    let logs = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(logs.contains(&r2), "the logs were captured");
+    assert_nowhere(&secret, &texts, &logs);
 }
 
 fn base64_encode(bytes: &[u8]) -> String {

@@ -172,6 +172,12 @@ async fn render_offline(
         .as_ref()
         .map(|p| p.substitute.clone())
         .unwrap_or_default();
+    // Its errors on stderr are masked of the Secrets' values, as the service's texts are.
+    flux_converger::redact::registry().set(
+        &namespace,
+        &name,
+        flux_converger::flux::render::resolve::secret_values(&fetched),
+    );
     let variables = collect_variables(&fetched, Some(&inline))
         .map_err(|e| bad_input(anyhow::anyhow!("Kustomization {namespace}/{name}: {e}")))?;
 

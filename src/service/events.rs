@@ -167,6 +167,19 @@ impl EventSink {
 
     /// Publishes `event` on `kustomization`; failures are logged, not returned.
     pub async fn publish(&self, kustomization: &Kustomization, event: &RevisionEvent) {
+        // The one way out for Events and Flux events: no value substituted from a Secret of
+        // the Kustomization's namespace goes with them (crate::redact).
+        let mut event = event.clone();
+        crate::redact::registry()
+            .for_namespace(
+                kustomization
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .unwrap_or_default(),
+            )
+            .redact_in_place(&mut event.message);
+        let event = &event;
         let shown = format!(
             "{}/{}",
             kustomization

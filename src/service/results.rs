@@ -820,6 +820,11 @@ impl Results {
         name: &str,
         record: RevisionRecord,
     ) -> Result<(), ResultsError> {
+        // Every record passes here on its way to memory (`/status`, the dashboard) and to the
+        // ConfigMap: no value substituted from a Secret of this namespace is kept (crate::redact).
+        let record = crate::redact::registry()
+            .for_namespace(namespace)
+            .redact_serde(record);
         let key = (namespace.to_string(), name.to_string());
         let budget = self.inner.budget;
         let merged = |entry: &mut Entry| {

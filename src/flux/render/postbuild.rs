@@ -95,15 +95,43 @@ fn check_identity(object: &Value, index: usize) -> Result<(), RenderError> {
         || !present("/kind")
         || !present("/metadata/name")
     {
+        // Names what is missing, never the object: after substitution it may hold values
+        // from Secrets (crate::redact masks them at the exits; this text need not carry them).
+        let missing: Vec<&str> = [
+            ("apiVersion", "/apiVersion"),
+            ("kind", "/kind"),
+            ("metadata.name", "/metadata/name"),
+        ]
+        .into_iter()
+        .filter(|(_, p)| !present(p))
+        .map(|(field, _)| field)
+        .collect();
+        let shown = if object.is_object() {
+            format!(
+                "{} (missing {})",
+                substitute::object_id(object),
+                missing.join(", ")
+            )
+        } else {
+            format!("a YAML {} instead of a mapping", json_type(object))
+        };
         return Err(RenderError::InvalidObject {
             index,
-            message: format!(
-                "failed to decode Kubernetes apiVersion, kind and name from {}",
-                serde_json::to_string(object).unwrap_or_default()
-            ),
+            message: format!("failed to decode Kubernetes apiVersion, kind and name from {shown}"),
         });
     }
     Ok(())
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "sequence",
+        Value::Object(_) => "mapping",
+    }
 }
 
 fn metadata_of(object: &mut Value, index: usize) -> Result<&mut Map<String, Value>, RenderError> {
@@ -228,7 +256,15 @@ mod tests {
                     .contains("failed to decode Kubernetes apiVersion, kind and name"),
                 "{bad}: {e}"
             );
-        }
+        } // Never the object's content: it may hold values substituted from Secrets.
+        let e = post_build(
+            vec![json!({"kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"token": "s3cr3t-value"}})],
+            &owner(&spec),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("s3cr3t-value"), "{e}");
+        assert!(e.contains("ConfigMap/x (missing apiVersion)"), "{e}");
     }
 
     const BUILT: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  size: ${SIZE}\n---\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: s\nspec:\n  replicas: ${N:=1}\n  serviceName: \"${N:=1}\"\n";

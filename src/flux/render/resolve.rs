@@ -25,6 +25,9 @@ pub struct Resolved {
     /// The artifact revision rendered (e.g. `main@sha1:<hex>`).
     pub revision: String,
     pub rendered: Rendered,
+    /// The values substituted from Secrets (`substituteFrom` kind Secret), also registered in
+    /// [`crate::redact::registry`] under the Kustomization: no text that leaves may carry them.
+    pub redactor: crate::redact::Redactor,
 }
 
 /// Why resolving failed. Each names the object at fault.
@@ -115,9 +118,11 @@ impl Resolver {
             .map(|a| a.revision.clone())
             .unwrap_or_default();
         let shown = format!("{namespace}/{name}");
-        let variables = self
+        let (variables, redactor) = self
             .variables(&kustomization, namespace, call_timeout)
             .await?;
+        // Before the render: its errors (and every text after it) may quote these values.
+        crate::redact::registry().set(namespace, name, redactor.clone());
         let owner = Owner {
             name,
             namespace,
@@ -142,6 +147,7 @@ impl Resolver {
             source,
             revision,
             rendered,
+            redactor,
         })
     }
 
@@ -197,19 +203,19 @@ impl Resolver {
     }
 
     /// Reads the `substituteFrom` ConfigMaps/Secrets (in the Kustomization's namespace) and
-    /// merges them with `substitute`, in Flux's order.
+    /// merges them with `substitute`, in Flux's order; with the redactor of the Secrets' values.
     async fn variables(
         &self,
         kustomization: &Kustomization,
         namespace: &str,
         call_timeout: Duration,
-    ) -> Result<Variables, ResolveError> {
+    ) -> Result<(Variables, crate::redact::Redactor), ResolveError> {
         let shown = format!(
             "{namespace}/{}",
             kustomization.metadata.name.as_deref().unwrap_or_default()
         );
         let Some(post_build) = &kustomization.spec.post_build else {
-            return Ok(Variables::new());
+            return Ok((Variables::new(), crate::redact::Redactor::default()));
         };
         let mut sources = Vec::new();
         for reference in &post_build.substitute_from {
@@ -222,14 +228,28 @@ impl Resolver {
                 })?;
             sources.push(source);
         }
-        collect_variables(&sources, Some(&post_build.substitute)).map_err(|e| {
+        let redactor = secret_values(&sources);
+        let variables = collect_variables(&sources, Some(&post_build.substitute)).map_err(|e| {
             ResolveError::Variables {
                 kustomization: shown,
                 message: e.to_string(),
                 bad_input: true,
             }
-        })
+        })?;
+        Ok((variables, redactor))
     }
+}
+
+/// The values of the `substituteFrom` Secrets, as substitution sees them (newlines removed),
+/// and as stored: every one, even one a later source overrides (it is a secret all the same).
+pub fn secret_values(sources: &[VarSource]) -> crate::redact::Redactor {
+    crate::redact::Redactor::new(
+        sources
+            .iter()
+            .filter(|s| s.kind == VarSourceKind::Secret)
+            .flat_map(|s| s.data.iter().flatten())
+            .flat_map(|(_, v)| [v.replace('\n', ""), v.clone()]),
+    )
 }
 
 /// Reads one `substituteFrom` entry (`data: None` when absent; [`collect_variables`] decides

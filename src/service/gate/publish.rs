@@ -509,6 +509,21 @@ impl super::Gate {
     pub(super) async fn write_artifact_status(&self, target: &Target, update: &Update) {
         let c = &self.config;
         let artifact = format!("{}/{}", target.key.namespace, target.key.name);
+        // The condition's message is read by whoever reads the ExternalArtifact: no value
+        // substituted from a Secret of its namespace goes into it (crate::redact).
+        let redacted;
+        let update = match update {
+            Update::NotPublished { reason, message } => {
+                redacted = Update::NotPublished {
+                    reason,
+                    message: crate::redact::registry()
+                        .for_namespace(&target.key.namespace)
+                        .redact(message),
+                };
+                &redacted
+            }
+            other => other,
+        };
         match write_status(&c.client, &target.key, update, c.call_timeout).await {
             Ok(wrote) => {
                 tracing::info!(externalartifact = %artifact, wrote, update = ?update, "ExternalArtifact status")
