@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use flux_converger::flux::render::sandbox::SandboxMode;
 use flux_converger::flux::render::{DEFAULT_RENDER_TIMEOUT, KustomizeCommand};
 
 use super::artifact_limits::parse_size;
@@ -19,6 +20,12 @@ pub struct BuildLimitArgs {
     /// --max-unpacked-size].
     #[arg(long, value_name = "SIZE", env = "FLUX_CONVERGER_MAX_RENDER_SIZE", value_parser = parse_size)]
     pub max_render_size: Option<u64>,
+    /// Run kustomize under a Landlock sandbox (reads only the artifact root and system
+    /// paths, writes only a scratch directory): `auto` where the kernel offers it, `off`, or
+    /// `required` (refuse to start without it).
+    #[arg(long, value_name = "MODE", env = "FLUX_CONVERGER_RENDER_SANDBOX",
+          default_value = "auto", value_parser = ["auto", "off", "required"])]
+    pub render_sandbox: String,
 }
 
 impl Default for BuildLimitArgs {
@@ -26,6 +33,7 @@ impl Default for BuildLimitArgs {
         Self {
             render_timeout: DEFAULT_RENDER_TIMEOUT,
             max_render_size: None,
+            render_sandbox: "auto".into(),
         }
     }
 }
@@ -45,9 +53,16 @@ impl BuildLimitArgs {
         if max == 0 {
             return Err("--max-render-size must be positive".into());
         }
-        Ok(command
+        let sandbox: SandboxMode = self.render_sandbox.parse()?;
+        let command = command
             .with_timeout(self.render_timeout)
-            .with_max_output(max))
+            .with_max_output(max)
+            .with_sandbox(sandbox);
+        // `required` on a kernel without Landlock: refused here, at start (exit 2).
+        if sandbox == SandboxMode::Required {
+            command.sandbox_status().check()?;
+        }
+        Ok(command)
     }
 }
 
@@ -89,5 +104,14 @@ mod tests {
             assert_eq!(got, want.map_err(String::from), "{args:?}");
         }
         assert!(Cli::try_parse_from(["x", "--max-render-size", "1.5"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--render-sandbox", "on"]).is_err());
+        for (flag, want) in [
+            ("auto", SandboxMode::Auto),
+            ("off", SandboxMode::Off),
+        ] {
+            let cli = Cli::try_parse_from(["x", "--render-sandbox", flag]).unwrap();
+            let got = cli.limits.apply(KustomizeCommand::default(), unpacked);
+            assert_eq!(got.map(|c| c.sandbox), Ok(want), "{flag}");
+        }
     }
 }
