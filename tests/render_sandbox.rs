@@ -39,30 +39,85 @@ fn write(dir: &Path, rel: &str, text: &str) {
 }
 
 fn config_map(name: &str) -> String {
-    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  stolen: {SENTINEL}\n")
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  stolen: {SENTINEL}\n"
+    )
 }
 
-/// A tree that reads `target` through fields kubectl kustomize follows, built directly (no
-/// `prepare`, so no lexical check): the sandbox alone must stop it.
-fn trees(target: &Path) -> Vec<(&'static str, String)> {
+/// Trees that read `target` through fields kubectl kustomize follows, built directly (no
+/// `prepare`, so no lexical check): the sandbox alone must stop them. Each is its files.
+fn trees(target: &Path) -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     let t = target.display();
+    let kustomization = |text: String| vec![("kustomization.yaml", text)];
     vec![
-        ("resources", format!("resources:\n- {t}/cm.yaml\n")),
+        (
+            "resources",
+            kustomization(format!("resources:\n- {t}/cm.yaml\n")),
+        ),
         (
             "configMapGenerator.files",
-            format!("configMapGenerator:\n- name: gen\n  files:\n  - stolen={t}/secret.txt\n"),
+            kustomization(format!(
+                "configMapGenerator:\n- name: gen\n  files:\n  - stolen={t}/secret.txt\n"
+            )),
         ),
         (
             "configMapGenerator.envs",
-            format!("configMapGenerator:\n- name: gen\n  envs:\n  - {t}/secret.env\n"),
+            kustomization(format!(
+                "configMapGenerator:\n- name: gen\n  envs:\n  - {t}/secret.env\n"
+            )),
+        ),
+        // The case: a builtin generator config, a field the lexical check did not know.
+        (
+            "generators: builtin ConfigMapGenerator files",
+            vec![
+                ("kustomization.yaml", "generators: [gen.yaml]\n".into()),
+                (
+                    "gen.yaml",
+                    format!(
+                        "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {{name: gen}}\nfiles:\n- stolen={t}/secret.txt\n"
+                    ),
+                ),
+            ],
+        ),
+        (
+            "transformers: builtin PatchTransformer path",
+            vec![
+                (
+                    "kustomization.yaml",
+                    "resources: [own.yaml]\ntransformers: [patch.yaml]\n".into(),
+                ),
+                (
+                    "own.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: own\n".into(),
+                ),
+                (
+                    "patch.yaml",
+                    format!(
+                        "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {{name: p}}\npath: {t}/patch.yaml\ntarget: {{kind: ConfigMap}}\n"
+                    ),
+                ),
+            ],
         ),
     ]
+}
+
+fn write_tree(dir: &Path, files: &[(&str, String)]) {
+    for (rel, text) in files {
+        write(dir, rel, text);
+    }
 }
 
 fn outside(dir: &Path) {
     write(dir, "cm.yaml", &config_map("outside"));
     write(dir, "secret.txt", SENTINEL);
     write(dir, "secret.env", &format!("stolen={SENTINEL}\n"));
+    write(
+        dir,
+        "patch.yaml",
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: own\ndata:\n  stolen: {SENTINEL}\n"
+        ),
+    );
 }
 
 #[tokio::test]
@@ -74,15 +129,18 @@ async fn sandboxed_build_reads_nothing_outside_the_root() {
     let kubectl = kubectl.with_sandbox(SandboxMode::Required);
     let secret = tempfile::tempdir().unwrap();
     outside(secret.path());
-    for (field, kustomization) in trees(secret.path()) {
+    for (field, files) in trees(secret.path()) {
         let root = tempfile::tempdir().unwrap();
-        write(root.path(), "kustomization.yaml", &kustomization);
+        write_tree(root.path(), &files);
         let result = kubectl.build_within(root.path(), root.path(), ".").await;
         let shown = match &result {
             Ok(out) => out.clone(),
             Err(e) => e.to_string(),
         };
-        assert!(result.is_err(), "{field}: the build read outside the root: {shown}");
+        assert!(
+            result.is_err(),
+            "{field}: the build read outside the root: {shown}"
+        );
         assert!(!shown.contains(SENTINEL), "{field}: {shown}");
         assert!(
             shown.contains("permission denied"),
@@ -102,8 +160,10 @@ async fn sandboxed_build_reads_the_same_files_inside_the_root() {
     let inside = root.path().join("files");
     outside(&inside);
     // The build starts in a subdirectory and reaches a sibling, as an overlay does a base.
-    for (field, kustomization) in trees(&inside) {
-        write(root.path(), "app/kustomization.yaml", &kustomization);
+    for (field, files) in trees(&inside) {
+        let app = root.path().join("app");
+        let _ = std::fs::remove_dir_all(&app);
+        write_tree(&app, &files);
         let out = kubectl
             .build_within(root.path(), &root.path().join("app"), "app")
             .await
@@ -120,9 +180,9 @@ async fn without_the_sandbox_the_same_build_reads_outside() {
     let kubectl = kubectl.with_sandbox(SandboxMode::Off);
     let secret = tempfile::tempdir().unwrap();
     outside(secret.path());
-    let (_, kustomization) = &trees(secret.path())[1];
+    let (_, files) = &trees(secret.path())[3];
     let root = tempfile::tempdir().unwrap();
-    write(root.path(), "kustomization.yaml", kustomization);
+    write_tree(root.path(), files);
     let out = kubectl
         .build_within(root.path(), root.path(), ".")
         .await

@@ -105,10 +105,7 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["x", "--max-render-size", "1.5"]).is_err());
         assert!(Cli::try_parse_from(["x", "--render-sandbox", "on"]).is_err());
-        for (flag, want) in [
-            ("auto", SandboxMode::Auto),
-            ("off", SandboxMode::Off),
-        ] {
+        for (flag, want) in [("auto", SandboxMode::Auto), ("off", SandboxMode::Off)] {
             let cli = Cli::try_parse_from(["x", "--render-sandbox", flag]).unwrap();
             let got = cli.limits.apply(KustomizeCommand::default(), unpacked);
             assert_eq!(got.map(|c| c.sandbox), Ok(want), "{flag}");

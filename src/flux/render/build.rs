@@ -185,12 +185,13 @@ impl KustomizeCommand {
         // The child runs from its scratch directory, so a relative `dir` is made absolute.
         let dir = std::path::absolute(dir).map_err(spawn_error)?;
         let root = std::path::absolute(root).map_err(spawn_error)?;
-        let program = sandbox::resolve_program(&self.program, path.as_deref()).ok_or_else(|| {
-            spawn_error(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("{} not found on PATH", self.program),
-            ))
-        })?;
+        let program =
+            sandbox::resolve_program(&self.program, path.as_deref()).ok_or_else(|| {
+                spawn_error(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{} not found on PATH", self.program),
+                ))
+            })?;
         let mut command = tokio::process::Command::new(&program);
         command
             .arg0(&self.program)

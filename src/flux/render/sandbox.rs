@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use landlock::{
-    ABI, Access, AccessFs, LandlockStatus, Ruleset, RulesetAttr, RulesetCreatedAttr,
-    RulesetError, RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, LandlockStatus, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetError,
+    RulesetStatus, Scope, path_beneath_rules,
 };
 
 /// The Landlock ABI whose rights the sandbox asks for (filesystem rights of ABI 5, signal and
@@ -309,7 +309,10 @@ pub fn build_ruleset(
             DEVICES_RW,
             AccessFs::from_file(TARGET_ABI) & !AccessFs::Execute,
         ))?
-        .add_rules(path_beneath_rules([scratch], AccessFs::from_all(TARGET_ABI)))?;
+        .add_rules(path_beneath_rules(
+            [scratch],
+            AccessFs::from_all(TARGET_ABI),
+        ))?;
     Ok(created.into())
 }
 
@@ -322,8 +325,7 @@ pub fn enter(ruleset: RawFd) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: landlock_restrict_self(2) takes a descriptor and flags; no memory is passed.
-    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0 as libc::c_uint) } != 0
-    {
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0 as libc::c_uint) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
@@ -449,7 +451,11 @@ mod tests {
                 "GIT_TERMINAL_PROMPT"
             ]
         );
-        let get = |k: &str| env.iter().find(|(key, _)| *key == k).map(|(_, v)| v.clone());
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.clone())
+        };
         assert_eq!(get("PATH"), Some("/opt/bin:/usr/bin".into()));
         assert_eq!(get("HOME"), Some("/scratch".into()));
         assert_eq!(get("KUBECONFIG"), Some("/scratch/kubeconfig".into()));
@@ -487,7 +493,10 @@ mod tests {
     fn this_kernel_is_probed_once_and_consistently() {
         let first = kernel();
         assert!(std::ptr::eq(first, kernel()));
-        assert_eq!(first.enforcement == Enforcement::None, first.reason.is_some());
+        assert_eq!(
+            first.enforcement == Enforcement::None,
+            first.reason.is_some()
+        );
         // The probe restricted a thread of its own, not this one: reading outside any
         // allowed path still works here.
         assert!(std::fs::read_dir(env!("CARGO_MANIFEST_DIR")).is_ok());
