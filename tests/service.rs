@@ -1518,7 +1518,10 @@ fn stalling_kustomize(dir: &std::path::Path) -> KustomizeCommand {
         ),
     )
     .unwrap();
-    KustomizeCommand::parse(&format!("sh {}", script.display())).unwrap()
+    // The script and its hold files live outside the artifact root: no sandbox.
+    KustomizeCommand::parse(&format!("sh {}", script.display()))
+        .unwrap()
+        .with_sandbox(flux_converger::flux::render::sandbox::SandboxMode::Off)
 }
 
 /// A Lease long enough that a loaded machine renews it in time: renewed 3 s before its 6 s

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use flux_converger::flux::render::sandbox::SandboxMode;
 use flux_converger::flux::render::{DEFAULT_RENDER_TIMEOUT, KustomizeCommand};
 
 use super::artifact_limits::parse_size;
@@ -25,6 +26,12 @@ pub struct BuildLimitArgs {
     /// Bare, `=true` or `=false`, as pflag takes kustomize-controller's.
     #[arg(long, env = "FLUX_CONVERGER_NO_REMOTE_BASES", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value_t = false, action = clap::ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub no_remote_bases: bool,
+    /// Run kustomize under a Landlock sandbox (reads only the artifact root and system
+    /// paths, writes only a scratch directory): `auto` where the kernel offers it, `off`, or
+    /// `required` (refuse to start without it).
+    #[arg(long, value_name = "MODE", env = "FLUX_CONVERGER_RENDER_SANDBOX",
+          default_value = "auto", value_parser = ["auto", "off", "required"])]
+    pub render_sandbox: String,
 }
 
 impl Default for BuildLimitArgs {
@@ -33,6 +40,7 @@ impl Default for BuildLimitArgs {
             render_timeout: DEFAULT_RENDER_TIMEOUT,
             max_render_size: None,
             no_remote_bases: false,
+            render_sandbox: "auto".into(),
         }
     }
 }
@@ -52,10 +60,17 @@ impl BuildLimitArgs {
         if max == 0 {
             return Err("--max-render-size must be positive".into());
         }
-        Ok(command
+        let sandbox: SandboxMode = self.render_sandbox.parse()?;
+        let command = command
             .with_timeout(self.render_timeout)
             .with_max_output(max)
-            .with_no_remote_bases(self.no_remote_bases))
+            .with_no_remote_bases(self.no_remote_bases)
+            .with_sandbox(sandbox);
+        // `required` on a kernel without Landlock: refused here, at start (exit 2).
+        if sandbox == SandboxMode::Required {
+            command.sandbox_status().check()?;
+        }
+        Ok(command)
     }
 }
 
@@ -97,5 +112,11 @@ mod tests {
             assert_eq!(got, want.map_err(String::from), "{args:?}");
         }
         assert!(Cli::try_parse_from(["x", "--max-render-size", "1.5"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--render-sandbox", "on"]).is_err());
+        for (flag, want) in [("auto", SandboxMode::Auto), ("off", SandboxMode::Off)] {
+            let cli = Cli::try_parse_from(["x", "--render-sandbox", flag]).unwrap();
+            let got = cli.limits.apply(KustomizeCommand::default(), unpacked);
+            assert_eq!(got.map(|c| c.sandbox), Ok(want), "{flag}");
+        }
     }
 }

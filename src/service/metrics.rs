@@ -43,6 +43,10 @@ pub struct Metrics {
     /// the journal): not what they say, an identity their Kustomization no longer uses, or an
     /// absent StatefulSet no render at hand still has.
     pub intents_refused: Gauge,
+    /// 1 when kustomize builds run under the Landlock sandbox, 0 when unsandboxed.
+    pub render_sandbox_active: Gauge,
+    /// The kernel's Landlock ABI version (0 without Landlock), whatever `--render-sandbox` says.
+    pub render_sandbox_landlock_abi: Gauge,
 }
 
 impl Default for Metrics {
@@ -57,6 +61,8 @@ impl Default for Metrics {
             step_duration: Family::new_with_constructor(step_histogram),
             last_resync: Gauge::default(),
             intents_refused: Gauge::default(),
+            render_sandbox_active: Gauge::default(),
+            render_sandbox_landlock_abi: Gauge::default(),
         }
     }
 }
@@ -109,6 +115,16 @@ impl Metrics {
             "Intents the last resume left in the journal without resuming them",
             self.intents_refused.clone(),
         );
+        registry.register(
+            "render_sandbox_active",
+            "1 when kustomize builds run under the Landlock sandbox (--render-sandbox), 0 when unsandboxed",
+            self.render_sandbox_active.clone(),
+        );
+        registry.register(
+            "render_sandbox_landlock_abi",
+            "The kernel's Landlock ABI version (0: none)",
+            self.render_sandbox_landlock_abi.clone(),
+        );
         self
     }
 
@@ -136,6 +152,12 @@ impl Metrics {
             .inc();
     }
 
+    /// Records the render sandbox's status (set once, at start).
+    pub fn render_sandbox(&self, status: &crate::flux::render::sandbox::SandboxStatus) {
+        self.render_sandbox_active.set(i64::from(status.active));
+        self.render_sandbox_landlock_abi.set(i64::from(status.abi));
+    }
+
     pub fn step(&self, step: &str, seconds: f64) {
         self.step_duration
             .get_or_create(&StepLabel {
@@ -158,4 +180,33 @@ pub fn encode(registry: &Registry) -> String {
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flux::render::sandbox::{Enforcement, KernelSupport, SandboxMode, SandboxStatus};
+
+    #[test]
+    fn render_sandbox_status_is_exposed_by_table() {
+        let kernel = KernelSupport {
+            abi: 7,
+            enforcement: Enforcement::Full,
+            reason: None,
+        };
+        for (mode, active) in [("auto", "1"), ("off", "0")] {
+            let (registry, metrics) = registry();
+            let mode: SandboxMode = mode.parse().unwrap();
+            metrics.render_sandbox(&SandboxStatus::of(mode, &kernel));
+            let text = encode(&registry);
+            assert!(
+                text.contains(&format!("flux_converger_render_sandbox_active {active}\n")),
+                "{text}"
+            );
+            assert!(
+                text.contains("flux_converger_render_sandbox_landlock_abi 7\n"),
+                "{text}"
+            );
+        }
+    }
 }

@@ -767,6 +767,9 @@ pub fn build_parts(
             "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
     }
     let (registry, metrics) = metrics::registry();
+    let sandbox = config.kustomize.sandbox_status();
+    sandbox.log_start();
+    metrics.render_sandbox(&sandbox);
     // A shard (`--watch-label-selector`) keeps to its own records, named by its Lease.
     let shard = match &config.watch_label_selector {
         Some(_) => Shard::Named(config.leader_election_id.clone()),

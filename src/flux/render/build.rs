@@ -9,6 +9,10 @@
 //! its output is read under a cap, the whole build runs under a deadline, and on either the
 //! process is killed with its process group (git, which kustomize runs to fetch a remote
 //! base, is a child that would otherwise outlive it).
+//!
+//! It is also untrusted in what it reads: the child starts with a cleared environment and, where
+//! the kernel offers Landlock, can read only the artifact root and system paths and write only
+//! a scratch directory of its own ([`super::sandbox`]).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -17,6 +21,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::RenderError;
+use super::sandbox::{self, SandboxMode, SandboxStatus};
 use crate::flux::artifact::DEFAULT_MAX_UNPACKED_BYTES;
 
 /// The default build command: kubectl's built-in kustomize, load restrictions off like Flux.
@@ -46,6 +51,8 @@ pub struct KustomizeCommand {
     /// kustomize-controller's `--no-remote-bases`: a tree that would fetch anything is
     /// refused before the build (checked in `prepare`, not by the child).
     pub no_remote_bases: bool,
+    /// Whether the build runs under Landlock (`--render-sandbox`).
+    pub sandbox: SandboxMode,
 }
 
 impl Default for KustomizeCommand {
@@ -56,6 +63,7 @@ impl Default for KustomizeCommand {
             timeout: DEFAULT_RENDER_TIMEOUT,
             max_output: DEFAULT_MAX_RENDER_BYTES,
             no_remote_bases: false,
+            sandbox: SandboxMode::Auto,
         })
     }
 }
@@ -103,6 +111,7 @@ impl KustomizeCommand {
             timeout: DEFAULT_RENDER_TIMEOUT,
             max_output: DEFAULT_MAX_RENDER_BYTES,
             no_remote_bases: false,
+            sandbox: SandboxMode::Auto,
         })
     }
 
@@ -124,6 +133,17 @@ impl KustomizeCommand {
         self
     }
 
+    /// The same command under another sandbox mode (`--render-sandbox`).
+    pub fn with_sandbox(mut self, sandbox: SandboxMode) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// The sandbox this command's builds run in on this kernel.
+    pub fn sandbox_status(&self) -> SandboxStatus {
+        SandboxStatus::current(self.sandbox)
+    }
+
     pub fn display(&self) -> String {
         std::iter::once(self.program.as_str())
             .chain(self.args.iter().map(String::as_str))
@@ -131,25 +151,96 @@ impl KustomizeCommand {
             .join(" ")
     }
 
-    /// Builds `dir`, returning kustomize's YAML stream. `shown` names the directory in errors.
+    /// Builds `dir`, returning kustomize's YAML stream, with `dir` as the only tree the
+    /// sandbox lets it read. `shown` names the directory in errors.
     pub async fn build(&self, dir: &Path, shown: &str) -> Result<String, RenderError> {
-        let mut command = tokio::process::Command::new(&self.program);
+        self.build_within(dir, dir, shown).await
+    }
+
+    /// Builds `dir` (inside the artifact `root`), returning kustomize's YAML stream. Under the
+    /// sandbox the build reads only `root` (and system paths) and writes only its scratch
+    /// directory. `shown` names the directory in errors.
+    pub async fn build_within(
+        &self,
+        root: &Path,
+        dir: &Path,
+        shown: &str,
+    ) -> Result<String, RenderError> {
+        let spawn_error = |error: std::io::Error| RenderError::KustomizeSpawn {
+            command: self.display(),
+            error,
+        };
+        let status = self.sandbox_status();
+        tracing::debug!(
+            render_sandbox = status.mode.as_str(),
+            active = status.active,
+            landlock_abi = status.abi,
+            enforced = status.enforcement.as_str(),
+            dir = shown,
+            "kustomize build"
+        );
+        if status.check().is_err() {
+            return Err(spawn_error(std::io::Error::other(
+                sandbox::SandboxError::Unavailable,
+            )));
+        }
+        // The child's home, temporary and config directories; the one place it may write.
+        let scratch = tempfile::Builder::new()
+            .prefix("flux-converger-build-")
+            .tempdir()
+            .map_err(|error| RenderError::Io {
+                context: "creating the build's scratch directory".into(),
+                error,
+            })?;
+        let path = std::env::var_os("PATH");
+        // The child runs from its scratch directory, so a relative `dir` is made absolute.
+        let dir = std::path::absolute(dir).map_err(spawn_error)?;
+        let root = std::path::absolute(root).map_err(spawn_error)?;
+        let program =
+            sandbox::resolve_program(&self.program, path.as_deref()).ok_or_else(|| {
+                spawn_error(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("{} not found on PATH", self.program),
+                ))
+            })?;
+        let mut command = tokio::process::Command::new(&program);
         command
+            .arg0(&self.program)
             .args(&self.args)
-            .arg(dir)
+            .arg(&dir)
+            .env_clear()
+            .envs(sandbox::child_env(scratch.path(), path.as_deref()))
+            .current_dir(scratch.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         // Its own process group, so a kill reaches the git processes it started too.
-        #[cfg(unix)]
         command.process_group(0);
-        let mut child = command
-            .spawn()
-            .map_err(|error| RenderError::KustomizeSpawn {
-                command: self.display(),
-                error,
-            })?;
+        if status.active {
+            let canonical = std::fs::canonicalize(&program).unwrap_or_else(|_| program.clone());
+            let ruleset = sandbox::build_ruleset(&root, &canonical, scratch.path())
+                .map_err(|e| spawn_error(std::io::Error::other(e)))?;
+            if let Some(ruleset) = ruleset {
+                use std::os::fd::AsRawFd as _;
+                let fd = ruleset.as_raw_fd();
+                // SAFETY: the closure runs in the forked child before exec, where only
+                // async-signal-safe calls are sound: `sandbox::enter` makes two system calls
+                // and reads errno, allocating nothing. It owns the ruleset descriptor (kept
+                // open until the command is dropped; close-on-exec, so the renderer never
+                // holds it).
+                unsafe {
+                    command.pre_exec(move || {
+                        let _owned = &ruleset;
+                        sandbox::enter(fd)
+                    });
+                }
+            }
+        }
+        let spawned = command.spawn();
+        // Closes the parent's copy of the ruleset descriptor now.
+        drop(command);
+        let mut child = spawned.map_err(spawn_error)?;
         let group = child.id();
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             kill_group(group);
@@ -294,6 +385,7 @@ mod tests {
                 timeout: DEFAULT_RENDER_TIMEOUT,
                 max_output: DEFAULT_MAX_RENDER_BYTES,
                 no_remote_bases: false,
+                sandbox: SandboxMode::Auto,
             }
         );
         assert_eq!(

@@ -10,6 +10,7 @@ pub mod generator;
 pub mod overlay;
 pub mod postbuild;
 pub mod resolve;
+pub mod sandbox;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -165,7 +166,10 @@ pub async fn render(request: &RenderRequest<'_>) -> Result<Rendered, RenderError
             error: std::io::Error::other(e.to_string()),
         })??;
     let shown = generator::display_relative(request.root, &dir);
-    let text = request.kustomize.build(&dir, &shown).await?;
+    let text = request
+        .kustomize
+        .build_within(request.root, &dir, &shown)
+        .await?;
     let objects =
         postbuild::substitute_built(&text, &request.owner, request.variables, request.strict)?;
     let objects = postbuild::post_build(objects, &request.owner)?;
