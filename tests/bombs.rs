@@ -8,7 +8,6 @@
 //! `ru_maxrss` from `wait4`, a memory bound rather than a time limit; an address-space limit on
 //! the child keeps a regression from taking the test machine's memory with it.
 
-use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -309,6 +308,10 @@ fn render(archive: &Path) -> Run {
             Ok(())
         });
     }
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped below by wait4, for its rusage"
+    )]
     let child = command.spawn().unwrap();
     let pid = child.id() as libc::pid_t;
     let mut status: libc::c_int = 0;

@@ -411,7 +411,7 @@ impl ArtifactError {
                 limit,
             } => Self::HeaderRecordTooLarge {
                 archive: archive.clone(),
-                record: *record,
+                record,
                 size: *size,
                 limit: *limit,
             },
