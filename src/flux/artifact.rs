@@ -289,9 +289,14 @@ pub enum ArtifactError {
         limit: u64,
     },
     #[error(
-        "archive {archive}: decompresses to more than {limit} bytes, tar headers included (decompression bomb?): refused (--max-unpacked-size)"
+        "archive {archive}: decompresses to more than {limit} bytes and 1 MiB of tar headers (decompression bomb?) at or after entry {entry:?}: refused (--max-unpacked-size)"
     )]
-    StreamTooLarge { archive: String, limit: u64 },
+    StreamTooLarge {
+        archive: String,
+        limit: u64,
+        /// The last entry whose header was read when the cap was hit.
+        entry: String,
+    },
     #[error(
         "archive {archive}: a {record} record of {size} bytes, more than the maximum header record size of {limit} bytes (decompression bomb?)"
     )]
@@ -400,9 +405,14 @@ impl ArtifactError {
                 size: *size,
                 limit: *limit,
             },
-            Self::StreamTooLarge { archive, limit } => Self::StreamTooLarge {
+            Self::StreamTooLarge {
+                archive,
+                limit,
+                entry,
+            } => Self::StreamTooLarge {
                 archive: archive.clone(),
                 limit: *limit,
+                entry: entry.clone(),
             },
             Self::HeaderRecordTooLarge {
                 archive,
@@ -758,6 +768,12 @@ fn safe_relative(raw: &Path) -> Result<Option<PathBuf>, String> {
 /// far above any real artifact (Go's archive/tar, Flux's reader, stops at 1 MiB).
 pub const MAX_HEADER_RECORD_BYTES: u64 = 64 << 10;
 
+/// Room in the decompressed stream for tar's own bytes (headers, padding) above
+/// `--max-unpacked-size`: the files are capped exactly by their declared sizes, which name the
+/// entry; the stream cap bounds everything else, and this much overhead lets the per-entry
+/// refusal come first for any honest tree.
+pub const TAR_OVERHEAD_BYTES: u64 = 1 << 20;
+
 /// The decompressed stream under the archive reader, counted: every byte tar reads (headers,
 /// extension records, padding, the data of skipped entries) counts against the cap, so no part
 /// of the tar format can inflate more than `--max-unpacked-size`. Reads stop at the cap: the
@@ -831,14 +847,16 @@ pub fn unpack(
     let stream = CappedStream {
         inner: flate2::read::GzDecoder::new(reader),
         read: 0,
-        limit: limits.max_bytes,
+        limit: limits.max_bytes.saturating_add(TAR_OVERHEAD_BYTES),
         exceeded: exceeded.clone(),
     };
+    let last_entry = std::cell::RefCell::new(String::new());
     let fail = |e: std::io::Error| {
         if exceeded.get() {
             ArtifactError::StreamTooLarge {
                 archive: archive_name.to_string(),
                 limit: limits.max_bytes,
+                entry: last_entry.borrow().clone(),
             }
         } else {
             ArtifactError::Corrupt {
@@ -909,6 +927,7 @@ pub fn unpack(
             PathBuf::from(std::ffi::OsStr::from_bytes(&raw_bytes))
         };
         let entry_name = raw.display().to_string();
+        last_entry.replace(entry_name.clone());
         entries_seen += 1;
         if entries_seen > limits.max_entries {
             return Err(ArtifactError::TooManyEntries {
