@@ -59,8 +59,17 @@ pub enum ManifestError {
 
 /// YAML parser options: serde-saphyr's default budget is sized for configuration files and
 /// rejects a large render or `kubectl get -A -o yaml` of a big cluster, so it is raised here.
-/// Alias limits stay at their defaults: they are what guards against alias bombs.
+///
+/// Alias expansion is bounded tighter than the crate's defaults: every file of a tenant's
+/// artifact is read with these options, and a billion-laughs file (nine levels of nine aliases)
+/// under the defaults (1,000,000 recorded anchor events, as many replayed) peaked at 112 MB
+/// before it was refused. [`MAX_ALIAS_EVENTS`] keeps such a file under 100 MB of peak RSS and is
+/// still far above what anchors in a real manifest expand to (a shared block of a few dozen
+/// nodes used a few hundred times). kustomize's own output carries no anchors, so the big
+/// render streams this parser reads are not affected.
 pub fn yaml_options() -> serde_saphyr::Options {
+    let mut alias_limits = serde_saphyr::options::AliasLimits::default();
+    alias_limits.max_total_replayed_events = MAX_ALIAS_EVENTS;
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_reader_input_bytes: Some(4 * 1024 * 1024 * 1024),
@@ -69,9 +78,18 @@ pub fn yaml_options() -> serde_saphyr::Options {
             max_documents: 10_000_000,
             max_depth: 512,
             max_total_scalar_bytes: 4 * 1024 * 1024 * 1024,
+            max_recorded_anchor_events: MAX_ALIAS_EVENTS,
+            max_recorded_anchor_bytes: MAX_ALIAS_BYTES,
         },
+        alias_limits: alias_limits,
     }
 }
+
+/// Events an alias may replay, and events kept for anchors, in one YAML stream
+/// ([`yaml_options`]).
+pub const MAX_ALIAS_EVENTS: usize = 100_000;
+/// Bytes of owned scalar text kept for anchors in one YAML stream.
+pub const MAX_ALIAS_BYTES: usize = 16 << 20;
 
 /// Stack for a YAML parse. serde's deserializers recurse once per nesting level (some 30 KiB a
 /// level in a debug build, measured), so the depth [`yaml_options`] allows would overflow a

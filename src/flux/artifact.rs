@@ -247,7 +247,9 @@ pub enum ArtifactError {
     Http { url: String, status: u16 },
     #[error("downloading artifact {url}: {message}")]
     Connection { url: String, message: String },
-    #[error("artifact {url} is larger than the maximum download size of {limit} bytes{declared}")]
+    #[error(
+        "artifact {url} is larger than the maximum download size of {limit} bytes{declared} (--max-artifact-size)"
+    )]
     TooLarge {
         url: String,
         limit: u64,
@@ -265,10 +267,12 @@ pub enum ArtifactError {
         entry: String,
         reason: String,
     },
-    #[error("archive {archive}: more than {limit} entries (decompression bomb?)")]
+    #[error(
+        "archive {archive}: more than {limit} entries (decompression bomb?) (--max-artifact-entries)"
+    )]
     TooManyEntries { archive: String, limit: u64 },
     #[error(
-        "archive {archive}: unpacks to more than {limit} bytes (decompression bomb?) at entry {entry:?}"
+        "archive {archive}: unpacks to more than {limit} bytes (decompression bomb?) at entry {entry:?} (--max-unpacked-size)"
     )]
     UnpackedTooLarge {
         archive: String,
@@ -276,11 +280,29 @@ pub enum ArtifactError {
         entry: String,
     },
     #[error(
-        "archive {archive}: file {entry:?} is {size} bytes, more than the maximum file size of {limit} bytes"
+        "archive {archive}: file {entry:?} is {size} bytes, more than the maximum file size of {limit} bytes (--max-file-size)"
     )]
     FileTooLarge {
         archive: String,
         entry: String,
+        size: u64,
+        limit: u64,
+    },
+    #[error(
+        "archive {archive}: decompresses to more than {limit} bytes and 1 MiB of tar headers (decompression bomb?) at or after entry {entry:?}: refused (--max-unpacked-size)"
+    )]
+    StreamTooLarge {
+        archive: String,
+        limit: u64,
+        /// The last entry whose header was read when the cap was hit.
+        entry: String,
+    },
+    #[error(
+        "archive {archive}: a {record} record of {size} bytes, more than the maximum header record size of {limit} bytes (decompression bomb?)"
+    )]
+    HeaderRecordTooLarge {
+        archive: String,
+        record: &'static str,
         size: u64,
         limit: u64,
     },
@@ -380,6 +402,26 @@ impl ArtifactError {
             } => Self::FileTooLarge {
                 archive: archive.clone(),
                 entry: entry.clone(),
+                size: *size,
+                limit: *limit,
+            },
+            Self::StreamTooLarge {
+                archive,
+                limit,
+                entry,
+            } => Self::StreamTooLarge {
+                archive: archive.clone(),
+                limit: *limit,
+                entry: entry.clone(),
+            },
+            Self::HeaderRecordTooLarge {
+                archive,
+                record,
+                size,
+                limit,
+            } => Self::HeaderRecordTooLarge {
+                archive: archive.clone(),
+                record,
                 size: *size,
                 limit: *limit,
             },
@@ -719,35 +761,198 @@ fn safe_relative(raw: &Path) -> Result<Option<PathBuf>, String> {
     })
 }
 
+/// Cap on one tar extension record: a GNU long name (`L`) or long link (`K`), or a PAX header
+/// (`x`, `g`). Such a record is read whole into memory before the entry it describes, so its
+/// size, which the archive declares, must be checked before a byte of it is read. A path is at
+/// most `PATH_MAX` (4 KiB) on Linux and source-controller writes nothing else there, so 64 KiB is
+/// far above any real artifact (Go's archive/tar, Flux's reader, stops at 1 MiB).
+pub const MAX_HEADER_RECORD_BYTES: u64 = 64 << 10;
+
+/// Room in the decompressed stream for tar's own bytes (headers, padding) above
+/// `--max-unpacked-size`: the files are capped exactly by their declared sizes, which name the
+/// entry; the stream cap bounds everything else, and this much overhead lets the per-entry
+/// refusal come first for any honest tree.
+pub const TAR_OVERHEAD_BYTES: u64 = 1 << 20;
+
+/// The decompressed stream under the archive reader, counted: every byte tar reads (headers,
+/// extension records, padding, the data of skipped entries) counts against the cap, so no part
+/// of the tar format can inflate more than `--max-unpacked-size`. Reads stop at the cap: the
+/// reader never asks gzip for more than one byte past it.
+struct CappedStream<R> {
+    inner: R,
+    read: u64,
+    limit: u64,
+    /// Set when the cap was hit, read by [`unpack`] to tell the refusal from a corrupt stream
+    /// whatever tar wrapped the I/O error in.
+    exceeded: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<R: Read> Read for CappedStream<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let room = self.limit.saturating_sub(self.read).saturating_add(1);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.read = self.read.saturating_add(n as u64);
+        if self.read > self.limit {
+            self.exceeded.set(true);
+            return Err(std::io::Error::other(
+                "decompressed stream over --max-unpacked-size",
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// The extension records read so far for the next real entry.
+#[derive(Default)]
+struct Pending {
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+    pax: Option<Vec<u8>>,
+}
+
+/// What an extension record is called in errors.
+fn record_kind(kind: tar::EntryType) -> Option<&'static str> {
+    use tar::EntryType as T;
+    match kind {
+        T::GNULongName => Some("GNU long name"),
+        T::GNULongLink => Some("GNU long link name"),
+        T::XHeader => Some("PAX header"),
+        T::XGlobalHeader => Some("PAX global header"),
+        _ => None,
+    }
+}
+
 /// Unpacks a gzip'd tar stream into `dest` (an empty directory), enforcing `limits`.
 /// Blocking: call it from `spawn_blocking`.
+///
+/// Why raw entries: `tar::Archive::entries()` merges GNU long names (`L`/`K`) and PAX headers
+/// (`x`) into the entry they describe by reading each record whole (`read_all`) before the
+/// caller sees any header, so a record declaring 3 GiB is allocated before a cap can look at
+/// it. `entries_with_seek` changes only how data is skipped, and no setting of `Archive` bounds
+/// those reads. With `raw(true)` every record arrives as an entry of its own with its header
+/// first: its declared size is checked against [`MAX_HEADER_RECORD_BYTES`] before it is read,
+/// and the name, link name and PAX `path`/`size` are applied here as tar would (a GNU long name
+/// wins over a PAX `path`, as in tar and Go's archive/tar). Raw mode does not apply a PAX `size`
+/// to the data that follows, so an entry whose PAX `size` disagrees with its header is refused:
+/// two readers must never see two different trees in one archive. Underneath, [`CappedStream`]
+/// bounds the whole decompressed stream by `limits.max_bytes`.
 pub fn unpack(
     reader: impl Read,
     dest: &Path,
     archive_name: &str,
     limits: &UnpackLimits,
 ) -> Result<UnpackStats, ArtifactError> {
-    let corrupt = |e: std::io::Error| ArtifactError::Corrupt {
-        archive: archive_name.to_string(),
-        message: e.to_string(),
+    let exceeded = std::rc::Rc::new(std::cell::Cell::new(false));
+    let stream = CappedStream {
+        inner: flate2::read::GzDecoder::new(reader),
+        read: 0,
+        limit: limits.max_bytes.saturating_add(TAR_OVERHEAD_BYTES),
+        exceeded: exceeded.clone(),
     };
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(reader));
+    let last_entry = std::cell::RefCell::new(String::new());
+    let fail = |e: std::io::Error| {
+        if exceeded.get() {
+            ArtifactError::StreamTooLarge {
+                archive: archive_name.to_string(),
+                limit: limits.max_bytes,
+                entry: last_entry.borrow().clone(),
+            }
+        } else {
+            ArtifactError::Corrupt {
+                archive: archive_name.to_string(),
+                message: e.to_string(),
+            }
+        }
+    };
+    let corrupt = |message: &str| ArtifactError::Corrupt {
+        archive: archive_name.to_string(),
+        message: message.to_string(),
+    };
+    let mut archive = tar::Archive::new(stream);
     let mut stats = UnpackStats::default();
     let mut entries_seen: u64 = 0;
     let mut declared_total: u64 = 0;
-    for entry in archive.entries().map_err(corrupt)? {
-        let mut entry = entry.map_err(corrupt)?;
-        entries_seen += 1;
-        let raw = entry.path().map_err(corrupt)?.into_owned();
+    let mut pending = Pending::default();
+    for entry in archive.entries().map_err(fail)?.raw(true) {
+        let mut entry = entry.map_err(fail)?;
+        let kind = entry.header().entry_type();
+        if let Some(what) = record_kind(kind) {
+            let size = entry.header().entry_size().map_err(fail)?;
+            if size > MAX_HEADER_RECORD_BYTES {
+                return Err(ArtifactError::HeaderRecordTooLarge {
+                    archive: archive_name.to_string(),
+                    record: what,
+                    size,
+                    limit: MAX_HEADER_RECORD_BYTES,
+                });
+            }
+            let slot = match kind {
+                tar::EntryType::GNULongName => &mut pending.long_name,
+                tar::EntryType::GNULongLink => &mut pending.long_link,
+                tar::EntryType::XHeader => &mut pending.pax,
+                // A global header changes nothing we keep (uid, times): read past it.
+                _ => {
+                    std::io::copy(&mut entry, &mut std::io::sink()).map_err(fail)?;
+                    continue;
+                }
+            };
+            if slot.is_some() {
+                return Err(corrupt(&format!(
+                    "two {what} records describing the same member"
+                )));
+            }
+            let mut data = Vec::with_capacity(size as usize);
+            (&mut entry)
+                .take(MAX_HEADER_RECORD_BYTES)
+                .read_to_end(&mut data)
+                .map_err(fail)?;
+            *slot = Some(data);
+            continue;
+        }
+        let records = std::mem::take(&mut pending);
+        let pax_value = |key: &[u8]| -> Option<Vec<u8>> {
+            let pax = records.pax.as_deref()?;
+            tar::PaxExtensions::new(pax)
+                .filter_map(Result::ok)
+                .find(|e| e.key_bytes() == key)
+                .map(|e| e.value_bytes().to_vec())
+        };
+        let raw_bytes: Vec<u8> = match &records.long_name {
+            Some(name) => name.strip_suffix(&[0]).unwrap_or(name).to_vec(),
+            None => pax_value(b"path").unwrap_or_else(|| entry.header().path_bytes().into_owned()),
+        };
+        let raw = {
+            use std::os::unix::ffi::OsStrExt as _;
+            PathBuf::from(std::ffi::OsStr::from_bytes(&raw_bytes))
+        };
         let entry_name = raw.display().to_string();
+        last_entry.replace(entry_name.clone());
+        entries_seen += 1;
         if entries_seen > limits.max_entries {
             return Err(ArtifactError::TooManyEntries {
                 archive: archive_name.to_string(),
                 limit: limits.max_entries,
             });
         }
+        let unsafe_entry = |reason: &str| ArtifactError::UnsafeEntry {
+            archive: archive_name.to_string(),
+            entry: entry_name.clone(),
+            reason: reason.to_string(),
+        };
         // Count declared sizes of every entry, also skipped ones: their data is still inflated.
-        let declared = entry.header().size().unwrap_or(0);
+        let declared = entry.header().entry_size().map_err(fail)?;
+        if let Some(pax_size) = pax_value(b"size") {
+            let pax_size = std::str::from_utf8(&pax_size)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok());
+            if pax_size != Some(declared) {
+                return Err(unsafe_entry(&format!(
+                    "PAX size {} disagrees with the header's {declared}",
+                    pax_size.map_or_else(|| "(invalid)".to_string(), |s| s.to_string())
+                )));
+            }
+        }
         declared_total = declared_total.saturating_add(declared);
         if declared_total > limits.max_bytes {
             return Err(ArtifactError::UnpackedTooLarge {
@@ -756,15 +961,8 @@ pub fn unpack(
                 entry: entry_name,
             });
         }
-        let unsafe_entry = |reason: &str| ArtifactError::UnsafeEntry {
-            archive: archive_name.to_string(),
-            entry: entry_name.clone(),
-            reason: reason.to_string(),
-        };
-        let kind = entry.header().entry_type();
         use tar::EntryType as T;
         match kind {
-            T::XGlobalHeader | T::XHeader | T::GNULongName | T::GNULongLink => continue,
             T::Symlink | T::Link => {
                 tracing::debug!(archive = archive_name, entry = %entry_name, "skipping link in artifact");
                 stats.skipped_links.push(entry_name);
@@ -807,7 +1005,7 @@ pub fn unpack(
             &mut (&mut entry).take(remaining.saturating_add(1)),
             &mut out,
         )
-        .map_err(corrupt)?;
+        .map_err(fail)?;
         if written > remaining {
             return Err(ArtifactError::UnpackedTooLarge {
                 archive: archive_name.to_string(),
@@ -817,6 +1015,11 @@ pub fn unpack(
         }
         stats.bytes += written;
         stats.files += 1;
+    }
+    if pending.long_name.is_some() || pending.long_link.is_some() || pending.pax.is_some() {
+        return Err(corrupt(
+            "members found describing a future member but no future member found",
+        ));
     }
     Ok(stats)
 }
