@@ -578,6 +578,7 @@ fn service_config() -> flux_converger::service::Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        http: Default::default(),
         storage: Default::default(),
     }
 }

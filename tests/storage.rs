@@ -53,7 +53,7 @@ async fn serve_bounded(dir: &std::path::Path, max_cache_bytes: u64) -> Served {
     let server = storage.clone();
     let until = stop.clone().cancelled_owned();
     tokio::spawn(async move {
-        flux_converger::storage::server::run(listener, server, until)
+        flux_converger::storage::server::run(listener, server, Default::default(), until)
             .await
             .unwrap();
     });
@@ -631,6 +631,7 @@ async fn the_service_serves_its_storage_only_when_the_directory_exists() {
         kustomize: Default::default(),
         call_timeout: std::time::Duration::from_secs(5),
         fetch: Default::default(),
+        http: Default::default(),
         storage: StorageConfig {
             path,
             addr: "127.0.0.1:0".parse().unwrap(),

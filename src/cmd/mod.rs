@@ -3,6 +3,7 @@
 
 pub mod artifact_limits;
 pub mod build_limits;
+pub mod http_flags;
 pub mod converge;
 pub mod listen_addr;
 pub mod plan;
