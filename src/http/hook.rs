@@ -2,9 +2,9 @@
 //!
 //! The order is chosen so that nothing unauthenticated costs much: the bearer token and the
 //! form of `X-Signature` are checked before the body is read; the body is read under the 3 MiB
-//! cap, in one of two bounded lanes ([`BodyLanes`]), through the HMAC as it arrives; the HMAC
-//! is checked before the bytes are parsed, and only an authenticated, well-formed event
-//! reaches the backend. The answer is immediate (202): the work runs in the background, because Flux waits
+//! cap, in one of two bounded lanes ([`BodyLanes`]), so that however many are posted at once
+//! only a few MiB are held; the HMAC is checked (on the blocking pool) before the bytes are
+//! parsed, and only an authenticated, well-formed event reaches the backend. The answer is immediate (202): the work runs in the background, because Flux waits
 //! at most 15 s and retries a slow receiver.
 
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::flux::event::{Event, Signature, SignatureAlgorithm, SignatureError};
+use crate::flux::event::{Event, Signature, SignatureError};
 
 /// notification-controller's own event server caps a body at 3 MiB; a body this large is not
 /// one of its events.
@@ -84,7 +84,7 @@ async fn accept(
     }
     let (parts, body) = request.into_parts();
     // The signature header is read before the body: without a well-formed one nothing is read.
-    let mut mac = match &state.auth.hmac_key {
+    let signature = match &state.auth.hmac_key {
         Some(key) => {
             let header = parts
                 .headers
@@ -94,7 +94,7 @@ async fn accept(
                 .ok_or(SignatureError::Missing)
                 .and_then(Signature::parse)
                 .map_err(|err| ApiError::new(StatusCode::UNAUTHORIZED, err.to_string()))?;
-            Some(RunningMac::new(key, signature))
+            Some((key.clone(), signature))
         }
         None => None,
     };
@@ -116,15 +116,15 @@ async fn accept(
         .acquire()
         .await
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
-    let body = read_capped(body, announced, |chunk| {
-        if let Some(mac) = &mut mac {
-            mac.update(chunk);
-        }
-    })
-    .await?;
-    if let Some(mac) = mac {
-        mac.verify()
-            .map_err(|err| ApiError::new(StatusCode::UNAUTHORIZED, err.to_string()))?;
+    let body = read_capped(body, announced).await?;
+    if let Some((key, signature)) = signature {
+        // Hashing 3 MiB takes milliseconds of CPU: on the blocking pool, so a flood of large
+        // posts never keeps the async workers (and `/healthz`) waiting.
+        let checked = body.clone();
+        let verdict = tokio::task::spawn_blocking(move || signature.verify(&key, &checked))
+            .await
+            .unwrap_or(Err(SignatureError::Mismatch));
+        verdict.map_err(|err| ApiError::new(StatusCode::UNAUTHORIZED, err.to_string()))?;
     }
     let event = Event::parse(&body)
         .map_err(|err| ApiError::new(StatusCode::BAD_REQUEST, err.to_string()))?;
@@ -148,14 +148,11 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// The body, frame by frame, each handed to `each` as it arrives (the running HMAC), into one
-/// buffer of at most [`BODY_LIMIT`] bytes: one byte more is 413, whatever `Content-Length`
-/// said. A body that stops sending fails here once the request timeout's body layer gives up.
-async fn read_capped(
-    body: Body,
-    announced: Option<u64>,
-    mut each: impl FnMut(&[u8]),
-) -> Result<bytes::Bytes, ApiError> {
+/// The body, frame by frame, into one buffer of at most [`BODY_LIMIT`] bytes (sized by
+/// `Content-Length`, so it is allocated once): one byte more is 413, whatever
+/// `Content-Length` said. A body that stops sending fails here once the request timeout's
+/// body layer gives up.
+async fn read_capped(body: Body, announced: Option<u64>) -> Result<bytes::Bytes, ApiError> {
     let capacity = announced.map_or(SMALL_BODY, |n| n as usize).min(BODY_LIMIT);
     let mut buffer = BytesMut::with_capacity(capacity);
     let mut frames = body.into_data_stream();
@@ -172,59 +169,9 @@ async fn read_capped(
                 format!("the body is over {BODY_LIMIT} bytes"),
             ));
         }
-        each(&data);
         buffer.extend_from_slice(&data);
     }
     Ok(buffer.freeze())
-}
-
-/// The HMAC of the body so far, under the algorithm the `X-Signature` names.
-enum RunningMac {
-    Sha1(hmac::Hmac<sha1::Sha1>, Vec<u8>),
-    Sha256(hmac::Hmac<sha2::Sha256>, Vec<u8>),
-    Sha384(hmac::Hmac<sha2::Sha384>, Vec<u8>),
-    Sha512(hmac::Hmac<sha2::Sha512>, Vec<u8>),
-    /// A key the algorithm refused (HMAC takes any length, so never): matches nothing.
-    Refused,
-}
-
-impl RunningMac {
-    fn new(key: &[u8], signature: Signature) -> Self {
-        use hmac::digest::KeyInit;
-        fn start<M: KeyInit>(key: &[u8]) -> Option<M> {
-            <M as KeyInit>::new_from_slice(key).ok()
-        }
-        let Signature { algorithm, mac } = signature;
-        let running = match algorithm {
-            SignatureAlgorithm::Sha1 => start(key).map(|m| RunningMac::Sha1(m, mac)),
-            SignatureAlgorithm::Sha256 => start(key).map(|m| RunningMac::Sha256(m, mac)),
-            SignatureAlgorithm::Sha384 => start(key).map(|m| RunningMac::Sha384(m, mac)),
-            SignatureAlgorithm::Sha512 => start(key).map(|m| RunningMac::Sha512(m, mac)),
-        };
-        running.unwrap_or(RunningMac::Refused)
-    }
-
-    fn update(&mut self, bytes: &[u8]) {
-        match self {
-            RunningMac::Sha1(m, _) => m.update(bytes),
-            RunningMac::Sha256(m, _) => m.update(bytes),
-            RunningMac::Sha384(m, _) => m.update(bytes),
-            RunningMac::Sha512(m, _) => m.update(bytes),
-            RunningMac::Refused => {}
-        }
-    }
-
-    /// `hmac`'s constant-time `verify_slice`: the time taken says nothing about how much matched.
-    fn verify(self) -> Result<(), SignatureError> {
-        let verdict = match self {
-            RunningMac::Sha1(m, want) => m.verify_slice(&want),
-            RunningMac::Sha256(m, want) => m.verify_slice(&want),
-            RunningMac::Sha384(m, want) => m.verify_slice(&want),
-            RunningMac::Sha512(m, want) => m.verify_slice(&want),
-            RunningMac::Refused => return Err(SignatureError::Mismatch),
-        };
-        verdict.map_err(|_| SignatureError::Mismatch)
-    }
 }
 
 /// `Authorization: Bearer <token>` (scheme case-insensitive, RFC 9110), compared in constant time.
