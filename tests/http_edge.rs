@@ -331,13 +331,6 @@ async fn a_hook_flood_and_slowloris_sockets_keep_the_process_small_and_healthy()
     let latency = latencies.iter().map(|(_, l)| *l).max().unwrap_or_default();
     let (code, _) = get(addr, "/healthz", None).await;
     assert_eq!(code, 200);
-    for socket in slow {
-        match socket.await.unwrap() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => panic!("slowloris: {e}"),
-            Err(_) => panic!("a slowloris socket is still open after {GUARD:?}"),
-        }
-    }
     let (peak, now) = serve.memory();
     eprintln!(
         "serve RSS: {} MB at start, peak {} MB, {} MB after; /healthz under load: {} answers, slowest {latency:?}",
@@ -346,6 +339,13 @@ async fn a_hook_flood_and_slowloris_sockets_keep_the_process_small_and_healthy()
         now / 1_000_000,
         latencies.len()
     );
+    for socket in slow {
+        match socket.await.unwrap() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => panic!("slowloris: {e}"),
+            Err(_) => panic!("a slowloris socket is still open after {GUARD:?}"),
+        }
+    }
     assert!(
         peak <= BUDGET,
         "peak RSS {} MB over {} MB",

@@ -411,6 +411,7 @@ pub async fn start_with(
                 namespace: config.namespace.clone(),
                 leader_elect: config.leader_elect,
                 impersonating: config.default_service_account.is_some(),
+                status_auth: config.http.status_auth == crate::http::StatusAuthMode::Kubernetes,
             },
             index.clone(),
             readiness.clone(),
