@@ -1062,15 +1062,12 @@ async fn dashboard_pages_past_200_rows_in_a_stable_order() {
 async fn hook_refuses_a_missing_or_malformed_signature_before_reading_the_body() {
     let app = App::new(seeded(), hmac_only());
     for (case, signature) in [("missing", None), ("malformed", Some("sha256=zz"))] {
-        let endless =
-            futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
+        let endless = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
         let mut request = Request::post("/hook");
         if let Some(signature) = signature {
             request = request.header("x-signature", signature);
         }
-        let request = request
-            .body(Body::from_stream(endless))
-            .expect("request");
+        let request = request.body(Body::from_stream(endless)).expect("request");
         let response = tokio::time::timeout(std::time::Duration::from_secs(60), app.send(request))
             .await
             .unwrap_or_else(|_| panic!("{case}: the body was waited for"));

@@ -107,7 +107,10 @@ impl Serve {
         // Keep reading, so the pipe never fills.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let addr = |key: &str| -> SocketAddr {
-            serving[key].as_str().and_then(|a| a.parse().ok()).expect(key)
+            serving[key]
+                .as_str()
+                .and_then(|a| a.parse().ok())
+                .expect(key)
         };
         Serve {
             addr: addr("addr"),
@@ -327,7 +330,10 @@ async fn a_hook_flood_and_slowloris_sockets_keep_the_process_small_and_healthy()
     let _ = done.send(());
     let latencies = probe.await.unwrap();
     assert!(refused.iter().all(|r| *r == Ok(401)), "{refused:?}");
-    assert!(latencies.iter().all(|(code, _)| *code == 200), "{latencies:?}");
+    assert!(
+        latencies.iter().all(|(code, _)| *code == 200),
+        "{latencies:?}"
+    );
     let latency = latencies.iter().map(|(_, l)| *l).max().unwrap_or_default();
     let (code, _) = get(addr, "/healthz", None).await;
     assert_eq!(code, 200);
@@ -371,7 +377,13 @@ fn rows(body: &str) -> Vec<String> {
         .as_array()
         .unwrap_or_else(|| panic!("{body}"))
         .iter()
-        .map(|k| format!("{}/{}", k["namespace"].as_str().unwrap(), k["name"].as_str().unwrap()))
+        .map(|k| {
+            format!(
+                "{}/{}",
+                k["namespace"].as_str().unwrap(),
+                k["name"].as_str().unwrap()
+            )
+        })
         .collect()
 }
 
@@ -395,7 +407,12 @@ fn grant_get(fake: &FakeApiServer, namespace: &str, user: &str, names: &[&str]) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_auth_kubernetes_shows_each_caller_what_it_may_get() {
     let fake = FakeApiServer::new();
-    for (ns, name) in [("team-a", "web"), ("team-a", "db"), ("team-b", "web"), ("team-b", "cache")] {
+    for (ns, name) in [
+        ("team-a", "web"),
+        ("team-a", "db"),
+        ("team-b", "web"),
+        ("team-b", "cache"),
+    ] {
         fake.seed(kustomization(ns, name));
     }
     fake.add_token("alice-token", "alice", &[]);
@@ -403,7 +420,12 @@ async fn status_auth_kubernetes_shows_each_caller_what_it_may_get() {
     fake.add_token("ops-token", "olga", &["ops"]);
     fake.add_token("nobody-token", "nobody", &[]);
     grant_get(&fake, "team-a", "alice", &[]);
-    grant_get(&fake, "team-b", "system:serviceaccount:team-b:reader", &["cache"]);
+    grant_get(
+        &fake,
+        "team-b",
+        "system:serviceaccount:team-b:reader",
+        &["cache"],
+    );
     fake.seed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": READ_KUSTOMIZATIONS},
@@ -433,7 +455,12 @@ async fn status_auth_kubernetes_shows_each_caller_what_it_may_get() {
     .await
     .expect("ops sees every row");
 
-    for path in ["/status", "/status/team-a/web", "/", "/kustomizations/team-a/web"] {
+    for path in [
+        "/status",
+        "/status/team-a/web",
+        "/",
+        "/kustomizations/team-a/web",
+    ] {
         let (code, body) = get(addr, path, None).await;
         assert_eq!(code, 401, "{path} without a token: {body}");
         assert!(body.contains("bearer token"), "{path}: {body}");
@@ -450,16 +477,45 @@ async fn status_auth_kubernetes_shows_each_caller_what_it_may_get() {
     let (_, body) = get(addr, "/status", Some("nobody-token")).await;
     assert_eq!(rows(&body), Vec::<String>::new());
 
-    assert_eq!(get(addr, "/status/team-a/web", Some("alice-token")).await.0, 200);
+    assert_eq!(
+        get(addr, "/status/team-a/web", Some("alice-token")).await.0,
+        200
+    );
     let (code, body) = get(addr, "/status/team-b/web", Some("alice-token")).await;
     assert_eq!(code, 403, "{body}");
-    assert!(body.contains("User \\\"alice\\\" cannot get resource"), "{body}");
-    assert_eq!(get(addr, "/status/team-b/web", Some("bob-token")).await.0, 403);
-    assert_eq!(get(addr, "/kustomizations/team-b/web", Some("bob-token")).await.0, 403);
-    assert_eq!(get(addr, "/kustomizations/team-b/cache", Some("bob-token")).await.0, 200);
+    assert!(
+        body.contains("User \\\"alice\\\" cannot get resource"),
+        "{body}"
+    );
+    assert_eq!(
+        get(addr, "/status/team-b/web", Some("bob-token")).await.0,
+        403
+    );
+    assert_eq!(
+        get(addr, "/kustomizations/team-b/web", Some("bob-token"))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        get(addr, "/kustomizations/team-b/cache", Some("bob-token"))
+            .await
+            .0,
+        200
+    );
     // Not handled, and not allowed: 403, not 404 (no name is confirmed to exist).
-    assert_eq!(get(addr, "/status/team-b/ghost", Some("alice-token")).await.0, 403);
-    assert_eq!(get(addr, "/status/team-a/ghost", Some("alice-token")).await.0, 404);
+    assert_eq!(
+        get(addr, "/status/team-b/ghost", Some("alice-token"))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        get(addr, "/status/team-a/ghost", Some("alice-token"))
+            .await
+            .0,
+        404
+    );
 
     let (code, page) = get(addr, "/", Some("bob-token")).await;
     assert_eq!(code, 200);
@@ -477,7 +533,10 @@ async fn status_auth_kubernetes_shows_each_caller_what_it_may_get() {
         .iter()
         .filter(|r| r.path.ends_with("/tokenreviews"))
         .count();
-    assert!(token_reviews <= 8, "{token_reviews} TokenReviews for 5 tokens");
+    assert!(
+        token_reviews <= 8,
+        "{token_reviews} TokenReviews for 5 tokens"
+    );
 }
 
 /// Without `--status-auth` the results stay open to whoever reaches the port, as before.

@@ -245,7 +245,10 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         reqwest::Url::parse(addr)
             .map_err(|e| bad_input(anyhow::anyhow!("--events-addr {addr:?}: {e}")))?;
     }
-    let http = args.http.config().map_err(|e| bad_input(anyhow::anyhow!(e)))?;
+    let http = args
+        .http
+        .config()
+        .map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     let watch_label_selector = args.watch_label_selector.clone().filter(|s| !s.is_empty());
     let leader_election_id = match args.leader_election_id.as_deref().filter(|s| !s.is_empty()) {
         Some(id) => {

@@ -74,8 +74,10 @@ pub enum ReviewError {
 /// The two questions asked of the API server.
 pub trait Reviewer: Send + Sync + 'static {
     /// A TokenReview of `token`: the caller, or `None` when it is not authenticated.
-    fn authenticate<'a>(&'a self, token: &'a str)
-    -> BoxFuture<'a, Result<Option<Caller>, ReviewError>>;
+    fn authenticate<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Caller>, ReviewError>>;
     /// A SubjectAccessReview: may `caller` `get` kustomizations in `namespace` (`None`: all
     /// namespaces) named `name` (`None`: any)?
     fn may_get<'a>(
@@ -540,7 +542,10 @@ mod tests {
         });
         let auth = StatusAuth::new(table.clone());
         let mut headers = HeaderMap::new();
-        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer good"));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer good"),
+        );
         for _ in 0..3 {
             assert!(auth.caller(&headers).await.is_ok());
         }

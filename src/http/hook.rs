@@ -9,14 +9,14 @@
 
 use std::sync::Arc;
 
-use axum::{Extension, Json};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use bytes::BytesMut;
-use hmac::Mac;
 use futures::StreamExt;
+use hmac::Mac;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -158,10 +158,7 @@ async fn read_capped(body: Body, announced: Option<u64>) -> Result<bytes::Bytes,
     let mut frames = body.into_data_stream();
     while let Some(data) = frames.next().await {
         let data = data.map_err(|err| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("reading the body: {err}"),
-            )
+            ApiError::new(StatusCode::BAD_REQUEST, format!("reading the body: {err}"))
         })?;
         if buffer.len() + data.len() > BODY_LIMIT {
             return Err(ApiError::new(

@@ -127,10 +127,7 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
             guard.clone(),
             auth::list_guard,
         ));
-        one = one.route_layer(axum::middleware::from_fn_with_state(
-            guard,
-            auth::one_guard,
-        ));
+        one = one.route_layer(axum::middleware::from_fn_with_state(guard, auth::one_guard));
     }
     let router = open
         .merge(lists)

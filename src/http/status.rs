@@ -59,10 +59,7 @@ fn json(body: Result<Bytes, serde_json::Error>) -> Response {
     }
 }
 
-pub(super) async fn list(
-    Seen(state): Seen,
-    Query(query): Query<NamespaceQuery>,
-) -> Response {
+pub(super) async fn list(Seen(state): Seen, Query(query): Query<NamespaceQuery>) -> Response {
     json(state.backend.status_json(query.namespace()))
 }
 

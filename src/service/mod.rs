@@ -863,14 +863,12 @@ pub fn build_parts(
     let router_options = crate::http::RouterOptions {
         status_auth: match config.http.status_auth {
             crate::http::StatusAuthMode::None => None,
-            crate::http::StatusAuthMode::Kubernetes => {
-                Some(Arc::new(crate::http::auth::StatusAuth::new(Arc::new(
-                    status_auth::KubeReviewer {
-                        client: client.clone(),
-                        timeout: config.call_timeout,
-                    },
-                ))))
-            }
+            crate::http::StatusAuthMode::Kubernetes => Some(Arc::new(
+                crate::http::auth::StatusAuth::new(Arc::new(status_auth::KubeReviewer {
+                    client: client.clone(),
+                    timeout: config.call_timeout,
+                })),
+            )),
         },
     };
     let parts = Parts {

@@ -298,24 +298,54 @@ async fn token_and_subject_access_reviews_answer_as_the_real_server() {
                "spec": {"token": token}})
     };
     let path = "/apis/authentication.k8s.io/v1/tokenreviews";
-    let (code, known) = call(&client, "POST", path, None, "application/json", review("t0ken")).await;
+    let (code, known) = call(
+        &client,
+        "POST",
+        path,
+        None,
+        "application/json",
+        review("t0ken"),
+    )
+    .await;
     assert_eq!(code, 201, "{known}");
     assert_eq!(known["spec"]["token"], "t0ken");
     let status = &known["status"];
     assert_eq!(status["authenticated"], true);
-    assert_eq!(status["user"]["username"], "system:serviceaccount:apps:reader");
+    assert_eq!(
+        status["user"]["username"],
+        "system:serviceaccount:apps:reader"
+    );
     assert_eq!(
         status["user"]["groups"],
-        json!(["system:serviceaccounts", "system:serviceaccounts:apps", "system:authenticated"])
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:apps",
+            "system:authenticated"
+        ])
     );
-    assert!(status["user"]["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert!(
+        status["user"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
     assert!(status["user"]["extra"]["authentication.kubernetes.io/credential-id"].is_array());
-    assert_eq!(status["audiences"], json!(["https://kubernetes.default.svc.cluster.local"]));
+    assert_eq!(
+        status["audiences"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
     let (code, unknown) = call(&client, "POST", path, None, "application/json", review("x")).await;
     assert_eq!(code, 201);
     assert_eq!(unknown["status"]["user"], json!({}));
-    assert!(unknown["status"].get("authenticated").is_none(), "{unknown}");
-    assert!(unknown["status"]["error"].as_str().unwrap().starts_with("[invalid bearer token"));
+    assert!(
+        unknown["status"].get("authenticated").is_none(),
+        "{unknown}"
+    );
+    assert!(
+        unknown["status"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("[invalid bearer token")
+    );
     let (code, _) = call(&client, "POST", path, None, "application/json", review("")).await;
     assert_eq!(code, 400);
 
@@ -329,8 +359,16 @@ async fn token_and_subject_access_reviews_answer_as_the_real_server() {
     let reader = "system:serviceaccount:apps:reader";
     for (case, body, allowed) in [
         ("granted in apps", sar(reader, json!([]), "apps"), true),
-        ("not in another namespace", sar(reader, json!([]), "other"), false),
-        ("masters, as given", sar("x", json!(["system:masters"]), "other"), true),
+        (
+            "not in another namespace",
+            sar(reader, json!([]), "other"),
+            false,
+        ),
+        (
+            "masters, as given",
+            sar("x", json!(["system:masters"]), "other"),
+            true,
+        ),
     ] {
         let (code, answer) = call(&client, "POST", path, None, "application/json", body).await;
         assert_eq!(code, 201, "{case}: {answer}");
@@ -347,7 +385,12 @@ async fn token_and_subject_access_reviews_answer_as_the_real_server() {
     )
     .await;
     assert_eq!(code, 422, "{answer}");
-    assert!(answer["message"].as_str().unwrap().contains("at least one of user or group"));
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("at least one of user or group")
+    );
 }
 
 #[tokio::test]

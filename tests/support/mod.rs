@@ -428,8 +428,7 @@ impl FakeApiServer {
     /// bound token's `extra`, as the real token authenticator answers) with `groups` and
     /// `system:authenticated`. Every other token is answered unauthenticated.
     pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
-        let identity =
-            authz::Identity::named(user, groups.iter().map(|g| g.to_string()).collect());
+        let identity = authz::Identity::named(user, groups.iter().map(|g| g.to_string()).collect());
         let mut state = self.lock();
         let uid = state.new_uid();
         let credential = state.new_uid();
