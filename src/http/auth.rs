@@ -126,6 +126,9 @@ impl<K: Eq + Hash, V: Clone> Kept<K, V> {
     }
 }
 
+/// A Kustomization's namespace and name.
+type Row = (String, String);
+
 /// The digest a token is known by in the maps.
 type TokenKey = [u8; 32];
 
@@ -251,7 +254,7 @@ impl StatusAuth {
                 open_namespaces.insert(ns);
             }
         }
-        let (visible, rest): (Vec<(String, String)>, Vec<(String, String)>) = rows
+        let (visible, rest): (Vec<Row>, Vec<Row>) = rows
             .into_iter()
             .partition(|(ns, _)| open_namespaces.contains(ns));
         let mut visible: HashSet<(String, String)> = visible.into_iter().collect();
