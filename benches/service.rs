@@ -345,6 +345,7 @@ async fn run() {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(10),
         fetch: Default::default(),
+        http: Default::default(),
         storage: Default::default(),
     };
     let tuning = Tuning {

@@ -381,6 +381,7 @@ fn service_config() -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        http: Default::default(),
         storage: Default::default(),
     }
 }

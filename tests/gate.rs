@@ -1786,6 +1786,7 @@ mod e2e {
             kustomize: KustomizeCommand::default(),
             call_timeout: Duration::from_secs(5),
             fetch: Default::default(),
+            http: Default::default(),
             storage: Default::default(),
         };
         start_tuned(config, fake.client(), Tuning::default())

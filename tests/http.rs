@@ -335,10 +335,12 @@ async fn hook_caps_the_body_at_three_mebibytes() {
         "{answer}"
     );
 
-    // Streamed without a Content-Length, the cap still holds.
+    // Streamed without a Content-Length, the cap still holds (a well-formed signature, so
+    // the body is read at all).
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         (0..4).map(|_| Ok(vec![b' '; 1024 * 1024])).collect();
     let request = Request::post("/hook")
+        .header("x-signature", "sha256=00")
         .body(Body::from_stream(futures::stream::iter(chunks)))
         .expect("request");
     let response = app.send(request).await;
@@ -1052,4 +1054,24 @@ async fn dashboard_pages_past_200_rows_in_a_stable_order() {
         !one_namespace.contains("aria-current"),
         "one page needs no page bar"
     );
+}
+
+/// Without a well-formed `X-Signature` nothing of the body is read: a body that never ends
+/// is refused 401 at once instead of being waited for.
+#[tokio::test]
+async fn hook_refuses_a_missing_or_malformed_signature_before_reading_the_body() {
+    let app = App::new(seeded(), hmac_only());
+    for (case, signature) in [("missing", None), ("malformed", Some("sha256=zz"))] {
+        let endless = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
+        let mut request = Request::post("/hook");
+        if let Some(signature) = signature {
+            request = request.header("x-signature", signature);
+        }
+        let request = request.body(Body::from_stream(endless)).expect("request");
+        let response = tokio::time::timeout(std::time::Duration::from_secs(60), app.send(request))
+            .await
+            .unwrap_or_else(|_| panic!("{case}: the body was waited for"));
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{case}");
+    }
+    assert!(app.backend.events().is_empty());
 }

@@ -95,6 +95,7 @@ fn config() -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        http: Default::default(),
         storage: Default::default(),
     }
 }

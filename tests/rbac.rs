@@ -605,6 +605,7 @@ fn service_config() -> flux_converger::service::Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        http: Default::default(),
         storage: Default::default(),
     }
 }
@@ -760,6 +761,43 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
     fake.rbac_requests()
 }
 
+/// `--status-auth=kubernetes` under the shipped roles: the service becomes ready (its access
+/// check asks for the two reviews too), then a reader's token is reviewed and whether it may
+/// get a Kustomization asked, as the service's own identity; the reader may not (403).
+async fn status_auth_reads() -> Vec<RbacRequest> {
+    use flux_converger::http::{HttpConfig, StatusAuthMode};
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    fake.add_token("reader-token", "reader", &[]);
+    let config = flux_converger::service::Config {
+        http: HttpConfig {
+            status_auth: StatusAuthMode::Kubernetes,
+            ..HttpConfig::default()
+        },
+        ..service_config()
+    };
+    let running = flux_converger::service::start(config, fake.client())
+        .await
+        .expect("the service starts");
+    loop {
+        let (code, body) = readyz(running.addr).await;
+        if code == 200 {
+            break;
+        }
+        assert!(!body.contains("missing permissions"), "{body}");
+        poll(&fake).await;
+    }
+    let answer = reqwest::Client::new()
+        .get(format!("http://{}/status/{NS}/web", running.addr))
+        .bearer_auth("reader-token")
+        .send()
+        .await
+        .expect("the service answers");
+    assert_eq!(answer.status().as_u16(), 403);
+    running.shutdown().await;
+    fake.rbac_requests()
+}
+
 /// Whether a permission of the access check's table covers a request the code sent.
 fn covers(p: &Permission, a: &Access) -> bool {
     p.verb == a.verb
@@ -777,6 +815,7 @@ fn every_check() -> Vec<Asked> {
         namespace: check::NAMESPACE.into(),
         leader_elect: true,
         impersonating: true,
+        status_auth: true,
     })
 }
 
@@ -833,8 +872,8 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         .collect();
     assert_eq!(
         asked.len(),
-        every_check().len() - 1,
-        "one review per permission (no impersonation here)"
+        every_check().len() - 3,
+        "one review per permission (no impersonation or status auth here)"
     );
     running.shutdown().await;
 }
@@ -968,6 +1007,7 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(records_and_events().await);
     requests.extend(gate_both_modes().await);
     requests.extend(service_end_to_end().await);
+    requests.extend(status_auth_reads().await);
     let accesses = check::converger_accesses(&requests);
     let grants = check::installed_grants();
 

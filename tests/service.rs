@@ -163,6 +163,7 @@ fn config(default_gate: GateMode) -> Config {
         kustomize: KustomizeCommand::parse("kubectl kustomize").unwrap(),
         call_timeout: Duration::from_secs(5),
         fetch: Default::default(),
+        http: Default::default(),
         storage: Default::default(),
     }
 }

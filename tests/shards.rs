@@ -92,6 +92,7 @@ fn shard_config(selector: &str) -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: T,
         fetch: Default::default(),
+        http: Default::default(),
         storage: Default::default(),
     }
 }

@@ -54,7 +54,7 @@ async fn serve_bounded(dir: &std::path::Path, max_cache_bytes: u64) -> Served {
     let server = storage.clone();
     let until = stop.clone().cancelled_owned();
     tokio::spawn(async move {
-        flux_converger::storage::server::run(listener, server, until)
+        flux_converger::storage::server::run(listener, server, Default::default(), until)
             .await
             .unwrap();
     });
@@ -722,6 +722,7 @@ fn service_config(storage: StorageConfig) -> flux_converger::service::Config {
         kustomize: Default::default(),
         call_timeout: std::time::Duration::from_secs(5),
         fetch: Default::default(),
+        http: Default::default(),
         storage,
     }
 }

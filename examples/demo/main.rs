@@ -332,6 +332,7 @@ fn service_config(args: &Args, storage: StorageConfig) -> Config {
         kustomize: KustomizeCommand::default(),
         call_timeout: Duration::from_secs(10),
         fetch: Default::default(),
+        http: Default::default(),
         storage,
     }
 }

@@ -4,6 +4,7 @@
 pub mod artifact_limits;
 pub mod build_limits;
 pub mod converge;
+pub mod http_flags;
 pub mod listen_addr;
 pub mod plan;
 pub mod render;

@@ -162,6 +162,8 @@ pub struct Args {
           value_parser = super::artifact_limits::parse_size)]
     storage_cache_max_size: u64,
     #[command(flatten)]
+    http: super::http_flags::HttpArgs,
+    #[command(flatten)]
     build: super::build_limits::BuildLimitArgs,
     // Last: its help heading covers only its own flags. The same caps as `render`, so one
     // tenant's artifact cannot exhaust the service's memory (an OOM-kill loop for every tenant).
@@ -259,6 +261,10 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         reqwest::Url::parse(addr)
             .map_err(|e| bad_input(anyhow::anyhow!("--events-addr {addr:?}: {e}")))?;
     }
+    let http = args
+        .http
+        .config()
+        .map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     let watch_label_selector = args.watch_label_selector.clone().filter(|s| !s.is_empty());
     let leader_election_id = match args.leader_election_id.as_deref().filter(|s| !s.is_empty()) {
         Some(id) => {
@@ -307,6 +313,7 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
                 ttl: args.artifact_retention_ttl,
             },
         },
+        http,
     })
 }
 

@@ -5,7 +5,9 @@
 //! see only the [`Backend`] trait, never a `kube::Client`, so every route is tested with a
 //! stand-in backend.
 
+pub mod auth;
 pub mod backend;
+pub mod edge;
 mod error;
 pub mod hook;
 mod probes;
@@ -15,7 +17,6 @@ pub mod view;
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
@@ -64,23 +65,73 @@ pub struct AppState {
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
      img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
-/// Every endpoint of `--listen`.
+/// Who may read `/status` and the dashboard (`--status-auth`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StatusAuthMode {
+    /// Whoever reaches `--listen` (the default, as before).
+    #[default]
+    None,
+    /// A bearer token the API server authenticates (TokenReview), and only the Kustomizations
+    /// it may `get` (SubjectAccessReview): [`auth`].
+    Kubernetes,
+}
+
+/// The HTTP settings of `serve` (its `--http-*` and `--status-auth` flags).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// The limits of every listener.
+    pub edge: edge::EdgeLimits,
+    pub status_auth: StatusAuthMode,
+}
+
+/// What [`router_with`] adds to [`router`].
+#[derive(Clone, Default)]
+pub struct RouterOptions {
+    /// `--status-auth=kubernetes`: the reviews `/status` and the dashboard are guarded by.
+    pub status_auth: Option<Arc<auth::StatusAuth>>,
+}
+
+/// Every endpoint of `--listen`, open to whoever reaches it (no `--status-auth`).
 pub fn router(state: AppState) -> Router {
+    router_with(state, RouterOptions::default())
+}
+
+/// Every endpoint of `--listen`. With a status auth, the results (`/status...`, `/`,
+/// `/kustomizations/...`) need a caller the API server knows and shows it only what it may
+/// get; the probes, the assets and `/hook` (its own HMAC or token) stay as they are.
+pub fn router_with(state: AppState, options: RouterOptions) -> Router {
     // The dashboard's encoded pages, shared by every clone of this router.
     let pages = Arc::new(ui::Pages::default());
-    let router = Router::new()
-        .route("/", get(ui::dashboard).layer(Extension(pages)))
-        .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
+    // The lanes webhook bodies are read in, shared likewise.
+    let lanes = Arc::new(hook::BodyLanes::default());
+    let open = Router::new()
         .route("/assets/dashboard.js", get(ui::script))
         .route("/assets/dashboard.css", get(ui::style))
-        .route(
-            "/hook",
-            post(hook::hook).layer(DefaultBodyLimit::max(hook::BODY_LIMIT)),
-        )
-        .route("/status", get(status::list))
-        .route("/status/{namespace}/{name}", get(status::one))
+        // The handler reads the body itself, under `hook::BODY_LIMIT`.
+        .route("/hook", post(hook::hook))
         .route("/healthz", get(probes::healthz))
         .route("/readyz", get(probes::readyz))
+        .layer(Extension(lanes));
+    let mut lists = Router::new()
+        .route("/", get(ui::dashboard).layer(Extension(pages)))
+        .route("/status", get(status::list));
+    let mut one = Router::new()
+        .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
+        .route("/status/{namespace}/{name}", get(status::one));
+    if let Some(status_auth) = options.status_auth {
+        let guard = auth::Guard {
+            auth: status_auth,
+            backend: state.backend.clone(),
+        };
+        lists = lists.route_layer(axum::middleware::from_fn_with_state(
+            guard.clone(),
+            auth::list_guard,
+        ));
+        one = one.route_layer(axum::middleware::from_fn_with_state(guard, auth::one_guard));
+    }
+    let router = open
+        .merge(lists)
+        .merge(one)
         .fallback(not_found)
         .with_state(state);
     hardened(router)

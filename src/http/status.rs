@@ -2,13 +2,13 @@
 //! bodies come encoded from the backend (the service keeps them, see
 //! `service::status_cache`), so a poll costs a copy, not an encoding.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::AppState;
+use super::auth::Seen;
 use super::error::ApiError;
 
 #[derive(Debug, Default, Deserialize)]
@@ -59,15 +59,12 @@ fn json(body: Result<Bytes, serde_json::Error>) -> Response {
     }
 }
 
-pub(super) async fn list(
-    State(state): State<AppState>,
-    Query(query): Query<NamespaceQuery>,
-) -> Response {
+pub(super) async fn list(Seen(state): Seen, Query(query): Query<NamespaceQuery>) -> Response {
     json(state.backend.status_json(query.namespace()))
 }
 
 pub(super) async fn one(
-    State(state): State<AppState>,
+    Seen(state): Seen,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
     match state.backend.kustomization_json(&namespace, &name) {

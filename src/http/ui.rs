@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use askama::Template;
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use bytes::Bytes;
@@ -27,6 +27,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::AppState;
+use super::auth::Seen;
 use super::view::{
     Badge, RevisionView, Row, STATE_KEYS, page_numbers, state_badge, summary_state_key,
 };
@@ -346,7 +347,7 @@ fn build(state: &AppState, wanted: &Wanted) -> Result<(Encoded, usize), String> 
 }
 
 pub(super) async fn dashboard(
-    State(state): State<AppState>,
+    Seen(state): Seen,
     Extension(pages): Extension<Arc<Pages>>,
     Query(query): Query<DashboardQuery>,
     headers: HeaderMap,
@@ -495,7 +496,7 @@ fn badge_of(key: &str) -> Badge {
 }
 
 pub(super) async fn kustomization(
-    State(state): State<AppState>,
+    Seen(state): Seen,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
     let now = now();

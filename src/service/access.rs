@@ -42,6 +42,8 @@ pub enum When {
     /// With `--default-service-account`, or once a handled Kustomization names a
     /// `spec.serviceAccountName`.
     Impersonating,
+    /// With `--status-auth=kubernetes` (`http::auth`).
+    StatusAuth,
 }
 
 /// One verb on one resource the service sends under its own identity.
@@ -72,7 +74,7 @@ const fn p(
 }
 
 use Scope::{Cluster, Own};
-use When::{Always, Impersonating, LeaderElect};
+use When::{Always, Impersonating, LeaderElect, StatusAuth};
 
 const APPS: &str = "apps";
 const FLUX_KS: &str = "kustomize.toolkit.fluxcd.io";
@@ -152,6 +154,22 @@ pub const PERMISSIONS: &[Permission] = &[
     p("patch", "coordination.k8s.io", "leases", Own, LeaderElect),
     // A Kustomization's service account, as kustomize-controller acts as it.
     p("impersonate", "", "serviceaccounts", Cluster, Impersonating),
+    // `--status-auth=kubernetes`: who holds a bearer token, and whether they may get a
+    // Kustomization (controller-runtime's authenticated metrics ask the same two).
+    p(
+        "create",
+        "authentication.k8s.io",
+        "tokenreviews",
+        Cluster,
+        StatusAuth,
+    ),
+    p(
+        "create",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        Cluster,
+        StatusAuth,
+    ),
 ];
 
 /// What decides which permissions apply.
@@ -161,6 +179,8 @@ pub struct Needs {
     pub namespace: String,
     pub leader_elect: bool,
     pub impersonating: bool,
+    /// `--status-auth=kubernetes`.
+    pub status_auth: bool,
 }
 
 /// A permission asked in one namespace (`None`: cluster-wide).
@@ -195,6 +215,7 @@ pub fn needed(needs: &Needs) -> Vec<Asked> {
             Always => true,
             LeaderElect => needs.leader_elect,
             Impersonating => needs.impersonating,
+            StatusAuth => needs.status_auth,
         })
         .map(|p| Asked {
             verb: p.verb,
@@ -379,7 +400,31 @@ mod tests {
             namespace: "flux-system".into(),
             leader_elect,
             impersonating,
+            status_auth: false,
         }
+    }
+
+    #[test]
+    fn status_auth_asks_for_the_two_reviews() {
+        let reviews = |status_auth: bool| {
+            let n = Needs {
+                status_auth,
+                ..needs(false, false)
+            };
+            needed(&n)
+                .iter()
+                .filter(|a| a.resource.ends_with("reviews"))
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert!(reviews(false).is_empty());
+        assert_eq!(
+            reviews(true),
+            [
+                "create tokenreviews.authentication.k8s.io cluster-wide",
+                "create subjectaccessreviews.authorization.k8s.io cluster-wide"
+            ]
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod queue;
 pub mod record;
 pub mod results;
+pub mod status_auth;
 pub mod status_cache;
 pub mod tenure;
 pub mod watch;
@@ -83,6 +84,9 @@ pub struct Config {
     /// The artifact storage (`--storage-*`): the render cache and what the `artifact` gate
     /// publishes. `StorageConfig::default()` has none.
     pub storage: crate::storage::StorageConfig,
+    /// The limits of every listener and who may read the results (`--http-*`,
+    /// `--status-auth`).
+    pub http: crate::http::HttpConfig,
 }
 
 /// Knobs that are not flags: defaults suit a cluster; tests shorten them.
@@ -419,6 +423,7 @@ pub async fn start_with(
                 namespace: config.namespace.clone(),
                 leader_elect: config.leader_elect,
                 impersonating: config.default_service_account.is_some(),
+                status_auth: config.http.status_auth == crate::http::StatusAuthMode::Kubernetes,
             },
             index.clone(),
             readiness.clone(),
@@ -466,9 +471,10 @@ pub async fn start_with(
             )),
         ));
         let stop = cancel.child_token();
+        let edge = config.http.edge;
         background.push(tokio::spawn(async move {
             if let Err(error) =
-                crate::storage::server::run(listener, storage, stop.cancelled_owned()).await
+                crate::storage::server::run(listener, storage, edge, stop.cancelled_owned()).await
             {
                 tracing::error!(%error, port = "--storage-addr", "artifact server stopped");
             }
@@ -491,17 +497,22 @@ pub async fn start_with(
     // sees it.
     let server = {
         let stop = cancel.child_token();
+        let edge = config.http.edge;
         tokio::spawn(async move {
             tokio::join!(
-                serve_http(listener, router, stop.clone(), "--listen"),
-                serve_http(metrics_listener, metrics_app, stop, "--metrics-addr"),
+                serve_http(listener, router, edge, stop.clone(), "--listen"),
+                serve_http(metrics_listener, metrics_app, edge, stop, "--metrics-addr"),
             );
         })
     };
     tracing::info!(%addr, %metrics_addr, namespace = %config.namespace, workers = config.workers,
         default_gate = %config.default_gate, leader_elect = config.leader_elect,
         lease = %config.leader_election_id, shard = ?results.shard(),
-        hook_min_interval = ?config.hook_min_interval, "serving");
+        hook_min_interval = ?config.hook_min_interval,
+        status_auth = ?config.http.status_auth,
+        header_read_timeout = ?config.http.edge.header_read_timeout,
+        request_timeout = ?config.http.edge.request_timeout,
+        max_connections = config.http.edge.max_connections, "serving");
 
     Ok(Running {
         addr,
@@ -531,16 +542,17 @@ async fn bind(
     Ok((listener, local))
 }
 
-/// Serves one port until `stop`, and stops the other port with it when it ends on its own.
+/// Serves one port under the edge limits until `stop`, and stops the other port with it when
+/// it ends on its own.
 async fn serve_http(
     listener: tokio::net::TcpListener,
     router: axum::Router,
+    edge: crate::http::edge::EdgeLimits,
     stop: CancellationToken,
     flag: &'static str,
 ) {
-    let result = axum::serve(listener, router)
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
-        .await;
+    let result =
+        crate::http::edge::serve(listener, router, edge, stop.clone().cancelled_owned()).await;
     if let Err(error) = result {
         tracing::error!(%error, port = flag, "HTTP server stopped");
     }
@@ -869,16 +881,31 @@ pub fn build_parts(
         refused_gauge: Some(metrics.intents_refused.clone()),
     };
     let app_metrics = metrics.clone();
+    // `--status-auth=kubernetes`: the results are read through the API server's reviews.
+    let router_options = crate::http::RouterOptions {
+        status_auth: match config.http.status_auth {
+            crate::http::StatusAuthMode::None => None,
+            crate::http::StatusAuthMode::Kubernetes => Some(Arc::new(
+                crate::http::auth::StatusAuth::new(Arc::new(status_auth::KubeReviewer {
+                    client: client.clone(),
+                    timeout: config.call_timeout,
+                })),
+            )),
+        },
+    };
     let parts = Parts {
         runner: Arc::new(gate),
         results,
         resume: Arc::new(resume),
         app: Box::new(move |backend| {
-            crate::http::router(crate::http::AppState {
-                backend,
-                metrics: app_metrics,
-                auth,
-            })
+            crate::http::router_with(
+                crate::http::AppState {
+                    backend,
+                    metrics: app_metrics,
+                    auth,
+                },
+                router_options,
+            )
         }),
         metrics_app: crate::http::metrics_router(Arc::new(registry)),
         metrics,

@@ -79,13 +79,14 @@ async fn serve(
     (StatusCode::OK, common, body).into_response()
 }
 
-/// Serves [`router`] on `listener` until `shutdown` resolves.
+/// Serves [`router`] on `listener` under the same edge limits as the service's other ports
+/// (`http::edge`) until `shutdown` resolves. A slow reader of a large artifact holds one
+/// connection of `limits.max_connections` while it reads, never more memory than a buffer.
 pub async fn run(
     listener: tokio::net::TcpListener,
     storage: Arc<Storage>,
+    limits: crate::http::edge::EdgeLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(storage))
-        .with_graceful_shutdown(shutdown)
-        .await
+    crate::http::edge::serve(listener, router(storage), limits, shutdown).await
 }

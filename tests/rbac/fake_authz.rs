@@ -272,7 +272,124 @@ async fn self_subject_access_review_answers_from_the_same_rbac_for_the_impersona
     assert_eq!(
         list["resources"],
         json!([{"name": "selfsubjectaccessreviews", "singularName": "", "namespaced": false,
-                "kind": "SelfSubjectAccessReview", "verbs": ["create"]}])
+                "kind": "SelfSubjectAccessReview", "verbs": ["create"]},
+               {"name": "subjectaccessreviews", "singularName": "", "namespaced": false,
+                "kind": "SubjectAccessReview", "verbs": ["create"]}])
+    );
+}
+
+/// A TokenReview answers who holds a known token (a service account with its groups, uid and
+/// bound-token extra, the API audience), an unknown one unauthenticated with the
+/// authenticators' error, both 201 with the spec echoed; a SubjectAccessReview answers for the
+/// user and groups given, from the same RBAC, and needs one of them (422).
+#[tokio::test]
+async fn token_and_subject_access_reviews_answer_as_the_real_server() {
+    let fake = FakeApiServer::new();
+    fake.add_token("t0ken", "system:serviceaccount:apps:reader", &[]);
+    fake.grant(
+        "apps",
+        "system:serviceaccount:apps:reader",
+        json!([{"apiGroups": ["kustomize.toolkit.fluxcd.io"], "resources": ["kustomizations"],
+                "verbs": ["get"]}]),
+    );
+    let client = fake.client();
+    let review = |token: &str| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+               "spec": {"token": token}})
+    };
+    let path = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let (code, known) = call(
+        &client,
+        "POST",
+        path,
+        None,
+        "application/json",
+        review("t0ken"),
+    )
+    .await;
+    assert_eq!(code, 201, "{known}");
+    assert_eq!(known["spec"]["token"], "t0ken");
+    let status = &known["status"];
+    assert_eq!(status["authenticated"], true);
+    assert_eq!(
+        status["user"]["username"],
+        "system:serviceaccount:apps:reader"
+    );
+    assert_eq!(
+        status["user"]["groups"],
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:apps",
+            "system:authenticated"
+        ])
+    );
+    assert!(
+        status["user"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty())
+    );
+    assert!(status["user"]["extra"]["authentication.kubernetes.io/credential-id"].is_array());
+    assert_eq!(
+        status["audiences"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    let (code, unknown) = call(&client, "POST", path, None, "application/json", review("x")).await;
+    assert_eq!(code, 201);
+    assert_eq!(unknown["status"]["user"], json!({}));
+    assert!(
+        unknown["status"].get("authenticated").is_none(),
+        "{unknown}"
+    );
+    assert!(
+        unknown["status"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("[invalid bearer token")
+    );
+    let (code, _) = call(&client, "POST", path, None, "application/json", review("")).await;
+    assert_eq!(code, 400);
+
+    let sar = |user: &str, groups: Value, ns: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+               "spec": {"user": user, "groups": groups, "resourceAttributes": {
+                   "verb": "get", "group": "kustomize.toolkit.fluxcd.io",
+                   "resource": "kustomizations", "namespace": ns, "name": "web"}}})
+    };
+    let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let reader = "system:serviceaccount:apps:reader";
+    for (case, body, allowed) in [
+        ("granted in apps", sar(reader, json!([]), "apps"), true),
+        (
+            "not in another namespace",
+            sar(reader, json!([]), "other"),
+            false,
+        ),
+        (
+            "masters, as given",
+            sar("x", json!(["system:masters"]), "other"),
+            true,
+        ),
+    ] {
+        let (code, answer) = call(&client, "POST", path, None, "application/json", body).await;
+        assert_eq!(code, 201, "{case}: {answer}");
+        assert_eq!(answer["kind"], "SubjectAccessReview", "{case}");
+        assert_eq!(answer["status"]["allowed"], allowed, "{case}: {answer}");
+    }
+    let (code, answer) = call(
+        &client,
+        "POST",
+        path,
+        None,
+        "application/json",
+        sar("", json!([]), "apps"),
+    )
+    .await;
+    assert_eq!(code, 422, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("at least one of user or group")
     );
 }
 

@@ -423,6 +423,31 @@ impl FakeApiServer {
         }));
     }
 
+    /// Makes `token` a bearer token the API server knows: a TokenReview of it authenticates
+    /// `user` (a `system:serviceaccount:<ns>:<name>` gets the service-account groups and a
+    /// bound token's `extra`, as the real token authenticator answers) with `groups` and
+    /// `system:authenticated`. Every other token is answered unauthenticated.
+    pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
+        let identity = authz::Identity::named(user, groups.iter().map(|g| g.to_string()).collect());
+        let mut state = self.lock();
+        let uid = state.new_uid();
+        let credential = state.new_uid();
+        let extra = match authz::service_account(user) {
+            Some(_) => json!({
+                "authentication.kubernetes.io/credential-id": [format!("JTI={credential}")],
+            }),
+            None => json!({}),
+        };
+        state.tokens.push((
+            token.to_string(),
+            reviews::TokenUser {
+                identity,
+                uid,
+                extra,
+            },
+        ));
+    }
+
     /// Back to the default: requests without impersonation are the admin's, never refused.
     pub fn authorize_default_as_admin(&self) {
         self.lock().default_user = None;

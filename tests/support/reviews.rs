@@ -1,13 +1,17 @@
 //! The review APIs a client asks about itself: `SelfSubjectReview` (who am I) and
 //! `SelfSubjectAccessReview` (may I), answered from the same identity resolution and RBAC
 //! evaluation as every request (`authz`), so a component's start-up access check sees exactly
-//! what its requests will meet. Neither is stored. Creating one is authorized like any request:
+//! what its requests will meet; and the two a server asks about its own callers, as
+//! controller-runtime's authenticated metrics do: `TokenReview` (who holds this bearer token,
+//! from the tokens a test made known with `FakeApiServer::add_token`) and
+//! `SubjectAccessReview` (may this user, with these groups, do that), evaluated by the same
+//! RBAC. None is stored. Creating one is authorized like any request:
 //! a fresh fake grants it to every authenticated user through `system:basic-user`, as a real
 //! cluster's bootstrap policy does ([`basic_user`]).
 
 use serde_json::{Value, json};
 
-use super::authz::{self, RbacRequest};
+use super::authz::{self, Identity, RbacRequest};
 use super::errors::{ApiError, Cause};
 use super::handlers::Target;
 use super::pipeline::VerbResult;
@@ -41,8 +45,38 @@ pub const SELF_SUBJECT_ACCESS_REVIEW: ResourceType = review(
     "selfsubjectaccessreviews",
 );
 
+pub const TOKEN_REVIEW: ResourceType =
+    review("authentication.k8s.io", "TokenReview", "tokenreviews");
+pub const SUBJECT_ACCESS_REVIEW: ResourceType = review(
+    "authorization.k8s.io",
+    "SubjectAccessReview",
+    "subjectaccessreviews",
+);
+
 /// The review types served (create only), for routing and discovery.
-pub const ALL: &[ResourceType] = &[SELF_SUBJECT_REVIEW, SELF_SUBJECT_ACCESS_REVIEW];
+pub const ALL: &[ResourceType] = &[
+    SELF_SUBJECT_REVIEW,
+    SELF_SUBJECT_ACCESS_REVIEW,
+    TOKEN_REVIEW,
+    SUBJECT_ACCESS_REVIEW,
+];
+
+/// Whom a known bearer token authenticates (see `FakeApiServer::add_token`).
+#[derive(Debug, Clone)]
+pub struct TokenUser {
+    pub identity: Identity,
+    pub uid: String,
+    /// `status.user.extra` (a bound service-account token's credential id).
+    pub extra: Value,
+}
+
+/// The audience the real server's service-account tokens carry by default.
+const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// What the real token authenticators answer to a token none of them knows (the union of
+/// their errors; the JWT one reads it first).
+const INVALID_TOKEN: &str =
+    "[invalid bearer token, go-jose/go-jose: compact JWS format must have three parts]";
 
 /// The collection path of a review type, the only path it is served at.
 pub fn route(path: &str) -> Option<Target> {
@@ -94,7 +128,37 @@ pub fn answer(state: &State, parts: &http::request::Parts, t: &Target, body: &Va
             "the body of the request is not an object",
         ));
     }
-    let who = authz::requester(state, parts);
+    if t.rt == TOKEN_REVIEW {
+        return token_review(state, body);
+    }
+    let mut who = authz::requester(state, parts);
+    if t.rt == SUBJECT_ACCESS_REVIEW {
+        // The subject is the spec's user and groups, as given: nothing is added to them.
+        let spec = &body["spec"];
+        let user = spec["user"].as_str().unwrap_or_default().to_string();
+        let groups: Vec<String> = spec["groups"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|g| g.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if user.is_empty() && groups.is_empty() {
+            return Err(ApiError::invalid_kind(
+                "SubjectAccessReview.authorization.k8s.io",
+                t.rt.group,
+                t.rt.kind,
+                "",
+                &[Cause::invalid(
+                    "spec.user",
+                    "\"\"",
+                    "at least one of user or group must be specified",
+                )],
+            ));
+        }
+        who = Identity { user, groups };
+    }
     if t.rt == SELF_SUBJECT_REVIEW {
         return Ok((
             201,
@@ -124,7 +188,7 @@ pub fn answer(state: &State, parts: &http::request::Parts, t: &Target, body: &Va
     };
     if let Some(cause) = cause {
         return Err(ApiError::invalid_kind(
-            "SelfSubjectAccessReview.authorization.k8s.io",
+            &format!("{}.{}", t.rt.kind, t.rt.group),
             t.rt.group,
             t.rt.kind,
             "",
@@ -169,10 +233,50 @@ pub fn answer(state: &State, parts: &http::request::Parts, t: &Target, body: &Va
     Ok((
         201,
         json!({
-            "kind": "SelfSubjectAccessReview",
+            "kind": t.rt.kind,
             "apiVersion": "authorization.k8s.io/v1",
             "metadata": metadata,
             "spec": spec,
+            "status": status,
+        }),
+    ))
+}
+
+/// A TokenReview: the spec as sent (the token included, as the real server echoes it), the
+/// status from the known tokens. An unknown token is `authenticated` omitted (false),
+/// `user: {}` and the authenticators' error, still 201.
+fn token_review(state: &State, body: &Value) -> VerbResult {
+    let token = body["spec"]["token"].as_str().unwrap_or_default();
+    if token.is_empty() {
+        return Err(ApiError::bad_request(
+            "token is required for TokenReview in authentication",
+        ));
+    }
+    let status = match state.tokens.iter().find(|(t, _)| t == token) {
+        Some((_, known)) => json!({
+            "authenticated": true,
+            "user": {
+                "username": known.identity.user,
+                "uid": known.uid,
+                "groups": known.identity.groups,
+                "extra": known.extra,
+            },
+            "audiences": [API_AUDIENCE],
+        }),
+        None => json!({"user": {}, "error": INVALID_TOKEN}),
+    };
+    let mut metadata = body["metadata"].clone();
+    if !metadata.is_object() {
+        metadata = json!({});
+    }
+    metadata["creationTimestamp"] = Value::Null;
+    Ok((
+        201,
+        json!({
+            "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": metadata,
+            "spec": body["spec"],
             "status": status,
         }),
     ))

@@ -137,6 +137,8 @@ pub struct State {
     pub default_user: Option<String>,
     /// Every authorization decision, in order (see `authz`).
     pub rbac_log: Vec<super::authz::RbacRequest>,
+    /// The bearer tokens a TokenReview authenticates, and as whom (see `reviews`).
+    pub tokens: Vec<(String, super::reviews::TokenUser)>,
     /// Validating admission on CREATE a test installed (see `admission`).
     pub create_denials: Vec<super::admission::CreateDenial>,
     /// KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` gate is on (see
@@ -166,6 +168,7 @@ impl State {
             request_seq: 0,
             default_user: None,
             rbac_log: Vec::new(),
+            tokens: Vec::new(),
             create_denials: Vec::new(),
             claim_template_updates: false,
         }
