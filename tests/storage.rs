@@ -228,7 +228,7 @@ async fn past_the_ttl_only_the_current_artifact_stays() {
     let server = storage.clone();
     let until = stop.clone().cancelled_owned();
     tokio::spawn(async move {
-        flux_converger::storage::server::run(listener, server, until)
+        flux_converger::storage::server::run(listener, server, Default::default(), until)
             .await
             .unwrap();
     });
