@@ -774,6 +774,7 @@ async fn without_storage_the_artifact_gate_names_the_directory() {
     let why = "the default --storage-path /nowhere/data does not exist and cannot be created \
                (creating /nowhere/data: Read-only file system (os error 30))";
     let gate = w.bare_gate().with_no_artifact_host(why.to_string());
+    w.fake.clear_requests();
     let outcome = gate
         .run(
             FLUX_NS,
@@ -794,4 +795,14 @@ async fn without_storage_the_artifact_gate_names_the_directory() {
     }
     assert_eq!(w.host.publishes(), 0);
     assert!(w.external_artifact()["status"]["artifact"].is_null());
+    // Refused before the converge: a revision that could never be published writes nothing
+    // (no dry run, no claim, no StatefulSet, no intent).
+    let writes: Vec<String> = w
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(writes, Vec::<String>::new());
 }

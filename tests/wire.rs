@@ -207,7 +207,9 @@ async fn the_request_trace_counts_a_converge_line_by_line() {
     // StatefulSet, the claims, the StorageClasses, the proof (two dry-run patches) and the
     // pre-flight (a dry-run create), N claim patches, the intent recorded, the orphan delete,
     // the watch until it is gone, the re-apply, the intent cleared.
-    let mut expected = vec!["list", "list", "get", "list", "list", "patch", "patch", "create"];
+    let mut expected = vec![
+        "list", "list", "get", "list", "list", "patch", "patch", "create",
+    ];
     expected.extend(std::iter::repeat_n("patch", CLAIMS));
     expected.extend(["patch", "delete", "watch", "patch", "delete"]);
     assert_eq!(verbs, expected, "{:#?}", lines(&log));

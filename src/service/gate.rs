@@ -273,6 +273,13 @@ impl Gate {
             } else {
                 None
             };
+            if target.is_some() && self.artifact_host.is_none() {
+                // Without storage the revision could never be published: nothing is written
+                // for it (no converge), and `/readyz` says why while this lasts.
+                let message = self.no_storage_message();
+                tracing::warn!(kustomization = %key, %message, "not converged");
+                return GateOutcome::Failed { message };
+            }
             if mode == GateMode::Suspend && !ks.spec.suspend {
                 // Kept suspended between revisions: Flux must not apply the pending revision
                 // before it is converged.

@@ -585,12 +585,10 @@ impl super::Gate {
             return Ok(None);
         }
 
-        let host = self.artifact_host.as_ref().ok_or_else(|| match &self.no_artifact_host {
-            Some(why) => format!(
-                "no artifact storage: {why}; the artifact gate publishes through the service's artifact server (--storage-path)"
-            ),
-            None => "no artifact storage is configured: the artifact gate publishes through the service's artifact server (--storage-path)".to_string(),
-        })?;
+        let host = self
+            .artifact_host
+            .as_ref()
+            .ok_or_else(|| self.no_storage_message())?;
         let upstream = upstream
             .filter(|a| a.revision == revision)
             .ok_or_else(|| format!("{} no longer publishes {revision}", target.upstream_name()))?;
@@ -662,6 +660,21 @@ impl super::Gate {
             deadline: tokio::time::Instant::now() + c.handoff_timeout,
             attempt: 1,
         }))
+    }
+}
+
+impl super::Gate {
+    /// Why the `artifact` gate cannot publish on this replica: it has no artifact storage
+    /// (`--storage-path`), naming the directory and the error when the default one could not
+    /// be made. Checked before the converge too (`Gate::run`), so nothing is written for a
+    /// revision that could never be published.
+    pub(crate) fn no_storage_message(&self) -> String {
+        match &self.no_artifact_host {
+            Some(why) => format!(
+                "no artifact storage: {why}; the artifact gate publishes through the service's artifact server (--storage-path)"
+            ),
+            None => "no artifact storage is configured: the artifact gate publishes through the service's artifact server (--storage-path)".to_string(),
+        }
     }
 }
 
