@@ -391,6 +391,14 @@ fn a_2_gib_file_of_zeros_is_refused_within_100_mb() {
 #[test]
 fn billion_laughs_is_refused_within_100_mb_naming_the_file_and_the_budget() {
     let _serial = serial();
+    let lol = billion_laughs();
+    let archive = small_artifact(&[("apps/lol.yaml", &lol)]);
+    let run = render(archive.path());
+    assert_refused(&run, &["./apps/lol.yaml", "budget breached"]);
+}
+
+/// A 9-level YAML alias bomb in one ConfigMap: 9^9 strings once expanded.
+fn billion_laughs() -> String {
     let mut lol = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lol\ndata:\n");
     lol.push_str(
         "  a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
@@ -401,7 +409,20 @@ fn billion_laughs_is_refused_within_100_mb_naming_the_file_and_the_budget() {
         let aliases = vec![format!("*{prev}"); 9].join(",");
         lol.push_str(&format!("  {this}: &{this} [{aliases}]\n"));
     }
-    let archive = small_artifact(&[("apps/lol.yaml", &lol)]);
+    lol
+}
+
+/// The same bomb named by a kustomization file: kustomize would parse it itself, with no budget
+/// on aliases (20 GB and a kill by --render-timeout, measured), so it is parsed under the
+/// budget before the build and refused there.
+#[test]
+fn billion_laughs_listed_by_a_kustomization_is_refused_before_the_build() {
+    let _serial = serial();
+    let lol = billion_laughs();
+    let archive = small_artifact(&[
+        ("apps/kustomization.yaml", "resources: [lol.yaml]\n"),
+        ("apps/lol.yaml", &lol),
+    ]);
     let run = render(archive.path());
     assert_refused(&run, &["./apps/lol.yaml", "budget breached"]);
 }

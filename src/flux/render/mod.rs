@@ -292,6 +292,7 @@ impl Confinement<'_> {
     fn check(&self, dir: &Path) -> Result<(), RenderError> {
         let mut pending = vec![dir.to_path_buf()];
         let mut seen = HashSet::new();
+        let mut parsed = HashSet::new();
         while let Some(d) = pending.pop() {
             if !seen.insert(d.clone()) {
                 continue;
@@ -309,15 +310,45 @@ impl Confinement<'_> {
                     self.plugin_entry(&d, &what, &r.reference)?;
                     continue;
                 }
-                if let Some(target) = self.reference(&d, &what, &r.reference, r.used)?
-                    && r.used == confine::Use::Follow
-                    && target.is_dir()
-                {
+                let Some(target) = self.reference(&d, &what, &r.reference, r.used)? else {
+                    continue;
+                };
+                if r.used == confine::Use::Follow && target.is_dir() {
                     pending.push(target);
+                } else if target.is_file() && parsed.insert(target.clone()) {
+                    self.alias_budget(&target)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// kustomize parses the YAML files a kustomization names (resources, patches, configs)
+    /// with no budget on alias expansion: a billion-laughs file there would be expanded by the
+    /// build, in gigabytes. Each such file that has an alias at all is parsed here first under
+    /// the shared budget ([`crate::manifest::yaml_options`]), and refused only when that budget
+    /// is breached; any other parse error is kustomize's to report, as it always was.
+    fn alias_budget(&self, file: &Path) -> Result<(), RenderError> {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            return Ok(());
+        };
+        if !text.contains('*') {
+            return Ok(());
+        }
+        let parsed = crate::manifest::with_parse_stack(|| {
+            serde_saphyr::from_multiple_with_options::<Value>(
+                &text,
+                crate::manifest::yaml_options(),
+            )
+        });
+        match parsed {
+            // The breach may come wrapped (with the document's location): its text says so.
+            Err(e) if e.to_string().contains("budget breached") => Err(RenderError::InvalidYaml {
+                file: generator::display_relative(self.root, file),
+                message: e.to_string(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Checks one reference made from `dir`; the path it names in the tree, if it names one.
