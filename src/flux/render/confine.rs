@@ -247,19 +247,28 @@ fn push_string(
     }
 }
 
-fn string_list<'a>(field: &str, value: &'a Value) -> Result<Vec<&'a str>, Unchecked> {
+/// A list field whose items must each have one shape (`item` says whether one has it and
+/// gives it); null items are skipped as kustomize's decoder does, and anything else is refused
+/// naming `what` the field holds.
+fn list_of<'a, T>(
+    field: &str,
+    value: &'a Value,
+    what: &str,
+    item: impl Fn(&'a Value) -> Option<T>,
+) -> Result<Vec<T>, Unchecked> {
     match value {
         Value::Null => Ok(Vec::new()),
         Value::Array(items) => items
             .iter()
             .filter(|v| !v.is_null())
-            .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| Unchecked::shape(field, "a list of strings", v))
-            })
+            .map(|v| item(v).ok_or_else(|| Unchecked::shape(field, what, v)))
             .collect(),
-        other => Err(Unchecked::shape(field, "a list of strings", other)),
+        other => Err(Unchecked::shape(field, what, other)),
     }
+}
+
+fn string_list<'a>(field: &str, value: &'a Value) -> Result<Vec<&'a str>, Unchecked> {
+    list_of(field, value, "a list of strings", Value::as_str)
 }
 
 fn push_strings(
@@ -287,18 +296,7 @@ fn mapping<'a>(field: &str, value: &'a Value) -> Result<Option<&'a Map<String, V
 }
 
 fn mappings<'a>(field: &str, value: &'a Value) -> Result<Vec<&'a Map<String, Value>>, Unchecked> {
-    match value {
-        Value::Null => Ok(Vec::new()),
-        Value::Array(items) => items
-            .iter()
-            .filter(|v| !v.is_null())
-            .map(|v| {
-                v.as_object()
-                    .ok_or_else(|| Unchecked::shape(field, "a list of mappings", v))
-            })
-            .collect(),
-        other => Err(Unchecked::shape(field, "a list of mappings", other)),
-    }
+    list_of(field, value, "a list of mappings", Value::as_object)
 }
 
 /// `files`, `envs`, `env` of a ConfigMap or Secret generator (`types.KvPairSources`).
