@@ -23,13 +23,12 @@ use std::time::{Duration, Instant};
 
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::{AppState, Backend, HookAuth, metrics_router, router};
-use flux_converger::service::leader::LeaseSettings;
+use flux_converger::model::{GateMode, RevisionRecord, RevisionState, Trigger};
+use flux_converger::records::metrics;
+use flux_converger::records::results::Results;
+use flux_converger::service::leadership::LeaseSettings;
 use flux_converger::service::queue::BackoffPolicy;
-use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
-use flux_converger::service::results::Results;
-use flux_converger::service::{
-    Config, GateOutcome, Parts, Resume, Runner, Tuning, metrics, start_with,
-};
+use flux_converger::service::{Config, GateOutcome, Parts, Resume, Runner, Tuning, start_with};
 use futures::future::BoxFuture;
 use serde_json::json;
 use support::FakeApiServer;
@@ -245,14 +244,14 @@ impl Backend for Untracked {
     fn kustomizations(
         &self,
         namespace: Option<&str>,
-    ) -> Vec<flux_converger::service::record::KustomizationSummary> {
+    ) -> Vec<flux_converger::model::KustomizationSummary> {
         self.0.kustomizations(namespace)
     }
     fn kustomization(
         &self,
         namespace: &str,
         name: &str,
-    ) -> Option<flux_converger::service::record::KustomizationDetail> {
+    ) -> Option<flux_converger::model::KustomizationDetail> {
         self.0.kustomization(namespace, name)
     }
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
@@ -597,7 +596,7 @@ async fn serve_process_memory(
         }));
         // Newest first, as `Results` keeps them.
         let history: Vec<RevisionRecord> = (1..=head).rev().map(|r| record(i, r)).collect();
-        let cm = flux_converger::service::results::to_configmap(NS, NS, &name, &history, None)
+        let cm = flux_converger::records::results::to_configmap(NS, NS, &name, &history, None)
             .expect("20 records fit a ConfigMap");
         fake.seed(serde_json::to_value(cm).expect("a ConfigMap"));
     }

@@ -16,7 +16,7 @@ use clap::Parser;
 use flux_converger::cluster::{KubeCluster, WatchedStatefulSets};
 use flux_converger::converge::{Options, Outcome, converge};
 use flux_converger::journal::ConfigMapJournal;
-use flux_converger::service::intents::{IntentCache, WatchedJournal};
+use flux_converger::journal::watched::{IntentCache, WatchedJournal};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::storage::v1::StorageClass;

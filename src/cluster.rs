@@ -21,6 +21,7 @@ use kube::runtime::reflector::Store;
 use serde::Serialize;
 
 mod synced;
+pub mod tenant;
 mod watched;
 pub use synced::Synced;
 pub use watched::{TRUST_WAIT, WatchedStatefulSets};

@@ -11,6 +11,8 @@
 //! versions wrote as ConfigMaps are moved on start ([`SecretJournal::migrate_legacy`]).
 //! [`MemoryJournal`] is for tests and dry runs.
 
+pub mod watched;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Mutex;

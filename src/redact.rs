@@ -7,8 +7,8 @@
 //! process [`registry`]). The texts that could carry them are many and come from far away (an
 //! API server's 422 quotes the rejected value, serde quotes the value it could not read, Flux's
 //! own Ready message quotes its dry run's 422), so they are not cleaned where they are made but
-//! where they leave: `service::results::Results::put` (records, hence `/status`, the detail and
-//! the dashboard), `service::events::EventSink::publish` (Kubernetes Events and Flux events),
+//! where they leave: `records::results::Results::put` (records, hence `/status`, the detail and
+//! the dashboard), `records::events::EventSink::publish` (Kubernetes Events and Flux events),
 //! the ExternalArtifact status write, the log writer ([`RedactingWriter`], every log line) and
 //! the CLI's error print.
 //!

@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use flux_converger::cluster::KubeCluster;
+use flux_converger::cluster::tenant::TenantCluster;
 use flux_converger::converge::{
     self, ClaimAction, ConvergeError, Options, Outcome, ResumeAction, Step,
     converge as run_converge,
 };
 use flux_converger::decide::RefusalCode;
 use flux_converger::journal::{ConfigMapJournal, Journal};
-use flux_converger::service::gate::tenant::TenantCluster;
 use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
@@ -2110,8 +2110,7 @@ async fn a_tenant_that_may_patch_but_not_create_fails_at_the_preflight_writing_n
              "verbs": ["get", "list", "patch"]},
         ]),
     );
-    let tenant =
-        flux_converger::service::gate::tenant::impersonating(&fake.client(), user).unwrap();
+    let tenant = flux_converger::cluster::tenant::impersonating(&fake.client(), user).unwrap();
     // StorageClasses are the service's read, as in the gate.
     let c = TenantCluster::new(tenant, fake.client(), Duration::from_secs(5));
     let j = ConfigMapJournal::new(fake.client(), JOURNAL_NS, Duration::from_secs(5));
@@ -2293,8 +2292,7 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
     let j = ConfigMapJournal::new(fake.client(), JOURNAL_NS, Duration::from_secs(5));
     // A converge as the tenant that stops right after its orphan delete (the re-apply's answer
     // is lost): the intent is left, recorded as the tenant.
-    let tenant =
-        flux_converger::service::gate::tenant::impersonating(&fake.client(), user).unwrap();
+    let tenant = flux_converger::cluster::tenant::impersonating(&fake.client(), user).unwrap();
     let c = TenantCluster::new(tenant, fake.client(), Duration::from_secs(5));
     fake.add_fault(FaultRule {
         method: Some(Method::PATCH),
@@ -2478,8 +2476,7 @@ async fn the_fake_answers_a_dry_run_create_as_the_real_server() {
         user,
         json!([{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "patch"]}]),
     );
-    let tenant =
-        flux_converger::service::gate::tenant::impersonating(&fake.client(), user).unwrap();
+    let tenant = flux_converger::cluster::tenant::impersonating(&fake.client(), user).unwrap();
     let e = status(
         Api::<StatefulSet>::namespaced(tenant, NS)
             .create(&params, &desired())
@@ -2532,7 +2529,7 @@ fn web_intent(fake: &FakeApiServer) -> Option<flux_converger::journal::Intent> {
 /// The service's resume on start, over the fake, keeping what it refuses in `cache`.
 fn service_resume(
     fake: &FakeApiServer,
-    cache: Option<flux_converger::service::intents::IntentCache>,
+    cache: Option<flux_converger::journal::watched::IntentCache>,
     gauge: Option<prometheus_client::metrics::gauge::Gauge>,
 ) -> flux_converger::service::JournalResume {
     flux_converger::service::JournalResume {
@@ -2694,7 +2691,7 @@ async fn forged_intents_are_left_in_place_not_resumed_and_reported() {
     seed_intent_secret(&fake, "flux-converger-intent.default.web", &elsewhere);
 
     let (cache, watch) =
-        flux_converger::service::intents::IntentCache::watch(fake.client(), JOURNAL_NS);
+        flux_converger::journal::watched::IntentCache::watch(fake.client(), JOURNAL_NS);
     let task = tokio::spawn(watch);
     for _ in 0..500 {
         if cache.is_synced() {
@@ -2758,7 +2755,7 @@ async fn forged_intents_are_left_in_place_not_resumed_and_reported() {
     // A converge of web (its Kustomization's render, as the tenant) does not resume the forged
     // record either: it reports it and decides on its own.
     let tenant_client =
-        flux_converger::service::gate::tenant::impersonating(&fake.client(), tenant).unwrap();
+        flux_converger::cluster::tenant::impersonating(&fake.client(), tenant).unwrap();
     fake.grant(
         NS,
         tenant,

@@ -29,12 +29,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use flux_converger::flux::event::Event;
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::{AppState, Backend, HookAuth, router};
+use flux_converger::model::{GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord};
+use flux_converger::records::{metrics, results};
 use flux_converger::service::index::GATE_ANNOTATION;
-use flux_converger::service::leader::LEASE_NAME;
-use flux_converger::service::record::{
-    GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord,
-};
-use flux_converger::service::{self, Config, metrics, results};
+use flux_converger::service::leadership::lease::LEASE_NAME;
+use flux_converger::service::{self, Config};
 use serde_json::json;
 use standin::StandIn;
 use support::FakeApiServer;

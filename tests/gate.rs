@@ -19,17 +19,17 @@ use flux_converger::flux::objects::Kustomization;
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::http::backend::Backend as _;
-use flux_converger::service::events::EventSink;
-use flux_converger::service::gate::state::GateState;
-use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
-use flux_converger::service::index::Key;
-use flux_converger::service::intents::IntentCache;
-use flux_converger::service::metrics::Metrics;
-use flux_converger::service::record::{
+use flux_converger::journal::watched::IntentCache;
+use flux_converger::model::Key;
+use flux_converger::model::{
     FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
     StepError, Trigger,
 };
-use flux_converger::service::results::{Results, results_configmap_name};
+use flux_converger::records::events::EventSink;
+use flux_converger::records::metrics::Metrics;
+use flux_converger::records::results::{Results, results_configmap_name};
+use flux_converger::service::gate::state::GateState;
+use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
 use flux_standin::flux_archive::{ArtifactServer, flux_artifact, sha256};
 use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;

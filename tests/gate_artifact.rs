@@ -20,11 +20,11 @@ use flux_converger::cluster::{Cluster as _, KubeCluster};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
-use flux_converger::service::events::EventSink;
+use flux_converger::model::{FluxOutcome, GateMode, RevisionRecord, RevisionState};
+use flux_converger::records::events::EventSink;
+use flux_converger::records::metrics::Metrics;
+use flux_converger::records::results::Results;
 use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
-use flux_converger::service::metrics::Metrics;
-use flux_converger::service::record::{FluxOutcome, GateMode, RevisionRecord, RevisionState};
-use flux_converger::service::results::Results;
 use flux_converger::storage::host::{ArtifactHost, ArtifactKey, HostError, Published};
 use flux_standin::flux_archive::{flux_artifact, sha256};
 use flux_standin::{ArtifactServer, KustomizeController, KustomizeOptions};
@@ -416,11 +416,7 @@ async fn converged_revisions_are_published_and_a_refused_one_never_reaches_flux(
     // from the published URL.
     let r1 = w.publish("main@sha1:1", &[("apps/web.yaml", statefulset("1Gi"))]);
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "apps", flux_converger::model::Trigger::Watch)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     assert_published(&w, &r1).await;
@@ -444,11 +440,7 @@ async fn converged_revisions_are_published_and_a_refused_one_never_reaches_flux(
     // R2 grows `data`: the claims grow, then the revision is published and applied.
     let r2 = w.publish("main@sha1:2", &[("apps/web.yaml", statefulset("2Gi"))]);
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "apps", flux_converger::model::Trigger::Watch)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     for i in 0..2 {
@@ -468,11 +460,7 @@ async fn converged_revisions_are_published_and_a_refused_one_never_reaches_flux(
     // R3 shrinks it (to a size not published before, so its tarball is new): refused, not published. status.artifact keeps R2; Ready=False says why.
     let r3 = w.publish("main@sha1:3", &[("apps/web.yaml", statefulset("512Mi"))]);
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "apps", flux_converger::model::Trigger::Watch)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
     let ea = w.external_artifact();
@@ -532,11 +520,7 @@ async fn two_kustomizations_on_one_external_artifact_publish_once_both_converged
 
     // `apps` converges first: converged, waiting for `config`; nothing is published.
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "apps", flux_converger::model::Trigger::Watch)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     let first = w.last("apps");
@@ -559,11 +543,7 @@ async fn two_kustomizations_on_one_external_artifact_publish_once_both_converged
 
     // `config` converges last: it publishes, and `apps`'s record says published too.
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "config",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "config", flux_converger::model::Trigger::Watch)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     assert_eq!(w.host.publishes(), 1);
@@ -596,11 +576,7 @@ async fn an_upstream_without_artifact_is_source_not_ready_and_wrong_references_a
 
     // The upstream has no artifact yet: waited for, and the ExternalArtifact says so.
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "apps", flux_converger::model::Trigger::Watch)
         .await;
     assert_eq!(outcome, GateOutcome::Deferred);
     let ea = w.external_artifact();
@@ -615,12 +591,8 @@ async fn an_upstream_without_artifact_is_source_not_ready_and_wrong_references_a
     // Once said, not said again: the next run writes nothing.
     w.fake.clear_requests();
     assert_eq!(
-        gate.run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Resync
-        )
-        .await,
+        gate.run(FLUX_NS, "apps", flux_converger::model::Trigger::Resync)
+            .await,
         GateOutcome::Deferred
     );
     assert_eq!(w.object_writes(), Vec::<String>::new());
@@ -664,11 +636,7 @@ async fn an_upstream_without_artifact_is_source_not_ready_and_wrong_references_a
         w.kustomization(name, "./apps", kind, source);
         w.fake.clear_requests();
         let outcome = gate
-            .run(
-                FLUX_NS,
-                name,
-                flux_converger::service::record::Trigger::Watch,
-            )
+            .run(FLUX_NS, name, flux_converger::model::Trigger::Watch)
             .await;
         assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused), "{name}");
         let record = w.last(name);
@@ -687,11 +655,7 @@ async fn an_upstream_without_artifact_is_source_not_ready_and_wrong_references_a
     // says so, naming the upstream's revision.
     w.publish_files("main@sha1:bad", &[("apps/web.yaml", "kind: [unclosed")]);
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "apps", flux_converger::model::Trigger::Watch)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
     let ea = w.external_artifact();
@@ -776,11 +740,7 @@ async fn without_storage_the_artifact_gate_names_the_directory() {
     let gate = w.bare_gate().with_no_artifact_host(why.to_string());
     w.fake.clear_requests();
     let outcome = gate
-        .run(
-            FLUX_NS,
-            "apps",
-            flux_converger::service::record::Trigger::Watch,
-        )
+        .run(FLUX_NS, "apps", flux_converger::model::Trigger::Watch)
         .await;
     let GateOutcome::Failed { message } = outcome else {
         panic!("{outcome:?}");

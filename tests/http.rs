@@ -12,7 +12,7 @@ use axum::http::{Method, Request, StatusCode, header};
 use axum::response::Response;
 use flux_converger::flux::event::{SignatureAlgorithm, sign};
 use flux_converger::http::{AppState, HookAuth, metrics_router, router};
-use flux_converger::service::metrics;
+use flux_converger::records::metrics;
 use serde_json::{Value, json};
 use standin::{StandIn, seeded};
 use tower::ServiceExt;
@@ -920,7 +920,7 @@ async fn dashboard_is_built_once_per_change_and_answers_304_while_unchanged() {
     backend.replace(seeded().with(
         "apps",
         "zz-new",
-        flux_converger::service::record::GateMode::Suspend,
+        flux_converger::model::GateMode::Suspend,
         Some("main@sha1:0123456789012345678901234567890123456789"),
         Vec::new(),
     ));
@@ -938,7 +938,7 @@ async fn dashboard_is_built_once_per_change_and_answers_304_while_unchanged() {
     backend.replace(seeded().with(
         "apps",
         "zz-new",
-        flux_converger::service::record::GateMode::Suspend,
+        flux_converger::model::GateMode::Suspend,
         Some("main@sha1:0123456789012345678901234567890123456789"),
         Vec::new(),
     ));

@@ -1,4 +1,4 @@
-//! The service's journal (`service::intents`): a converge's load of its intent is answered
+//! The service's journal (`journal::watched`): a converge's load of its intent is answered
 //! from the watch of the intents only where the watch cannot be missing one, against the fake
 //! API server over HTTP.
 
@@ -9,8 +9,8 @@ mod support;
 
 use std::time::Duration;
 
+use flux_converger::journal::watched::{IntentCache, WatchedJournal};
 use flux_converger::journal::{ConfigMapJournal, Journal, intent_configmap_name};
-use flux_converger::service::intents::{IntentCache, WatchedJournal};
 use intent_fixture::intent;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{self, Store};

@@ -17,10 +17,10 @@ use std::time::Duration;
 use flux_converger::flux::event::{Event, InvolvedObject};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::backend::Backend;
-use flux_converger::service::index::Key;
-use flux_converger::service::leader::LeaseSettings;
+use flux_converger::model::Key;
+use flux_converger::model::{GateMode, RevisionState, Trigger};
+use flux_converger::service::leadership::LeaseSettings;
 use flux_converger::service::queue::{BackoffPolicy, Queue, Waiting};
-use flux_converger::service::record::{GateMode, RevisionState, Trigger};
 use flux_converger::service::{
     Config, GateOutcome, Runner, Running, Tuning, build_parts, start_with,
 };
@@ -158,10 +158,7 @@ async fn until(mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn newest(
-    running: &Running,
-    name: &str,
-) -> Option<flux_converger::service::record::RevisionRecord> {
+fn newest(running: &Running, name: &str) -> Option<flux_converger::model::RevisionRecord> {
     running
         .backend
         .kustomization(NS, name)

@@ -338,9 +338,9 @@ async fn leader_election() -> Vec<RbacRequest> {
 /// written `running` then final (create, then replace with its resourceVersion), loaded back as
 /// at startup, and an Event published twice on the Kustomization (a create, then the series patch).
 async fn records_and_events() -> Vec<RbacRequest> {
-    use flux_converger::service::events::{EventSink, RevisionEvent, Severity};
-    use flux_converger::service::record::{RevisionRecord, RevisionState};
-    use flux_converger::service::results::Results;
+    use flux_converger::model::{RevisionRecord, RevisionState};
+    use flux_converger::records::events::{EventSink, RevisionEvent, Severity};
+    use flux_converger::records::results::Results;
     let fake = FakeApiServer::new();
     fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenant-a"}}));
     check::install(&fake);
@@ -453,11 +453,11 @@ fn play_flux(fake: &FakeApiServer, name: &'static str) -> tokio::task::JoinHandl
 /// `suspend` Kustomization converged as its service account, a `reconcile` one as the
 /// converger; resolve, converge, hand-off writes on the Kustomization, records and Events.
 async fn gate_both_modes() -> Vec<RbacRequest> {
-    use flux_converger::service::events::EventSink;
+    use flux_converger::model::{GateMode, RevisionState, Trigger};
+    use flux_converger::records::events::EventSink;
+    use flux_converger::records::metrics::Metrics;
+    use flux_converger::records::results::Results;
     use flux_converger::service::gate::{Gate, GateConfig, GateOutcome};
-    use flux_converger::service::metrics::Metrics;
-    use flux_converger::service::record::{GateMode, RevisionState, Trigger};
-    use flux_converger::service::results::Results;
     let fake = world().await;
     let server = flux_archive::ArtifactServer::start().await;
     let yaml = serde_saphyr::to_string(&statefulset("2Gi")).unwrap();
@@ -592,7 +592,7 @@ fn service_config() -> flux_converger::service::Config {
         hook_token: None,
         allow_unauthenticated_hooks: false,
         hook_min_interval: Duration::from_secs(10),
-        default_gate: flux_converger::service::record::GateMode::Suspend,
+        default_gate: flux_converger::model::GateMode::Suspend,
         watch_label_selector: None,
         leader_election_id: "flux-converger".into(),
         workers: 2,

@@ -14,12 +14,13 @@ use flux_converger::flux::event::{Event, InvolvedObject};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::http::backend::Backend;
 use flux_converger::http::{AppState, HookAuth, metrics_router, router};
-use flux_converger::service::leader::LeaseSettings;
+use flux_converger::model::{GateMode, RevisionRecord, RevisionState, Trigger};
+use flux_converger::records::metrics;
+use flux_converger::records::results::Results;
+use flux_converger::service::leadership::LeaseSettings;
 use flux_converger::service::queue::BackoffPolicy;
-use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
-use flux_converger::service::results::Results;
 use flux_converger::service::{
-    Config, GateOutcome, Parts, Resume, Runner, Running, Tuning, metrics, start_with,
+    Config, GateOutcome, Parts, Resume, Runner, Running, Tuning, start_with,
 };
 use futures::future::BoxFuture;
 use serde_json::json;
@@ -669,8 +670,8 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
     running.shutdown().await;
 }
 
-fn key(name: &str) -> flux_converger::service::index::Key {
-    flux_converger::service::index::Key::new(NS, name)
+fn key(name: &str) -> flux_converger::model::Key {
+    flux_converger::model::Key::new(NS, name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -975,7 +976,7 @@ async fn finished(running: &Running, revision: &str) -> RevisionRecord {
             // Converged: once the observer recorded Flux's answer (the gate closed).
             && (r.state != RevisionState::Converged
                 || r.flux.as_ref().is_some_and(|f| {
-                    f.outcome != flux_converger::service::record::FluxOutcome::Pending
+                    f.outcome != flux_converger::model::FluxOutcome::Pending
                 }))
         {
             return r.clone();
@@ -2231,7 +2232,7 @@ async fn e2e_results_of_a_kustomization_deleted_while_the_service_was_down_go_at
     let flux = flux("reconcile", None).await;
     let fake = &flux.fake;
     // Left by an earlier process for a Kustomization deleted since.
-    let earlier = flux_converger::service::results::Results::new(
+    let earlier = flux_converger::records::results::Results::new(
         fake.client(),
         NS.into(),
         Duration::from_secs(5),

@@ -22,10 +22,10 @@ use flux_converger::http::backend::Backend;
 use flux_converger::journal::{
     ConfigMapJournal, INTENT_RECORD, Journal, RECORD_LABEL, SHARD_LABEL, Shard,
 };
-use flux_converger::service::leader::{LeaseSettings, default_election_id};
+use flux_converger::model::{GateMode, RevisionRecord, RevisionState, Trigger};
+use flux_converger::records::results::{PAGE_SIZE, Results, results_configmap_name, to_configmap};
+use flux_converger::service::leadership::{LeaseSettings, default_election_id};
 use flux_converger::service::queue::BackoffPolicy;
-use flux_converger::service::record::{GateMode, RevisionRecord, RevisionState, Trigger};
-use flux_converger::service::results::{PAGE_SIZE, Results, results_configmap_name, to_configmap};
 use flux_converger::service::{Config, Running, Tuning, start_tuned};
 use flux_standin::{
     ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,

@@ -710,7 +710,7 @@ fn service_config(storage: StorageConfig) -> flux_converger::service::Config {
         hook_token: Some("t0ken".into()),
         allow_unauthenticated_hooks: false,
         hook_min_interval: std::time::Duration::from_secs(10),
-        default_gate: flux_converger::service::record::GateMode::Off,
+        default_gate: flux_converger::model::GateMode::Off,
         watch_label_selector: None,
         workers: 1,
         resync: std::time::Duration::from_secs(3600),

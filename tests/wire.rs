@@ -227,7 +227,7 @@ async fn the_request_trace_counts_a_converge_line_by_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_services_converge_with_warm_caches_costs_n_plus_7_requests() {
     use flux_converger::journal::Journal as _;
-    use flux_converger::service::intents::{IntentCache, WatchedJournal};
+    use flux_converger::journal::watched::{IntentCache, WatchedJournal};
     use futures::StreamExt as _;
     use k8s_openapi::api::storage::v1::StorageClass;
     use kube::runtime::{WatchStreamExt as _, reflector, watcher};

@@ -34,7 +34,7 @@ use clap::Parser;
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
-use flux_converger::service::record::GateMode;
+use flux_converger::model::GateMode;
 use flux_converger::service::{self, Config};
 use flux_converger::storage::StorageConfig;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};

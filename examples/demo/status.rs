@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use flux_converger::service::record::{RevisionRecord, RevisionState};
+use flux_converger::model::{RevisionRecord, RevisionState};
 use serde_json::Value;
 
 #[derive(Clone)]

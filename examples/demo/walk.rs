@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use flux_converger::service::record::{
+use flux_converger::model::{
     FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
     Trigger,
 };

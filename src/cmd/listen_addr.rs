@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs as _};
 
 /// `:PORT` is every interface (Go's `net.Listen` form: IPv6 and IPv4, see
-/// `service::listen::bind`), `HOST:PORT` and `[V6]:PORT` one address. A host name is resolved
+/// `http::listen::bind`), `HOST:PORT` and `[V6]:PORT` one address. A host name is resolved
 /// once, here, so a bad one is bad input before any client is built.
 pub fn parse(text: &str) -> Result<SocketAddr, String> {
     let port = |port: &str| {

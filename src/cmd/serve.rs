@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::ValueEnum;
 use flux_converger::flux::render::{DEFAULT_KUSTOMIZE, KustomizeCommand};
-use flux_converger::service::leader::{check_election_id, default_election_id};
-use flux_converger::service::record::GateMode;
+use flux_converger::model::GateMode;
+use flux_converger::service::leadership::lease::{check_election_id, default_election_id};
 use flux_converger::service::{self, Config};
 
 use super::{Exit, KubeArgs, bad_input, listen_addr};

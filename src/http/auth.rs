@@ -38,7 +38,7 @@ use super::AppState;
 use super::backend::Backend;
 use super::error::ApiError;
 use crate::flux::event::Event;
-use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord};
+use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
 
 /// How long a TokenReview's or a SubjectAccessReview's answer is used again.
 pub const REVIEW_TTL: Duration = Duration::from_secs(10);

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use crate::flux::event::Event;
 use crate::http::status::{encode, list_body};
-use crate::service::record::{KustomizationDetail, KustomizationSummary, RevisionRecord};
+use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
 
 pub trait Backend: Send + Sync + 'static {
     /// Queues the handled Kustomizations this (already authenticated, parsed) event names and

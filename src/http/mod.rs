@@ -10,7 +10,10 @@ pub mod backend;
 pub mod edge;
 mod error;
 pub mod hook;
+pub mod hook_limit;
+pub mod listen;
 mod probes;
+pub mod reviewer;
 pub(crate) mod status;
 mod ui;
 pub mod view;
@@ -25,7 +28,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 
 pub use backend::Backend;
 
-use crate::service::metrics::Metrics;
+use crate::records::metrics::Metrics;
 
 /// How `/hook` authenticates notification-controller. Both may be set; then both are required.
 #[derive(Clone, Default)]

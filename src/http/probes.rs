@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use prometheus_client::registry::Registry;
 
 use super::AppState;
-use crate::service::metrics;
+use crate::records::metrics;
 
 /// Alive as long as the process answers: a restart would not mend anything this could check.
 pub(super) async fn healthz() -> &'static str {

@@ -80,7 +80,7 @@ pub(super) async fn one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::record::{GateMode, KustomizationSummary};
+    use crate::model::{GateMode, KustomizationSummary};
 
     #[derive(Serialize)]
     struct StatusList {

@@ -31,7 +31,7 @@ use super::auth::Seen;
 use super::view::{
     Badge, RevisionView, Row, STATE_KEYS, page_numbers, state_badge, summary_state_key,
 };
-use crate::service::record::GateMode;
+use crate::model::GateMode;
 
 /// How often the page refreshes its rows in place (assets/dashboard.js).
 pub const REFRESH_SECONDS: u32 = 10;
@@ -483,7 +483,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
 }
 
 fn badge_of(key: &str) -> Badge {
-    use crate::service::record::RevisionState as S;
+    use crate::model::RevisionState as S;
     let state = match key {
         "converged" => Some(S::Converged),
         "refused" => Some(S::Refused),

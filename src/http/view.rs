@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::service::record::{
+use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, KustomizationSummary, RevisionRecord,
     RevisionState, StatefulSetEntry, StatefulSetOutcome, StepError,
 };
@@ -450,10 +450,10 @@ impl RevisionView {
             revision: record.revision.clone(),
             digest: record.digest.clone(),
             trigger: match record.trigger {
-                crate::service::record::Trigger::Webhook => "webhook",
-                crate::service::record::Trigger::Resync => "resync",
-                crate::service::record::Trigger::Startup => "startup",
-                crate::service::record::Trigger::Watch => "watch",
+                crate::model::Trigger::Webhook => "webhook",
+                crate::model::Trigger::Resync => "resync",
+                crate::model::Trigger::Startup => "startup",
+                crate::model::Trigger::Watch => "watch",
             },
             badge: state_badge(Some(record.state)),
             started_at: record.started_at.clone(),
@@ -475,7 +475,7 @@ impl RevisionView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::record::{RefusalEntry, Trigger};
+    use crate::model::{RefusalEntry, Trigger};
 
     fn record(state: RevisionState) -> RevisionRecord {
         RevisionRecord {

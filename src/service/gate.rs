@@ -19,7 +19,6 @@ pub mod observe;
 pub mod publish;
 pub mod recheck;
 pub mod state;
-pub mod tenant;
 
 use std::time::{Duration, Instant};
 
@@ -27,29 +26,29 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
+use crate::cluster::tenant::{self, TenantCluster};
 use crate::commands;
 use crate::converge::{self, ConvergeError};
 use crate::flux::objects::{self, Kustomization, ObjectsError};
 use crate::flux::render::RenderedStatefulSet;
 use crate::flux::render::resolve::{ResolveError, Resolved, Resolver};
 use crate::journal::SecretJournal;
-use crate::service::events::{
-    EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
-};
-use crate::service::index::Key;
-use crate::service::intents::WatchedJournal;
-use crate::service::metrics::Metrics;
-use crate::service::record::{
+use crate::journal::watched::WatchedJournal;
+use crate::model::Key;
+use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, HandoffAttempt, RevisionRecord, RevisionState,
     StatefulSetEntry, StatefulSetOutcome, StepError, Trigger,
 };
-use crate::service::results::Results;
+use crate::records::events::{
+    EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
+};
+use crate::records::metrics::Metrics;
+use crate::records::results::Results;
 use crate::storage::host::ArtifactHost;
 use entry::Verdict;
 use handoff::Since;
 use observe::{Observer, ObserverConfig};
 use state::{Gating, Open};
-use tenant::TenantCluster;
 
 /// The warning a Kustomization with `spec.force: true` gets under the `suspend` or `reconcile`
 /// gate: Flux would re-create (pods and all) a StatefulSet whose unconverged revision it applies.
@@ -112,7 +111,7 @@ pub struct Gate {
     /// re-create once the server has said it).
     in_place: converge::prove::InPlaceMemory,
     /// The service's watch of its intents; `None` reads each converge's intent from the server.
-    intents: Option<crate::service::intents::IntentCache>,
+    intents: Option<crate::journal::watched::IntentCache>,
     /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
     /// artifact mode fails its hand-off naming the missing storage.
     artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
@@ -204,8 +203,8 @@ impl Gate {
     }
 
     /// The service's watch of its intents (in `--namespace`): a converge's load of its intent
-    /// is answered from it where it can be (`service::intents`).
-    pub fn with_intents(mut self, intents: crate::service::intents::IntentCache) -> Self {
+    /// is answered from it where it can be (`journal::watched`).
+    pub fn with_intents(mut self, intents: crate::journal::watched::IntentCache) -> Self {
         self.intents = Some(intents);
         self
     }
@@ -1093,7 +1092,7 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::record::StatefulSetEntry;
+    use crate::model::StatefulSetEntry;
 
     fn record(state: RevisionState, flux: Option<FluxOutcome>) -> RevisionRecord {
         RevisionRecord {

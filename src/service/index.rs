@@ -9,7 +9,7 @@ use std::hash::{Hash, Hasher};
 
 use crate::flux::event::Event;
 use crate::flux::objects::{Kustomization, SourceKind};
-use crate::service::record::{GateMode, RevisionRecord, RevisionState, StatefulSetOutcome};
+use crate::model::{GateMode, Key, RevisionRecord, RevisionState, StatefulSetOutcome};
 
 /// The annotation that opts a Kustomization in (`suspend`, `reconcile`) or out (`off`),
 /// parsed with the hold annotation in one place ([`Gating`]).
@@ -19,76 +19,6 @@ use crate::service::gate::state::Gating;
 /// What kustomize-controller reports when a grown volume size wedges a Kustomization (the
 /// field list after it varies with the Kubernetes version, so only the prefix is matched).
 pub const WEDGE_MESSAGE: &str = "updates to statefulset spec for fields other than";
-
-/// The per-revision records the service finished, newest first: what is due depends on them.
-/// The results store implements it; tests give an in-memory stand-in.
-pub trait Records: Send + Sync + 'static {
-    /// The newest record of `namespace/name`.
-    fn last(&self, namespace: &str, name: &str) -> Option<RevisionRecord>;
-    /// Every kept record of `namespace/name`, newest first.
-    fn history(&self, namespace: &str, name: &str) -> Vec<RevisionRecord>;
-    /// [`Records::history`] as its JSON array (`None` when there are no records): what
-    /// `/status/{ns}/{name}` serves. Default: encodes the history on every call; a store
-    /// keeping its histories encoded answers without parsing them.
-    fn history_json(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Option<std::sync::Arc<serde_json::value::RawValue>> {
-        let history = self.history(namespace, name);
-        if history.is_empty() {
-            return None;
-        }
-        serde_json::value::to_raw_value(&history)
-            .ok()
-            .map(std::sync::Arc::from)
-    }
-    /// Whether the records have been read (once) from where they persist.
-    fn is_loaded(&self) -> bool;
-    /// Changes whenever any record changes, so `/status` can keep its encoded bodies until
-    /// then; `None` (the default) when not tracked: nothing is cached.
-    fn generation(&self) -> Option<u64> {
-        None
-    }
-    /// Changes whenever the records of this Kustomization change (`None`: not tracked).
-    fn version(&self, _namespace: &str, _name: &str) -> Option<u64> {
-        None
-    }
-    /// Every Kustomization with records (none by default: nothing to forget).
-    fn keys(&self) -> Vec<Key> {
-        Vec::new()
-    }
-    /// Forgets the records of a Kustomization that is gone, where they persist too.
-    fn forget<'a>(
-        &'a self,
-        _namespace: &'a str,
-        _name: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// A Kustomization, by namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl Key {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Key {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// A source object, by kind, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -562,7 +492,7 @@ pub fn gate_open(record: &RevisionRecord) -> bool {
         && record
             .flux
             .as_ref()
-            .is_some_and(|f| f.outcome == crate::service::record::FluxOutcome::Pending)
+            .is_some_and(|f| f.outcome == crate::model::FluxOutcome::Pending)
 }
 
 /// Claims left to grow once Bound make a converged revision worth re-checking.

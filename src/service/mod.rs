@@ -6,23 +6,12 @@
 
 pub mod access;
 pub mod backend;
-pub mod events;
-pub mod fence;
 pub mod gate;
-pub mod hook_limit;
 pub mod index;
-pub mod intents;
-pub mod leader;
-pub mod listen;
-pub mod metrics;
+pub mod leadership;
 pub mod queue;
-pub mod record;
-pub mod results;
-pub mod status_auth;
 pub mod status_cache;
-pub mod tenure;
 pub mod watch;
-pub mod windows;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -36,18 +25,20 @@ use tracing::Instrument as _;
 
 use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
+use crate::http::hook_limit::HookLimit;
+use crate::model::Key;
+use crate::model::{GateMode, Trigger};
+use crate::records::Records;
+use crate::records::metrics::Metrics;
+use crate::records::results::{Results, Shard};
 use crate::service::backend::ServiceBackend;
-use crate::service::fence::ServiceFence;
 pub use crate::service::gate::GateOutcome;
-use crate::service::hook_limit::HookLimit;
-use crate::service::index::{Index, Key, Records};
-use crate::service::leader::{LeaderError, Leadership, LeaseSettings};
-use crate::service::metrics::Metrics;
+use crate::service::index::Index;
+use crate::service::leadership::fence::ServiceFence;
+use crate::service::leadership::windows::{RunWindows, WindowTracker};
+use crate::service::leadership::{LeaderError, Leadership, LeaseSettings};
 use crate::service::queue::{BackoffPolicy, Queue};
-use crate::service::record::{GateMode, Trigger};
-use crate::service::results::{Results, Shard};
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
-use crate::service::windows::{RunWindows, WindowTracker};
 
 /// Everything `flux-converger serve` is configured with (its flags, docs/service.md).
 #[derive(Clone, Debug)]
@@ -119,7 +110,7 @@ impl Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            lease: LeaseSettings::new(leader::default_identity()),
+            lease: LeaseSettings::new(crate::service::leadership::default_identity()),
             backoff: BackoffPolicy::default(),
             shutdown_grace: Duration::from_secs(25),
         }
@@ -537,7 +528,9 @@ async fn bind(
     addr: SocketAddr,
 ) -> Result<(tokio::net::TcpListener, SocketAddr), ServiceError> {
     let listen_error = |error| ServiceError::Listen { flag, addr, error };
-    let listener = listen::bind(addr).await.map_err(listen_error)?;
+    let listener = crate::http::listen::bind(addr)
+        .await
+        .map_err(listen_error)?;
     let local = listener.local_addr().map_err(listen_error)?;
     Ok((listener, local))
 }
@@ -778,7 +771,7 @@ pub fn build_parts(
         tracing::warn!(listen = %config.listen,
             "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
     }
-    let (registry, metrics) = metrics::registry();
+    let (registry, metrics) = crate::records::metrics::registry();
     let sandbox = config.kustomize.sandbox_status();
     sandbox.log_start();
     metrics.render_sandbox(&sandbox);
@@ -833,14 +826,15 @@ pub fn build_parts(
         strict: true,
         allow_cross_namespace: !config.no_cross_namespace_refs,
     };
-    let events = events::EventSink::new(
+    let events = crate::records::events::EventSink::new(
         client.clone(),
         config.events_addr.as_deref(),
         Some(tuning.lease.identity.clone()),
     )
     .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
     let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
-    let (intents, intent_watch) = intents::IntentCache::watch(client.clone(), &config.namespace);
+    let (intents, intent_watch) =
+        crate::journal::watched::IntentCache::watch(client.clone(), &config.namespace);
     let (statefulsets, statefulset_watch) = crate::cluster::WatchedStatefulSets::watch(
         client.clone(),
         crate::flux::objects::OWNER_NAME_LABEL,
@@ -886,7 +880,7 @@ pub fn build_parts(
         status_auth: match config.http.status_auth {
             crate::http::StatusAuthMode::None => None,
             crate::http::StatusAuthMode::Kubernetes => Some(Arc::new(
-                crate::http::auth::StatusAuth::new(Arc::new(status_auth::KubeReviewer {
+                crate::http::auth::StatusAuth::new(Arc::new(crate::http::reviewer::KubeReviewer {
                     client: client.clone(),
                     timeout: config.call_timeout,
                 })),
@@ -941,7 +935,7 @@ pub struct JournalResume {
     /// `spec.serviceAccountName` acts as, which an intent's `actAs` must match.
     pub default_service_account: Option<String>,
     /// Where the refused intents are kept for `/status` (`None`: only logged).
-    pub intents: Option<intents::IntentCache>,
+    pub intents: Option<crate::journal::watched::IntentCache>,
     /// `flux_converger_intents_refused`, set after each resume.
     pub refused_gauge: Option<prometheus_client::metrics::gauge::Gauge>,
 }
@@ -968,7 +962,7 @@ impl Resume for JournalResume {
             let cluster_for = |intent: &crate::journal::Intent| {
                 let intent = intent.clone();
                 async move {
-                    gate::tenant::cluster_for_intent(
+                    crate::cluster::tenant::cluster_for_intent(
                         &self.client,
                         &intent,
                         self.default_service_account.as_deref(),
@@ -1015,7 +1009,7 @@ impl Resume for JournalResume {
     fn refused(&self) -> Vec<crate::journal::RefusedIntent> {
         self.intents
             .as_ref()
-            .map(intents::IntentCache::refused)
+            .map(crate::journal::watched::IntentCache::refused)
             .unwrap_or_default()
     }
 }

@@ -29,8 +29,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 use tokio_util::time::{DelayQueue, delay_queue};
 
+use crate::model::Trigger;
 use crate::service::gate::GateOutcome;
-use crate::service::record::Trigger;
 
 /// How long a key waits after consecutive failures.
 #[derive(Copy, Clone, Debug, PartialEq)]

@@ -15,8 +15,10 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use crate::http::status::{encode, list_body};
-use crate::service::index::{Index, Key, Records};
-use crate::service::record::{GateMode, KustomizationDetail, KustomizationSummary};
+use crate::model::Key;
+use crate::model::{GateMode, KustomizationDetail, KustomizationSummary};
+use crate::records::Records;
+use crate::service::index::Index;
 
 /// What a row or a detail was encoded from; equal means the bytes are still right.
 #[derive(Clone, PartialEq, Eq)]
@@ -238,9 +240,9 @@ const EMPTY: &str = "[]";
 mod tests {
     use super::*;
     use crate::flux::objects::{Kustomization, SourceKind};
+    use crate::model::RevisionRecord;
+    use crate::records::results::Results;
     use crate::service::index::SourceKey;
-    use crate::service::record::RevisionRecord;
-    use crate::service::results::Results;
     use serde_json::json;
 
     /// The same records without generations: every answer encoded afresh (the reference).

@@ -20,11 +20,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::flux::objects::{Kustomization, SourceKind};
+use crate::model::Key;
+use crate::model::Trigger;
+use crate::records::Records;
+use crate::records::metrics::Metrics;
 use crate::service::gate::observe::Observer;
-use crate::service::index::{Due, Index, Key, Records, SourceKey};
-use crate::service::metrics::Metrics;
+use crate::service::index::{Due, Index, SourceKey};
 use crate::service::queue::Queue;
-use crate::service::record::Trigger;
 
 /// The source kinds Flux renders from, in the order readiness reports them.
 pub const SOURCE_KINDS: [SourceKind; 4] = [

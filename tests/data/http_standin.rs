@@ -10,7 +10,7 @@ use std::sync::{Mutex, RwLock};
 
 use flux_converger::flux::event::Event;
 use flux_converger::http::Backend;
-use flux_converger::service::record::*;
+use flux_converger::model::*;
 
 /// A branch name git accepts (no spaces, `~^:?*[\`), built to break out of text and attributes.
 pub const HOSTILE_BRANCH: &str = r#"feat/"><b>pwned</b><script>alert(1)</script>'&x"#;

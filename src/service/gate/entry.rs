@@ -2,7 +2,7 @@
 //! entries to what happens to the revision. Pure: table-tested without a cluster.
 
 use crate::converge::{ClaimAction, ConvergeError, Outcome, Report};
-use crate::service::record::{
+use crate::model::{
     ClaimChange, DeferredClaim, RefusalEntry, StatefulSetEntry, StatefulSetOutcome, StepError,
     TemplateChange,
 };

@@ -12,7 +12,7 @@ use kube::api::{Api, Patch, PatchParams};
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::flux::objects::{Kustomization, KustomizationStatus};
-use crate::service::record::{FluxOutcome, FluxResult};
+use crate::model::{FluxOutcome, FluxResult};
 
 /// Flux's reconcile request annotation.
 pub const REQUESTED_AT_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";

@@ -24,11 +24,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::flux::objects::{self, Kustomization};
+use crate::model::Key;
+use crate::model::{FluxOutcome, FluxResult, GateMode, HandoffAttempt, RevisionRecord};
+use crate::records::results::Results;
 use crate::service::gate::handoff::{self, Since};
 use crate::service::gate::state::{GateState, Gating, Open, Reopen};
-use crate::service::index::Key;
-use crate::service::record::{FluxOutcome, FluxResult, GateMode, HandoffAttempt, RevisionRecord};
-use crate::service::results::Results;
 
 /// The longest wait between two openings for the same revision, unless Flux's own interval is
 /// longer (then that).
@@ -361,7 +361,7 @@ impl Observer {
         let c = &self.inner.config;
         for (key, record) in records {
             let Some(handoff) = record.handoff.as_ref().filter(|_| {
-                record.state == crate::service::record::RevisionState::Converged
+                record.state == crate::model::RevisionState::Converged
                     && crate::service::index::gate_open(&record)
             }) else {
                 continue;

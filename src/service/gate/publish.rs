@@ -34,7 +34,7 @@ use crate::flux::objects::{
     self, Artifact, Condition, ExternalArtifact, Kustomization, ObjectsError, SourceKind,
     SourceStatus, UpstreamError,
 };
-use crate::service::record::{
+use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetOutcome,
     StepError, Trigger,
 };
@@ -163,7 +163,7 @@ pub fn ready_condition(
         Update::NotPublished { reason, message } => ("False", *reason, message.clone()),
     };
     let mut message = message;
-    crate::service::results::truncate_text(&mut message, MAX_MESSAGE);
+    crate::records::results::truncate_text(&mut message, MAX_MESSAGE);
     let last_transition_time = match previous {
         Some(p) if p.status == status => p
             .last_transition_time
@@ -432,7 +432,7 @@ pub fn waiting_warning(namespace: &str, name: &str, revision: &str) -> String {
 /// Marks a converged record as published at `at`: its hand-off says so and the warnings that
 /// said it waits for other consumers go.
 pub fn mark_published(record: &mut RevisionRecord, at: &str) {
-    record.handoff = Some(crate::service::record::Handoff {
+    record.handoff = Some(crate::model::Handoff {
         mode: GateMode::Artifact,
         at: at.to_string(),
         action: "published".into(),
@@ -681,7 +681,7 @@ impl super::Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::record::{RefusalEntry, StatefulSetEntry};
+    use crate::model::{RefusalEntry, StatefulSetEntry};
 
     fn published(digest: &str) -> Published {
         Published {

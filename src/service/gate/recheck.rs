@@ -7,9 +7,7 @@
 //! stays Pending would add a record at every resync and push the revision history out. Pure:
 //! table-tested without a cluster.
 
-use crate::service::record::{
-    GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
-};
+use crate::model::{GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome};
 
 use super::entry;
 use crate::service::index::has_deferred;
@@ -111,7 +109,7 @@ pub fn warnings(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::record::{ClaimChange, DeferredClaim, Handoff, TemplateChange, Trigger};
+    use crate::model::{ClaimChange, DeferredClaim, Handoff, TemplateChange, Trigger};
 
     fn entry(outcome: StatefulSetOutcome) -> StatefulSetEntry {
         StatefulSetEntry {

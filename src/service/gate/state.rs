@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use tokio::time::Instant;
 
 use crate::flux::objects::Kustomization;
+use crate::model::GateMode;
 use crate::service::gate::handoff::Since;
-use crate::service::record::GateMode;
 
 /// The annotation choosing a Kustomization's gate mode.
 pub const GATE_ANNOTATION: &str = "flux-converger.io/gate";

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::flux::event::InvolvedObject;
-use crate::service::record::{StatefulSetEntry, Trigger};
+use crate::model::{StatefulSetEntry, Trigger};
 
 fn ks(
     ns: &str,
@@ -525,7 +525,7 @@ fn a_deferred_recheck_waits_while_the_gate_is_open() {
         refusal: None,
         error: None,
     });
-    last.handoff = Some(crate::service::record::Handoff {
+    last.handoff = Some(crate::model::Handoff {
         mode: GateMode::Suspend,
         at: "t".into(),
         action: "unsuspended".into(),
@@ -535,13 +535,10 @@ fn a_deferred_recheck_waits_while_the_gate_is_open() {
         retry_at: None,
     });
     for (outcome, due) in [
-        (crate::service::record::FluxOutcome::Pending, None),
-        (
-            crate::service::record::FluxOutcome::Applied,
-            Some(Due::Deferred),
-        ),
+        (crate::model::FluxOutcome::Pending, None),
+        (crate::model::FluxOutcome::Applied, Some(Due::Deferred)),
     ] {
-        last.flux = Some(crate::service::record::FluxResult {
+        last.flux = Some(crate::model::FluxResult {
             outcome,
             applied_revision: None,
             message: None,

@@ -22,7 +22,7 @@ fn queue(base: Duration) -> (Queue<&'static str>, Gauge) {
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn done() -> GateOutcome {
-    GateOutcome::Done(crate::service::record::RevisionState::Converged)
+    GateOutcome::Done(crate::model::RevisionState::Converged)
 }
 
 fn failed() -> GateOutcome {
@@ -258,7 +258,7 @@ fn lanes_and_what_follows_a_run_by_table() {
         assert_eq!(Lane::of(trigger), lane, "{trigger:?}");
     }
     assert!(Lane::New < Lane::Retry, "the new lane is served first");
-    use crate::service::record::RevisionState;
+    use crate::model::RevisionState;
     for (outcome, after) in [
         (GateOutcome::Done(RevisionState::Converged), After::Forget),
         (GateOutcome::Done(RevisionState::Refused), After::Forget),

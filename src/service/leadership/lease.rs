@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::service::tenure::{Tenure, observing_client};
+use crate::service::leadership::settings::LeaseSettings;
+use crate::service::leadership::tenure::{Tenure, observing_client};
 
 /// The Lease's name in `--namespace` without `--watch-label-selector`.
 pub const LEASE_NAME: &str = "flux-converger";
@@ -51,35 +52,6 @@ pub fn check_election_id(id: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// How the Lease is held (its name is `Config::leader_election_id`).
-#[derive(Clone, Debug)]
-pub struct LeaseSettings {
-    /// This replica's identity (the pod's name).
-    pub identity: String,
-    /// How long a holder's lock is valid after its last renewal.
-    pub duration: Duration,
-    /// How long before expiry the holder renews (also the clock skew tolerated).
-    pub grace: Duration,
-    /// How long before the lock's expiry (on this replica's own clock, from its last renewal)
-    /// the fence stops its writes: the clock skew between replicas and the time a write takes
-    /// to land. Below `grace`, so a renewal on time never lets the proof lapse.
-    pub margin: Duration,
-}
-
-impl LeaseSettings {
-    /// kube-lease-manager's defaults: a 30 s lock renewed 5 s before it expires, so a replica
-    /// that dies is replaced within half a minute and a slow API server does not flap it; its
-    /// writes stop 2 s before the lock could expire for the others.
-    pub fn new(identity: impl Into<String>) -> Self {
-        LeaseSettings {
-            identity: identity.into(),
-            duration: Duration::from_secs(30),
-            grace: Duration::from_secs(5),
-            margin: Duration::from_secs(2),
-        }
-    }
 }
 
 /// This replica's identity: the pod's name (`HOSTNAME` in a pod), else a random suffix so two

@@ -73,7 +73,7 @@ pub fn flux_event(
 ) -> FluxEvent {
     let group = Kustomization::group(&());
     let mut message = event.message.clone();
-    crate::service::results::truncate_text(&mut message, MAX_MESSAGE);
+    crate::records::results::truncate_text(&mut message, MAX_MESSAGE);
     FluxEvent {
         involved_object: InvolvedObject {
             kind: Kustomization::kind(&()).to_string(),
@@ -193,7 +193,7 @@ impl EventSink {
             let reference: ObjectReference = kustomization.object_ref(&());
             let mut note = event.message.clone();
             // The Events API refuses notes over 1 kB.
-            crate::service::results::truncate_text(&mut note, 1024);
+            crate::records::results::truncate_text(&mut note, 1024);
             let published = recorder
                 .publish(
                     &KubeEvent {

@@ -23,8 +23,9 @@ use sha2::{Digest, Sha256};
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::journal::RECORD_LABEL;
 pub use crate::journal::Shard;
-use crate::service::index::{Key, Records};
-use crate::service::record::{RevisionRecord, RevisionState};
+use crate::model::Key;
+use crate::model::{RevisionRecord, RevisionState};
+use crate::records::Records;
 
 /// Value of [`RECORD_LABEL`] on results ConfigMaps.
 pub const RESULTS_RECORD: &str = "results";
@@ -986,7 +987,7 @@ impl Records for Results {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::service::record::{StatefulSetEntry, StatefulSetOutcome, StepError, Trigger};
+    use crate::model::{StatefulSetEntry, StatefulSetOutcome, StepError, Trigger};
 
     fn record(revision: &str, started: &str) -> RevisionRecord {
         RevisionRecord {

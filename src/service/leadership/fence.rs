@@ -3,8 +3,8 @@
 //! not sealed the [`WindowTracker`], which then waits for the window to close.
 
 use crate::converge::fence::{Fence, Window};
-use crate::service::tenure::Tenure;
-use crate::service::windows::WindowTracker;
+use crate::service::leadership::tenure::Tenure;
+use crate::service::leadership::windows::WindowTracker;
 
 #[derive(Clone, Debug, Default)]
 pub struct ServiceFence {

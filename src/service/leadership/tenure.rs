@@ -23,7 +23,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::client::Body;
 
-use crate::service::leader::LeaseSettings;
+use crate::service::leadership::settings::LeaseSettings;
 
 #[derive(Debug, Default)]
 enum Mode {

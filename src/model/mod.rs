@@ -1,0 +1,10 @@
+//! The domain model every part shares: a gated object's key, the gate mode, the trigger, the
+//! per-revision record with each StatefulSet's outcome. `http`, `records`, `service` and the CLI
+//! all speak these types; nothing here does I/O or imports another module of the crate but the
+//! pure core (`decide`).
+
+mod key;
+mod record;
+
+pub use key::Key;
+pub use record::*;
