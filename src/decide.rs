@@ -96,8 +96,10 @@ pub struct DeferredClaim {
     pub reason: String,
 }
 
-/// Stable refusal codes (docs/converge.md, docs/cli.md).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+/// Stable refusal codes (docs/converge.md, docs/cli.md): the one enum the converge, the
+/// records (`model::RefusalEntry`), `/status` and the metrics use; `Display` and serde give
+/// the wire string.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RefusalCode {
     Shrink,
@@ -146,6 +148,13 @@ impl RefusalCode {
             RefusalCode::Rejected => "rejected",
             RefusalCode::CreateRefused => "create-refused",
         }
+    }
+}
+
+/// Compares with the wire spelling (`shrink`, ...), as the JSON of a record reads.
+impl PartialEq<&str> for RefusalCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 

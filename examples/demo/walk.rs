@@ -348,7 +348,7 @@ async fn artifact_published(
 ) {
     let handoff = record.handoff.as_ref();
     p.check(
-        handoff.is_some_and(|h| h.mode == GateMode::Artifact && h.action == "published"),
+        handoff.is_some_and(|h| h.mode == GateMode::Artifact && h.action == flux_converger::model::HandoffAction::Published),
         &format!(
             "the converger's record says converged, then published (handoff: artifact, published at {})",
             handoff.map(|h| h.at.as_str()).unwrap_or_default()
@@ -659,7 +659,8 @@ async fn refused(
         .find(|e| e.namespace == APP_NS && e.name == t.statefulset());
     let refusal = entry.and_then(|e| e.refusal.as_ref());
     p.check(
-        record.state == RevisionState::Refused && refusal.is_some_and(|r| r.code == "shrink"),
+        record.state == RevisionState::Refused
+            && refusal.is_some_and(|r| r.code == flux_converger::model::RefusalCode::Shrink),
         &format!(
             "the converger refused it: {}",
             refusal

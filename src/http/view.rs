@@ -208,7 +208,7 @@ pub fn problem(record: &RevisionRecord) -> Option<Problem> {
             let (set, refusal) = refused.next()?;
             Some(Problem {
                 kind: "refused",
-                code: refusal.code.clone(),
+                code: refusal.code.to_string(),
                 subject: Some(format!("{}/{}", set.namespace, set.name)),
                 message: refusal.message.clone(),
                 more: refused.count(),
@@ -395,9 +395,9 @@ impl SetView {
                 _ => None,
             },
             refusal: entry.refusal.as_ref().map(|r| RefusalView {
-                code: r.code.clone(),
+                code: r.code.to_string(),
                 message: r.message.clone(),
-                advice: advice(&r.code),
+                advice: advice(r.code.as_str()),
             }),
             error: entry.error.as_ref().map(StepView::of),
             entry: entry.clone(),
@@ -418,7 +418,7 @@ impl HandoffView {
     fn of(handoff: &Handoff) -> Self {
         HandoffView {
             mode: handoff.mode,
-            action: handoff.action.clone(),
+            action: handoff.action.to_string(),
             at: handoff.at.clone(),
             requested_at: handoff.requested_at.clone(),
             resuspended_at: handoff.resuspended_at.clone(),
@@ -475,6 +475,7 @@ impl RevisionView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RefusalCode;
     use crate::model::{RefusalEntry, Trigger};
 
     fn record(state: RevisionState) -> RevisionRecord {
@@ -512,10 +513,10 @@ mod tests {
         }
     }
 
-    fn refused(name: &str, code: &str) -> StatefulSetEntry {
+    fn refused(name: &str, code: RefusalCode) -> StatefulSetEntry {
         StatefulSetEntry {
             refusal: Some(RefusalEntry {
-                code: code.into(),
+                code,
                 message: format!("{name} refused"),
             }),
             ..set(name, StatefulSetOutcome::Refused)
@@ -535,11 +536,7 @@ mod tests {
 
     #[test]
     fn problem_table() {
-        let run_error = StepError {
-            step: "resolve".into(),
-            message: "no artifact".into(),
-            hint: None,
-        };
+        let run_error = StepError::new("resolve", "no artifact");
         type Want = Option<(
             &'static str,
             &'static str,
@@ -556,8 +553,8 @@ mod tests {
                 RevisionRecord {
                     statefulsets: vec![
                         set("ok", StatefulSetOutcome::Converged),
-                        refused("db", "shrink"),
-                        refused("cache", "not-expandable"),
+                        refused("db", RefusalCode::Shrink),
+                        refused("cache", RefusalCode::NotExpandable),
                     ],
                     ..record(RevisionState::Refused)
                 },

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::decide::RefusalCode;
+
 /// How a Kustomization hands a converged revision to Flux (annotation `flux-converger.io/gate`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -24,7 +26,7 @@ pub enum GateMode {
 
 impl GateMode {
     /// Every value of the annotation, as an unknown one's message lists them.
-    pub const VALUES: &'static [&'static str] = &["suspend", "reconcile", "off"];
+    pub const VALUES: &'static [&'static str] = &["suspend", "reconcile", "artifact", "off"];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -142,9 +144,9 @@ pub struct DeferredClaim {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusalEntry {
-    /// `shrink`, `not-expandable`, `selector-changed`, `storage-class-changed`,
-    /// `other-immutable`, `rejected`, ... (docs/http-api.md)
-    pub code: String,
+    /// The refusal code, spelled on the wire as [`RefusalCode`]'s `Display` (`shrink`,
+    /// `not-expandable`, `selector-changed`, ..., docs/http-api.md).
+    pub code: RefusalCode,
     pub message: String,
 }
 
@@ -191,10 +193,8 @@ pub struct Handoff {
     pub mode: GateMode,
     /// RFC 3339 time of the hand-off write.
     pub at: String,
-    /// `unsuspended` or `reconcile-requested`; `resuspended` once suspended again. Artifact
-    /// mode: `waiting` (converged, other consumers of the ExternalArtifact have not converged
-    /// the revision yet), `published` once the ExternalArtifact's status names the revision.
-    pub action: String,
+    /// What the hand-off wrote, and what became of it since.
+    pub action: HandoffAction,
     /// The `reconcile.fluxcd.io/requestedAt` token written (reconcile mode).
     #[serde(default)]
     pub requested_at: Option<String>,
@@ -210,6 +210,48 @@ pub struct Handoff {
     /// a timeout, while the source still publishes it and Flux has not applied it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<String>,
+}
+
+/// What a hand-off did (`handoff.action`, spelled as the JSON has always spelled it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandoffAction {
+    /// Suspend mode: `spec.suspend=false` written.
+    Unsuspended,
+    /// Reconcile mode: the `reconcile.fluxcd.io/requestedAt` token written.
+    ReconcileRequested,
+    /// Suspend mode: suspended again once Flux answered (or the gate timed out).
+    Resuspended,
+    /// Artifact mode: converged, other consumers of the ExternalArtifact have not converged
+    /// the revision yet.
+    Waiting,
+    /// Artifact mode: the ExternalArtifact's status names the revision.
+    Published,
+}
+
+impl HandoffAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandoffAction::Unsuspended => "unsuspended",
+            HandoffAction::ReconcileRequested => "reconcile-requested",
+            HandoffAction::Resuspended => "resuspended",
+            HandoffAction::Waiting => "waiting",
+            HandoffAction::Published => "published",
+        }
+    }
+}
+
+/// Compares with the wire spelling, as the JSON of a record reads.
+impl PartialEq<&str> for HandoffAction {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for HandoffAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// One opening of the gate for a revision and what Flux answered to it.
@@ -313,7 +355,58 @@ fn is_one(n: &u32) -> bool {
     *n == 1
 }
 
+impl StepError {
+    /// A failure of `step`, without a hint.
+    pub fn new(step: impl Into<String>, message: impl Into<String>) -> Self {
+        StepError {
+            step: step.into(),
+            message: message.into(),
+            hint: None,
+        }
+    }
+}
+
 impl RevisionRecord {
+    /// A record as a run starts it: `state`, one attempt, nothing converged or handed off
+    /// yet. Every record is made here, so a field added later gets its default in one place.
+    pub fn new(
+        revision: impl Into<String>,
+        trigger: Trigger,
+        started_at: impl Into<String>,
+        state: RevisionState,
+        gate: GateMode,
+        generation: Option<i64>,
+    ) -> Self {
+        RevisionRecord {
+            revision: revision.into(),
+            digest: None,
+            trigger,
+            started_at: started_at.into(),
+            finished_at: None,
+            state,
+            statefulsets: Vec::new(),
+            handoff: None,
+            flux: None,
+            warnings: Vec::new(),
+            error: None,
+            generation,
+            gate: Some(gate),
+            attempts: 1,
+        }
+    }
+
+    /// The same record, with `error` as its failure.
+    pub fn with_error(mut self, error: StepError) -> Self {
+        self.error = Some(error);
+        self
+    }
+
+    /// The same record, with the artifact's digest.
+    pub fn with_digest(mut self, digest: Option<String>) -> Self {
+        self.digest = digest;
+        self
+    }
+
     /// The record as `GET /status` shows it: everything but `statefulsets`.
     pub fn summary(&self) -> serde_json::Value {
         let mut value = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);

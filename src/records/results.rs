@@ -1032,11 +1032,7 @@ mod tests {
         let mut r = record(revision, started);
         r.state = RevisionState::Failed;
         r.generation = Some(generation);
-        r.error = Some(StepError {
-            step: "resolve".into(),
-            message: error.into(),
-            hint: None,
-        });
+        r.error = Some(StepError::new("resolve", error));
         r
     }
 

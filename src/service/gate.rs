@@ -34,6 +34,8 @@ use crate::flux::render::RenderedStatefulSet;
 use crate::flux::render::resolve::{ResolveError, Resolved, Resolver};
 use crate::journal::SecretJournal;
 use crate::journal::watched::WatchedJournal;
+pub use crate::model::GateOutcome;
+use crate::model::HandoffAction;
 use crate::model::Key;
 use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, HandoffAttempt, RevisionRecord, RevisionState,
@@ -45,7 +47,6 @@ use crate::records::events::{
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
 use crate::storage::host::ArtifactHost;
-use entry::Verdict;
 use handoff::Since;
 use observe::{Observer, ObserverConfig};
 use state::{Gating, Open};
@@ -78,24 +79,6 @@ pub struct GateConfig {
     /// Asked by every converge right before its claim patches and its orphan delete: the
     /// service's Lease (`None`: nothing fences, e.g. a single replica without election).
     pub fence: Option<crate::converge::fence::SharedFence>,
-}
-
-/// How a run ended: the one outcome type from the gate to the queue. [`Gate::run`] returns it,
-/// the worker passes it as it is to `Queue::complete`, which decides what follows
-/// (`queue::After`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GateOutcome {
-    /// Converged (handed off), refused, or superseded (too many restarts): nothing to retry
-    /// until the revision or the Kustomization's spec changes.
-    Done(RevisionState),
-    /// A step failed (one attempt: nothing inside the run waits to retry): the queue retries
-    /// it with backoff, in its retry lane, so no worker is held while it waits.
-    Failed { message: String },
-    /// Nothing wrong, but not finished either (the source has no artifact yet, claims wait to
-    /// bind): re-check at the next resync.
-    Deferred,
-    /// The annotation is `off` (or unreadable), or the Kustomization is gone.
-    NotHandled,
 }
 
 /// One revision at a time of one Kustomization. Cheap to clone.
@@ -365,27 +348,22 @@ impl Gate {
         let mut record = match &recheck {
             Some(previous) => previous.clone(),
             None => {
-                let record = RevisionRecord {
-                    revision: resolved.revision.clone(),
-                    digest: resolved
+                let record = RevisionRecord::new(
+                    resolved.revision.clone(),
+                    trigger,
+                    started_at,
+                    RevisionState::Running,
+                    mode,
+                    resolved.kustomization.metadata.generation,
+                )
+                .with_digest(
+                    resolved
                         .source
                         .status
                         .artifact
                         .as_ref()
                         .and_then(|a| a.digest.clone()),
-                    trigger,
-                    started_at,
-                    finished_at: None,
-                    state: RevisionState::Running,
-                    statefulsets: Vec::new(),
-                    handoff: None,
-                    flux: None,
-                    warnings: Vec::new(),
-                    error: None,
-                    generation: resolved.kustomization.metadata.generation,
-                    gate: Some(mode),
-                    attempts: 1,
-                };
+                );
                 self.save(namespace, name, &record).await;
                 record
             }
@@ -426,21 +404,21 @@ impl Gate {
         let publish = recheck
             .as_ref()
             .is_none_or(|p| p.statefulsets != record.statefulsets);
-        match entry::verdict(&record.statefulsets) {
-            Verdict::Refused => {
+        match RevisionState::of_statefulsets(&record.statefulsets) {
+            RevisionState::Refused => {
                 record.state = RevisionState::Refused;
                 self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Done(RevisionState::Refused);
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
-            Verdict::Failed => {
+            RevisionState::Failed => {
                 record.state = RevisionState::Failed;
                 self.report_not_published(target, &record).await;
                 let message = entry::describe(&record.statefulsets);
                 let outcome = GateOutcome::Failed { message };
                 return Pass::Finished(self.finish(ks, record, outcome).await);
             }
-            Verdict::HandOff => {}
+            _ => {}
         }
 
         // The result is only worth handing off if it is still the revision Flux will apply
@@ -479,11 +457,10 @@ impl Gate {
             }
             Err(e) => {
                 record.state = RevisionState::Failed;
-                record.error = Some(StepError {
-                    step: "handoff".into(),
-                    message: format!("re-reading the source before the hand-off: {e}"),
-                    hint: None,
-                });
+                record.error = Some(StepError::new(
+                    "handoff",
+                    format!("re-reading the source before the hand-off: {e}"),
+                ));
                 self.report_not_published(target, &record).await;
                 let outcome = GateOutcome::Failed {
                     message: e.to_string(),
@@ -530,11 +507,7 @@ impl Gate {
         c.metrics.step("handoff", t.elapsed().as_secs_f64());
         if let Err(message) = handed {
             record.state = RevisionState::Failed;
-            record.error = Some(StepError {
-                step: "handoff".into(),
-                message: message.clone(),
-                hint: None,
-            });
+            record.error = Some(StepError::new("handoff", message.clone()));
             self.report_not_published(target, &record).await;
             return Pass::Finished(
                 self.finish(ks, record, GateOutcome::Failed { message })
@@ -622,33 +595,22 @@ impl Gate {
         .ok()
         .and_then(|s| s.status.artifact);
         let refused = error.is_bad_input();
-        let record = RevisionRecord {
-            revision: source
-                .as_ref()
-                .map(|a| a.revision.clone())
-                .unwrap_or_default(),
-            digest: source.and_then(|a| a.digest),
+        let state = if refused {
+            RevisionState::Refused
+        } else {
+            RevisionState::Failed
+        };
+        let revision = source.as_ref().map(|a| a.revision.clone());
+        let record = RevisionRecord::new(
+            revision.unwrap_or_default(),
             trigger,
             started_at,
-            finished_at: None,
-            state: if refused {
-                RevisionState::Refused
-            } else {
-                RevisionState::Failed
-            },
-            statefulsets: Vec::new(),
-            handoff: None,
-            flux: None,
-            warnings: Vec::new(),
-            error: Some(StepError {
-                step: "resolve".into(),
-                message: error.to_string(),
-                hint: None,
-            }),
-            generation: ks.metadata.generation,
-            gate: Some(mode),
-            attempts: 1,
-        };
+            state,
+            mode,
+            ks.metadata.generation,
+        )
+        .with_digest(source.and_then(|a| a.digest))
+        .with_error(StepError::new("resolve", error.to_string()));
         let outcome = if refused {
             GateOutcome::Done(RevisionState::Refused)
         } else {
@@ -769,7 +731,7 @@ impl Gate {
                     c.metrics.statefulsets_recreated.inc();
                 }
                 if let Some(r) = &e.refusal {
-                    c.metrics.refusal(&r.code);
+                    c.metrics.refusal(r.code.as_str());
                 }
                 for s in &report.steps {
                     c.metrics.step(s.step.as_str(), s.millis / 1000.0);
@@ -869,7 +831,7 @@ impl Gate {
                     .map_err(|e| e.to_string())?;
                 (
                     Since::Generation(ks.metadata.generation.unwrap_or(0)),
-                    "unsuspended",
+                    HandoffAction::Unsuspended,
                     None,
                 )
             }
@@ -879,7 +841,7 @@ impl Gate {
                     .map_err(|e| e.to_string())?;
                 (
                     Since::Token(at.clone()),
-                    "reconcile-requested",
+                    HandoffAction::ReconcileRequested,
                     Some(at.clone()),
                 )
             }
@@ -889,7 +851,7 @@ impl Gate {
         record.handoff = Some(Handoff {
             mode,
             at: at.clone(),
-            action: action.into(),
+            action,
             requested_at,
             resuspended_at: None,
             attempts: vec![HandoffAttempt {
@@ -969,11 +931,10 @@ impl Gate {
         }
         stale.state = RevisionState::Failed;
         stale.finished_at = Some(now());
-        stale.error = Some(StepError {
-            step: "interrupted".into(),
-            message: "the service stopped while handling this revision; it is handled again".into(),
-            hint: None,
-        });
+        stale.error = Some(StepError::new(
+            "interrupted",
+            "the service stopped while handling this revision; it is handled again",
+        ));
         self.save(namespace, name, &stale).await;
     }
 
@@ -1040,10 +1001,9 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
                 None => "handed off".into(),
             };
             let mode = record.gate.map(GateMode::as_str).unwrap_or("off");
-            let waiting = record
-                .handoff
-                .as_ref()
-                .is_some_and(|h| h.mode == GateMode::Artifact && h.action == "waiting");
+            let waiting = record.handoff.as_ref().is_some_and(|h| {
+                h.mode == GateMode::Artifact && h.action == HandoffAction::Waiting
+            });
             let head = if waiting {
                 // Artifact mode, other consumers of the ExternalArtifact still to converge it:
                 // the warnings name them.
@@ -1191,7 +1151,7 @@ mod tests {
         r.handoff = Some(Handoff {
             mode: GateMode::Artifact,
             at: "t".into(),
-            action: "waiting".into(),
+            action: HandoffAction::Waiting,
             requested_at: None,
             resuspended_at: None,
             attempts: Vec::new(),
@@ -1203,7 +1163,7 @@ mod tests {
             e.message,
             "revision main@sha1:2 converged, not published yet: waiting for team/db to converge main@sha1:2 before publishing\nStatefulSet apps/web: recreated without restarting pods"
         );
-        r.handoff.as_mut().unwrap().action = "published".into();
+        r.handoff.as_mut().unwrap().action = HandoffAction::Published;
         r.flux = Some(FluxResult {
             outcome: FluxOutcome::Applied,
             applied_revision: None,

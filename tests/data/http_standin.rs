@@ -201,7 +201,7 @@ fn handoff(at: &str) -> Handoff {
     Handoff {
         mode: GateMode::Suspend,
         at: at.to_string(),
-        action: "unsuspended".into(),
+        action: flux_converger::model::HandoffAction::Unsuspended,
         requested_at: None,
         resuspended_at: Some(at.replace(":02Z", ":40Z")),
         attempts: Vec::new(),
@@ -256,7 +256,7 @@ pub fn seeded() -> StandIn {
     );
     db.statefulsets = vec![StatefulSetEntry {
         refusal: Some(RefusalEntry {
-            code: "shrink".into(),
+            code: flux_converger::model::RefusalCode::Shrink,
             message: SHRINK_MESSAGE.into(),
         }),
         ..set("apps", "db", StatefulSetOutcome::Refused)
@@ -306,7 +306,7 @@ pub fn seeded() -> StandIn {
     search.handoff = Some(Handoff {
         mode: GateMode::Reconcile,
         at: "2026-11-30T06:00:05Z".into(),
-        action: "reconcile-requested".into(),
+        action: flux_converger::model::HandoffAction::ReconcileRequested,
         requested_at: Some("2026-11-30T06:00:05.123456789Z".into()),
         resuspended_at: None,
         attempts: Vec::new(),
@@ -386,7 +386,7 @@ pub fn scaled(kustomizations: usize, revisions: usize) -> StandIn {
                 rec.statefulsets = vec![grown(&namespace, &name, 3, "1Gi", "2Gi")];
                 if state == RevisionState::Refused {
                     rec.statefulsets[0].refusal = Some(RefusalEntry {
-                        code: "not-expandable".into(),
+                        code: flux_converger::model::RefusalCode::NotExpandable,
                         message: "StorageClass standard does not allow volume expansion".into(),
                     });
                 }

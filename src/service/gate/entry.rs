@@ -44,7 +44,7 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
         }
     }
     entry.refusal = report.refusal.as_ref().map(|r| RefusalEntry {
-        code: r.code.as_str().to_string(),
+        code: r.code,
         message: r.message.clone(),
     });
     if report.outcome == Outcome::Held {
@@ -79,16 +79,15 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
         // written: never taken for success, so the revision is retried, not handed off.
         #[allow(unreachable_patterns)]
         other => {
-            entry.error = Some(StepError {
-                step: "converge".into(),
-                message: format!(
+            entry.error = Some(StepError::new(
+                "converge",
+                format!(
                     "StatefulSet {}/{}: converge ended {}: not converged, retried",
                     report.namespace,
                     report.name,
                     other.as_str()
                 ),
-                hint: None,
-            });
+            ));
             StatefulSetOutcome::Failed
         }
     };
@@ -163,36 +162,6 @@ fn empty(namespace: &str, name: &str) -> StatefulSetEntry {
     }
 }
 
-/// What the StatefulSets decide for the revision.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// At least one refused: not handed off (a refusal wins over a failure: retrying the
-    /// failure cannot make the revision acceptable).
-    Refused,
-    /// At least one failed (or was held without any refused): retried.
-    Failed,
-    /// Every one converged, had nothing to do, or waits for claims to bind.
-    HandOff,
-}
-
-pub fn verdict(entries: &[StatefulSetEntry]) -> Verdict {
-    if entries
-        .iter()
-        .any(|e| e.outcome == StatefulSetOutcome::Refused)
-    {
-        Verdict::Refused
-    } else if entries.iter().any(|e| {
-        matches!(
-            e.outcome,
-            StatefulSetOutcome::Failed | StatefulSetOutcome::Held
-        )
-    }) {
-        Verdict::Failed
-    } else {
-        Verdict::HandOff
-    }
-}
-
 /// The warnings deferred claims leave on the record: nothing waiting will not mend.
 pub fn deferred_warnings(entries: &[StatefulSetEntry]) -> Vec<String> {
     entries
@@ -251,6 +220,7 @@ pub fn describe(entries: &[StatefulSetEntry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RevisionState;
 
     fn entry(name: &str, outcome: StatefulSetOutcome) -> StatefulSetEntry {
         let mut e = empty("ns", name);
@@ -259,24 +229,29 @@ mod tests {
     }
 
     #[test]
-    fn verdict_by_table() {
+    fn revision_state_of_statefulsets_by_table() {
+        use RevisionState::{Converged as HandOff, Failed as RFailed, Refused as RRefused};
         use StatefulSetOutcome::*;
         for (outcomes, expected) in [
-            (vec![], Verdict::HandOff),
-            (vec![Unchanged, Converged, Deferred], Verdict::HandOff),
-            (vec![Converged, Failed], Verdict::Failed),
-            (vec![Failed, Refused], Verdict::Refused),
-            (vec![Refused, Converged], Verdict::Refused),
-            (vec![Held, Refused], Verdict::Refused),
-            (vec![Held, Failed], Verdict::Failed),
-            (vec![Held, Unchanged], Verdict::Failed),
+            (vec![], HandOff),
+            (vec![Unchanged, Converged, Deferred], HandOff),
+            (vec![Converged, Failed], RFailed),
+            (vec![Failed, Refused], RRefused),
+            (vec![Refused, Converged], RRefused),
+            (vec![Held, Refused], RRefused),
+            (vec![Held, Failed], RFailed),
+            (vec![Held, Unchanged], RFailed),
         ] {
             let entries: Vec<_> = outcomes
                 .iter()
                 .enumerate()
                 .map(|(i, o)| entry(&format!("s{i}"), *o))
                 .collect();
-            assert_eq!(verdict(&entries), expected, "{outcomes:?}");
+            assert_eq!(
+                RevisionState::of_statefulsets(&entries),
+                expected,
+                "{outcomes:?}"
+            );
         }
     }
 
@@ -368,7 +343,7 @@ mod tests {
         });
         let mut refused = entry("db", StatefulSetOutcome::Refused);
         refused.refusal = Some(RefusalEntry {
-            code: "shrink".into(),
+            code: crate::model::RefusalCode::Shrink,
             message: "template data: 2Gi -> 1Gi".into(),
         });
         let entries = vec![

@@ -24,6 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::flux::objects::{self, Kustomization};
+use crate::model::HandoffAction;
 use crate::model::Key;
 use crate::model::{FluxOutcome, FluxResult, GateMode, HandoffAttempt, RevisionRecord};
 use crate::records::results::Results;
@@ -382,7 +383,9 @@ impl Observer {
                 }
                 (GateMode::Reconcile, Some(token)) => Since::Token(token.clone()),
                 // Published: Flux could not attempt the revision before, any attempt answers.
-                (GateMode::Artifact, _) if handoff.action == "published" => Since::Generation(0),
+                (GateMode::Artifact, _) if handoff.action == HandoffAction::Published => {
+                    Since::Generation(0)
+                }
                 _ => continue,
             };
             tracing::info!(kustomization = %key, revision = %record.revision, "following a gate a previous process left open");
@@ -523,7 +526,7 @@ impl Observer {
         self.update(&key, &open.revision, &open.started_at, |record| {
             if let Some(h) = &mut record.handoff {
                 if open.mode == GateMode::Suspend {
-                    h.action = "resuspended".into();
+                    h.action = HandoffAction::Resuspended;
                     h.resuspended_at = Some(now());
                 }
                 if let Some(last) = h.attempts.last_mut() {
@@ -652,7 +655,7 @@ impl Observer {
         let at = now();
         self.update(&key, &reopen.revision, &reopen.started_at, |record| {
             if let Some(h) = &mut record.handoff {
-                h.action = "unsuspended".into();
+                h.action = HandoffAction::Unsuspended;
                 h.retry_at = None;
                 h.attempts.push(HandoffAttempt {
                     at: at.clone(),

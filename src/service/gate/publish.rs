@@ -34,6 +34,7 @@ use crate::flux::objects::{
     self, Artifact, Condition, ExternalArtifact, Kustomization, ObjectsError, SourceKind,
     SourceStatus, UpstreamError,
 };
+use crate::model::HandoffAction;
 use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetOutcome,
     StepError, Trigger,
@@ -435,7 +436,7 @@ pub fn mark_published(record: &mut RevisionRecord, at: &str) {
     record.handoff = Some(crate::model::Handoff {
         mode: GateMode::Artifact,
         at: at.to_string(),
-        action: "published".into(),
+        action: HandoffAction::Published,
         requested_at: None,
         resuspended_at: None,
         attempts: Vec::new(),
@@ -460,28 +461,17 @@ impl super::Gate {
         let name = kustomization.metadata.name.clone().unwrap_or_default();
         tracing::warn!(kustomization = %format!("{namespace}/{name}"), error = %error,
             "artifact gate: refused");
-        let record = RevisionRecord {
-            // No revision: the refusal is about the objects, not a revision; only a spec
-            // change makes it due again (service::index).
-            revision: String::new(),
-            digest: None,
+        // No revision: the refusal is about the objects, not a revision; only a spec change
+        // makes it due again (service::index).
+        let record = RevisionRecord::new(
+            String::new(),
             trigger,
-            started_at: super::now(),
-            finished_at: None,
-            state: RevisionState::Refused,
-            statefulsets: Vec::new(),
-            handoff: None,
-            flux: None,
-            warnings: Vec::new(),
-            error: Some(StepError {
-                step: "resolve".into(),
-                message: error.to_string(),
-                hint: None,
-            }),
-            generation: kustomization.metadata.generation,
-            attempts: 1,
-            gate: Some(GateMode::Artifact),
-        };
+            super::now(),
+            RevisionState::Refused,
+            GateMode::Artifact,
+            kustomization.metadata.generation,
+        )
+        .with_error(StepError::new("resolve", error.to_string()));
         self.finish(
             kustomization,
             record,
@@ -556,7 +546,7 @@ impl super::Gate {
         record.handoff = Some(Handoff {
             mode: GateMode::Artifact,
             at: super::now(),
-            action: "waiting".into(),
+            action: HandoffAction::Waiting,
             requested_at: None,
             resuspended_at: None,
             attempts: Vec::new(),
@@ -623,7 +613,9 @@ impl super::Gate {
             if let Some(mut last) = c.results.last(ns, n).filter(|r| {
                 r.revision == revision
                     && r.state == RevisionState::Converged
-                    && r.handoff.as_ref().is_none_or(|h| h.action != "published")
+                    && r.handoff
+                        .as_ref()
+                        .is_none_or(|h| h.action != HandoffAction::Published)
             }) {
                 mark_published(&mut last, &at);
                 self.save(ns, n, &last).await;
@@ -887,29 +879,17 @@ mod tests {
     fn not_published_by_table() {
         let mut refused = entry(StatefulSetOutcome::Refused);
         refused.refusal = Some(RefusalEntry {
-            code: "shrink".into(),
+            code: crate::model::RefusalCode::Shrink,
             message: "data-web-0 from 2Gi to 1Gi".into(),
         });
         let mut failed = entry(StatefulSetOutcome::Failed);
-        failed.error = Some(StepError {
-            step: "grow".into(),
-            message: "409".into(),
-            hint: None,
-        });
+        failed.error = Some(StepError::new("grow", "409"));
         let mut held = entry(StatefulSetOutcome::Held);
         held.name = "db".into();
         let mut render = record(RevisionState::Refused, Vec::new());
-        render.error = Some(StepError {
-            step: "resolve".into(),
-            message: "missing file".into(),
-            hint: None,
-        });
+        render.error = Some(StepError::new("resolve", "missing file"));
         let mut api = record(RevisionState::Failed, Vec::new());
-        api.error = Some(StepError {
-            step: "handoff".into(),
-            message: "timeout".into(),
-            hint: None,
-        });
+        api.error = Some(StepError::new("handoff", "timeout"));
         for (r, expected) in [
             (
                 record(RevisionState::Refused, vec![held.clone(), refused]),
@@ -1009,7 +989,7 @@ mod tests {
         r.handoff = Some(Handoff {
             mode: GateMode::Artifact,
             at: "t0".into(),
-            action: "waiting".into(),
+            action: HandoffAction::Waiting,
             requested_at: None,
             resuspended_at: None,
             attempts: Vec::new(),

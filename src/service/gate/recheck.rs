@@ -7,6 +7,7 @@
 //! stays Pending would add a record at every resync and push the revision history out. Pure:
 //! table-tested without a cluster.
 
+use crate::model::HandoffAction;
 use crate::model::{GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome};
 
 use super::entry;
@@ -19,7 +20,7 @@ use crate::service::index::has_deferred;
 pub fn is_recheck(last: &RevisionRecord, revision: &str, generation: Option<i64>) -> bool {
     // Each opening of the gate is an unsuspend and a resuspend: two generations.
     let toggles = match &last.handoff {
-        Some(h) if h.mode == GateMode::Suspend && h.action == "resuspended" => {
+        Some(h) if h.mode == GateMode::Suspend && h.action == HandoffAction::Resuspended => {
             2 * h.attempts.len().max(1) as i64
         }
         _ => 0,
@@ -232,7 +233,10 @@ mod tests {
         assert_eq!(warnings(&before, &[first()], &[first()]), before);
     }
 
-    fn record(generation: Option<i64>, handoff: Option<(GateMode, &str)>) -> RevisionRecord {
+    fn record(
+        generation: Option<i64>,
+        handoff: Option<(GateMode, HandoffAction)>,
+    ) -> RevisionRecord {
         RevisionRecord {
             revision: "main@sha1:2".into(),
             digest: None,
@@ -244,7 +248,7 @@ mod tests {
             handoff: handoff.map(|(mode, action)| Handoff {
                 mode,
                 at: "t".into(),
-                action: action.into(),
+                action,
                 requested_at: None,
                 resuspended_at: None,
                 attempts: Vec::new(),
@@ -261,8 +265,8 @@ mod tests {
 
     #[test]
     fn is_recheck_by_table() {
-        let suspend = Some((GateMode::Suspend, "resuspended"));
-        let reconcile = Some((GateMode::Reconcile, "reconcile-requested"));
+        let suspend = Some((GateMode::Suspend, HandoffAction::Resuspended));
+        let reconcile = Some((GateMode::Reconcile, HandoffAction::ReconcileRequested));
         let refused = RevisionRecord {
             state: RevisionState::Refused,
             ..record(Some(3), None)

@@ -213,7 +213,7 @@ mod tests {
         let message = gating.mode().unwrap_err();
         assert!(
             message.starts_with(
-                "annotation flux-converger.io/gate: \"yes\" is not one of suspend, reconcile, off"
+                "annotation flux-converger.io/gate: \"yes\" is not one of suspend, reconcile, artifact, off"
             ),
             "{message}"
         );

@@ -528,7 +528,7 @@ fn a_deferred_recheck_waits_while_the_gate_is_open() {
     last.handoff = Some(crate::model::Handoff {
         mode: GateMode::Suspend,
         at: "t".into(),
-        action: "unsuspended".into(),
+        action: crate::model::HandoffAction::Unsuspended,
         requested_at: None,
         resuspended_at: None,
         attempts: Vec::new(),
