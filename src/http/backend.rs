@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::flux::event::Event;
-use crate::http::status::{encode, list_body};
+use crate::model::body::{encode, list_body};
 use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
 
 pub trait Backend: Send + Sync + 'static {

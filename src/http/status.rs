@@ -1,12 +1,12 @@
 //! `GET /status` and `GET /status/{namespace}/{name}`: the results as JSON, read-only. The
 //! bodies come encoded from the backend (the service keeps them, see
-//! `service::status_cache`), so a poll costs a copy, not an encoding.
+//! `service::status_cache`, encoded by `model::body`), so a poll costs a copy, not an encoding.
 
 use axum::extract::{Path, Query};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::auth::Seen;
 use super::error::ApiError;
@@ -22,30 +22,6 @@ impl NamespaceQuery {
     pub fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref().filter(|ns| !ns.is_empty())
     }
-}
-
-/// `value` as compact JSON: the bytes `axum::Json` would answer.
-pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, serde_json::Error> {
-    serde_json::to_vec(value).map(Bytes::from)
-}
-
-/// The `GET /status` body, `{"kustomizations":[...]}`, from rows each already encoded
-/// ([`encode`] of a `KustomizationSummary`): byte for byte what encoding the whole list gives.
-pub fn list_body<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
-    const HEAD: &[u8] = b"{\"kustomizations\":[";
-    const TAIL: &[u8] = b"]}";
-    let rows: Vec<&[u8]> = rows.into_iter().collect();
-    let size = HEAD.len() + TAIL.len() + rows.iter().map(|r| r.len() + 1).sum::<usize>();
-    let mut body = Vec::with_capacity(size);
-    body.extend_from_slice(HEAD);
-    for (i, row) in rows.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(row);
-    }
-    body.extend_from_slice(TAIL);
-    Bytes::from(body)
 }
 
 fn json(body: Result<Bytes, serde_json::Error>) -> Response {
@@ -74,54 +50,5 @@ pub(super) async fn one(
             format!("Kustomization {namespace}/{name} is not handled by flux-converger"),
         )
         .into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{GateMode, KustomizationSummary};
-
-    #[derive(Serialize)]
-    struct StatusList {
-        kustomizations: Vec<KustomizationSummary>,
-    }
-
-    #[test]
-    fn list_body_is_the_encoding_of_the_whole_list_by_table() {
-        let row =
-            |ns: &str, name: &str, revision: Option<&str>, last: Option<serde_json::Value>| {
-                KustomizationSummary {
-                    namespace: ns.into(),
-                    name: name.into(),
-                    gate: GateMode::Suspend,
-                    source_revision: revision.map(String::from),
-                    last,
-                    hold: None,
-                }
-            };
-        for rows in [
-            vec![],
-            vec![row("a", "x", None, None)],
-            vec![
-                row("a", "x", Some("main@sha1:1"), None),
-                row(
-                    "b",
-                    "y \"quoted\"",
-                    None,
-                    Some(serde_json::json!({"state": "converged"})),
-                ),
-            ],
-        ] {
-            let encoded: Vec<Bytes> = rows.iter().map(|r| encode(r).unwrap()).collect();
-            let expected = serde_json::to_vec(&StatusList {
-                kustomizations: rows.clone(),
-            })
-            .unwrap();
-            assert_eq!(
-                list_body(encoded.iter().map(|r| &r[..])),
-                Bytes::from(expected)
-            );
-        }
     }
 }

@@ -4,6 +4,7 @@
 //! all speak these types; nothing here does I/O or imports another module of the crate but the
 //! pure core (`decide`).
 
+pub mod body;
 mod key;
 mod outcome;
 mod record;

@@ -15,6 +15,7 @@
 
 pub mod entry;
 pub mod handoff;
+pub mod modes;
 pub mod observe;
 pub mod publish;
 pub mod recheck;
@@ -38,8 +39,8 @@ pub use crate::model::GateOutcome;
 use crate::model::HandoffAction;
 use crate::model::Key;
 use crate::model::{
-    FluxOutcome, FluxResult, GateMode, Handoff, HandoffAttempt, RevisionRecord, RevisionState,
-    StatefulSetEntry, StatefulSetOutcome, StepError, Trigger,
+    FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
+    StepError, Trigger,
 };
 use crate::records::events::{
     EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
@@ -47,9 +48,8 @@ use crate::records::events::{
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
 use crate::storage::host::ArtifactHost;
-use handoff::Since;
 use observe::{Observer, ObserverConfig};
-use state::{Gating, Open};
+use state::Gating;
 
 /// The warning a Kustomization with `spec.force: true` gets under the `suspend` or `reconcile`
 /// gate: Flux would re-create (pods and all) a StatefulSet whose unconverged revision it applies.
@@ -231,57 +231,15 @@ impl Gate {
             if ks.spec.force {
                 tracing::warn!(kustomization = %key, mode = %mode, "{FORCE_WARNING}");
             }
-            // Artifact mode: the ExternalArtifact the Kustomization reads, and the upstream it
-            // names. Wrong objects are refused before anything is read or written.
-            let target = if mode == GateMode::Artifact {
-                match publish::target(
-                    &self.config.client,
-                    &ks,
-                    self.config.resolver.allow_cross_namespace,
-                    self.config.call_timeout,
-                )
-                .await
-                {
-                    Ok(t) => Some(t),
-                    Err(e) if e.is_bad_input() => {
-                        return self.refuse_target(&ks, trigger, &e).await;
-                    }
-                    Err(e) => {
-                        return GateOutcome::Failed {
-                            message: e.to_string(),
-                        };
-                    }
-                }
-            } else {
-                None
+            let Some(handler) = modes::of(mode) else {
+                return GateOutcome::NotHandled;
             };
-            if target.is_some() && self.artifact_host.is_none() {
-                // Without storage the revision could never be published: nothing is written
-                // for it (no converge), and `/readyz` says why while this lasts.
-                let message = self.no_storage_message();
-                tracing::warn!(kustomization = %key, %message, "not converged");
-                return GateOutcome::Failed { message };
-            }
-            if mode == GateMode::Suspend && !ks.spec.suspend {
-                // Kept suspended between revisions: Flux must not apply the pending revision
-                // before it is converged.
-                tracing::info!(kustomization = %key, "suspending before the converge");
-                if let Err(e) = handoff::set_suspend(
-                    &self.config.client,
-                    namespace,
-                    name,
-                    true,
-                    self.config.call_timeout,
-                )
-                .await
-                {
-                    return GateOutcome::Failed {
-                        message: e.to_string(),
-                    };
-                }
-            }
+            let target = match handler.prepare(self, &ks, trigger).await {
+                Ok(target) => target,
+                Err(outcome) => return outcome,
+            };
             match self
-                .pass(namespace, name, mode, trigger, target.as_ref())
+                .pass(namespace, name, handler, trigger, target.as_ref())
                 .await
             {
                 Pass::Finished(outcome) => return outcome,
@@ -297,10 +255,11 @@ impl Gate {
         &self,
         namespace: &str,
         name: &str,
-        mode: GateMode,
+        handler: &dyn modes::Mode,
         trigger: Trigger,
         target: Option<&publish::Target>,
     ) -> Pass {
+        let mode = handler.mode();
         let c = &self.config;
         let key = ks_name(namespace, name);
         self.close_interrupted(namespace, name).await;
@@ -332,11 +291,9 @@ impl Gate {
                 );
             }
         };
-        if mode == GateMode::Suspend {
-            self.observer
-                .superseded(&Key::new(namespace, name), &resolved.revision)
-                .await;
-        }
+        handler
+            .resolved(self, &Key::new(namespace, name), &resolved.revision)
+            .await;
         // A re-check of claims left to grow updates the revision's record instead of adding one.
         let recheck = c.results.last(namespace, name).filter(|last| {
             recheck::is_recheck(
@@ -471,39 +428,18 @@ impl Gate {
 
         let t = Instant::now();
         let mut open = None;
-        let handed = if let Some(target) = target {
-            // Always through the publish, even when Flux applied the revision already: every
-            // consumer's converge counts, and a publish that changes nothing writes nothing.
-            self.publish_revision(
-                namespace,
-                name,
-                target,
-                upstream_artifact.as_ref(),
-                ks,
-                &mut record,
-            )
-            .await
-            .map(|o| open = o)
-        } else if applied_already(ks, &record.revision) {
-            // Flux applied this revision before (the converge found nothing, or only lagging
-            // claims, to do): unsuspending or requesting a reconcile would only make it
-            // apply the same revision again. A re-check keeps what the hand-off recorded.
-            if recheck.is_none() || record.flux.is_none() {
-                record.flux = Some(FluxResult {
-                    outcome: FluxOutcome::Applied,
-                    applied_revision: Some(record.revision.clone()),
-                    message: Some(
-                        "Flux had already applied this revision: not handed off again".into(),
-                    ),
-                    attempted_revision: None,
-                });
-            }
-            Ok(())
-        } else {
-            self.hand_off(namespace, name, mode, ks, &mut record)
-                .await
-                .map(|o| open = Some(o))
+        let run = modes::Run {
+            namespace,
+            name,
+            ks,
+            target,
+            upstream: upstream_artifact.as_ref(),
+            recheck: recheck.is_some(),
         };
+        let handed = handler
+            .hand_off(self, run, &mut record)
+            .await
+            .map(|o| open = o);
         c.metrics.step("handoff", t.elapsed().as_secs_f64());
         if let Err(message) = handed {
             record.state = RevisionState::Failed;
@@ -799,86 +735,6 @@ impl Gate {
         }))
     }
 
-    /// Hands the revision to Flux (suspend: `spec.suspend=false`; reconcile: the requestedAt
-    /// token) and returns the open gate for the observer. The run ends here: the observer
-    /// closes the gate and records Flux's answer from the watches. A hold set during the
-    /// converge (seen by the watch) stops it before the write: the revision is recorded
-    /// failed, due again once the hold is removed.
-    async fn hand_off(
-        &self,
-        namespace: &str,
-        name: &str,
-        mode: GateMode,
-        ks: &Kustomization,
-        record: &mut RevisionRecord,
-    ) -> Result<Open, String> {
-        let c = &self.config;
-        let key = ks_name(namespace, name);
-        if let Some(reason) = self.observer.held(&Key::new(namespace, name)) {
-            return Err(format!(
-                "held ({reason}): not handed off; handed off once the hold is removed"
-            ));
-        }
-        let attempted_before = ks
-            .status
-            .as_ref()
-            .and_then(|s| s.last_attempted_revision.clone());
-        let at = now();
-        let (since, action, requested_at) = match mode {
-            GateMode::Suspend => {
-                let ks = handoff::set_suspend(&c.client, namespace, name, false, c.call_timeout)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                (
-                    Since::Generation(ks.metadata.generation.unwrap_or(0)),
-                    HandoffAction::Unsuspended,
-                    None,
-                )
-            }
-            GateMode::Reconcile => {
-                handoff::request_reconcile(&c.client, namespace, name, &at, c.call_timeout)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                (
-                    Since::Token(at.clone()),
-                    HandoffAction::ReconcileRequested,
-                    Some(at.clone()),
-                )
-            }
-            // Artifact mode publishes instead ([`Gate::publish_revision`]).
-            GateMode::Artifact | GateMode::Off => return Err("not a hand-off mode".into()),
-        };
-        record.handoff = Some(Handoff {
-            mode,
-            at: at.clone(),
-            action,
-            requested_at,
-            resuspended_at: None,
-            attempts: vec![HandoffAttempt {
-                at,
-                outcome: FluxOutcome::Pending,
-                message: None,
-            }],
-            retry_at: None,
-        });
-        record.flux = Some(FluxResult {
-            outcome: FluxOutcome::Pending,
-            applied_revision: None,
-            message: Some("the gate is open: waiting for Flux's answer".into()),
-            attempted_revision: None,
-        });
-        tracing::info!(kustomization = %key, revision = %record.revision, mode = %mode, "handed off");
-        Ok(Open {
-            mode,
-            revision: record.revision.clone(),
-            started_at: record.started_at.clone(),
-            since,
-            attempted_before,
-            deadline: tokio::time::Instant::now() + c.handoff_timeout,
-            attempt: 1,
-        })
-    }
-
     /// Writes the final record, counts it, and publishes its event; returns `outcome`.
     async fn finish(
         &self,
@@ -952,15 +808,6 @@ impl Gate {
     }
 }
 
-/// Whether Flux's status says it applied `revision` already.
-fn applied_already(kustomization: &Kustomization, revision: &str) -> bool {
-    kustomization
-        .status
-        .as_ref()
-        .and_then(|s| s.last_applied_revision.as_deref())
-        == Some(revision)
-}
-
 /// The event a finished record gives: converged, refused and failed revisions (a superseded
 /// one is followed by the run of its successor, which gives its own).
 pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
@@ -1001,9 +848,10 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
                 None => "handed off".into(),
             };
             let mode = record.gate.map(GateMode::as_str).unwrap_or("off");
-            let waiting = record.handoff.as_ref().is_some_and(|h| {
-                h.mode == GateMode::Artifact && h.action == HandoffAction::Waiting
-            });
+            let waiting = record
+                .handoff
+                .as_ref()
+                .is_some_and(|h| h.action == HandoffAction::Waiting);
             let head = if waiting {
                 // Artifact mode, other consumers of the ExternalArtifact still to converge it:
                 // the warnings name them.
@@ -1053,6 +901,7 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
 mod tests {
     use super::*;
     use crate::model::StatefulSetEntry;
+    use crate::model::{FluxResult, Handoff};
 
     fn record(state: RevisionState, flux: Option<FluxOutcome>) -> RevisionRecord {
         RevisionRecord {

@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::http::status::{encode, list_body};
 use crate::model::Key;
+use crate::model::body::{encode, list_body};
 use crate::model::{GateMode, KustomizationDetail, KustomizationSummary};
 use crate::records::Records;
 use crate::service::index::Index;

@@ -134,6 +134,15 @@ pub async fn request_reconcile(
     .await
 }
 
+/// Whether Flux's status says it applied `revision` already.
+pub fn applied_already(kustomization: &Kustomization, revision: &str) -> bool {
+    kustomization
+        .status
+        .as_ref()
+        .and_then(|s| s.last_applied_revision.as_deref())
+        == Some(revision)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

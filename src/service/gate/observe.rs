@@ -123,7 +123,8 @@ fn take_moved(
     revision: Option<&str>,
 ) -> Option<Open> {
     let moved = matches!(gates.get(key), Some(GateState::Open(open))
-        if open.mode == GateMode::Suspend && Some(open.revision.as_str()) != revision);
+        if super::modes::of(open.mode).is_some_and(|m| m.closes_when_the_source_moves())
+            && Some(open.revision.as_str()) != revision);
     if !moved {
         return None;
     }
@@ -377,16 +378,10 @@ impl Observer {
                     continue;
                 }
             };
-            let since = match (handoff.mode, &handoff.requested_at) {
-                (GateMode::Suspend, _) if !ks.spec.suspend => {
-                    Since::Generation(ks.metadata.generation.unwrap_or(0))
-                }
-                (GateMode::Reconcile, Some(token)) => Since::Token(token.clone()),
-                // Published: Flux could not attempt the revision before, any attempt answers.
-                (GateMode::Artifact, _) if handoff.action == HandoffAction::Published => {
-                    Since::Generation(0)
-                }
-                _ => continue,
+            let Some(since) =
+                super::modes::of(handoff.mode).and_then(|m| m.recovered(handoff, &ks))
+            else {
+                continue;
             };
             tracing::info!(kustomization = %key, revision = %record.revision, "following a gate a previous process left open");
             self.opened(
@@ -481,11 +476,9 @@ impl Observer {
     async fn close(&self, key: Key, open: Open, closing: Closing) {
         let c = &self.inner.config;
         let mut suspended = None;
-        if open.mode == GateMode::Suspend {
-            match handoff::set_suspend(&c.client, &key.namespace, &key.name, true, c.call_timeout)
-                .await
-            {
-                Ok(ks) => suspended = Some(ks),
+        if let Some(mode) = super::modes::of(open.mode) {
+            match mode.close(&c.client, &key, c.call_timeout).await {
+                Ok(ks) => suspended = ks,
                 Err(error) => {
                     // Still open: the next tick tries again (and re-reads Flux's answer).
                     tracing::warn!(kustomization = %key, %error, "closing the gate failed; retried at the next tick");
@@ -525,8 +518,8 @@ impl Observer {
             attempt = open.attempt, retry_in = ?retry.map(|(d, _)| d), "gate closed");
         self.update(&key, &open.revision, &open.started_at, |record| {
             if let Some(h) = &mut record.handoff {
-                if open.mode == GateMode::Suspend {
-                    h.action = HandoffAction::Resuspended;
+                if let Some(action) = super::modes::of(open.mode).and_then(|m| m.closed_action()) {
+                    h.action = action;
                     h.resuspended_at = Some(now());
                 }
                 if let Some(last) = h.attempts.last_mut() {
@@ -578,7 +571,7 @@ impl Observer {
             .as_ref()
             .and_then(|s| s.last_applied_revision.as_deref())
             == Some(reopen.revision.as_str());
-        let why_not = if gating.mode != GateMode::Suspend {
+        let why_not = if !super::modes::of(gating.mode).is_some_and(|m| m.reopens()) {
             Some("the gate is no longer suspend")
         } else if gating.hold.is_some() {
             Some("held")
@@ -643,7 +636,7 @@ impl Observer {
         };
         let attempt = reopen.attempts + 1;
         let open = Open {
-            mode: GateMode::Suspend,
+            mode: gating.mode,
             revision: reopen.revision.clone(),
             started_at: reopen.started_at.clone(),
             since: Since::Generation(written.metadata.generation.unwrap_or(0)),

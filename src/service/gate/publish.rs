@@ -625,7 +625,7 @@ impl super::Gate {
         // Flux's verdict for this Kustomization, recorded by the observer from the
         // Kustomization watch (no worker waits for it). kustomize-controller cannot have
         // attempted the revision before it was published, so any attempt of it is its answer.
-        if super::applied_already(kustomization, &revision) {
+        if super::handoff::applied_already(kustomization, &revision) {
             record.flux = Some(FluxResult {
                 outcome: FluxOutcome::Applied,
                 applied_revision: Some(revision.clone()),
