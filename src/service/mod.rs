@@ -206,6 +206,9 @@ pub struct Running {
     windows: WindowTracker,
     /// Cancelled when the grace has passed: each run stops once it holds no window.
     cut: CancellationToken,
+    /// The tasks the watches and the observer start: awaited at shutdown, after every window
+    /// closed, so no write of theirs is left in flight.
+    tasks: Vec<tokio_util::task::TaskTracker>,
 }
 
 impl Running {
@@ -236,6 +239,7 @@ impl Running {
             shutdown_grace,
             windows,
             cut,
+            tasks,
             ..
         } = self;
         queue.close();
@@ -279,6 +283,17 @@ impl Running {
         cancel.cancel();
         for task in background {
             let _ = task.await;
+        }
+        // The watches are stopped: nothing starts a task any more. Each task is bounded by
+        // the call timeout; the grace bounds the wait for all of them.
+        let owned = async {
+            for tracker in &tasks {
+                tracker.close();
+                tracker.wait().await;
+            }
+        };
+        if tokio::time::timeout(shutdown_grace, owned).await.is_err() {
+            tracing::warn!(grace = ?shutdown_grace, "tasks still running after the grace: abandoned");
         }
         if let Some(server) = server {
             let _ = server.await;
@@ -330,7 +345,12 @@ pub async fn start_with(
     let readiness = Readiness::default();
     let records: Arc<dyn Records> = Arc::new(results.clone());
     let observer = runner.observer();
+    let feed_tasks = tokio_util::task::TaskTracker::new();
+    let tasks: Vec<_> = std::iter::once(feed_tasks.clone())
+        .chain(observer.as_ref().map(|o| o.tasks().clone()))
+        .collect();
     let feed = Feed {
+        tasks: feed_tasks,
         index: index.clone(),
         queue: queue.clone(),
         records: records.clone(),
@@ -519,6 +539,7 @@ pub async fn start_with(
         shutdown_grace: tuning.shutdown_grace,
         windows: fence.windows,
         cut,
+        tasks,
     })
 }
 
@@ -756,6 +777,11 @@ pub fn build_parts(
     client: &kube::Client,
     tuning: &Tuning,
 ) -> Result<(Parts, BoxFuture<'static, ()>), ServiceError> {
+    // Every write of the parts goes through the Lease's fence ([`leadership::writer`]):
+    // converge steps, hand-offs, publishes, results, intents, re-suspends and Events alike.
+    // [`start_with`] binds the tenure once leadership is set up; before that nothing writes.
+    let fence = ServiceFence::default();
+    let client = &crate::service::leadership::writer::fenced(client.clone(), fence.tenure.clone());
     // Decided before anything else: the webhook is never open by accident.
     let auth = crate::http::HookAuth {
         hmac_key: config.hmac_key.clone(),
@@ -839,7 +865,6 @@ pub fn build_parts(
         client.clone(),
         crate::flux::objects::OWNER_NAME_LABEL,
     );
-    let fence = ServiceFence::default();
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),

@@ -137,6 +137,9 @@ pub struct Feed {
     /// The open gates, told of every Kustomization and source event before anything is
     /// queued, so a gate closes before the run of a newer revision starts.
     pub observer: Option<Observer>,
+    /// The tasks the watches start off their loops (forgetting a deleted Kustomization's
+    /// records): owned by the service, which waits for them at shutdown.
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 impl Feed {
@@ -259,7 +262,7 @@ impl Feed {
                                 observer.forget(&key);
                             }
                             // Off the watch's loop: the delete is an API call.
-                            tokio::spawn(self.clone().forget_gone(vec![key]));
+                            self.tasks.spawn(self.clone().forget_gone(vec![key]));
                         }
                     }
                 },

@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio_util::task::TaskTracker;
 
 use tokio::time::Instant;
 
@@ -59,6 +60,9 @@ pub struct Observer {
 struct Inner {
     config: ObserverConfig,
     gates: Mutex<HashMap<Key, GateState>>,
+    /// Every task the observer starts (a re-read after a hand-off, a close): owned here so
+    /// shutdown waits for them (`Running::shutdown`) instead of leaving writes in flight.
+    tasks: TaskTracker,
 }
 
 /// Why a gate closes.
@@ -204,8 +208,14 @@ impl Observer {
             inner: Arc::new(Inner {
                 config,
                 gates: Mutex::new(HashMap::new()),
+                tasks: TaskTracker::new(),
             }),
         }
+    }
+
+    /// The observer's tasks: shutdown closes the tracker and waits for them.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.inner.tasks
     }
 
     fn gates(&self) -> MutexGuard<'_, HashMap<Key, GateState>> {
@@ -259,7 +269,7 @@ impl Observer {
     /// Flux gave between the hand-off's write and [`Observer::opened`] is not missed.
     pub fn check_soon(&self, key: Key) {
         let observer = self.clone();
-        tokio::spawn(async move {
+        self.inner.tasks.spawn(async move {
             match observer.read(&key).await {
                 Ok(ks) => observer.kustomization(&ks),
                 Err(error) => {
@@ -468,7 +478,9 @@ impl Observer {
 
     fn spawn_close(&self, key: Key, open: Open, closing: Closing) {
         let observer = self.clone();
-        tokio::spawn(async move { observer.close(key, open, closing).await });
+        self.inner
+            .tasks
+            .spawn(async move { observer.close(key, open, closing).await });
     }
 
     /// Closes an open gate (suspend: `spec.suspend=true`), records why on the revision's
