@@ -10,7 +10,7 @@
 //! only once converged). Each step is checked against the cluster and `/status`; then it prints
 //! the dashboard's URL and serves until Ctrl-C.
 //!
-//! An example and not a `demo` subcommand: the fake API server is test code (`tests/support`,
+//! An example and not a `demo` subcommand: the fake API server is test code (`crates/fake-apiserver`,
 //! built on dev-dependencies such as hyper), and it must never ship in the release binary.
 
 mod cluster;

@@ -1,4 +1,4 @@
-//! Converge against the fake kube-apiserver (tests/support): the procedure end to end,
+//! Converge against the fake kube-apiserver (crates/fake-apiserver): the procedure end to end,
 //! refusals with zero writes, a fault at every write followed by a re-run, crashes, races,
 //! a stuck orphan finalizer, and the CLI over a socket.
 

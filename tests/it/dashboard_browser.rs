@@ -11,7 +11,7 @@
 //! The stand-in backend (`data/http_standin.rs`) stays for what the service cannot give: a
 //! count of the page's own refreshes, and the scale figures (1,000 Kustomizations × 20
 //! revisions), an ignored test that measures and prints, never asserts:
-//! `cargo test --test dashboard_browser -- --ignored --nocapture`.
+//! `cargo test --test it dashboard_browser:: -- --ignored --nocapture`.
 
 use test_support::http_standin as standin;
 use test_support::rbac_check;

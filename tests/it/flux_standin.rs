@@ -1,4 +1,4 @@
-//! The Flux stand-ins (`tests/data/flux_standin.rs`) against the fake API server: what the
+//! The Flux stand-ins (`crates/test-support/src/flux_standin.rs`) against the fake API server: what the
 //! service's end-to-end tests and the demo rely on them to do, checked here once.
 
 use test_support::flux_standin;

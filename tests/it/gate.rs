@@ -1,4 +1,4 @@
-//! One revision through the gate against the fake kube-apiserver (tests/support) and a local
+//! One revision through the gate against the fake kube-apiserver (crates/fake-apiserver) and a local
 //! artifact server (tests/data/render): both hand-off modes with Flux's part played by the
 //! test, a refused revision not handed off, a source that moves on during the converge, the
 //! tenant's identity on every StatefulSet and claim call, a 403 under it, results persisted

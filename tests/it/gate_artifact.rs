@@ -1,4 +1,4 @@
-//! The `artifact` gate against the fake kube-apiserver (tests/support, with Flux's
+//! The `artifact` gate against the fake kube-apiserver (crates/fake-apiserver, with Flux's
 //! ExternalArtifact CRD and its status subresource), a local upstream artifact server playing
 //! source-controller, a test artifact host playing the service's storage (it downloads the
 //! upstream tarball, checks its digest and serves the same bytes), and the kustomize-controller

@@ -1,7 +1,7 @@
 //! The service's runtime against the fake API server: the watches feed the index, what is due
 //! reaches the runner (the gate's place) through the queue, the webhook routes through the
 //! index, leadership gates the runs. The runner here is a stand-in that records its calls and
-//! writes the record the gate would, so these tests pin the runtime alone; `tests/service.rs`
+//! writes the record the gate would, so these tests pin the runtime alone; `tests/it/service.rs`
 //! runs the real gate.
 
 use std::collections::HashMap;

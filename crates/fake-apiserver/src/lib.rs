@@ -1,13 +1,12 @@
-//! A fake kube-apiserver for the integration tests: a real `kube::Client` talks to it over
+//! A fake kube-apiserver for flux-converger's tests: a real `kube::Client` talks to it over
 //! HTTP semantics (in process, or on a socket with a kubeconfig for the binary and kubectl),
 //! and it answers like the v1.28 (or v1.32) server captured in `tests/fixtures/` where this
 //! project depends on it: StatefulSet immutability, claim resize rules, orphan deletion with a
-//! simulated garbage collector, server-side apply, watches, dry runs. `tests/fake_apiserver.rs`
+//! simulated garbage collector, server-side apply, watches, dry runs. `tests/it/fake_apiserver.rs`
 //! proves each fixture behaviour against it.
 //!
 //! ```text
-//! mod support;
-//! use support::*;
+//! use fake_apiserver::*;
 //!
 //! #[tokio::test]
 //! async fn grows_then_recreates() {

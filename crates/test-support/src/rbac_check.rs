@@ -85,7 +85,7 @@ pub fn converger_accesses(log: &[RbacRequest]) -> Vec<Access> {
         .collect()
 }
 
-/// Flux's controllers as the tests play them (tests/data/flux_standin.rs): a service account
+/// Flux's controllers as the tests play them (crates/test-support/src/flux_standin.rs): a service account
 /// the converger never impersonates, bound to everything, as Flux's cluster-reconciler is.
 pub const FLUX_NAMESPACE: &str = "flux-system";
 pub const FLUX_SERVICE_ACCOUNT: &str = "flux-standin";
