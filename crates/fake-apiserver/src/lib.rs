@@ -42,7 +42,6 @@
 //! or `authorize_default_as` is set), admission beyond the plugins named in `semantics`,
 //! protobuf, `scale` on anything but StatefulSets, watch bookmarks, `fieldValidation`, CRD
 //! patterns and CEL rules.
-#![allow(dead_code)]
 
 mod admission;
 mod apply;
@@ -76,16 +75,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-// Each test binary uses a subset of these.
-#[allow(unused_imports)]
 pub use authz::RbacRequest;
-#[allow(unused_imports)]
 pub use errors::ApiError;
-#[allow(unused_imports)]
 pub use faults::{Fault, FaultRule, RequestRecord};
-#[allow(unused_imports)]
 pub use http::Method;
-#[allow(unused_imports)]
 pub use serve::Served;
 
 use store::{Key, State};

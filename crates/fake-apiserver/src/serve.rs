@@ -91,12 +91,8 @@ preferences: {{}}
     )
 }
 
-/// Accepts connections until the returned task is aborted (aborting drops every connection).
-pub fn spawn_listener(fake: FakeApiServer, listener: TcpListener) -> JoinHandle<()> {
-    spawn_listener_with(fake, listener, None)
-}
-
-/// [`spawn_listener`], over TLS when `tls` is given.
+/// Accepts connections until the returned task is aborted (aborting drops every connection),
+/// over TLS when `tls` is given.
 pub fn spawn_listener_with(
     fake: FakeApiServer,
     listener: TcpListener,
