@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # flux-converger's image: the binary and the kustomize it renders with, nothing else.
 #   docker build -t ghcr.io/flux-converger/flux-converger:v0.1.0 .
-# tests/manifests.rs checks this file (stages, user, every program the binary execs is here).
+# tests/it/manifests.rs checks this file (stages, user, every program the binary execs is here).
 
 # The toolchain is pinned so a rebuild of a tag gives the same binary (Cargo.lock pins the rest).
 FROM docker.io/library/rust:1.95.0-bookworm AS build

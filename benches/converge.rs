@@ -2,21 +2,18 @@
 //! fake kube-apiserver (in-process client), for the compass. The request counts are printed
 //! once; criterion measures the converge alone (setup untimed).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-#[path = "../tests/data/web.rs"]
-mod web;
+use test_support::web;
 
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use fake_apiserver::FakeApiServer;
 use flux_converger::cluster::KubeCluster;
 use flux_converger::converge::{Options, Outcome, converge};
 use flux_converger::journal::ConfigMapJournal;
 use http::Method;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
-use support::FakeApiServer;
 
 fn statefulset(size: &str) -> Value {
     web::statefulset(3, size, json!({}))

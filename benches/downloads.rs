@@ -7,8 +7,7 @@
 //!
 //! `cargo bench --bench downloads` (prints a table; not a criterion bench).
 
-#[path = "../tests/data/render/flux_archive.rs"]
-mod flux_archive;
+use test_support::flux_archive;
 
 use std::time::Instant;
 

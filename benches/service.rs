@@ -15,15 +15,12 @@
 //! `cargo bench --bench service` (env `RATE`, `SECONDS`, `KUSTOMIZATIONS`, `DASHBOARD_RATE`
 //! to change the load).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flux_converger::flux::render::KustomizeCommand;
+use fake_apiserver::FakeApiServer;
 use flux_converger::http::{AppState, Backend, HookAuth, metrics_router, router};
-use flux_converger::model::{GateMode, RevisionRecord, RevisionState, Trigger};
+use flux_converger::model::{RevisionRecord, RevisionState, Trigger};
 use flux_converger::records::metrics;
 use flux_converger::records::results::Results;
 use flux_converger::service::leadership::LeaseSettings;
@@ -31,7 +28,6 @@ use flux_converger::service::queue::BackoffPolicy;
 use flux_converger::service::{Config, GateOutcome, Parts, Resume, Runner, Tuning, start_with};
 use futures::future::BoxFuture;
 use serde_json::json;
-use support::FakeApiServer;
 
 const NS: &str = "flux-system";
 const TOKEN: &str = "bench-token";
@@ -321,32 +317,16 @@ async fn run() {
     let (registry, metrics) = metrics::registry();
     let registry = Arc::new(registry);
     let app_metrics = metrics.clone();
-    let config = Config {
-        listen: "127.0.0.1:0".parse().expect("an address"),
-        metrics_addr: "127.0.0.1:0".parse().expect("an address"),
-        namespace: NS.into(),
-        hmac_key: None,
-        hook_token: Some(TOKEN.into()),
-        allow_unauthenticated_hooks: false,
-        // As in production: most of the load's hooks fall inside the interval and queue
-        // nothing, which is what a burst costs a real service.
-        hook_min_interval: Duration::from_secs(10),
-        default_gate: GateMode::Off,
-        watch_label_selector: None,
-        leader_election_id: "flux-converger".into(),
-        workers: 2,
-        resync: Duration::from_millis(500),
-        handoff_timeout: Duration::from_secs(60),
-        leader_elect: false,
-        no_cross_namespace_refs: false,
-        default_service_account: None,
-        events_addr: None,
-        kustomize: KustomizeCommand::default(),
-        call_timeout: Duration::from_secs(10),
-        fetch: Default::default(),
-        http: Default::default(),
-        storage: Default::default(),
-    };
+    let config = Config::builder(NS)
+        .listen("127.0.0.1:0".parse().expect("an address"))
+        .metrics_addr("127.0.0.1:0".parse().expect("an address"))
+        .hook_token(Some(TOKEN.into()))
+        // As in production (the default 10 s): most of the load's hooks fall inside the
+        // interval and queue nothing, which is what a burst costs a real service.
+        .resync(Duration::from_millis(500))
+        .handoff_timeout(Duration::from_secs(60))
+        .call_timeout(Duration::from_secs(10))
+        .build();
     let tuning = Tuning {
         lease: LeaseSettings::new("bench"),
         backoff: BackoffPolicy::default(),

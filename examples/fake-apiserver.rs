@@ -10,15 +10,12 @@
 //! API server does: the wire of a TLS client (handshakes, records, Nagle) shows only then.
 //! `--quiet` prints no request (for timing runs, `hack/converge-wire.sh`).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use support::{FakeApiServer, KubeVersion};
+use fake_apiserver::{FakeApiServer, KubeVersion};
 
 #[derive(Parser)]
 #[command(about = "Fake kube-apiserver (test double of flux-converger)")]
@@ -80,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
         fake.enable_statefulset_controller();
     }
     if let Some(ms) = args.orphan_gc_ms {
-        fake.set_orphan_gc(support::GcMode::After(Duration::from_millis(ms)));
+        fake.set_orphan_gc(fake_apiserver::GcMode::After(Duration::from_millis(ms)));
     }
     if let Some(user) = &args.authorize_default_as {
         fake.authorize_default_as(user);

@@ -15,8 +15,7 @@
 //! Prints one `key=value` line per figure; a run that did not start within `--timeout` is
 //! reported as `>TIMEOUT`.
 
-#[path = "../tests/data/flux_standin.rs"]
-mod flux_standin;
+use test_support::flux_standin;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -5,8 +5,8 @@
 #      (manifests/examples/external-artifact/) over a minimal bootstrap flux-system
 #      (tests/data/flux-system/), and the sharding and multi-tenant components over the install; each must render, and the results are left in
 #      target/manifests/ to read or to attach to a release;
-#   2. the checks on them, in Rust, where they are tested themselves: tests/manifests.rs
-#      (hardening, wiring, Flux CRD schemas, the Dockerfile) and tests/rbac.rs (the RBAC against
+#   2. the checks on them, in Rust, where they are tested themselves: tests/it/manifests.rs
+#      (hardening, wiring, Flux CRD schemas, the Dockerfile) and tests/it/rbac.rs (the RBAC against
 #      every request the code sends to the fake API server).
 # Needs kubectl (its built-in kustomize) and cargo; no cluster, no network.
 set -euo pipefail
@@ -83,4 +83,4 @@ YAML
 render multi-tenant-install "$WORK/multi-tenant"
 
 cd "$ROOT"
-cargo test --locked --test manifests --test rbac
+cargo test --locked --test it -- manifests:: rbac::

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Installs Debian's chromium when it is missing, for tests/dashboard_browser.rs (which fails
+# Installs Debian's chromium when it is missing, for tests/it/dashboard_browser.rs (which fails
 # under CI=true without a browser). Idempotent: does nothing when chromium is already there.
 set -eu
 

@@ -11,7 +11,7 @@
 #   env PROFILE (cargo profile of the load generator and default binary, default dev)
 #
 # Prints the serve process's RSS at start, its peak (VmHWM) and after, and the slowest
-# /healthz answer under load (tests/http_edge.rs, the flood test, does the work).
+# /healthz answer under load (tests/it/http_edge.rs, the flood test, does the work).
 set -euo pipefail
 shopt -s inherit_errexit
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,6 +19,6 @@ PROFILE="${PROFILE:-dev}"
 if [ -n "${1:-}" ]; then
   export HTTP_EDGE_SERVE_BINARY="$(realpath "$1")"
 fi
-cargo test --quiet --profile "$PROFILE" --manifest-path "$ROOT/Cargo.toml" --test http_edge \
-  a_hook_flood_and_slowloris_sockets_keep_the_process_small_and_healthy -- --nocapture 2>&1 \
+cargo test --quiet --profile "$PROFILE" --manifest-path "$ROOT/Cargo.toml" --test it \
+  http_edge::a_hook_flood_and_slowloris_sockets_keep_the_process_small_and_healthy -- --nocapture 2>&1 \
   | grep -E "serve RSS|panicked|peak RSS|slowloris|test result" || true

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::scenario::{APP_NS, FLUX_NS, Workload};
-use crate::support::FakeApiServer;
+use fake_apiserver::FakeApiServer;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pod {

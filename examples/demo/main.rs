@@ -10,13 +10,8 @@
 //! only once converged). Each step is checked against the cluster and `/status`; then it prints
 //! the dashboard's URL and serves until Ctrl-C.
 //!
-//! An example and not a `demo` subcommand: the fake API server is test code (`tests/support`,
+//! An example and not a `demo` subcommand: the fake API server is test code (`crates/fake-apiserver`,
 //! built on dev-dependencies such as hyper), and it must never ship in the release binary.
-
-#[path = "../../tests/data/flux_standin.rs"]
-mod flux_standin;
-#[path = "../../tests/support/mod.rs"]
-mod support;
 
 mod cluster;
 mod progress;
@@ -40,13 +35,13 @@ use flux_converger::storage::StorageConfig;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 
-use flux_standin::{
+use fake_apiserver::FakeApiServer;
+use progress::Progress;
+use scenario::{CACHE, EXTERNAL_ARTIFACT, FLUX_NS, HMAC_KEY, SOURCE, WEB};
+use test_support::flux_standin::{
     ArtifactServer, GitSource, KustomizeController, KustomizeOptions, create_kustomization,
     external_artifact_resource, kustomization,
 };
-use progress::Progress;
-use scenario::{CACHE, EXTERNAL_ARTIFACT, FLUX_NS, HMAC_KEY, SOURCE, WEB};
-use support::FakeApiServer;
 
 #[derive(Parser)]
 #[command(
@@ -311,30 +306,15 @@ async fn create_external_artifact(client: &kube::Client) -> anyhow::Result<()> {
 /// but the webhook key, loopback ports, one replica (no leader election), short waits and
 /// the artifact storage.
 fn service_config(args: &Args, storage: StorageConfig) -> Config {
-    Config {
-        listen: args.listen,
-        metrics_addr: args.metrics_addr,
-        namespace: FLUX_NS.to_string(),
-        hmac_key: Some(HMAC_KEY.to_vec()),
-        hook_token: None,
-        allow_unauthenticated_hooks: false,
-        hook_min_interval: Duration::from_secs(10),
-        default_gate: GateMode::Off,
-        watch_label_selector: None,
-        leader_election_id: "flux-converger".into(),
-        workers: 2,
-        resync: Duration::from_secs(30),
-        handoff_timeout: args.step_timeout,
-        leader_elect: false,
-        no_cross_namespace_refs: false,
-        default_service_account: None,
-        events_addr: None,
-        kustomize: KustomizeCommand::default(),
-        call_timeout: Duration::from_secs(10),
-        fetch: Default::default(),
-        http: Default::default(),
-        storage,
-    }
+    Config::builder(FLUX_NS)
+        .listen(args.listen)
+        .metrics_addr(args.metrics_addr)
+        .hmac_key(Some(HMAC_KEY.to_vec()))
+        .resync(Duration::from_secs(30))
+        .handoff_timeout(args.step_timeout)
+        .call_timeout(Duration::from_secs(10))
+        .storage(storage)
+        .build()
 }
 
 /// Stops a background task with the demo.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use flux_converger::quantity::Quantity;
 use serde_json::Value;
 
-use crate::support::FakeApiServer;
+use fake_apiserver::FakeApiServer;
 
 /// Runs until the returned task is aborted.
 pub fn start(fake: FakeApiServer) -> tokio::task::JoinHandle<()> {

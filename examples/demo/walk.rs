@@ -11,17 +11,17 @@ use flux_converger::model::{
 };
 
 use crate::cluster::{self, App};
-use crate::flux_standin::flux_archive::sha256;
-use crate::flux_standin::{
-    GitSource, KUSTOMIZE_MANAGER, KustomizeController, Published, post_event,
-};
 use crate::progress::Progress;
 use crate::scenario::{
     APP_NS, CACHE, EXTERNAL_ARTIFACT, Expect, FLUX_NS, HISTORY, HMAC_KEY, Revision, SOURCE,
     TEMPLATE, WEB, Workload, claims, tree,
 };
 use crate::status::ServiceApi;
-use crate::support::{FakeApiServer, Method, RequestRecord};
+use fake_apiserver::{FakeApiServer, Method, RequestRecord};
+use test_support::flux_standin::flux_archive::sha256;
+use test_support::flux_standin::{
+    GitSource, KUSTOMIZE_MANAGER, KustomizeController, Published, post_event,
+};
 
 pub struct World {
     pub fake: FakeApiServer,

@@ -274,47 +274,46 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         }
         None => default_election_id(watch_label_selector.as_deref()),
     };
-    Ok(Config {
-        listen: args.listen,
-        metrics_addr: args.metrics_addr,
-        namespace: namespace(
-            kube.namespace.as_deref(),
-            Path::new(SERVICE_ACCOUNT_NAMESPACE),
+    Ok(Config::builder(namespace(
+        kube.namespace.as_deref(),
+        Path::new(SERVICE_ACCOUNT_NAMESPACE),
+    ))
+    .listen(args.listen)
+    .metrics_addr(args.metrics_addr)
+    .hmac_key(hmac_key)
+    .hook_token(hook_token)
+    .allow_unauthenticated_hooks(args.allow_unauthenticated_hooks)
+    .hook_min_interval(args.hook_min_interval)
+    .default_gate(args.default_gate.into())
+    .watch_label_selector(watch_label_selector)
+    .leader_election_id(leader_election_id)
+    .workers(args.workers)
+    .resync(args.resync)
+    .handoff_timeout(args.handoff_timeout)
+    .leader_elect(args.leader_elect)
+    .no_cross_namespace_refs(args.no_cross_namespace_refs)
+    .default_service_account(args.default_service_account.clone())
+    .events_addr(args.events_addr.clone())
+    .kustomize(kustomize)
+    .call_timeout(args.timeout)
+    .fetch(args.limits.fetch_options())
+    .storage(flux_converger::storage::StorageConfig {
+        path: Some(
+            args.storage_path
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_STORAGE_PATH)),
         ),
-        hmac_key,
-        hook_token,
-        allow_unauthenticated_hooks: args.allow_unauthenticated_hooks,
-        hook_min_interval: args.hook_min_interval,
-        default_gate: args.default_gate.into(),
-        watch_label_selector,
-        leader_election_id,
-        workers: args.workers,
-        resync: args.resync,
-        handoff_timeout: args.handoff_timeout,
-        leader_elect: args.leader_elect,
-        no_cross_namespace_refs: args.no_cross_namespace_refs,
-        default_service_account: args.default_service_account.clone(),
-        events_addr: args.events_addr.clone(),
-        kustomize,
-        call_timeout: args.timeout,
-        fetch: args.limits.fetch_options(),
-        storage: flux_converger::storage::StorageConfig {
-            path: Some(
-                args.storage_path
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from(DEFAULT_STORAGE_PATH)),
-            ),
-            unavailable: None,
-            addr: args.storage_addr,
-            adv_addr: storage_adv_addr,
-            max_cache_bytes: args.storage_cache_max_size,
-            retention: flux_converger::storage::Retention {
-                records: args.artifact_retention_records,
-                ttl: args.artifact_retention_ttl,
-            },
+        unavailable: None,
+        addr: args.storage_addr,
+        adv_addr: storage_adv_addr,
+        max_cache_bytes: args.storage_cache_max_size,
+        retention: flux_converger::storage::Retention {
+            records: args.artifact_retention_records,
+            ttl: args.artifact_retention_ttl,
         },
-        http,
     })
+    .http(http)
+    .build())
 }
 
 /// Creates the storage directory as source-controller does at start ([`flux_converger::storage::prepare`]).

@@ -5,7 +5,7 @@
 //! tenant's rights (those are asked at each converge's pre-flight); it proves the install's.
 //!
 //! [`PERMISSIONS`] is the one list of what the service sends under its own identity.
-//! `tests/rbac.rs` holds it against the shipped roles and against the request log of every
+//! `tests/it/rbac.rs` holds it against the shipped roles and against the request log of every
 //! flow the service runs, so it is neither shorter nor wider than the code.
 
 use std::collections::BTreeSet;

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod backend;
+mod config;
 pub mod gate;
 pub mod index;
 pub mod leadership;
@@ -23,99 +24,25 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use crate::flux::render::KustomizeCommand;
 use crate::http::backend::Backend;
 use crate::http::hook_limit::HookLimit;
 use crate::model::Key;
-use crate::model::{GateMode, Trigger};
+use crate::model::Trigger;
 use crate::records::Records;
 use crate::records::metrics::Metrics;
 use crate::records::results::{Results, Shard};
 use crate::service::backend::ServiceBackend;
+pub use crate::service::config::{Config, ConfigBuilder, Tuning};
 pub use crate::service::gate::GateOutcome;
 use crate::service::index::Index;
 use crate::service::leadership::fence::ServiceFence;
 use crate::service::leadership::windows::{RunWindows, WindowTracker};
-use crate::service::leadership::{LeaderError, Leadership, LeaseSettings};
-use crate::service::queue::{BackoffPolicy, Queue};
+use crate::service::leadership::{LeaderError, Leadership};
+use crate::service::queue::Queue;
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
-
-/// Everything `flux-converger serve` is configured with (its flags, docs/service.md).
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// `/hook`, `/status`, the dashboard and the probes.
-    pub listen: SocketAddr,
-    /// `/metrics` (and `/healthz`), on a port of its own.
-    pub metrics_addr: SocketAddr,
-    /// Where results and intents live (and the Lease).
-    pub namespace: String,
-    pub hmac_key: Option<Vec<u8>>,
-    pub hook_token: Option<String>,
-    /// Without it, [`start`] refuses to serve `/hook` with neither key nor token.
-    pub allow_unauthenticated_hooks: bool,
-    /// At most one webhook-triggered run per Kustomization in this interval (zero: no limit).
-    pub hook_min_interval: Duration,
-    pub default_gate: GateMode,
-    pub watch_label_selector: Option<String>,
-    /// The Lease this replica (with `leader_elect`) contends for, and with a
-    /// `watch_label_selector` the shard its results and intents are labelled with
-    /// (`leader::default_election_id` derives it from the selector by default).
-    pub leader_election_id: String,
-    pub workers: usize,
-    pub resync: Duration,
-    pub handoff_timeout: Duration,
-    pub leader_elect: bool,
-    pub no_cross_namespace_refs: bool,
-    pub default_service_account: Option<String>,
-    pub events_addr: Option<String>,
-    pub kustomize: KustomizeCommand,
-    pub call_timeout: Duration,
-    /// Download and unpack caps of an artifact (`--max-*`; Flux's untar defaults).
-    pub fetch: crate::flux::artifact::FetchOptions,
-    /// The artifact storage (`--storage-*`): the render cache and what the `artifact` gate
-    /// publishes. `StorageConfig::default()` has none.
-    pub storage: crate::storage::StorageConfig,
-    /// The limits of every listener and who may read the results (`--http-*`,
-    /// `--status-auth`).
-    pub http: crate::http::HttpConfig,
-}
-
-/// Knobs that are not flags: defaults suit a cluster; tests shorten them.
-#[derive(Clone, Debug)]
-pub struct Tuning {
-    /// The Lease (with `leader_elect`).
-    pub lease: LeaseSettings,
-    pub backoff: BackoffPolicy,
-    /// How long shutdown waits for running revisions before it stops them. A converge between
-    /// its orphan delete and its re-apply is waited for past it (bounded by its own orphan
-    /// wait and call timeouts); any other run cut short is finished from its journal or run
-    /// again by the next leader. The manifests' `terminationGracePeriodSeconds` covers both.
-    pub shutdown_grace: Duration,
-}
 
 /// How long shutdown waits for the Lease's release (it expires on its own otherwise).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
-
-impl Tuning {
-    /// The longest a stop can take with API calls bounded by `call_timeout`: the grace, then a
-    /// window opened right before it ended (the orphan delete's call, the orphan wait, the
-    /// re-apply's call), then the Lease's release. A pod's `terminationGracePeriodSeconds`
-    /// must exceed it, or the kubelet's SIGKILL cuts the window after all.
-    pub fn longest_stop(&self, call_timeout: Duration) -> Duration {
-        let window = call_timeout + crate::converge::Options::default().wait_timeout + call_timeout;
-        self.shutdown_grace + window + RELEASE_TIMEOUT
-    }
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Tuning {
-            lease: LeaseSettings::new(crate::service::leadership::default_identity()),
-            backoff: BackoffPolicy::default(),
-            shutdown_grace: Duration::from_secs(25),
-        }
-    }
-}
 
 /// One revision of one Kustomization: render → converge → hand off → observe (the gate). Its
 /// outcome goes to the queue as it is ([`Queue::complete`]).

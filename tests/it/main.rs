@@ -1,0 +1,33 @@
+//! flux-converger's integration tests, as one binary: one module per area (each was a file of
+//! `tests/` and its own binary before), so the dependency tree is linked once and the fake API
+//! server (`fake_apiserver`) and the other helpers (`test_support`) are compiled once, as
+//! crates of the workspace. A root-package test, so `CARGO_BIN_EXE_flux-converger` (the
+//! binary the CLI tests spawn) is set. `tests/bombs.rs` stays apart: see `Cargo.toml`.
+//!
+//! `cargo test --test it <module>::` runs one area.
+
+mod artifact;
+mod converge;
+mod dashboard_browser;
+mod decide_table;
+mod fake_apiserver;
+mod flux_standin;
+mod gate;
+mod gate_artifact;
+mod http;
+mod http_edge;
+mod intents;
+mod manifests;
+mod plan_cli;
+mod queue_fairness;
+mod rbac;
+mod render;
+mod render_confine;
+mod render_sandbox;
+mod serve_cli;
+mod service;
+mod shards;
+mod storage;
+mod substitute_table;
+mod watched;
+mod wire;
