@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod commands;
 pub mod converge;
 pub mod decide;
+pub mod digest;
 pub mod flux;
 pub mod http;
 pub mod journal;

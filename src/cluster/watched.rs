@@ -8,7 +8,7 @@
 //!   apply, authoritative) names the same uid on a live, non-terminating object. The proof sends
 //!   the copy's immutable fields (templates, pod management policy), so a copy that is stale in
 //!   any of them is refused by the server; either way the converge reads the object and decides
-//!   again (`converge::prepare_one`), and the delete's uid precondition comes from the answer.
+//!   again (`converge::set::prepare_one`), and the delete's uid precondition comes from the answer.
 //! - a deletion is read from the watch only for an object the watch holds (or saw deleted) under
 //!   that uid, and only while the watch has listed and not failed since; past
 //!   [`TRUST_WAIT`] without an answer the server is asked, as without the watch.

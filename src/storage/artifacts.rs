@@ -11,7 +11,8 @@ use super::host::{ArtifactHost, ArtifactKey, HostError, Published};
 use super::index::{self, Entry, Index};
 use super::store::{Lease, Store};
 use super::{Retention, StorageConfig, StorageError};
-use crate::flux::artifact::{Digest, FetchOptions, Fetcher};
+use crate::digest::Digest;
+use crate::flux::artifact::{ArtifactError, FetchOptions, Fetcher};
 
 /// An artifact the cluster says is published (an ExternalArtifact's `status.artifact`), which
 /// this replica must serve too.
@@ -268,15 +269,23 @@ impl Storage {
         Ok(paths)
     }
 
+    /// The stored blob of `digest`, downloaded from `url` unless the store holds it. `peer`:
+    /// `url` is another replica's artifact server (sent with the peer header).
+    async fn ensure_blob(
+        &self,
+        url: &str,
+        digest: &Digest,
+        peer: bool,
+    ) -> Result<Lease, ArtifactError> {
+        let download = self.fetcher.download(url, digest, peer)?;
+        self.store.ensure(digest, download).await
+    }
+
     /// Fetches the blob of `digest` from the first of `urls` that has it (one attempt each).
     async fn fetch_from(&self, digest: &Digest, urls: &[String]) -> Result<Lease, String> {
         let mut errors = Vec::new();
         for url in urls {
-            match self
-                .fetcher
-                .ensure_blob(url, digest, self.is_peer(url))
-                .await
-            {
+            match self.ensure_blob(url, digest, self.is_peer(url)).await {
                 Ok(lease) => return Ok(lease),
                 Err(error) => errors.push(error.to_string()),
             }
@@ -413,7 +422,6 @@ impl ArtifactHost for Storage {
             let shown = index::key_text(&key.namespace, &key.name);
             let digest = Digest::parse(digest).map_err(|e| HostError(e.to_string()))?;
             let lease = self
-                .fetcher
                 .ensure_blob(upstream_url, &digest, false)
                 .await
                 .map_err(|e| HostError(format!("ExternalArtifact {shown}: {e}")))?;

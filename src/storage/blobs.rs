@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::flux::artifact::{Algorithm, Digest};
+use crate::digest::{Algorithm, Digest, Hasher};
 
 use super::StorageError;
 
@@ -283,7 +283,7 @@ impl Blobs {
 /// Hashes the file at `path` and says whether it has `digest`. Blocking.
 pub fn verify_file(path: &Path, digest: &Digest) -> std::io::Result<bool> {
     let mut file = std::fs::File::open(path)?;
-    let mut hasher = crate::flux::artifact::Hasher::new(digest.algorithm);
+    let mut hasher = Hasher::new(digest.algorithm);
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         let n = file.read(&mut buffer)?;
@@ -298,7 +298,7 @@ pub fn verify_file(path: &Path, digest: &Digest) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flux::artifact::digest_of;
+    use crate::digest::digest_of;
     use std::io::Write as _;
 
     fn put(blobs: &mut Blobs, data: &[u8]) -> Digest {

@@ -16,13 +16,11 @@ use futures::future::{BoxFuture, Shared};
 
 use super::StorageError;
 use super::blobs::{Blobs, verify_file};
-use crate::flux::artifact::{ArtifactError, Digest};
+use crate::digest::Digest;
+pub use crate::flux::artifact::Downloaded;
+use crate::flux::artifact::{ArtifactError, BlobCache, Download};
 
 type Flight = Shared<BoxFuture<'static, Result<(), Arc<ArtifactError>>>>;
-
-/// What a download hands the store: a temporary file in [`Store::tmp_dir`], fully written and
-/// verified against the digest, and its size.
-pub type Downloaded = (tempfile::NamedTempFile, u64);
 
 struct Inner {
     blobs: Mutex<Blobs>,
@@ -248,5 +246,31 @@ impl Store {
             }),
             Err(error) => Err(error.duplicate()),
         }
+    }
+}
+
+/// The fetcher's cache: a render's fetch opens the blob while holding its lease, then lets the
+/// lease go (an eviction may remove the name, not the open file).
+impl BlobCache for Store {
+    fn open_blob<'a>(
+        &'a self,
+        digest: &'a Digest,
+        download: Download,
+    ) -> BoxFuture<'a, Result<std::fs::File, ArtifactError>> {
+        Box::pin(async move {
+            let lease = self.ensure(digest, download).await?;
+            std::fs::File::open(&lease.path).map_err(|error| ArtifactError::Io {
+                context: format!("opening the stored artifact {}", lease.path.display()),
+                error,
+            })
+        })
+    }
+
+    fn waiting(&self, digest: &Digest) -> usize {
+        Store::waiting(self, digest)
+    }
+
+    fn downloads(&self) -> (u64, u64) {
+        Store::downloads(self)
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::RenderError;
+use super::error::RenderError;
 use super::sandbox::{self, SandboxMode, SandboxStatus};
 use crate::flux::artifact::DEFAULT_MAX_UNPACKED_BYTES;
 

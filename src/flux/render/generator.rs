@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::RenderError;
+use super::error::RenderError;
 
 /// kustomize's recognised kustomization file names, in its order of preference.
 pub const KUSTOMIZATION_FILE_NAMES: [&str; 3] =

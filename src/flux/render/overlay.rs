@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use super::RenderError;
 use super::confine::is_local_relative;
+use super::error::RenderError;
 use crate::flux::objects::KustomizationSpec;
 
 /// Applies the spec overlay to a parsed kustomization file. `component_exists` answers whether a

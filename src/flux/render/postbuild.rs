@@ -4,7 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use super::{RenderError, RenderedStatefulSet};
+use super::error::RenderError;
+use super::rendered::RenderedStatefulSet;
 use crate::flux::objects::{KustomizationSpec, OWNER_NAME_LABEL, OWNER_NAMESPACE_LABEL};
 use crate::flux::substitute::{self, Variables};
 
@@ -34,7 +35,7 @@ pub fn substitute_built(
         .is_some_and(|s| s.eq_ignore_ascii_case("always"));
     let substitute = owner.spec.post_build.is_some() && (!variables.is_empty() || always);
     if !substitute {
-        return super::parse_stream(text);
+        return super::stream::parse_stream(text);
     }
     let options = substitute::Options { strict, always };
     let mut objects = Vec::new();

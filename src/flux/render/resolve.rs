@@ -7,7 +7,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 
-use super::{KustomizeCommand, Owner, RenderError, RenderRequest, Rendered};
+use super::build::KustomizeCommand;
+use super::error::RenderError;
+use super::pipeline::{RenderRequest, render};
+use super::postbuild::Owner;
+use super::rendered::Rendered;
 use crate::cluster::with_deadline;
 use crate::flux::artifact::{ArtifactError, Fetcher, UnpackedArtifact};
 use crate::flux::objects::{
@@ -128,7 +132,7 @@ impl Resolver {
             namespace,
             spec: &kustomization.spec,
         };
-        let rendered = super::render(&RenderRequest {
+        let rendered = render(&RenderRequest {
             root: artifact.root(),
             owner,
             variables: &variables,

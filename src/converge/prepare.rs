@@ -1,0 +1,194 @@
+//! The write-free phase over a live object: decide → prove → pre-flight. Nothing here writes,
+//! so a set can prepare every StatefulSet before it writes any.
+
+use std::time::Instant;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use tracing::{debug, info};
+
+use super::error::ConvergeError;
+use super::report::{self, Outcome, Report, Step};
+use super::run::Run;
+use super::work::{Planned, Prep, Work};
+use super::{preflight, prove};
+use crate::cluster::Cluster;
+use crate::decide::{Refusal, decide};
+use crate::journal::{Intent, Journal};
+
+impl<C: Cluster, J: Journal> Run<'_, C, J> {
+    /// The write-free phase over a live object: decide → prove → pre-flight. `Work(None)` when
+    /// there is nothing to write (refused, unchanged, a dry run); `Work(Some)` is what the
+    /// write phase does. `watched`: `live` is a watched copy ([`Cluster::watched_statefulset`]),
+    /// which the proof's answer must confirm, else `Stale`. `resuming`: the intent already in
+    /// the journal (and a terminating object is ours).
+    pub(super) async fn prepare(
+        &self,
+        desired: &StatefulSet,
+        live: StatefulSet,
+        watched: bool,
+        report: &mut Report,
+        resuming: Option<&Intent>,
+    ) -> Result<Prep, ConvergeError> {
+        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
+        let uid = live.metadata.uid.clone().unwrap_or_default();
+        report.old_uid = Some(uid.clone());
+
+        if live.metadata.deletion_timestamp.is_some() {
+            if resuming.is_none() {
+                return Err(ConvergeError::Terminating {
+                    namespace: ns.to_string(),
+                    name: name.to_string(),
+                    written: self.written(),
+                });
+            }
+            // Our own delete was issued (claims were grown before it): carry on from the delete,
+            // which also turns someone else's cascading delete into an orphaning one.
+            report.outcome = Outcome::Converged;
+            return Ok(Prep::Work(Some(Work::InFlight { uid })));
+        }
+
+        // One after the other on purpose: two requests at once on one client open a second
+        // connection (and, over TLS, a second handshake) that costs more than the request.
+        let t = Instant::now();
+        let claims = self
+            .cluster
+            .list_claims(ns)
+            .await
+            .map_err(self.call_err(Step::Read))?;
+        let classes = self
+            .cluster
+            .list_storage_classes()
+            .await
+            .map_err(self.call_err(Step::Read))?;
+        report.timed(Step::Read, t.elapsed());
+
+        let t = Instant::now();
+        let decided = decide(desired, Some(&live), &claims, &classes);
+        report.timed(Step::Decide, t.elapsed());
+        let mut plan = match decided {
+            Ok(plan) => plan,
+            // A refusal stands only on the object as read from the server.
+            Err(_) if watched => return Ok(Prep::Stale),
+            Err(refusal) => {
+                refuse(report, &refusal);
+                return Ok(Prep::Work(None));
+            }
+        };
+        report.claims = report::claim_reports(desired, &claims, &plan, self.options.dry_run);
+        report.plan = Some(plan.clone());
+
+        let t = Instant::now();
+        let proof = prove::proof_object(desired, &live);
+        let proved = self
+            .cluster
+            .dry_run_apply(&proof)
+            .await
+            .map_err(|e| prove::classify(ns, name, e));
+        report.timed(Step::Prove, t.elapsed());
+        if watched && !prove::confirms(&live, &proved) {
+            debug!(statefulset = %name, namespace = %ns,
+                   "the watched copy is not the live object: reading it and deciding again");
+            return Ok(Prep::Stale);
+        }
+        if let Err(verdict) = proved {
+            return self.not_proven(report, verdict).map(Prep::Work);
+        }
+
+        // Proven apart from what the re-create carries: does the server take that in place?
+        let mut accepted = false;
+        let memory = &self.options.in_place;
+        if plan.recreate && memory.forbids(&plan.changes, Instant::now()) {
+            debug!(statefulset = %name, namespace = %ns,
+                   "the server forbade these changes in place within the hour: not asked again");
+        } else if plan.recreate {
+            let t = Instant::now();
+            let answer = self.cluster.dry_run_apply(desired).await.map(|_| ());
+            report.timed(Step::Prove, t.elapsed());
+            match prove::classify_in_place(ns, name, answer) {
+                prove::InPlace::Forbidden => memory.forbidden(&plan.changes, Instant::now()),
+                prove::InPlace::Accepted => {
+                    info!(statefulset = %name, namespace = %ns,
+                          "the server takes the immutable changes in place: not re-created");
+                    accepted = true;
+                    plan.recreate = false;
+                    report.plan = Some(plan.clone());
+                }
+                prove::InPlace::Other(verdict) => {
+                    return self.not_proven(report, verdict).map(Prep::Work);
+                }
+            }
+        }
+
+        if plan.resize.is_empty() && !plan.recreate {
+            report.outcome = if accepted {
+                Outcome::AcceptedByServer
+            } else {
+                Outcome::Unchanged
+            };
+            return Ok(Prep::Work(None));
+        }
+
+        if plan.recreate {
+            // The re-apply after the orphan delete is a create: ask the server now whether it
+            // would pass, while nothing is written yet.
+            let t = Instant::now();
+            let answer = self.cluster.dry_run_create(desired).await.map(|_| ());
+            report.timed(Step::Preflight, t.elapsed());
+            let acting_as = self.options.act_as.as_deref();
+            match preflight::classify(ns, name, acting_as, answer) {
+                preflight::Verdict::Passed => {}
+                preflight::Verdict::Refused(refusal) => {
+                    report.claims.clear();
+                    refuse(report, &refusal);
+                    return Ok(Prep::Work(None));
+                }
+                preflight::Verdict::Denied { message, cause } => {
+                    return Err(self.access_err(Step::Preflight, message, &cause));
+                }
+                preflight::Verdict::Failed(e) => return Err(self.call_err(Step::Preflight)(e)),
+            }
+        }
+
+        if self.options.dry_run {
+            report.outcome = if accepted {
+                Outcome::AcceptedByServer
+            } else {
+                Outcome::Proven
+            };
+            return Ok(Prep::Work(None));
+        }
+        Ok(Prep::Work(Some(Work::Planned(Box::new(Planned {
+            uid,
+            live,
+            claims,
+            classes,
+            plan,
+            accepted,
+        })))))
+    }
+
+    /// A proof's dry run that did not pass: a refusal (nothing written), or an error.
+    pub(super) fn not_proven(
+        &self,
+        report: &mut Report,
+        verdict: prove::Verdict,
+    ) -> Result<Option<Work>, ConvergeError> {
+        match verdict {
+            prove::Verdict::Refused(refusal) => {
+                report.claims.clear();
+                refuse(report, &refusal);
+                Ok(None)
+            }
+            prove::Verdict::Denied { message, cause } => {
+                Err(self.access_err(Step::Prove, message, &cause))
+            }
+            prove::Verdict::Failed(e) => Err(self.call_err(Step::Prove)(e)),
+        }
+    }
+}
+
+fn refuse(report: &mut Report, refusal: &Refusal) {
+    info!(statefulset = %refusal.name, namespace = %refusal.namespace,
+          code = %refusal.code, message = %refusal.message, "refused");
+    report.refused(refusal);
+}
