@@ -2,9 +2,13 @@
 //! (persisted in the cluster, followed by every replica), the Events it publishes on the gated
 //! objects, and its metrics. Written by the gate, read by `/status` through `http::backend`.
 
+pub mod artifact_status;
+pub mod entry;
 pub mod events;
 pub mod metrics;
 pub mod results;
+pub mod revision_event;
+pub mod status_cache;
 
 use crate::model::{Key, RevisionRecord};
 

@@ -14,11 +14,25 @@ use std::sync::{Mutex, MutexGuard, RwLock};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
+use super::Records;
 use crate::model::Key;
 use crate::model::body::{encode, list_body};
 use crate::model::{GateMode, KustomizationDetail, KustomizationSummary};
-use crate::records::Records;
-use crate::service::index::Index;
+
+/// What `/status` lists besides the records: the handled objects, each with its gate, its
+/// source's revision and its hold, and a generation that moves whenever any of them does. The
+/// service's index implements it; the cache never needs more of it.
+pub trait Handled {
+    /// Moves whenever a handled object, its gate, its source revision or its hold changes.
+    fn generation(&self) -> u64;
+    /// Every handled object, sorted by namespace then name.
+    fn handled_keys(&self) -> Vec<Key>;
+    /// The gate, source revision and hold of `key`; `None` when it is not handled.
+    fn handled_row(&self, key: &Key) -> Option<HandledRow>;
+}
+
+/// One handled object's gate, source revision and hold.
+pub type HandledRow = (GateMode, Option<String>, Option<String>);
 
 /// What a row or a detail was encoded from; equal means the bytes are still right.
 #[derive(Clone, PartialEq, Eq)]
@@ -57,19 +71,17 @@ pub struct StatusCache {
     state: Mutex<State>,
 }
 
-fn read(index: &RwLock<Index>) -> std::sync::RwLockReadGuard<'_, Index> {
+fn read<I: Handled>(index: &RwLock<I>) -> std::sync::RwLockReadGuard<'_, I> {
     index.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Each handled Kustomization with its gate, source revision and hold, sorted.
-fn handled(index: &Index) -> Vec<(Key, GateMode, Option<String>, Option<String>)> {
+fn handled(index: &impl Handled) -> Vec<(Key, GateMode, Option<String>, Option<String>)> {
     index
-        .handled_keys(None)
+        .handled_keys()
         .into_iter()
         .filter_map(|key| {
-            let gate = index.handled(&key)?;
-            let revision = index.source_revision(&key).map(String::from);
-            let hold = index.hold(&key).map(String::from);
+            let (gate, revision, hold) = index.handled_row(&key)?;
             Some((key, gate, revision, hold))
         })
         .collect()
@@ -110,16 +122,16 @@ impl StatusCache {
     }
 
     /// The `GET /status` body: every handled Kustomization (or those of `namespace`), sorted.
-    pub fn list(
+    pub fn list<I: Handled>(
         &self,
-        index: &RwLock<Index>,
+        index: &RwLock<I>,
         records: &dyn Records,
         namespace: Option<&str>,
     ) -> Result<Bytes, serde_json::Error> {
         // Read before anything it guards: a change after this read makes the result stale
         // under a generation that is already old, so it is rebuilt at the next request.
         let Some(records_generation) = records.generation() else {
-            let all = handled(&read(index));
+            let all = handled(&*read(index));
             let rows = all
                 .into_iter()
                 .filter(|(k, _, _, _)| namespace.is_none_or(|ns| k.namespace == ns))
@@ -139,7 +151,7 @@ impl StatusCache {
         {
             let (all, generation) = {
                 let index = read(index);
-                (handled(&index), index.generation())
+                (handled(&*index), index.generation())
             };
             let mut keys = Vec::with_capacity(all.len());
             let mut rows = Vec::with_capacity(all.len());
@@ -197,23 +209,15 @@ impl StatusCache {
     /// Not kept: the history is already held encoded ([`Records::history_json`]), so a
     /// detail is a small header encoded around those bytes, and keeping every detail asked
     /// for would hold each history twice (~15 kB per Kustomization).
-    pub fn detail(
+    pub fn detail<I: Handled>(
         &self,
-        index: &RwLock<Index>,
+        index: &RwLock<I>,
         records: &dyn Records,
         namespace: &str,
         name: &str,
     ) -> Option<Result<Bytes, serde_json::Error>> {
         let key = Key::new(namespace, name);
-        let (gate, source_revision, hold) = {
-            let index = read(index);
-            let gate = index.handled(&key)?;
-            (
-                gate,
-                index.source_revision(&key).map(String::from),
-                index.hold(&key).map(String::from),
-            )
-        };
+        let (gate, source_revision, hold) = read(index).handled_row(&key)?;
         let history = records.history_json(namespace, name);
         let revisions: &RawValue = match &history {
             Some(json) => json,
@@ -239,10 +243,8 @@ const EMPTY: &str = "[]";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flux::objects::{Kustomization, SourceKind};
     use crate::model::RevisionRecord;
     use crate::records::results::Results;
-    use crate::service::index::SourceKey;
     use serde_json::json;
 
     /// The same records without generations: every answer encoded afresh (the reference).
@@ -277,14 +279,31 @@ mod tests {
     }
     struct Tracked(Results);
 
-    fn ks(ns: &str, name: &str, gate: &str) -> Kustomization {
-        serde_json::from_value(json!({
-            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-            "metadata": {"namespace": ns, "name": name,
-                         "annotations": {"flux-converger.io/gate": gate}},
-            "spec": {"sourceRef": {"kind": "GitRepository", "name": "repo"}, "path": "./", "prune": true}
-        }))
-        .unwrap()
+    /// The index's side: handled objects and a generation moved by every change.
+    #[derive(Default)]
+    struct Index {
+        generation: u64,
+        rows: std::collections::BTreeMap<Key, HandledRow>,
+    }
+    impl Index {
+        fn set(&mut self, ns: &str, name: &str, row: Option<HandledRow>) {
+            self.generation += 1;
+            match row {
+                Some(row) => self.rows.insert(Key::new(ns, name), row),
+                None => self.rows.remove(&Key::new(ns, name)),
+            };
+        }
+    }
+    impl Handled for Index {
+        fn generation(&self) -> u64 {
+            self.generation
+        }
+        fn handled_keys(&self) -> Vec<Key> {
+            self.rows.keys().cloned().collect()
+        }
+        fn handled_row(&self, key: &Key) -> Option<HandledRow> {
+            self.rows.get(key).cloned()
+        }
     }
 
     fn record(revision: &str) -> RevisionRecord {
@@ -296,18 +315,10 @@ mod tests {
         .unwrap()
     }
 
-    fn repo(ns: &str) -> SourceKey {
-        SourceKey {
-            kind: SourceKind::GitRepository,
-            namespace: ns.into(),
-            name: "repo".into(),
-        }
-    }
-
     /// Every answer of the cache equals a fresh encoding, after each kind of change.
     #[tokio::test]
     async fn cached_bodies_follow_every_change_and_equal_a_fresh_encoding() {
-        let index = RwLock::new(Index::new(GateMode::Off));
+        let index = RwLock::new(Index::default());
         let results = Results::memory();
         let (tracked, untracked) = (Tracked(results.clone()), Untracked(results.clone()));
         let cache = StatusCache::default();
@@ -330,10 +341,8 @@ mod tests {
         };
         check("empty");
         for (ns, name) in keys {
-            index
-                .write()
-                .unwrap()
-                .apply_kustomization(&ks(ns, name, "suspend"));
+            let row = (GateMode::Suspend, None, None);
+            index.write().unwrap().set(ns, name, Some(row));
         }
         check("handled, no records");
         for (ns, name) in keys {
@@ -345,26 +354,25 @@ mod tests {
             .await
             .unwrap();
         check("one record added");
-        index
-            .write()
-            .unwrap()
-            .apply_source(repo("a"), Some("main@sha1:3".into()));
+        for name in ["one", "two"] {
+            let row = (GateMode::Suspend, Some("main@sha1:3".into()), None);
+            index.write().unwrap().set("a", name, Some(row));
+        }
         check("a source revision");
-        index
-            .write()
-            .unwrap()
-            .apply_kustomization(&ks("a", "one", "reconcile"));
+        let row = (GateMode::Reconcile, Some("main@sha1:3".into()), None);
+        index.write().unwrap().set("a", "one", Some(row));
         check("a gate changed");
-        index
-            .write()
-            .unwrap()
-            .apply_kustomization(&ks("b", "one", "off"));
+        let row = (
+            GateMode::Reconcile,
+            Some("main@sha1:3".into()),
+            Some("maintenance".into()),
+        );
+        index.write().unwrap().set("a", "one", Some(row));
+        check("held");
+        index.write().unwrap().set("b", "one", None);
         check("no longer handled");
         assert!(cache.detail(&index, &tracked, "b", "one").is_none());
-        index
-            .write()
-            .unwrap()
-            .delete_kustomization(&Key::new("a", "two"));
+        index.write().unwrap().set("a", "two", None);
         check("deleted");
     }
 

@@ -10,9 +10,9 @@ use crate::http::hook_limit::HookLimit;
 use crate::model::Key;
 use crate::model::{GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
 use crate::records::Records;
+use crate::records::status_cache::StatusCache;
 use crate::service::index::Index;
 use crate::service::queue::Queue;
-use crate::service::status_cache::StatusCache;
 use crate::service::watch::Readiness;
 
 /// The [`Backend`] of a running service.

@@ -13,40 +13,32 @@
 //! kustomize-controller does; the render, the intents, the results, the hand-off and the
 //! Events use the service's own identity.
 
-pub mod entry;
 pub mod handoff;
 pub mod modes;
 pub mod observe;
 pub mod publish;
 pub mod recheck;
 pub mod state;
+mod statefulsets;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
-use crate::cluster::tenant::{self, TenantCluster};
-use crate::commands;
-use crate::converge::{self, ConvergeError};
+use crate::converge::{self};
 use crate::flux::objects::{self, Kustomization, ObjectsError};
-use crate::flux::render::RenderedStatefulSet;
-use crate::flux::render::resolve::{ResolveError, Resolved, Resolver};
-use crate::journal::SecretJournal;
-use crate::journal::watched::WatchedJournal;
+use crate::flux::render::resolve::{ResolveError, Resolver};
 pub use crate::model::GateOutcome;
-use crate::model::HandoffAction;
 use crate::model::Key;
 use crate::model::{
-    FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
-    StepError, Trigger,
+    GateMode, RevisionRecord, RevisionState, StatefulSetOutcome, StepError, Trigger,
 };
-use crate::records::events::{
-    EventSink, REASON_CONVERGED, REASON_FAILED, REASON_REFUSED, RevisionEvent, Severity,
-};
+use crate::records::entry;
+use crate::records::events::EventSink;
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
+use crate::records::revision_event::revision_event;
 use crate::storage::host::ArtifactHost;
 use observe::{Observer, ObserverConfig};
 use state::Gating;
@@ -498,8 +490,8 @@ impl Gate {
                 if let Some(t) = target {
                     self.write_artifact_status(
                         t,
-                        &publish::Update::NotPublished {
-                            reason: publish::REASON_SOURCE_NOT_READY,
+                        &crate::records::artifact_status::Update::NotPublished {
+                            reason: crate::records::artifact_status::REASON_SOURCE_NOT_READY,
                             message: error.to_string(),
                         },
                     )
@@ -556,183 +548,6 @@ impl Gate {
         };
         self.report_not_published(target, &record).await;
         self.finish(&ks, record, outcome).await
-    }
-
-    /// Converges the StatefulSets of the render, in namespace/name order, all under the
-    /// Kustomization's tenant identity and all or nothing (`converge::converge_all`): every
-    /// one is decided, proven and pre-flighted before any is written, so a refusal (or a
-    /// failure) of one leaves the others untouched (`held`) instead of applying half a
-    /// revision that is then never handed off.
-    async fn converge_all(&self, resolved: &Resolved) -> Vec<StatefulSetEntry> {
-        let c = &self.config;
-        let ks = &resolved.kustomization;
-        let ks_namespace = ks.metadata.namespace.clone().unwrap_or_default();
-        // The same question a resume on start asks of an intent's Kustomization.
-        let user = tenant::kustomization_user(ks, c.default_service_account.as_deref());
-        let tenant_client = match &user {
-            None => Ok(c.client.clone()),
-            Some(user) => tenant::impersonating(&c.client, user),
-        };
-        let mut sorted: Vec<&RenderedStatefulSet> = resolved.rendered.statefulsets.iter().collect();
-        sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        let tenant_client = match tenant_client {
-            Ok(client) => client,
-            Err(e) => {
-                return sorted
-                    .iter()
-                    .map(|s| entry::failed(&s.namespace, &s.name, "impersonate", e.to_string()))
-                    .collect();
-            }
-        };
-        // A StatefulSet of the render that does not decode fails the revision before any
-        // write: the others are held, as for any failure before writing.
-        let mut desired = Vec::with_capacity(sorted.len());
-        for rendered in &sorted {
-            let (ns, name) = (rendered.namespace.as_str(), rendered.name.as_str());
-            match serde_json::from_value::<StatefulSet>(rendered.object.clone()) {
-                Ok(mut d) => {
-                    d.metadata.namespace = Some(ns.to_string());
-                    desired.push(d);
-                }
-                Err(e) => {
-                    let why =
-                        format!("not written: StatefulSet {ns}/{name} of the same revision failed");
-                    return sorted
-                        .iter()
-                        .map(|s| {
-                            if std::ptr::eq(*s, *rendered) {
-                                entry::failed(
-                                    ns,
-                                    name,
-                                    "render",
-                                    format!("StatefulSet {ns}/{name}: {e}"),
-                                )
-                            } else {
-                                entry::held(&s.namespace, &s.name, why.clone())
-                            }
-                        })
-                        .collect();
-                }
-            }
-        }
-        let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
-        if let Some(store) = &self.storage_classes {
-            cluster = cluster.with_storage_classes(store.clone());
-        }
-        if let Some(watched) = &self.statefulsets {
-            cluster = cluster.with_statefulsets(watched.clone());
-        }
-        // Recorded with the shard's label, so only this shard resumes it after a crash.
-        let journal = WatchedJournal::new(
-            SecretJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
-                .scoped(c.results.shard()),
-            self.intents.clone(),
-        );
-        let options = converge::Options {
-            fence: c.fence.clone(),
-            revision: Some(resolved.revision.clone()),
-            act_as: user.clone(),
-            in_place: self.in_place.clone(),
-            kustomization: Some(format!(
-                "{ks_namespace}/{}",
-                ks.metadata.name.as_deref().unwrap_or_default()
-            )),
-            ..converge::Options::default()
-        };
-        let results = converge::converge_all(&cluster, &journal, &desired, &options).await;
-        let mut entries = Vec::with_capacity(results.len());
-        for (d, result) in desired.iter().zip(results) {
-            entries.push(self.entry_of(&cluster, d, result, user.as_deref()).await);
-        }
-        entries
-    }
-
-    /// The record entry of one StatefulSet's converge result, counted in the metrics; a
-    /// failure's message names the missing permission under a tenant.
-    async fn entry_of(
-        &self,
-        cluster: &TenantCluster,
-        desired: &StatefulSet,
-        result: Result<converge::Report, ConvergeError>,
-        user: Option<&str>,
-    ) -> StatefulSetEntry {
-        let c = &self.config;
-        let ns = desired.metadata.namespace.as_deref().unwrap_or_default();
-        let name = desired.metadata.name.as_deref().unwrap_or_default();
-        match result {
-            Ok(report) => {
-                let e = entry::from_report(&report);
-                c.metrics.claims_grown.inc_by(e.claims.len() as u64);
-                if report.recreated {
-                    c.metrics.statefulsets_recreated.inc();
-                }
-                if let Some(r) = &e.refusal {
-                    c.metrics.refusal(r.code.as_str());
-                }
-                for s in &report.steps {
-                    c.metrics.step(s.step.as_str(), s.millis / 1000.0);
-                }
-                tracing::info!(statefulset = %name, namespace = %ns, outcome = ?e.outcome, "converged");
-                e
-            }
-            Err(error) => {
-                let message = match (&error, user) {
-                    (ConvergeError::Call { cause, .. }, Some(user))
-                        if cause.code() == Some(403) =>
-                    {
-                        tenant::forbidden_message(user, cause)
-                    }
-                    (
-                        ConvergeError::Access {
-                            step,
-                            code: 403,
-                            message,
-                            ..
-                        },
-                        Some(user),
-                    ) => {
-                        let call = if *step == converge::Step::Preflight {
-                            "dry-run create of"
-                        } else {
-                            "server-side apply dry run of"
-                        };
-                        let cause = crate::cluster::CallError::api(
-                            call,
-                            format!("StatefulSet {ns}/{name}"),
-                            403,
-                            "Forbidden",
-                            message,
-                        );
-                        tenant::forbidden_message(user, &cause)
-                    }
-                    _ => error.to_string(),
-                };
-                tracing::warn!(statefulset = %name, namespace = %ns, error = %message, "converge failed");
-                let hint = self.hint(cluster, desired).await;
-                entry::from_error(ns, name, &error, message, hint)
-            }
-        }
-    }
-
-    /// What an operator runs by hand to finish: the commands that render the revision again
-    /// and plan (or, for a StatefulSet left deleted, converge) it, naming the Kustomization
-    /// from the owner labels the render put on `desired`. Never the rendered object itself:
-    /// it may carry values substituted from Secrets ([`commands::manual_hint`]). `None` when
-    /// the cluster cannot even be read or the object names no Kustomization.
-    async fn hint(&self, cluster: &TenantCluster, desired: &StatefulSet) -> Option<String> {
-        use crate::cluster::Cluster as _;
-        let ns = desired.metadata.namespace.clone().unwrap_or_default();
-        let name = desired.metadata.name.clone().unwrap_or_default();
-        let labels = desired.metadata.labels.as_ref()?;
-        let ks_namespace = labels.get(objects::OWNER_NAMESPACE_LABEL)?;
-        let ks_name = labels.get(objects::OWNER_NAME_LABEL)?;
-        let live = cluster.get_statefulset(&ns, &name).await.ok()?;
-        Some(commands::manual_hint(&commands::ManualHint {
-            namespace: ks_namespace,
-            name: ks_name,
-            journal_namespace: &self.config.namespace,
-            absent: live.is_none(),
-        }))
     }
 
     /// Writes the final record, counts it, and publishes its event; returns `outcome`.
@@ -805,223 +620,5 @@ impl Gate {
             tracing::warn!(kustomization = %ks_name(namespace, name), revision = %record.revision,
                 error = %e, "could not persist the revision record");
         }
-    }
-}
-
-/// The event a finished record gives: converged, refused and failed revisions (a superseded
-/// one is followed by the run of its successor, which gives its own).
-pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
-    let details = entry::describe(&record.statefulsets);
-    let error = record
-        .error
-        .as_ref()
-        .map(|e| format!("{}: {}", e.step, e.message));
-    let join = |head: String| {
-        [
-            Some(head),
-            (!details.is_empty()).then(|| details.clone()),
-            error.clone(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join("\n")
-    };
-    let (severity, reason, message) = match record.state {
-        RevisionState::Converged => {
-            let flux = match &record.flux {
-                Some(f) => match f.outcome {
-                    FluxOutcome::Applied => "Flux applied it".to_string(),
-                    FluxOutcome::Failed => format!(
-                        "Flux failed to apply it: {}",
-                        f.message.as_deref().unwrap_or_default()
-                    ),
-                    FluxOutcome::Timeout => "Flux has not applied it yet (timed out)".into(),
-                    FluxOutcome::Pending => "Flux's answer is pending".into(),
-                    FluxOutcome::Raced => format!(
-                        "Flux attempted {} instead",
-                        f.attempted_revision
-                            .as_deref()
-                            .unwrap_or("another revision")
-                    ),
-                },
-                None => "handed off".into(),
-            };
-            let mode = record.gate.map(GateMode::as_str).unwrap_or("off");
-            let waiting = record
-                .handoff
-                .as_ref()
-                .is_some_and(|h| h.action == HandoffAction::Waiting);
-            let head = if waiting {
-                // Artifact mode, other consumers of the ExternalArtifact still to converge it:
-                // the warnings name them.
-                let whom: Vec<&str> = record
-                    .warnings
-                    .iter()
-                    .filter(|w| w.starts_with(publish::WAITING_PREFIX))
-                    .map(String::as_str)
-                    .collect();
-                format!(
-                    "revision {} converged, not published yet: {}",
-                    record.revision,
-                    whom.join("; ")
-                )
-            } else {
-                format!(
-                    "revision {} converged, handed off ({mode}): {flux}",
-                    record.revision
-                )
-            };
-            (Severity::Info, REASON_CONVERGED, join(head))
-        }
-        RevisionState::Refused => (
-            Severity::Error,
-            REASON_REFUSED,
-            join(format!(
-                "revision {} refused: not handed off",
-                record.revision
-            )),
-        ),
-        RevisionState::Failed => (
-            Severity::Error,
-            REASON_FAILED,
-            join(format!("revision {} failed: will retry", record.revision)),
-        ),
-        RevisionState::Running | RevisionState::Superseded => return None,
-    };
-    Some(RevisionEvent {
-        severity,
-        reason: reason.to_string(),
-        message,
-        revision: record.revision.clone(),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::StatefulSetEntry;
-    use crate::model::{FluxResult, Handoff};
-
-    fn record(state: RevisionState, flux: Option<FluxOutcome>) -> RevisionRecord {
-        RevisionRecord {
-            revision: "main@sha1:2".into(),
-            digest: None,
-            trigger: Trigger::Webhook,
-            started_at: "t".into(),
-            finished_at: None,
-            state,
-            statefulsets: vec![StatefulSetEntry {
-                namespace: "apps".into(),
-                name: "web".into(),
-                outcome: StatefulSetOutcome::Converged,
-                old_uid: Some("u1".into()),
-                new_uid: Some("u2".into()),
-                templates: Vec::new(),
-                changes: Vec::new(),
-                claims: Vec::new(),
-                deferred: Vec::new(),
-                refusal: None,
-                error: None,
-            }],
-            handoff: None,
-            flux: flux.map(|outcome| FluxResult {
-                outcome,
-                applied_revision: None,
-                message: Some("boom".into()),
-                attempted_revision: None,
-            }),
-            warnings: Vec::new(),
-            error: None,
-            generation: None,
-            gate: Some(GateMode::Reconcile),
-            attempts: 1,
-        }
-    }
-
-    #[test]
-    fn revision_event_by_table() {
-        let sts = "StatefulSet apps/web: recreated without restarting pods";
-        for (state, flux, expected) in [
-            (
-                RevisionState::Converged,
-                Some(FluxOutcome::Applied),
-                Some((
-                    Severity::Info,
-                    REASON_CONVERGED,
-                    format!(
-                        "revision main@sha1:2 converged, handed off (reconcile): Flux applied it\n{sts}"
-                    ),
-                )),
-            ),
-            (
-                RevisionState::Converged,
-                Some(FluxOutcome::Failed),
-                Some((
-                    Severity::Info,
-                    REASON_CONVERGED,
-                    format!(
-                        "revision main@sha1:2 converged, handed off (reconcile): Flux failed to apply it: boom\n{sts}"
-                    ),
-                )),
-            ),
-            (
-                RevisionState::Refused,
-                None,
-                Some((
-                    Severity::Error,
-                    REASON_REFUSED,
-                    format!("revision main@sha1:2 refused: not handed off\n{sts}"),
-                )),
-            ),
-            (
-                RevisionState::Failed,
-                None,
-                Some((
-                    Severity::Error,
-                    REASON_FAILED,
-                    format!("revision main@sha1:2 failed: will retry\n{sts}"),
-                )),
-            ),
-            (RevisionState::Superseded, None, None),
-            (RevisionState::Running, None, None),
-        ] {
-            let got =
-                revision_event(&record(state, flux)).map(|e| (e.severity, e.reason, e.message));
-            let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
-            assert_eq!(got, expected, "{state:?}");
-        }
-    }
-
-    #[test]
-    fn an_artifact_revision_waiting_for_other_consumers_says_so() {
-        let mut r = record(RevisionState::Converged, None);
-        r.gate = Some(GateMode::Artifact);
-        r.handoff = Some(Handoff {
-            mode: GateMode::Artifact,
-            at: "t".into(),
-            action: HandoffAction::Waiting,
-            requested_at: None,
-            resuspended_at: None,
-            attempts: Vec::new(),
-            retry_at: None,
-        });
-        r.warnings = vec![publish::waiting_warning("team", "db", "main@sha1:2")];
-        let e = revision_event(&r).unwrap();
-        assert_eq!(
-            e.message,
-            "revision main@sha1:2 converged, not published yet: waiting for team/db to converge main@sha1:2 before publishing\nStatefulSet apps/web: recreated without restarting pods"
-        );
-        r.handoff.as_mut().unwrap().action = HandoffAction::Published;
-        r.flux = Some(FluxResult {
-            outcome: FluxOutcome::Applied,
-            applied_revision: None,
-            message: None,
-            attempted_revision: None,
-        });
-        assert_eq!(
-            revision_event(&r).unwrap().message,
-            "revision main@sha1:2 converged, handed off (artifact): Flux applied it\nStatefulSet apps/web: recreated without restarting pods"
-        );
     }
 }

@@ -547,5 +547,25 @@ fn spec_digest(ks: &Kustomization) -> u64 {
     hasher.finish()
 }
 
+/// What `/status` reads of the index (`records::status_cache`).
+impl crate::records::status_cache::Handled for Index {
+    fn generation(&self) -> u64 {
+        Index::generation(self)
+    }
+
+    fn handled_keys(&self) -> Vec<Key> {
+        Index::handled_keys(self, None)
+    }
+
+    fn handled_row(&self, key: &Key) -> Option<crate::records::status_cache::HandledRow> {
+        let gate = self.handled(key)?;
+        Some((
+            gate,
+            self.source_revision(key).map(String::from),
+            self.hold(key).map(String::from),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests;

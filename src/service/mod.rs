@@ -11,7 +11,6 @@ pub mod gate;
 pub mod index;
 pub mod leadership;
 pub mod queue;
-pub mod status_cache;
 pub mod watch;
 
 use std::net::SocketAddr;

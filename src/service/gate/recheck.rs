@@ -10,7 +10,7 @@
 use crate::model::HandoffAction;
 use crate::model::{GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome};
 
-use super::entry;
+use crate::records::entry;
 use crate::service::index::has_deferred;
 
 /// Whether a run of `revision`, with the Kustomization at `generation`, re-checks `last`: the

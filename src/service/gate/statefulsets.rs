@@ -1,0 +1,196 @@
+//! The converge step of a run: every StatefulSet of a revision under the gated object's tenant
+//! identity, all or nothing, and the record entry (with metrics and, on failure, the commands
+//! an operator runs by hand) of each result.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+
+use super::Gate;
+use crate::cluster::tenant::{self, TenantCluster};
+use crate::commands;
+use crate::converge::{self, ConvergeError};
+use crate::flux::objects;
+use crate::flux::render::RenderedStatefulSet;
+use crate::flux::render::resolve::Resolved;
+use crate::journal::SecretJournal;
+use crate::journal::watched::WatchedJournal;
+use crate::model::StatefulSetEntry;
+use crate::records::entry;
+
+impl Gate {
+    /// Converges the StatefulSets of the render, in namespace/name order, all under the
+    /// Kustomization's tenant identity and all or nothing (`converge::converge_all`): every
+    /// one is decided, proven and pre-flighted before any is written, so a refusal (or a
+    /// failure) of one leaves the others untouched (`held`) instead of applying half a
+    /// revision that is then never handed off.
+    pub(super) async fn converge_all(&self, resolved: &Resolved) -> Vec<StatefulSetEntry> {
+        let c = &self.config;
+        let ks = &resolved.kustomization;
+        let ks_namespace = ks.metadata.namespace.clone().unwrap_or_default();
+        // The same question a resume on start asks of an intent's Kustomization.
+        let user = tenant::kustomization_user(ks, c.default_service_account.as_deref());
+        let tenant_client = match &user {
+            None => Ok(c.client.clone()),
+            Some(user) => tenant::impersonating(&c.client, user),
+        };
+        let mut sorted: Vec<&RenderedStatefulSet> = resolved.rendered.statefulsets.iter().collect();
+        sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        let tenant_client = match tenant_client {
+            Ok(client) => client,
+            Err(e) => {
+                return sorted
+                    .iter()
+                    .map(|s| entry::failed(&s.namespace, &s.name, "impersonate", e.to_string()))
+                    .collect();
+            }
+        };
+        // A StatefulSet of the render that does not decode fails the revision before any
+        // write: the others are held, as for any failure before writing.
+        let mut desired = Vec::with_capacity(sorted.len());
+        for rendered in &sorted {
+            let (ns, name) = (rendered.namespace.as_str(), rendered.name.as_str());
+            match serde_json::from_value::<StatefulSet>(rendered.object.clone()) {
+                Ok(mut d) => {
+                    d.metadata.namespace = Some(ns.to_string());
+                    desired.push(d);
+                }
+                Err(e) => {
+                    let why =
+                        format!("not written: StatefulSet {ns}/{name} of the same revision failed");
+                    return sorted
+                        .iter()
+                        .map(|s| {
+                            if std::ptr::eq(*s, *rendered) {
+                                entry::failed(
+                                    ns,
+                                    name,
+                                    "render",
+                                    format!("StatefulSet {ns}/{name}: {e}"),
+                                )
+                            } else {
+                                entry::held(&s.namespace, &s.name, why.clone())
+                            }
+                        })
+                        .collect();
+                }
+            }
+        }
+        let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
+        if let Some(store) = &self.storage_classes {
+            cluster = cluster.with_storage_classes(store.clone());
+        }
+        if let Some(watched) = &self.statefulsets {
+            cluster = cluster.with_statefulsets(watched.clone());
+        }
+        // Recorded with the shard's label, so only this shard resumes it after a crash.
+        let journal = WatchedJournal::new(
+            SecretJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
+                .scoped(c.results.shard()),
+            self.intents.clone(),
+        );
+        let options = converge::Options {
+            fence: c.fence.clone(),
+            revision: Some(resolved.revision.clone()),
+            act_as: user.clone(),
+            in_place: self.in_place.clone(),
+            kustomization: Some(format!(
+                "{ks_namespace}/{}",
+                ks.metadata.name.as_deref().unwrap_or_default()
+            )),
+            ..converge::Options::default()
+        };
+        let results = converge::converge_all(&cluster, &journal, &desired, &options).await;
+        let mut entries = Vec::with_capacity(results.len());
+        for (d, result) in desired.iter().zip(results) {
+            entries.push(self.entry_of(&cluster, d, result, user.as_deref()).await);
+        }
+        entries
+    }
+
+    /// The record entry of one StatefulSet's converge result, counted in the metrics; a
+    /// failure's message names the missing permission under a tenant.
+    async fn entry_of(
+        &self,
+        cluster: &TenantCluster,
+        desired: &StatefulSet,
+        result: Result<converge::Report, ConvergeError>,
+        user: Option<&str>,
+    ) -> StatefulSetEntry {
+        let c = &self.config;
+        let ns = desired.metadata.namespace.as_deref().unwrap_or_default();
+        let name = desired.metadata.name.as_deref().unwrap_or_default();
+        match result {
+            Ok(report) => {
+                let e = entry::from_report(&report);
+                c.metrics.claims_grown.inc_by(e.claims.len() as u64);
+                if report.recreated {
+                    c.metrics.statefulsets_recreated.inc();
+                }
+                if let Some(r) = &e.refusal {
+                    c.metrics.refusal(r.code.as_str());
+                }
+                for s in &report.steps {
+                    c.metrics.step(s.step.as_str(), s.millis / 1000.0);
+                }
+                tracing::info!(statefulset = %name, namespace = %ns, outcome = ?e.outcome, "converged");
+                e
+            }
+            Err(error) => {
+                let message = match (&error, user) {
+                    (ConvergeError::Call { cause, .. }, Some(user))
+                        if cause.code() == Some(403) =>
+                    {
+                        tenant::forbidden_message(user, cause)
+                    }
+                    (
+                        ConvergeError::Access {
+                            step,
+                            code: 403,
+                            message,
+                            ..
+                        },
+                        Some(user),
+                    ) => {
+                        let call = if *step == converge::Step::Preflight {
+                            "dry-run create of"
+                        } else {
+                            "server-side apply dry run of"
+                        };
+                        let cause = crate::cluster::CallError::api(
+                            call,
+                            format!("StatefulSet {ns}/{name}"),
+                            403,
+                            "Forbidden",
+                            message,
+                        );
+                        tenant::forbidden_message(user, &cause)
+                    }
+                    _ => error.to_string(),
+                };
+                tracing::warn!(statefulset = %name, namespace = %ns, error = %message, "converge failed");
+                let hint = self.hint(cluster, desired).await;
+                entry::from_error(ns, name, &error, message, hint)
+            }
+        }
+    }
+
+    /// What an operator runs by hand to finish: the commands that render the revision again
+    /// and plan (or, for a StatefulSet left deleted, converge) it, naming the Kustomization
+    /// from the owner labels the render put on `desired`. Never the rendered object itself:
+    /// it may carry values substituted from Secrets ([`commands::manual_hint`]). `None` when
+    /// the cluster cannot even be read or the object names no Kustomization.
+    async fn hint(&self, cluster: &TenantCluster, desired: &StatefulSet) -> Option<String> {
+        use crate::cluster::Cluster as _;
+        let ns = desired.metadata.namespace.clone().unwrap_or_default();
+        let name = desired.metadata.name.clone().unwrap_or_default();
+        let labels = desired.metadata.labels.as_ref()?;
+        let ks_namespace = labels.get(objects::OWNER_NAMESPACE_LABEL)?;
+        let ks_name = labels.get(objects::OWNER_NAME_LABEL)?;
+        let live = cluster.get_statefulset(&ns, &name).await.ok()?;
+        Some(commands::manual_hint(&commands::ManualHint {
+            namespace: ks_namespace,
+            name: ks_name,
+            journal_namespace: &self.config.namespace,
+            absent: live.is_none(),
+        }))
+    }
+}
