@@ -89,8 +89,12 @@ pub async fn serve(
         .max_buf_size(MAX_HEADER_BYTES)
         .keep_alive(true);
     let graceful = GracefulShutdown::new();
+    // Each connection's task belongs to this server: reaped as they end, and any still open
+    // past the drain aborted before it returns, so no connection outlives the listener.
+    let mut connections = tokio::task::JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        while connections.try_join_next().is_some() {}
         // The permit first: at the limit, the next connection stays in the accept queue.
         let permit = tokio::select! {
             permit = permits.clone().acquire_owned() => match permit {
@@ -112,7 +116,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
+        connections.spawn(async move {
             if let Err(error) = connection.await {
                 trace_closed(peer, &error);
             }
@@ -126,6 +130,7 @@ pub async fn serve(
     {
         tracing::debug!(drain = ?DRAIN, "connections still open at shutdown: closed");
     }
+    connections.shutdown().await;
     Ok(())
 }
 

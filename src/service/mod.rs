@@ -1,8 +1,15 @@
-//! `serve`: the service around the converge (docs/service.md). The only place that spawns tasks:
-//! the watches, the resync, the leader loop, the workers and the HTTP server; [`Running`] stops
-//! them in the one order that never leaves a StatefulSet between its orphan delete and its
-//! re-apply (queue closed, running revisions given the grace, open windows waited for past it,
-//! then everything else).
+//! `serve`: the service around the converge (docs/service.md). It starts the watches, the
+//! resync, the leader loop, the workers and the HTTP servers, each a task it owns (cancelled
+//! through one `CancellationToken`); the tasks those start are owned in turn (the observer's
+//! and the watch feed's `TaskTracker`s, the artifact follower's and each listener's
+//! `JoinSet`). [`Running`] stops them in the one order that never leaves a StatefulSet
+//! between its orphan delete and its re-apply (queue closed, running revisions given the
+//! grace, open windows waited for past it, then everything else) and awaits every one.
+//!
+//! - [`parts`]: the parts built from the configuration; [`resume`]: the journal's intents a
+//!   previous process left; [`gate`]: one revision of one gated object; [`queue`], [`index`],
+//!   [`watch`]: what is due and when; [`leadership`]: the Lease, its tenure and the fence of
+//!   every write; [`access`], [`backend`]: what `http` reads of the service.
 
 pub mod access;
 pub mod backend;
@@ -10,7 +17,9 @@ mod config;
 pub mod gate;
 pub mod index;
 pub mod leadership;
+mod parts;
 pub mod queue;
+mod resume;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -29,7 +38,7 @@ use crate::model::Key;
 use crate::model::Trigger;
 use crate::records::Records;
 use crate::records::metrics::Metrics;
-use crate::records::results::{Results, Shard};
+use crate::records::results::Results;
 use crate::service::backend::ServiceBackend;
 pub use crate::service::config::{Config, ConfigBuilder, Tuning};
 pub use crate::service::gate::GateOutcome;
@@ -37,7 +46,9 @@ use crate::service::index::Index;
 use crate::service::leadership::fence::ServiceFence;
 use crate::service::leadership::windows::{RunWindows, WindowTracker};
 use crate::service::leadership::{LeaderError, Leadership};
+pub use crate::service::parts::build_parts;
 use crate::service::queue::Queue;
+pub use crate::service::resume::JournalResume;
 use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
 
 /// How long shutdown waits for the Lease's release (it expires on its own otherwise).
@@ -692,275 +703,4 @@ pub async fn start_tuned(
         }
     }));
     Ok(running)
-}
-
-/// The parts [`start_tuned`] starts (the gate over the results, the resume, the HTTP apps),
-/// and the StorageClass and intent watches the gate's converges read, to be run beside them.
-/// Public so a test can wrap one (the runner, to see the order in which runs start) before
-/// [`start_with`].
-pub fn build_parts(
-    config: &Config,
-    client: &kube::Client,
-    tuning: &Tuning,
-) -> Result<(Parts, BoxFuture<'static, ()>), ServiceError> {
-    // Every write of the parts goes through the Lease's fence ([`leadership::writer`]):
-    // converge steps, hand-offs, publishes, results, intents, re-suspends and Events alike.
-    // [`start_with`] binds the tenure once leadership is set up; before that nothing writes.
-    let fence = ServiceFence::default();
-    let client = &crate::service::leadership::writer::fenced(client.clone(), fence.tenure.clone());
-    // Decided before anything else: the webhook is never open by accident.
-    let auth = crate::http::HookAuth {
-        hmac_key: config.hmac_key.clone(),
-        token: config.hook_token.clone(),
-    };
-    if auth.is_open() {
-        if !config.allow_unauthenticated_hooks {
-            return Err(ServiceError::Setup(
-                "/hook needs an HMAC key or a bearer token (or allow_unauthenticated_hooks)"
-                    .to_string(),
-            ));
-        }
-        tracing::warn!(listen = %config.listen,
-            "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
-    }
-    let (registry, metrics) = crate::records::metrics::registry();
-    let sandbox = config.kustomize.sandbox_status();
-    sandbox.log_start();
-    metrics.render_sandbox(&sandbox);
-    // A shard (`--watch-label-selector`) keeps to its own records, named by its Lease.
-    let shard = match &config.watch_label_selector {
-        Some(_) => Shard::Named(config.leader_election_id.clone()),
-        None => Shard::Unsharded,
-    };
-    let results = Results::sharded(
-        client.clone(),
-        config.namespace.clone(),
-        config.call_timeout,
-        shard.clone(),
-    );
-    // One attempt per fetch: a failing download must not hold a worker through sleeps; its
-    // retries go back through the queue's backoff, behind new work (docs/service.md, queue).
-    let fetch = crate::flux::artifact::FetchOptions {
-        retries: 0,
-        ..config.fetch.clone().with_env_host_override()
-    };
-    // Without a storage the service still renders (each one downloading to a temporary
-    // file); only the `artifact` gate needs it. A path given is created and must be usable
-    // (source-controller's start): no storage only when there is no path, which `serve` says
-    // why (`unavailable`: the default directory cannot be created), once, here.
-    let storage = match &config.storage.path {
-        Some(path) => match crate::storage::Storage::open(&config.storage, fetch.clone()) {
-            Ok(storage) => Some(storage),
-            Err(error) => {
-                return Err(ServiceError::Setup(format!(
-                    "--storage-path {}: {error}",
-                    path.display()
-                )));
-            }
-        },
-        None => {
-            if let Some(why) = &config.storage.unavailable {
-                tracing::warn!(reason = %why,
-                    "no artifact storage: the artifact gate cannot publish, no artifact server, renders download every time");
-            }
-            None
-        }
-    };
-    let fetcher = match &storage {
-        Some(storage) => storage.fetcher(),
-        None => crate::flux::artifact::Fetcher::new(fetch)
-            .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?,
-    };
-    let resolver = crate::flux::render::resolve::Resolver {
-        client: client.clone(),
-        fetcher,
-        kustomize: config.kustomize.clone(),
-        strict: true,
-        allow_cross_namespace: !config.no_cross_namespace_refs,
-    };
-    let events = crate::records::events::EventSink::new(
-        client.clone(),
-        config.events_addr.as_deref(),
-        Some(tuning.lease.identity.clone()),
-    )
-    .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
-    let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
-    let (intents, intent_watch) =
-        crate::journal::watched::IntentCache::watch(client.clone(), &config.namespace);
-    let (statefulsets, statefulset_watch) = crate::cluster::WatchedStatefulSets::watch(
-        client.clone(),
-        crate::flux::objects::OWNER_NAME_LABEL,
-    );
-    let gate = gate::Gate::new(gate::GateConfig {
-        client: client.clone(),
-        namespace: config.namespace.clone(),
-        resolver,
-        results: results.clone(),
-        metrics: metrics.clone(),
-        handoff_timeout: config.handoff_timeout,
-        call_timeout: config.call_timeout,
-        default_service_account: config.default_service_account.clone(),
-        events,
-        default_gate: config.default_gate,
-        fence: Some(Arc::new(fence.clone())),
-    })
-    .with_storage_classes(storage_classes)
-    .with_statefulsets(statefulsets)
-    .with_intents(intents.clone());
-    // The `artifact` gate publishes through the storage; without one, a Kustomization in that
-    // mode fails its hand-off naming the missing storage.
-    let gate = match (&storage, &config.storage.unavailable) {
-        (Some(storage), _) => gate.with_artifact_host(storage.clone()),
-        (None, Some(why)) => gate.with_no_artifact_host(why.clone()),
-        (None, None) => gate,
-    };
-    let resume = JournalResume {
-        client: client.clone(),
-        namespace: config.namespace.clone(),
-        call_timeout: config.call_timeout,
-        wait_timeout: crate::converge::Options::default().wait_timeout,
-        fence: Some(Arc::new(fence.clone())),
-        shard,
-        default_service_account: config.default_service_account.clone(),
-        intents: Some(intents),
-        refused_gauge: Some(metrics.intents_refused.clone()),
-    };
-    let app_metrics = metrics.clone();
-    // `--status-auth=kubernetes`: the results are read through the API server's reviews.
-    let router_options = crate::http::RouterOptions {
-        status_auth: match config.http.status_auth {
-            crate::http::StatusAuthMode::None => None,
-            crate::http::StatusAuthMode::Kubernetes => Some(Arc::new(
-                crate::http::auth::StatusAuth::new(Arc::new(crate::http::reviewer::KubeReviewer {
-                    client: client.clone(),
-                    timeout: config.call_timeout,
-                })),
-            )),
-        },
-    };
-    let parts = Parts {
-        runner: Arc::new(gate),
-        results,
-        resume: Arc::new(resume),
-        app: Box::new(move |backend| {
-            crate::http::router_with(
-                crate::http::AppState {
-                    backend,
-                    metrics: app_metrics,
-                    auth,
-                },
-                router_options,
-            )
-        }),
-        metrics_app: crate::http::metrics_router(Arc::new(registry)),
-        metrics,
-        fence,
-        storage,
-    };
-    let caches = async move {
-        tokio::join!(storage_class_watch, intent_watch, statefulset_watch);
-    };
-    Ok((parts, Box::pin(caches)))
-}
-
-/// Finishes the intents a previous process left in the journal (`converge::resume_all`):
-/// no crash leaves a StatefulSet deleted, and this is where the next leader makes sure of it.
-/// Each intent is finished as the identity it was recorded under (the tenant, impersonated),
-/// and only if that is the identity its Kustomization uses now, never with the service's own
-/// rights for a tenant's work: whoever can write a labelled Secret in the service's namespace
-/// must not get a StatefulSet re-applied with more. First the intents earlier versions wrote
-/// as ConfigMaps are moved into Secrets. An absent StatefulSet is not re-created here (no
-/// render is at hand to say its Kustomization still has it): its Kustomization's next converge
-/// does that.
-pub struct JournalResume {
-    pub client: kube::Client,
-    /// The journal's namespace (`--namespace`).
-    pub namespace: String,
-    pub call_timeout: Duration,
-    pub wait_timeout: Duration,
-    /// Asked before each write of a resume (this replica's Lease, and the shutdown's windows).
-    pub fence: Option<crate::converge::fence::SharedFence>,
-    /// Only this shard's intents are resumed: another shard's leader may be finishing its own.
-    pub shard: Shard,
-    /// `--default-service-account`: the identity a Kustomization without
-    /// `spec.serviceAccountName` acts as, which an intent's `actAs` must match.
-    pub default_service_account: Option<String>,
-    /// Where the refused intents are kept for `/status` (`None`: only logged).
-    pub intents: Option<crate::journal::watched::IntentCache>,
-    /// `flux_converger_intents_refused`, set after each resume.
-    pub refused_gauge: Option<prometheus_client::metrics::gauge::Gauge>,
-}
-
-impl Resume for JournalResume {
-    fn resume_all(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let journal = crate::journal::SecretJournal::new(
-                self.client.clone(),
-                self.namespace.clone(),
-                self.call_timeout,
-            )
-            .scoped(self.shard.clone());
-            // Before the listing: an intent an earlier version wrote as a ConfigMap is listed
-            // (and resumed) as a Secret, and no substituted value stays in a ConfigMap.
-            if let Err(error) = journal.migrate_legacy().await {
-                tracing::warn!(%error, "moving legacy intent ConfigMaps into Secrets; retried at the next start");
-            }
-            let options = crate::converge::Options {
-                wait_timeout: self.wait_timeout,
-                fence: self.fence.clone(),
-                ..Default::default()
-            };
-            let cluster_for = |intent: &crate::journal::Intent| {
-                let intent = intent.clone();
-                async move {
-                    crate::cluster::tenant::cluster_for_intent(
-                        &self.client,
-                        &intent,
-                        self.default_service_account.as_deref(),
-                        self.call_timeout,
-                    )
-                    .await
-                }
-            };
-            match crate::converge::resume_all(cluster_for, &journal, &options).await {
-                Ok(resumed) => {
-                    for unreadable in resumed.unreadable {
-                        tracing::warn!(record = %unreadable.object, message = %unreadable.message,
-                            "skipping an unreadable intent record (fix or delete it by hand)");
-                    }
-                    for kept in &resumed.not_resumed {
-                        tracing::warn!(statefulset = %format!("{}/{}", kept.namespace, kept.name),
-                            record = %kept.object,
-                            act_as = kept.act_as.as_deref().unwrap_or_default(), reason = %kept.reason,
-                            "not resuming an unfinished converge: kept in the journal (finish it with `flux-converger converge` as an operator)");
-                    }
-                    if let Some(gauge) = &self.refused_gauge {
-                        gauge.set(resumed.not_resumed.len() as i64);
-                    }
-                    if let Some(cache) = &self.intents {
-                        cache.set_refused(resumed.not_resumed);
-                    }
-                    for (namespace, name, result) in resumed.results {
-                        let statefulset = format!("{namespace}/{name}");
-                        match result {
-                            Ok(report) => {
-                                tracing::info!(%statefulset, action = ?report.action, "resumed an unfinished converge")
-                            }
-                            Err(error) => {
-                                tracing::warn!(%statefulset, %error, "resuming an unfinished converge failed; retried at the next start")
-                            }
-                        }
-                    }
-                }
-                Err(error) => tracing::warn!(%error, "listing unfinished converges"),
-            }
-        })
-    }
-
-    fn refused(&self) -> Vec<crate::journal::RefusedIntent> {
-        self.intents
-            .as_ref()
-            .map(crate::journal::watched::IntentCache::refused)
-            .unwrap_or_default()
-    }
 }

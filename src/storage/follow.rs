@@ -187,15 +187,19 @@ pub async fn follow(storage: Arc<Storage>, client: Client) {
     };
     let api = external_artifacts(client.clone());
     let watch = async move {
+        // The keeps and removals it starts are its own: dropping the follow (the service's
+        // shutdown) aborts them, and finished ones are reaped at each event.
+        let mut tasks = tokio::task::JoinSet::new();
         let mut stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
         let mut absent_logged = false;
         loop {
+            while tasks.try_join_next().is_some() {}
             match stream.try_next().await {
                 Ok(Some(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))) => {
                     if let Some(followed) = followed(&storage, &obj) {
-                        tokio::spawn(keep(storage.clone(), client.clone(), followed));
+                        tasks.spawn(keep(storage.clone(), client.clone(), followed));
                     }
                 }
                 // Gone: its artifacts go too, as source-controller's do with their object.
@@ -203,7 +207,7 @@ pub async fn follow(storage: Arc<Storage>, client: Client) {
                 Ok(Some(watcher::Event::Delete(obj))) => {
                     if let Some(gone) = followed(&storage, &obj) {
                         let storage = storage.clone();
-                        tokio::spawn(async move {
+                        tasks.spawn(async move {
                             let artifact = format!("{}/{}", gone.namespace, gone.name);
                             match storage.forget(&gone.namespace, &gone.name).await {
                                 Ok(paths) if !paths.is_empty() => tracing::info!(%artifact,

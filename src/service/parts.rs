@@ -1,0 +1,178 @@
+//! The service's parts, built once from the configuration: what `start_with` runs.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use super::leadership::fence::ServiceFence;
+use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, watch};
+use crate::records::results::{Results, Shard};
+
+/// The parts [`start_tuned`] starts (the gate over the results, the resume, the HTTP apps),
+/// and the StorageClass and intent watches the gate's converges read, to be run beside them.
+/// Public so a test can wrap one (the runner, to see the order in which runs start) before
+/// [`start_with`].
+pub fn build_parts(
+    config: &Config,
+    client: &kube::Client,
+    tuning: &Tuning,
+) -> Result<(Parts, BoxFuture<'static, ()>), ServiceError> {
+    // Every write of the parts goes through the Lease's fence ([`leadership::writer`]):
+    // converge steps, hand-offs, publishes, results, intents, re-suspends and Events alike.
+    // [`start_with`] binds the tenure once leadership is set up; before that nothing writes.
+    let fence = ServiceFence::default();
+    let client = &crate::service::leadership::writer::fenced(client.clone(), fence.tenure.clone());
+    // Decided before anything else: the webhook is never open by accident.
+    let auth = crate::http::HookAuth {
+        hmac_key: config.hmac_key.clone(),
+        token: config.hook_token.clone(),
+    };
+    if auth.is_open() {
+        if !config.allow_unauthenticated_hooks {
+            return Err(ServiceError::Setup(
+                "/hook needs an HMAC key or a bearer token (or allow_unauthenticated_hooks)"
+                    .to_string(),
+            ));
+        }
+        tracing::warn!(listen = %config.listen,
+            "/hook accepts unauthenticated requests (--allow-unauthenticated-hooks): anyone who reaches this port can queue runs");
+    }
+    let (registry, metrics) = crate::records::metrics::registry();
+    let sandbox = config.kustomize.sandbox_status();
+    sandbox.log_start();
+    metrics.render_sandbox(&sandbox);
+    // A shard (`--watch-label-selector`) keeps to its own records, named by its Lease.
+    let shard = match &config.watch_label_selector {
+        Some(_) => Shard::Named(config.leader_election_id.clone()),
+        None => Shard::Unsharded,
+    };
+    let results = Results::sharded(
+        client.clone(),
+        config.namespace.clone(),
+        config.call_timeout,
+        shard.clone(),
+    );
+    // One attempt per fetch: a failing download must not hold a worker through sleeps; its
+    // retries go back through the queue's backoff, behind new work (docs/service.md, queue).
+    let fetch = crate::flux::artifact::FetchOptions {
+        retries: 0,
+        ..config.fetch.clone().with_env_host_override()
+    };
+    // Without a storage the service still renders (each one downloading to a temporary
+    // file); only the `artifact` gate needs it. A path given is created and must be usable
+    // (source-controller's start): no storage only when there is no path, which `serve` says
+    // why (`unavailable`: the default directory cannot be created), once, here.
+    let storage = match &config.storage.path {
+        Some(path) => match crate::storage::Storage::open(&config.storage, fetch.clone()) {
+            Ok(storage) => Some(storage),
+            Err(error) => {
+                return Err(ServiceError::Setup(format!(
+                    "--storage-path {}: {error}",
+                    path.display()
+                )));
+            }
+        },
+        None => {
+            if let Some(why) = &config.storage.unavailable {
+                tracing::warn!(reason = %why,
+                    "no artifact storage: the artifact gate cannot publish, no artifact server, renders download every time");
+            }
+            None
+        }
+    };
+    let fetcher = match &storage {
+        Some(storage) => storage.fetcher(),
+        None => crate::flux::artifact::Fetcher::new(fetch)
+            .map_err(|e| ServiceError::Setup(format!("artifact client: {e}")))?,
+    };
+    let resolver = crate::flux::render::resolve::Resolver {
+        client: client.clone(),
+        fetcher,
+        kustomize: config.kustomize.clone(),
+        strict: true,
+        allow_cross_namespace: !config.no_cross_namespace_refs,
+    };
+    let events = crate::records::events::EventSink::new(
+        client.clone(),
+        config.events_addr.as_deref(),
+        Some(tuning.lease.identity.clone()),
+    )
+    .map_err(|e| ServiceError::Setup(format!("--events-addr: {e}")))?;
+    let (storage_classes, storage_class_watch) = watch::storage_class_cache(client.clone());
+    let (intents, intent_watch) =
+        crate::journal::watched::IntentCache::watch(client.clone(), &config.namespace);
+    let (statefulsets, statefulset_watch) = crate::cluster::WatchedStatefulSets::watch(
+        client.clone(),
+        crate::flux::objects::OWNER_NAME_LABEL,
+    );
+    let gate = gate::Gate::new(gate::GateConfig {
+        client: client.clone(),
+        namespace: config.namespace.clone(),
+        resolver,
+        results: results.clone(),
+        metrics: metrics.clone(),
+        handoff_timeout: config.handoff_timeout,
+        call_timeout: config.call_timeout,
+        default_service_account: config.default_service_account.clone(),
+        events,
+        default_gate: config.default_gate,
+        fence: Some(Arc::new(fence.clone())),
+    })
+    .with_storage_classes(storage_classes)
+    .with_statefulsets(statefulsets)
+    .with_intents(intents.clone());
+    // The `artifact` gate publishes through the storage; without one, a Kustomization in that
+    // mode fails its hand-off naming the missing storage.
+    let gate = match (&storage, &config.storage.unavailable) {
+        (Some(storage), _) => gate.with_artifact_host(storage.clone()),
+        (None, Some(why)) => gate.with_no_artifact_host(why.clone()),
+        (None, None) => gate,
+    };
+    let resume = JournalResume {
+        client: client.clone(),
+        namespace: config.namespace.clone(),
+        call_timeout: config.call_timeout,
+        wait_timeout: crate::converge::Options::default().wait_timeout,
+        fence: Some(Arc::new(fence.clone())),
+        shard,
+        default_service_account: config.default_service_account.clone(),
+        intents: Some(intents),
+        refused_gauge: Some(metrics.intents_refused.clone()),
+    };
+    let app_metrics = metrics.clone();
+    // `--status-auth=kubernetes`: the results are read through the API server's reviews.
+    let router_options = crate::http::RouterOptions {
+        status_auth: match config.http.status_auth {
+            crate::http::StatusAuthMode::None => None,
+            crate::http::StatusAuthMode::Kubernetes => Some(Arc::new(
+                crate::http::auth::StatusAuth::new(Arc::new(crate::http::reviewer::KubeReviewer {
+                    client: client.clone(),
+                    timeout: config.call_timeout,
+                })),
+            )),
+        },
+    };
+    let parts = Parts {
+        runner: Arc::new(gate),
+        results,
+        resume: Arc::new(resume),
+        app: Box::new(move |backend| {
+            crate::http::router_with(
+                crate::http::AppState {
+                    backend,
+                    metrics: app_metrics,
+                    auth,
+                },
+                router_options,
+            )
+        }),
+        metrics_app: crate::http::metrics_router(Arc::new(registry)),
+        metrics,
+        fence,
+        storage,
+    };
+    let caches = async move {
+        tokio::join!(storage_class_watch, intent_watch, statefulset_watch);
+    };
+    Ok((parts, Box::pin(caches)))
+}
