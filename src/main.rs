@@ -48,8 +48,10 @@ enum Command {
     Plan(cmd::plan::Args),
     /// Converge the desired StatefulSets against the current kube context.
     Converge(cmd::converge::Args),
-    /// Render a Kustomization's revision as kustomize-controller would.
-    Render(cmd::render::Args),
+    /// Render a Kustomization's revision as kustomize-controller would, or a HelmRelease's
+    /// newest Helm release record.
+    // Boxed, as `serve`: its Kustomization and HelmRelease inputs make it large.
+    Render(Box<cmd::render::Args>),
     /// Serve: converge each handled Kustomization's new revision before Flux applies it.
     // Boxed: its flags make it much larger than the other commands.
     Serve(Box<cmd::serve::Args>),
@@ -127,7 +129,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Plan(args) => cmd::plan::run(args, cli.kube).await,
             Command::Converge(args) => cmd::converge::run(args, cli.kube).await,
-            Command::Render(args) => cmd::render::run(args, cli.kube).await,
+            Command::Render(args) => cmd::render::run(*args, cli.kube).await,
             Command::Serve(args) => cmd::serve::run(*args, cli.kube).await,
         }
     });

@@ -4,6 +4,9 @@
 //! current kube context. Offline mode takes the tree (`--path`) or the artifact (`--artifact`),
 //! the Kustomization object (`--kustomization-file`) and the variables its `substituteFrom`
 //! would bring (`--vars`).
+//!
+//! For a HelmRelease, `--helm-release` (cluster) and `--release-secret` (offline) print the
+//! objects of Helm's newest release record instead (`render_helm`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -22,7 +25,7 @@ use super::artifact_limits::ArtifactLimitArgs;
 use super::{Exit, KubeArgs, bad_input};
 
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["kustomization", "path", "artifact"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["kustomization", "path", "artifact", "helm_release", "release_secret"])))]
 pub struct Args {
     /// The Kustomization to render from the cluster, as NAMESPACE/NAME, or NAME in `-n`
     /// (default: the context's namespace).
@@ -45,6 +48,14 @@ pub struct Args {
     /// Offline: variables its substituteFrom would bring: a YAML mapping NAME: value, or ConfigMap/Secret objects.
     #[arg(long, value_name = "FILE", conflicts_with = "kustomization")]
     vars: Option<PathBuf>,
+    /// A HelmRelease's newest Helm release record, from the cluster, as NAMESPACE/NAME, or NAME
+    /// in `-n`: its objects with Helm's ownership metadata.
+    #[arg(long, value_name = "[NS/]NAME", conflicts_with_all = ["kustomization_file", "vars"])]
+    helm_release: Option<String>,
+    /// Offline: Helm release Secrets as `kubectl get secret -o yaml` prints them; the newest
+    /// record's objects with Helm's ownership metadata.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["kustomization_file", "vars"])]
+    release_secret: Option<PathBuf>,
     /// Print only the StatefulSets.
     #[arg(long)]
     statefulsets: bool,
@@ -70,6 +81,15 @@ pub struct Args {
 }
 
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
+    let helm = match (&args.release_secret, &args.helm_release) {
+        (Some(file), _) => Some(super::render_helm::Input::ReleaseSecret(file)),
+        (None, Some(reference)) => Some(super::render_helm::Input::HelmRelease(reference)),
+        (None, None) => None,
+    };
+    if let Some(input) = helm {
+        let max = args.limits.max_unpacked_size;
+        return super::render_helm::run(input, args.statefulsets, max, &kube).await;
+    }
     let kustomize = KustomizeCommand::parse(&args.kustomize).map_err(bad_input)?;
     let kustomize = args
         .build
@@ -98,7 +118,7 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
 }
 
 /// `NS/NAME` or `NAME`: the namespace part, if any, and the name; `None` when malformed.
-fn split_reference(reference: &str) -> Option<(Option<&str>, &str)> {
+pub(super) fn split_reference(reference: &str) -> Option<(Option<&str>, &str)> {
     match reference.split_once('/') {
         None if !reference.is_empty() => Some((None, reference)),
         Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/') => Some((Some(ns), n)),

@@ -14,6 +14,7 @@ mod fake_apiserver;
 mod flux_standin;
 mod gate;
 mod gate_artifact;
+mod helm_render;
 mod http;
 mod http_edge;
 mod intents;
