@@ -11,6 +11,7 @@ pub mod converge;
 pub mod decide;
 pub mod digest;
 pub mod flux;
+pub mod gated;
 pub mod helm;
 pub mod http;
 pub mod journal;

@@ -21,10 +21,7 @@ use crate::journal::{Intent, OWN_IDENTITY};
 /// The header the API server's impersonation filter reads.
 pub const IMPERSONATE_USER: &str = "impersonate-user";
 
-/// The user name of a service account.
-pub fn service_account_user(namespace: &str, service_account: &str) -> String {
-    format!("system:serviceaccount:{namespace}:{service_account}")
-}
+pub use crate::gated::service_account_user;
 
 /// Why a tenant client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -155,27 +152,9 @@ impl Cluster for TenantCluster {
     }
 }
 
-/// The identity a Kustomization's converges act as now: its `spec.serviceAccountName`, else
-/// `--default-service-account`, impersonated (`system:serviceaccount:NS:SA`); `None` for the
-/// service's own identity (neither is set). The gate's converges and the resume's check agree
-/// because both ask this.
-pub fn kustomization_user(
-    kustomization: &crate::flux::objects::Kustomization,
-    default_service_account: Option<&str>,
-) -> Option<String> {
-    let namespace = kustomization.metadata.namespace.clone().unwrap_or_default();
-    kustomization
-        .spec
-        .service_account_name
-        .as_deref()
-        .or(default_service_account)
-        .filter(|s| !s.is_empty())
-        .map(|sa| service_account_user(&namespace, sa))
-}
-
 /// Whether `intent` may be resumed by the service as the identity it records: only if it
 /// names the Kustomization it came from and that Kustomization (`current`: its
-/// [`kustomization_user`] now, `None` = the service's own) would act as the same identity.
+/// [`crate::gated::Gated::user`] now, `None` = the service's own) would act as the same identity.
 /// Pure: the check of what a writer of the journal could forge, by table.
 pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), String> {
     let Some(recorded) = intent.act_as.as_deref() else {
@@ -240,7 +219,7 @@ pub async fn cluster_for_intent(
     .map_err(|e| {
         format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
     })?;
-    let current = kustomization_user(&kustomization, default_service_account);
+    let current = crate::gated::Gated::user(&kustomization, default_service_account);
     check_identity(intent, current.as_deref())?;
     match intent.act_as.as_deref() {
         Some(OWN_IDENTITY) | None => Ok(TenantCluster::new(

@@ -8,7 +8,6 @@ pub mod http_flags;
 pub mod listen_addr;
 pub mod plan;
 pub mod render;
-pub mod render_helm;
 pub mod serve;
 
 /// Process exit codes (docs/cli.md).

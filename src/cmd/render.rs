@@ -6,7 +6,7 @@
 //! would bring (`--vars`).
 //!
 //! For a HelmRelease, `--helm-release` (cluster) and `--release-secret` (offline) print the
-//! objects of Helm's newest release record instead (`render_helm`).
+//! objects of Helm's newest release record instead ([`helm`]).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -23,6 +23,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::artifact_limits::ArtifactLimitArgs;
 use super::{Exit, KubeArgs, bad_input};
+
+mod helm;
 
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["kustomization", "path", "artifact", "helm_release", "release_secret"])))]
@@ -82,13 +84,13 @@ pub struct Args {
 
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     let helm = match (&args.release_secret, &args.helm_release) {
-        (Some(file), _) => Some(super::render_helm::Input::ReleaseSecret(file)),
-        (None, Some(reference)) => Some(super::render_helm::Input::HelmRelease(reference)),
+        (Some(file), _) => Some(helm::Input::ReleaseSecret(file)),
+        (None, Some(reference)) => Some(helm::Input::HelmRelease(reference)),
         (None, None) => None,
     };
     if let Some(input) = helm {
         let max = args.limits.max_unpacked_size;
-        return super::render_helm::run(input, args.statefulsets, max, &kube).await;
+        return helm::run(input, args.statefulsets, max, &kube).await;
     }
     let kustomize = KustomizeCommand::parse(&args.kustomize).map_err(bad_input)?;
     let kustomize = args
@@ -118,7 +120,7 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
 }
 
 /// `NS/NAME` or `NAME`: the namespace part, if any, and the name; `None` when malformed.
-pub(super) fn split_reference(reference: &str) -> Option<(Option<&str>, &str)> {
+fn split_reference(reference: &str) -> Option<(Option<&str>, &str)> {
     match reference.split_once('/') {
         None if !reference.is_empty() => Some((None, reference)),
         Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/') => Some((Some(ns), n)),

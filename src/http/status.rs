@@ -1,6 +1,6 @@
 //! `GET /status` and `GET /status/{namespace}/{name}`: the results as JSON, read-only. The
 //! bodies come encoded from the backend (the service keeps them, see
-//! `service::status_cache`, encoded by `model::body`), so a poll costs a copy, not an encoding.
+//! `records::status_cache`, encoded by `model::body`), so a poll costs a copy, not an encoding.
 
 use axum::extract::{Path, Query};
 use axum::http::{StatusCode, header};

@@ -1,6 +1,6 @@
 //! The `/status` bodies, encoded once: a row is encoded when its record changes, and the list
 //! is the rows joined, byte for byte what encoding the whole list gives. Pure; the service
-//! keeps the encoded rows (`service::status_cache`) and `http` serves them.
+//! keeps the encoded rows (`records::status_cache`) and `http` serves them.
 
 use bytes::Bytes;
 use serde::Serialize;

@@ -6,9 +6,11 @@
 
 pub mod body;
 mod key;
+mod kind;
 mod outcome;
 mod record;
 
 pub use key::Key;
+pub use kind::Kind;
 pub use outcome::GateOutcome;
 pub use record::*;

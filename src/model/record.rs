@@ -429,7 +429,7 @@ pub struct KustomizationSummary {
     /// The newest record without its StatefulSets ([`RevisionRecord::summary`]).
     pub last: Option<serde_json::Value>,
     /// Why nothing runs for it: the `flux-converger.io/hold` annotation's reason, or, in
-    /// reconcile mode, `spec.suspend` ([`crate::service::gate::state::Gating`]).
+    /// reconcile mode, `spec.suspend` ([`crate::gated::gating::Gating`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold: Option<String>,
 }

@@ -1,5 +1,5 @@
 //! What a revision's outcome tells the world besides `/status`: a Kubernetes Event on the
-//! Kustomization (`kubectl describe`, `flux events`), and, with `--events-addr`, the same event
+//! gated object (`kubectl describe`, `flux events`), and, with `--events-addr`, the same event
 //! posted to notification-controller in Flux's own format, so existing Flux Alerts report
 //! converges like any Flux controller's.
 //!
@@ -10,11 +10,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Resource;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 
 use crate::flux::event::{Event as FluxEvent, InvolvedObject};
-use crate::flux::objects::Kustomization;
+use crate::gated::Gated;
 
 /// `reportingController` of every event (Kubernetes and Flux).
 pub const REPORTING_CONTROLLER: &str = "flux-converger";
@@ -62,26 +61,26 @@ pub enum EventsError {
     BadAddress { addr: String, message: String },
 }
 
-/// fluxcd/pkg `runtime/events.Event` for `event` about `kustomization`, as kustomize-controller
-/// posts it: metadata keys prefixed with the Kustomization's API group (notification-controller
-/// keeps only those, and strips the prefix before forwarding).
-pub fn flux_event(
-    kustomization: &Kustomization,
+/// fluxcd/pkg `runtime/events.Event` for `event` about `object`, as its controller posts it
+/// (kustomize-controller, helm-controller): metadata keys prefixed with the object's API group
+/// (notification-controller keeps only those, and strips the prefix before forwarding).
+pub fn flux_event<G: Gated>(
+    kustomization: &G,
     event: &RevisionEvent,
     instance: Option<&str>,
     timestamp: jiff::Timestamp,
 ) -> FluxEvent {
-    let group = Kustomization::group(&());
+    let group = G::group(&());
     let mut message = event.message.clone();
     crate::records::results::truncate_text(&mut message, MAX_MESSAGE);
     FluxEvent {
         involved_object: InvolvedObject {
-            kind: Kustomization::kind(&()).to_string(),
-            namespace: kustomization.metadata.namespace.clone().unwrap_or_default(),
-            name: kustomization.metadata.name.clone().unwrap_or_default(),
-            uid: kustomization.metadata.uid.clone(),
-            api_version: Some(Kustomization::api_version(&()).to_string()),
-            resource_version: kustomization.metadata.resource_version.clone(),
+            kind: G::kind(&()).to_string(),
+            namespace: kustomization.meta().namespace.clone().unwrap_or_default(),
+            name: kustomization.meta().name.clone().unwrap_or_default(),
+            uid: kustomization.meta().uid.clone(),
+            api_version: Some(G::api_version(&()).to_string()),
+            resource_version: kustomization.meta().resource_version.clone(),
         },
         severity: event.severity.as_str().to_string(),
         // metav1.Time: RFC 3339, whole seconds.
@@ -166,29 +165,21 @@ impl EventSink {
     }
 
     /// Publishes `event` on `kustomization`; failures are logged, not returned.
-    pub async fn publish(&self, kustomization: &Kustomization, event: &RevisionEvent) {
+    pub async fn publish<G: Gated>(&self, kustomization: &G, event: &RevisionEvent) {
         // The one way out for Events and Flux events: no value substituted from a Secret of
         // the Kustomization's namespace goes with them (crate::redact).
         let mut event = event.clone();
         crate::redact::registry()
             .for_namespace(
                 kustomization
-                    .metadata
+                    .meta()
                     .namespace
                     .as_deref()
                     .unwrap_or_default(),
             )
             .redact_in_place(&mut event.message);
         let event = &event;
-        let shown = format!(
-            "{}/{}",
-            kustomization
-                .metadata
-                .namespace
-                .as_deref()
-                .unwrap_or_default(),
-            kustomization.metadata.name.as_deref().unwrap_or_default()
-        );
+        let shown = kustomization.key().to_string();
         if let Some(recorder) = &self.recorder {
             let reference: ObjectReference = kustomization.object_ref(&());
             let mut note = event.message.clone();
@@ -210,7 +201,7 @@ impl EventSink {
                 )
                 .await;
             if let Err(e) = published {
-                tracing::warn!(kustomization = %shown, revision = %event.revision, error = %e,
+                tracing::warn!(kind = %G::KIND, object = %shown, revision = %event.revision, error = %e,
                     "could not record the Kubernetes Event");
             }
         }
@@ -222,7 +213,7 @@ impl EventSink {
                 jiff::Timestamp::now(),
             );
             if let Err(e) = notifier.post(&body).await {
-                tracing::warn!(kustomization = %shown, revision = %event.revision, url = %notifier.url,
+                tracing::warn!(kind = %G::KIND, object = %shown, revision = %event.revision, url = %notifier.url,
                     error = %e, "could not post the event to notification-controller");
             }
         }
@@ -263,6 +254,7 @@ impl Notifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flux::objects::Kustomization;
 
     #[test]
     fn flux_event_has_flux_shape() {

@@ -29,6 +29,7 @@ use kube::runtime::reflector::Store;
 use crate::converge::{self};
 use crate::flux::objects::{self, Kustomization, ObjectsError};
 use crate::flux::render::resolve::{ResolveError, Resolver};
+use crate::gated::{Desired, Gated};
 pub use crate::model::GateOutcome;
 use crate::model::Key;
 use crate::model::{
@@ -41,7 +42,6 @@ use crate::records::results::Results;
 use crate::records::revision_event::revision_event;
 use crate::storage::host::ArtifactHost;
 use observe::{Observer, ObserverConfig};
-use state::Gating;
 
 /// The warning a Kustomization with `spec.force: true` gets under the `suspend` or `reconcile`
 /// gate: Flux would re-create (pods and all) a StatefulSet whose unconverged revision it applies.
@@ -206,7 +206,7 @@ impl Gate {
                     };
                 }
             };
-            let gating = Gating::of(&ks, self.config.default_gate);
+            let gating = ks.gating(self.config.default_gate);
             let mode = match gating.mode() {
                 Ok(GateMode::Off) => return GateOutcome::NotHandled,
                 Ok(mode) => mode,
@@ -328,7 +328,13 @@ impl Gate {
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 
         let t = Instant::now();
-        let entries = self.converge_all(&resolved).await;
+        let owner = Key::new(namespace, name);
+        let user = resolved
+            .kustomization
+            .user(c.default_service_account.as_deref());
+        let entries = self
+            .converge_all(Desired::of_render(&resolved, &owner, user.as_deref()))
+            .await;
         c.metrics.step("converge", t.elapsed().as_secs_f64());
         match &recheck {
             Some(previous) => {

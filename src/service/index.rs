@@ -12,9 +12,9 @@ use crate::flux::objects::{Kustomization, SourceKind};
 use crate::model::{GateMode, Key, RevisionRecord, RevisionState, StatefulSetOutcome};
 
 /// The annotation that opts a Kustomization in (`suspend`, `reconcile`) or out (`off`),
-/// parsed with the hold annotation in one place ([`Gating`]).
-pub use crate::service::gate::state::GATE_ANNOTATION;
-use crate::service::gate::state::Gating;
+/// parsed with the hold annotation in one place ([`crate::gated::gating::Gating`]).
+use crate::gated::Gated as _;
+pub use crate::gated::gating::GATE_ANNOTATION;
 
 /// What kustomize-controller reports when a grown volume size wedges a Kustomization (the
 /// field list after it varies with the Kubernetes version, so only the prefix is matched).
@@ -36,7 +36,7 @@ pub struct Entry {
     /// An annotation value that is none of `suspend|reconcile|artifact|off` (treated as `off`: a typo
     /// must not hand a Kustomization to the service).
     pub invalid_gate: Option<String>,
-    /// Why nothing runs for it ([`Gating::hold`]): not due, whatever changes, until removed.
+    /// Why nothing runs for it ([`crate::gated::gating::Gating::hold`]): not due, whatever changes, until removed.
     pub hold: Option<String>,
     /// `None` when `spec.sourceRef.kind` is not a kind Flux renders from.
     pub source: Option<SourceKey>,
@@ -507,7 +507,7 @@ pub fn has_deferred(record: &RevisionRecord) -> bool {
 fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> {
     let namespace = ks.metadata.namespace.clone()?;
     let name = ks.metadata.name.clone()?;
-    let gating = Gating::of(ks, default_gate);
+    let gating = ks.gating(default_gate);
     let source_ref = &ks.spec.source_ref;
     let source = SourceKind::parse(&source_ref.kind).map(|kind| SourceKey {
         kind,

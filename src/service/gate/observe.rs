@@ -25,12 +25,13 @@ use tokio_util::task::TaskTracker;
 use tokio::time::Instant;
 
 use crate::flux::objects::{self, Kustomization};
+use crate::gated::Gated as _;
 use crate::model::HandoffAction;
 use crate::model::Key;
 use crate::model::{FluxOutcome, FluxResult, GateMode, HandoffAttempt, RevisionRecord};
 use crate::records::results::Results;
 use crate::service::gate::handoff::{self, Since};
-use crate::service::gate::state::{GateState, Gating, Open, Reopen};
+use crate::service::gate::state::{GateState, Open, Reopen};
 
 /// The longest wait between two openings for the same revision, unless Flux's own interval is
 /// longer (then that).
@@ -285,7 +286,7 @@ impl Observer {
             return;
         };
         let key = Key::new(namespace, name);
-        let gating = Gating::of(ks, self.inner.config.default_gate);
+        let gating = ks.gating(self.inner.config.default_gate);
         let mut gates = self.gates();
         let state = gates.get(&key).cloned();
         match (state, gating.hold) {
@@ -577,7 +578,7 @@ impl Observer {
                 return;
             }
         };
-        let gating = Gating::of(&ks, c.default_gate);
+        let gating = ks.gating(c.default_gate);
         let applied = ks
             .status
             .as_ref()

@@ -216,7 +216,7 @@ pub fn is_consumer(
     default_gate: GateMode,
     allow_cross_namespace: bool,
 ) -> bool {
-    super::state::Gating::of(kustomization, default_gate).mode() == Ok(GateMode::Artifact)
+    crate::gated::Gated::gating(kustomization, default_gate).mode() == Ok(GateMode::Artifact)
         && objects::source_reference(kustomization, allow_cross_namespace).is_ok_and(
             |(kind, ns, name)| {
                 kind == SourceKind::ExternalArtifact && ns == key.namespace && name == key.name

@@ -10,29 +10,26 @@ use crate::commands;
 use crate::converge::{self, ConvergeError};
 use crate::flux::objects;
 use crate::flux::render::RenderedStatefulSet;
-use crate::flux::render::resolve::Resolved;
+use crate::gated::Desired;
 use crate::journal::SecretJournal;
 use crate::journal::watched::WatchedJournal;
 use crate::model::StatefulSetEntry;
 use crate::records::entry;
 
 impl Gate {
-    /// Converges the StatefulSets of the render, in namespace/name order, all under the
-    /// Kustomization's tenant identity and all or nothing (`converge::converge_all`): every
-    /// one is decided, proven and pre-flighted before any is written, so a refusal (or a
-    /// failure) of one leaves the others untouched (`held`) instead of applying half a
-    /// revision that is then never handed off.
-    pub(super) async fn converge_all(&self, resolved: &Resolved) -> Vec<StatefulSetEntry> {
+    /// Converges the StatefulSets of a gated object's revision, in namespace/name order, all
+    /// under its tenant identity and all or nothing (`converge::converge_all`): every one is
+    /// decided, proven and pre-flighted before any is written, so a refusal (or a failure)
+    /// of one leaves the others untouched (`held`) instead of applying half a revision that
+    /// is then never handed off.
+    pub(super) async fn converge_all(&self, wanted: Desired<'_>) -> Vec<StatefulSetEntry> {
         let c = &self.config;
-        let ks = &resolved.kustomization;
-        let ks_namespace = ks.metadata.namespace.clone().unwrap_or_default();
-        // The same question a resume on start asks of an intent's Kustomization.
-        let user = tenant::kustomization_user(ks, c.default_service_account.as_deref());
+        let user = wanted.user.map(str::to_string);
         let tenant_client = match &user {
             None => Ok(c.client.clone()),
             Some(user) => tenant::impersonating(&c.client, user),
         };
-        let mut sorted: Vec<&RenderedStatefulSet> = resolved.rendered.statefulsets.iter().collect();
+        let mut sorted: Vec<&RenderedStatefulSet> = wanted.statefulsets.iter().collect();
         sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         let tenant_client = match tenant_client {
             Ok(client) => client,
@@ -89,13 +86,10 @@ impl Gate {
         );
         let options = converge::Options {
             fence: c.fence.clone(),
-            revision: Some(resolved.revision.clone()),
+            revision: Some(wanted.revision.to_string()),
             act_as: user.clone(),
             in_place: self.in_place.clone(),
-            kustomization: Some(format!(
-                "{ks_namespace}/{}",
-                ks.metadata.name.as_deref().unwrap_or_default()
-            )),
+            kustomization: Some(wanted.owner.to_string()),
             ..converge::Options::default()
         };
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;

@@ -455,7 +455,7 @@ fn a_held_kustomization_is_never_due_and_its_release_is_a_change() {
     let mut held = ks("flux-system", "apps", None, ("GitRepository", "repo", None));
     held.metadata.annotations = Some(
         [(
-            crate::service::gate::state::HOLD_ANNOTATION.to_string(),
+            crate::gated::gating::HOLD_ANNOTATION.to_string(),
             "db migration".to_string(),
         )]
         .into(),
@@ -495,7 +495,7 @@ fn a_held_kustomization_is_never_due_and_its_release_is_a_change() {
     index.apply_kustomization(&suspended);
     assert_eq!(
         index.hold(&key),
-        Some(crate::service::gate::state::SUSPENDED_IN_FLUX)
+        Some(crate::gated::gating::SUSPENDED_IN_FLUX)
     );
     assert_eq!(index.due(&key, None), None);
 }

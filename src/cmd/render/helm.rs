@@ -23,7 +23,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
 
-use super::{Exit, KubeArgs, bad_input};
+use crate::cmd::{Exit, KubeArgs, bad_input};
 
 /// Each API call's deadline.
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
@@ -115,7 +115,7 @@ async fn cluster(
     max_decoded_bytes: u64,
     kube: &KubeArgs,
 ) -> anyhow::Result<(ReleaseRecord, String, String)> {
-    let (namespace, name) = super::render::split_reference(reference).ok_or_else(|| {
+    let (namespace, name) = super::split_reference(reference).ok_or_else(|| {
         bad_input(anyhow::anyhow!(
             "--helm-release {reference:?}: expected NAMESPACE/NAME or NAME"
         ))
