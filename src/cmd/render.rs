@@ -119,6 +119,33 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Done)
 }
 
+/// The client, namespace and name `flag`'s `[NS/]NAME` names: without `NS/`, in `-n` or the
+/// context's namespace; `NS/` and a different `-n` is bad input (checked before any client).
+async fn cluster_reference<'a>(
+    flag: &str,
+    reference: &'a str,
+    kube: &KubeArgs,
+) -> anyhow::Result<(kube::Client, String, &'a str)> {
+    let (namespace, name) = split_reference(reference).ok_or_else(|| {
+        bad_input(anyhow::anyhow!(
+            "{flag} {reference:?}: expected NAMESPACE/NAME or NAME"
+        ))
+    })?;
+    if let (Some(ns), Some(given)) = (namespace, kube.namespace.as_deref())
+        && ns != given
+    {
+        return Err(bad_input(anyhow::anyhow!(
+            "{flag} {reference:?} names namespace {ns:?}, but --namespace is {given:?}"
+        )));
+    }
+    let client = kube.client().await?;
+    let namespace = namespace
+        .or(kube.namespace.as_deref())
+        .unwrap_or(client.default_namespace())
+        .to_owned();
+    Ok((client, namespace, name))
+}
+
 /// `NS/NAME` or `NAME`: the namespace part, if any, and the name; `None` when malformed.
 fn split_reference(reference: &str) -> Option<(Option<&str>, &str)> {
     match reference.split_once('/') {
@@ -135,23 +162,7 @@ async fn render_cluster(
     kustomize: KustomizeCommand,
     options: FetchOptions,
 ) -> anyhow::Result<Rendered> {
-    let (namespace, name) = split_reference(reference).ok_or_else(|| {
-        bad_input(anyhow::anyhow!(
-            "--kustomization {reference:?}: expected NAMESPACE/NAME or NAME"
-        ))
-    })?;
-    if let (Some(ns), Some(flag)) = (namespace, kube.namespace.as_deref())
-        && ns != flag
-    {
-        return Err(bad_input(anyhow::anyhow!(
-            "--kustomization {reference:?} names namespace {ns:?}, but --namespace is {flag:?}"
-        )));
-    }
-    let client = kube.client().await?;
-    let namespace = namespace
-        .or(kube.namespace.as_deref())
-        .unwrap_or(client.default_namespace())
-        .to_owned();
+    let (client, namespace, name) = cluster_reference("--kustomization", reference, kube).await?;
     let resolver = Resolver {
         client,
         fetcher: Fetcher::new(options)?,

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use flux_converger::helm::base64;
 use flux_converger::helm::release::{
@@ -15,7 +14,7 @@ use flux_converger::helm::release::{
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_flux-converger");
+use crate::plan_cli::{Run, run_bin};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,43 +22,9 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs the binary hermetically: no kubeconfig unless given, no inherited flags.
+/// Runs the binary hermetically (no kubeconfig unless given, no inherited flags).
 fn run(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("KUBECONFIG", "/nonexistent/flux-converger-test-kubeconfig")
-        .env_remove("RUST_LOG")
-        .env_remove("KUBERNETES_SERVICE_HOST");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FLUX_CONVERGER_") {
-            command.env_remove(k);
-        }
-    }
-    command.envs(env.iter().copied());
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the binary");
-    let mut input = child.stdin.take().expect("stdin");
-    input
-        .write_all(stdin.unwrap_or("").as_bytes())
-        .expect("write stdin");
-    drop(input);
-    let out = child.wait_with_output().expect("wait");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run_bin(args, stdin, env)
 }
 
 fn docs(stream: &str) -> Vec<Value> {

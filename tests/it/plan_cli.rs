@@ -17,10 +17,10 @@ fn example(name: &str) -> String {
     repo(&format!("examples/grow/{name}")).display().to_string()
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 fn plan(args: &[&str], stdin: Option<&str>) -> Run {
@@ -29,7 +29,7 @@ fn plan(args: &[&str], stdin: Option<&str>) -> Run {
 
 /// Runs the binary with a hermetic environment: no kubeconfig (unless `env` gives one), no
 /// inherited log filter or `FLUX_CONVERGER_*` flags.
-fn run_bin(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
+pub(crate) fn run_bin(args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
     let mut command = Command::new(BIN);
     command
         .args(args)

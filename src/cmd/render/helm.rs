@@ -115,23 +115,8 @@ async fn cluster(
     max_decoded_bytes: u64,
     kube: &KubeArgs,
 ) -> anyhow::Result<(ReleaseRecord, String, String)> {
-    let (namespace, name) = super::split_reference(reference).ok_or_else(|| {
-        bad_input(anyhow::anyhow!(
-            "--helm-release {reference:?}: expected NAMESPACE/NAME or NAME"
-        ))
-    })?;
-    if let (Some(ns), Some(flag)) = (namespace, kube.namespace.as_deref())
-        && ns != flag
-    {
-        return Err(bad_input(anyhow::anyhow!(
-            "--helm-release {reference:?} names namespace {ns:?}, but --namespace is {flag:?}"
-        )));
-    }
-    let client = kube.client().await?;
-    let namespace = namespace
-        .or(kube.namespace.as_deref())
-        .unwrap_or(client.default_namespace())
-        .to_owned();
+    let (client, namespace, name) =
+        super::cluster_reference("--helm-release", reference, kube).await?;
     let shown = format!("HelmRelease {namespace}/{name}");
     let hr: HelmRelease = with_deadline(
         CALL_DEADLINE,
