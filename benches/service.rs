@@ -351,6 +351,7 @@ async fn run() {
         metrics,
         fence: Default::default(),
         storage: None,
+        helm: None,
     };
     let running = start_with(config, fake.client(), tuning, parts)
         .await

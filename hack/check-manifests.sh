@@ -31,6 +31,12 @@ render() { # NAME DIR
 render install "$ROOT/manifests"
 render examples "$ROOT/manifests/examples"
 
+# The install with the opt-in component for HelmReleases (docs/helmrelease.md).
+mkdir -p "$WORK/helm"
+REL="$(realpath --relative-to="$WORK/helm" "$ROOT/manifests")"
+printf 'resources:\n  - %s\ncomponents:\n  - %s/helm-release-reader\n' "$REL" "$REL" > "$WORK/helm/kustomization.yaml"
+render install-with-helm-release-reader "$WORK/helm"
+
 mkdir -p "$WORK/flux-system"
 cp "$ROOT/tests/data/flux-system/gotk-components.yaml" "$WORK/flux-system/"
 cp -r "$ROOT/manifests/sidecar" "$WORK/flux-system/flux-converger"

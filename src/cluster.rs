@@ -26,7 +26,8 @@ mod watched;
 pub use synced::Synced;
 pub use watched::{TRUST_WAIT, WatchedStatefulSets};
 
-/// Field manager of the StatefulSet dry run and re-apply: parity with Flux (docs/README.md, Contracts).
+/// Field manager of the StatefulSet dry run and re-apply: parity with Flux (docs/README.md,
+/// Contracts); a Helm release's StatefulSet uses helm-controller's ([`field_manager`]).
 pub const FLUX_FIELD_MANAGER: &str = "kustomize-controller";
 /// Field manager of everything else the converger writes (claims, journal).
 pub const FIELD_MANAGER: &str = "flux-converger";
@@ -371,6 +372,20 @@ pub struct KubeCluster {
     call_timeout: Duration,
     storage_classes: Option<Store<StorageClass>>,
     statefulsets: Option<WatchedStatefulSets>,
+    /// `--helm-field-manager`: the manager of a Helm release's StatefulSet ([`field_manager`]).
+    helm_field_manager: String,
+}
+
+/// The field manager a StatefulSet's dry runs and re-apply use: the controller that applies it
+/// next. A Helm release's object (Helm's ownership metadata) is helm-controller's
+/// (`helm_field_manager`), whose next server-side upgrade would otherwise conflict with the
+/// re-create's manager on `.spec.volumeClaimTemplates`; any other is kustomize-controller's.
+pub fn field_manager<'a>(object: &StatefulSet, helm_field_manager: &'a str) -> &'a str {
+    if crate::helm::manifest::is_helm_owned(&object.metadata) {
+        helm_field_manager
+    } else {
+        FLUX_FIELD_MANAGER
+    }
 }
 
 impl KubeCluster {
@@ -381,7 +396,14 @@ impl KubeCluster {
             call_timeout,
             storage_classes: None,
             statefulsets: None,
+            helm_field_manager: crate::helm::manifest::DEFAULT_FIELD_MANAGER.to_string(),
         }
+    }
+
+    /// The field manager of Helm releases' StatefulSets (`--helm-field-manager`).
+    pub fn with_helm_field_manager(mut self, manager: &str) -> Self {
+        self.helm_field_manager = manager.to_string();
+        self
     }
 
     /// Takes StorageClasses from a cache the caller keeps (the service's reflector) instead
@@ -422,7 +444,8 @@ impl KubeCluster {
         } else {
             "server-side apply of"
         };
-        let mut params = PatchParams::apply(FLUX_FIELD_MANAGER).force();
+        let mut params =
+            PatchParams::apply(field_manager(object, &self.helm_field_manager)).force();
         if dry_run {
             params = params.dry_run();
         }
@@ -600,7 +623,7 @@ impl Cluster for KubeCluster {
         let name = object.metadata.name.clone().unwrap_or_default();
         let params = PostParams {
             dry_run: true,
-            field_manager: Some(FLUX_FIELD_MANAGER.to_string()),
+            field_manager: Some(field_manager(object, &self.helm_field_manager).to_string()),
         };
         with_deadline(
             self.call_timeout,

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use crate::cluster::FLUX_FIELD_MANAGER;
 use crate::converge::clean_desired;
 use crate::decide::{ChangeClass, Plan, Refusal};
 
@@ -176,9 +175,10 @@ pub fn script(items: &[Planned<'_>], wait_timeout: Duration) -> Result<String, C
     Ok(s)
 }
 
-/// Server-side apply of `desired`, cleaned as `converge` cleans it, as kustomize-controller
-/// does it (its field manager, forcing conflicts), the object carried in a heredoc. Ends with
-/// a newline.
+/// Server-side apply of `desired`, cleaned as `converge` cleans it, as the controller that
+/// applies it next does it (kustomize-controller's field manager, or helm-controller's for a
+/// Helm release's object: `cluster::field_manager`; forcing conflicts), the object carried in
+/// a heredoc. Ends with a newline.
 pub fn apply_command(desired: &StatefulSet) -> Result<String, CommandsError> {
     let cleaned = clean_desired(desired);
     let yaml = serde_saphyr::to_string(&cleaned).map_err(|e| CommandsError {
@@ -187,7 +187,9 @@ pub fn apply_command(desired: &StatefulSet) -> Result<String, CommandsError> {
         message: e.to_string(),
     })?;
     let mut s = format!(
-        "kubectl apply --server-side --field-manager={FLUX_FIELD_MANAGER} --force-conflicts -f - <<'{HEREDOC_END}'\n{yaml}"
+        "kubectl apply --server-side --field-manager={manager} --force-conflicts -f - <<'{HEREDOC_END}'\n{yaml}",
+        manager =
+            crate::cluster::field_manager(desired, crate::helm::manifest::DEFAULT_FIELD_MANAGER),
     );
     if !yaml.ends_with('\n') {
         s.push('\n');

@@ -113,7 +113,7 @@ pub struct Intent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub act_as: Option<String>,
     /// The Kustomization (`namespace/name`) whose revision the converge applied, when the
-    /// recorder knows it (the service does). The service resumes an intent at start only if
+    /// recorder knows it (the service does); `HelmRelease/namespace/name` for a HelmRelease's. The service resumes an intent at start only if
     /// that Kustomization would act as [`Intent::act_as`] now (docs/converge.md, the journal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomization: Option<String>,

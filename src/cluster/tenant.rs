@@ -61,6 +61,14 @@ impl TenantCluster {
         }
     }
 
+    /// The field manager of Helm releases' StatefulSets (`--helm-field-manager`), for the
+    /// tenant's writes and the service's reads alike.
+    pub fn with_helm_field_manager(mut self, manager: &str) -> Self {
+        self.tenant = self.tenant.with_helm_field_manager(manager);
+        self.service = self.service.with_helm_field_manager(manager);
+        self
+    }
+
     /// StorageClasses from the service's cache (they are the service's reads, never the
     /// tenant's), so a converge lists none once the cache has its first list.
     pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
@@ -168,16 +176,18 @@ pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), Stri
     if recorded == current {
         return Ok(());
     }
-    let ks = intent.kustomization.as_deref().unwrap_or_default();
+    let owner = intent.kustomization.as_deref().unwrap_or_default();
+    let (kind, ks) = match owner.strip_prefix("HelmRelease/") {
+        Some(hr) => ("HelmRelease", hr),
+        None => ("Kustomization", owner),
+    };
     Err(if recorded == OWN_IDENTITY {
         format!(
-            "the intent would resume with the service's own identity, but Kustomization {ks} acts \
+            "the intent would resume with the service's own identity, but {kind} {ks} acts \
              as {current:?} now: a tenant's intent never resumes as the service"
         )
     } else {
-        format!(
-            "the intent was recorded as {recorded:?}, but Kustomization {ks} acts as {current:?} now"
-        )
+        format!("the intent was recorded as {recorded:?}, but {kind} {ks} acts as {current:?} now")
     })
 }
 
@@ -197,11 +207,28 @@ pub async fn cluster_for_intent(
     if intent.act_as.is_none() {
         check_identity(intent, None)?;
     }
-    let Some((ks_namespace, ks_name)) = intent
-        .kustomization
-        .as_deref()
-        .and_then(|k| k.split_once('/'))
-    else {
+    let owner = intent.kustomization.as_deref();
+    if let Some(reference) = owner.and_then(|k| k.strip_prefix("HelmRelease/")) {
+        let (namespace, name) = reference.split_once('/').ok_or_else(|| {
+            format!("the intent names HelmRelease {reference:?}: not NAMESPACE/NAME")
+        })?;
+        let api: kube::Api<crate::helm::helmrelease::HelmRelease> =
+            kube::Api::namespaced(service.clone(), namespace);
+        let hr = crate::cluster::with_deadline(
+            call_timeout,
+            "get",
+            &format!("HelmRelease {namespace}/{name}"),
+            api.get(name),
+        )
+        .await
+        .map_err(|e| {
+            format!("its HelmRelease cannot be read, so its identity cannot be checked: {e}")
+        })?;
+        let current = crate::gated::Gated::user(&hr, default_service_account);
+        check_identity(intent, current.as_deref())?;
+        return tenant_cluster(service, intent, call_timeout);
+    }
+    let Some((ks_namespace, ks_name)) = owner.and_then(|k| k.split_once('/')) else {
         return Err(
             "the intent does not name the Kustomization it came from (an earlier version's or the \
              `converge` command's): its identity cannot be checked; finish it with \
@@ -221,6 +248,16 @@ pub async fn cluster_for_intent(
     })?;
     let current = crate::gated::Gated::user(&kustomization, default_service_account);
     check_identity(intent, current.as_deref())?;
+    tenant_cluster(service, intent, call_timeout)
+}
+
+/// The cluster an intent whose identity was checked resumes through: as the identity it
+/// records (impersonated), or the service's own.
+fn tenant_cluster(
+    service: &kube::Client,
+    intent: &Intent,
+    call_timeout: Duration,
+) -> Result<TenantCluster, String> {
     match intent.act_as.as_deref() {
         Some(OWN_IDENTITY) | None => Ok(TenantCluster::new(
             service.clone(),

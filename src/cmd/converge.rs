@@ -66,6 +66,12 @@ pub struct Args {
     /// How long the orphan delete may take to complete (default: `--timeout`).
     #[arg(long, value_parser = humantime::parse_duration)]
     pub wait_timeout: Option<Duration>,
+    /// The field manager a Helm release's StatefulSet (Helm's ownership metadata, as `render
+    /// --helm-release` prints it) is proven and re-applied with: helm-controller's, so its
+    /// next server-side upgrade does not conflict with the re-create. Other StatefulSets use
+    /// kustomize-controller's.
+    #[arg(long, env = "FLUX_CONVERGER_HELM_FIELD_MANAGER", default_value = flux_converger::helm::manifest::DEFAULT_FIELD_MANAGER)]
+    pub helm_field_manager: String,
     /// Namespace of the journal's ConfigMaps (intents). Default: each StatefulSet's own
     /// namespace, which exists and is writable wherever the StatefulSet is, Flux or not.
     #[arg(long, env = "FLUX_CONVERGER_JOURNAL_NAMESPACE")]
@@ -223,7 +229,8 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         kube.namespace.as_deref(),
         client.default_namespace(),
     )?;
-    let cluster = KubeCluster::new(client.clone(), args.timeout);
+    let cluster = KubeCluster::new(client.clone(), args.timeout)
+        .with_helm_field_manager(&args.helm_field_manager);
     let journal_in = |namespace: &str| {
         let at = args.journal_namespace.as_deref().unwrap_or(namespace);
         ConfigMapJournal::new(client.clone(), at, args.timeout)

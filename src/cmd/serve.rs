@@ -116,6 +116,11 @@ pub struct Args {
         env = "FLUX_CONVERGER_DEFAULT_SERVICE_ACCOUNT"
     )]
     default_service_account: Option<String>,
+    /// The field manager a HelmRelease's StatefulSets are proven and re-created with:
+    /// helm-controller's, so its next server-side upgrade owns their fields instead of
+    /// conflicting with the re-create.
+    #[arg(long, value_name = "NAME", default_value = flux_converger::helm::manifest::DEFAULT_FIELD_MANAGER, env = "FLUX_CONVERGER_HELM_FIELD_MANAGER")]
+    helm_field_manager: String,
     /// notification-controller's event address (Flux's `--events-addr`).
     #[arg(long, value_name = "URL", env = "FLUX_CONVERGER_EVENTS_ADDR")]
     events_addr: Option<String>,
@@ -293,6 +298,7 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
     .leader_elect(args.leader_elect)
     .no_cross_namespace_refs(args.no_cross_namespace_refs)
     .default_service_account(args.default_service_account.clone())
+    .helm_field_manager(args.helm_field_manager.clone())
     .events_addr(args.events_addr.clone())
     .kustomize(kustomize)
     .call_timeout(args.timeout)

@@ -345,5 +345,65 @@ fn gave_up(hr: &HelmRelease, status: &super::helmrelease::HelmReleaseStatus) -> 
     Ok(())
 }
 
+/// What became of a hand-back (`requestedAt` and `forceAt` set to `token`): `None` while
+/// helm-controller has not handled it (`status.lastHandledForceAt` is another value) or is
+/// still at it (`Reconciling=True`, `Ready=Unknown`); else its answer, naming the release record
+/// (`v<N>`) the upgrade wrote: `Applied` for `Ready=True`, `Failed` (with its message) for
+/// `Ready=False`.
+pub fn handed_back(
+    hr: &HelmRelease,
+    token: &str,
+    newest: Option<&ReleaseInfo>,
+) -> Option<HandBack> {
+    let status = hr.status.as_ref()?;
+    if status.last_handled_force_at.as_deref() != Some(token) {
+        return None;
+    }
+    if hr
+        .condition("Reconciling")
+        .is_some_and(|c| c.status == "True")
+    {
+        return None;
+    }
+    let ready = hr.condition("Ready")?;
+    let version = newest.map(|r| format!("v{}", r.version));
+    match ready.status.as_str() {
+        "True" => Some(HandBack::Applied { version }),
+        "False" => Some(HandBack::Failed {
+            version,
+            message: ready.message.clone(),
+            immutable: ready.reason == UPGRADE_FAILED && ready.message.contains(IMMUTABLE_ERROR),
+        }),
+        _ => None,
+    }
+}
+
+/// helm-controller's answer to a hand-back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandBack {
+    /// The upgrade went through (`Ready=True`): `version` is the record it wrote.
+    Applied { version: Option<String> },
+    /// It failed again; `immutable`: on the same StatefulSet error.
+    Failed {
+        version: Option<String>,
+        message: String,
+        immutable: bool,
+    },
+}
+
+/// Whether a converge whose hand-back helm-controller's upgrade failed on the same
+/// immutable-field error may run again: only once the HelmRelease's generation or the newest
+/// release record's version differs from what that failure left (`failed_generation`, and
+/// `failed_version`: the record the retried upgrade wrote). Anything else would converge, hand
+/// back and fail in a loop.
+pub fn retry_allowed(
+    failed_generation: Option<i64>,
+    failed_version: Option<&str>,
+    generation: Option<i64>,
+    newest_version: i64,
+) -> bool {
+    failed_generation != generation || failed_version != Some(format!("v{newest_version}").as_str())
+}
+
 #[cfg(test)]
 mod tests;

@@ -60,6 +60,26 @@ pub fn is_statefulset(object: &Value) -> bool {
         && object.get("kind").and_then(Value::as_str) == Some("StatefulSet")
 }
 
+/// helm-controller's field manager (`--helm-field-manager`'s default): what a StatefulSet of a
+/// release is re-created with, so helm-controller's next server-side upgrade owns the fields
+/// it applies instead of failing on a conflict with another manager (docs/helmrelease.md).
+pub const DEFAULT_FIELD_MANAGER: &str = "helm-controller";
+
+/// Whether an object carries Helm's ownership metadata (the label `managed-by: Helm` and the
+/// release-name annotation): a release's object, which Helm's next upgrade applies.
+pub fn is_helm_owned(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    let managed = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL.0))
+        .is_some_and(|v| v == MANAGED_BY_LABEL.1);
+    let released = meta.annotations.as_ref().is_some_and(|a| {
+        a.get(RELEASE_NAME_ANNOTATION)
+            .is_some_and(|v| !v.is_empty())
+    });
+    managed && released
+}
+
 fn metadata(object: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
     let map = object.as_object_mut()?;
     let metadata = map
@@ -107,6 +127,42 @@ fn add_ownership(object: &mut Value, release: &str, namespace: &str) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn helm_ownership_by_table() {
+        for (labels, annotations, owned) in [
+            (
+                json!({"app.kubernetes.io/managed-by": "Helm"}),
+                json!({"meta.helm.sh/release-name": "web"}),
+                true,
+            ),
+            (
+                json!({"app.kubernetes.io/managed-by": "Helm"}),
+                json!({}),
+                false,
+            ),
+            (
+                json!({"app.kubernetes.io/managed-by": "Helm"}),
+                json!({"meta.helm.sh/release-name": ""}),
+                false,
+            ),
+            (
+                json!({"app.kubernetes.io/managed-by": "kustomize"}),
+                json!({"meta.helm.sh/release-name": "web"}),
+                false,
+            ),
+            (
+                json!({}),
+                json!({"meta.helm.sh/release-name": "web"}),
+                false,
+            ),
+        ] {
+            let meta =
+                serde_json::from_value(json!({"labels": labels, "annotations": annotations}))
+                    .unwrap();
+            assert_eq!(is_helm_owned(&meta), owned, "{labels} {annotations}");
+        }
+    }
 
     /// A manifest as Helm writes it: a `# Source:` comment before each document.
     const HELM_MANIFEST: &str = "---\n# Source: web/templates/service.yaml\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  labels:\n    app.kubernetes.io/managed-by: Helm\nspec:\n  clusterIP: None\n---\n# Source: web/templates/statefulset.yaml\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n  serviceName: web\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n  volumeClaimTemplates:\n  - metadata: {name: data}\n    spec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 2Gi}}\n---\n# Source: web/templates/other.yaml\napiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: cache\n  namespace: elsewhere\n";

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use crate::flux::event::Event;
-use crate::model::body::{encode, list_body};
+use crate::model::body::{append_field, array, encode, list_body};
 use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
 
 pub trait Backend: Send + Sync + 'static {
@@ -47,7 +47,22 @@ pub trait Backend: Send + Sync + 'static {
             .iter()
             .map(encode)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(list_body(rows.iter().map(|r| &r[..])))
+        let body = list_body(rows.iter().map(|r| &r[..]));
+        Ok(append_field(
+            body,
+            "helmReleases",
+            &helm_releases_array(self, namespace)?,
+        ))
+    }
+    /// Every handled HelmRelease (optionally of one namespace), sorted: `/status`'s
+    /// `helmReleases`, rows in the Kustomizations' shape. Default: none.
+    fn helm_releases(&self, _namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        Vec::new()
+    }
+    /// One handled HelmRelease with its history (`GET /status/helmreleases/{ns}/{name}`);
+    /// `None` when it is not handled. Default: none.
+    fn helm_release(&self, _namespace: &str, _name: &str) -> Option<KustomizationDetail> {
+        None
     }
     /// The `GET /status/{ns}/{name}` body; `None` when not handled. Default: encodes
     /// [`Backend::kustomization`] on every call.
@@ -59,4 +74,16 @@ pub trait Backend: Send + Sync + 'static {
         self.kustomization(namespace, name)
             .map(|detail| encode(&detail))
     }
+}
+
+/// `helmReleases` of `/status`: [`Backend::helm_releases`], sorted, encoded.
+pub fn helm_releases_array<B: Backend + ?Sized>(
+    backend: &B,
+    namespace: Option<&str>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut rows = backend.helm_releases(namespace);
+    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    rows.retain(|r| namespace.is_none_or(|ns| r.namespace == ns));
+    let rows = rows.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+    Ok(array(rows.iter().map(|r| &r[..])))
 }

@@ -117,7 +117,13 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
         .layer(Extension(lanes));
     let mut lists = Router::new()
         .route("/", get(ui::dashboard).layer(Extension(pages)))
-        .route("/status", get(status::list));
+        .route("/status", get(status::list))
+        // Behind the list guard: with --status-auth the filtered backend shows no HelmRelease
+        // (its reviews ask about Kustomizations), so nothing is shown that was not reviewed.
+        .route(
+            "/status/helmreleases/{namespace}/{name}",
+            get(status::helm_release),
+        );
     let mut one = Router::new()
         .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
         .route("/status/{namespace}/{name}", get(status::one));

@@ -1,4 +1,5 @@
-//! `GET /status` and `GET /status/{namespace}/{name}`: the results as JSON, read-only. The
+//! `GET /status`, `GET /status/{namespace}/{name}` and `GET /status/helmreleases/{namespace}/{name}`:
+//! the results as JSON, read-only. The
 //! bodies come encoded from the backend (the service keeps them, see
 //! `records::status_cache`, encoded by `model::body`), so a poll costs a copy, not an encoding.
 
@@ -37,6 +38,20 @@ fn json(body: Result<Bytes, serde_json::Error>) -> Response {
 
 pub(super) async fn list(Seen(state): Seen, Query(query): Query<NamespaceQuery>) -> Response {
     json(state.backend.status_json(query.namespace()))
+}
+
+pub(super) async fn helm_release(
+    Seen(state): Seen,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    match state.backend.helm_release(&namespace, &name) {
+        Some(detail) => json(crate::model::body::encode(&detail)),
+        None => ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("HelmRelease {namespace}/{name} is not handled by flux-converger"),
+        )
+        .into_response(),
+    }
 }
 
 pub(super) async fn one(

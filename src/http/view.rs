@@ -663,6 +663,8 @@ mod tests {
     #[test]
     fn row_is_behind_when_the_source_moved_on() {
         let summary = KustomizationSummary {
+            kind: crate::model::Kind::Kustomization,
+            waiting: None,
             namespace: "apps".into(),
             name: "web".into(),
             gate: GateMode::Suspend,
@@ -726,6 +728,8 @@ mod tests {
     #[test]
     fn summary_state_key_table() {
         let summary = |last: Option<serde_json::Value>| KustomizationSummary {
+            kind: crate::model::Kind::Kustomization,
+            waiting: None,
             namespace: "apps".into(),
             name: "web".into(),
             gate: GateMode::Suspend,

@@ -29,6 +29,39 @@ pub fn list_body<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
     Bytes::from(body)
 }
 
+/// `body` (a JSON object) with `"name":value` added last; `value` is JSON already encoded.
+/// How the service adds what is not cached with the rows (`helmReleases`, `refusedIntents`)
+/// without re-encoding the cached body. A body that is not an object is returned as it is.
+pub fn append_field(body: Bytes, name: &str, value: &[u8]) -> Bytes {
+    if !body.ends_with(b"}") {
+        return body;
+    }
+    let mut out = Vec::with_capacity(body.len() + name.len() + value.len() + 4);
+    out.extend_from_slice(&body[..body.len() - 1]);
+    if body.len() > 2 {
+        out.push(b',');
+    }
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\":");
+    out.extend_from_slice(value);
+    out.push(b'}');
+    Bytes::from(out)
+}
+
+/// Rows each already encoded, as one JSON array.
+pub fn array<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = vec![b'['];
+    for (i, row) in rows.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(row);
+    }
+    out.push(b']');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,10 +74,40 @@ mod tests {
     }
 
     #[test]
+    fn appended_fields_read_as_the_object_with_them_by_table() {
+        for (body, name, value, want) in [
+            (
+                &b"{\"kustomizations\":[]}"[..],
+                "helmReleases",
+                &b"[]"[..],
+                serde_json::json!({"kustomizations": [], "helmReleases": []}),
+            ),
+            (b"{}", "a", b"1", serde_json::json!({"a": 1})),
+            (
+                b"{\"k\":[1]}",
+                "h",
+                b"[{\"x\":2}]",
+                serde_json::json!({"k": [1], "h": [{"x": 2}]}),
+            ),
+        ] {
+            let out = append_field(Bytes::copy_from_slice(body), name, value);
+            assert_eq!(
+                serde_json::from_slice::<serde_json::Value>(&out).unwrap(),
+                want
+            );
+        }
+        let rows: [&[u8]; 2] = [b"1", b"{}"];
+        assert_eq!(array(rows), b"[1,{}]");
+        assert_eq!(array(std::iter::empty()), b"[]");
+    }
+
+    #[test]
     fn list_body_is_the_encoding_of_the_whole_list_by_table() {
         let row =
             |ns: &str, name: &str, revision: Option<&str>, last: Option<serde_json::Value>| {
                 KustomizationSummary {
+                    kind: crate::model::Kind::Kustomization,
+                    waiting: None,
                     namespace: ns.into(),
                     name: name.into(),
                     gate: GateMode::Suspend,

@@ -417,10 +417,12 @@ impl RevisionRecord {
     }
 }
 
-/// One handled Kustomization as `GET /status` lists it.
+/// One handled gated object as `GET /status` lists it (a Kustomization, or a HelmRelease in
+/// `helmReleases`: the same shape, `kind` telling them apart).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KustomizationSummary {
+    pub kind: super::Kind,
     pub namespace: String,
     pub name: String,
     pub gate: GateMode,
@@ -432,6 +434,10 @@ pub struct KustomizationSummary {
     /// reconcile mode, `spec.suspend` ([`crate::gated::gating::Gating`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold: Option<String>,
+    /// Why the service does not act on it now, when that is not a hold (a HelmRelease whose
+    /// upgrade helm-controller has not given up on, ...): nothing is written for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// One handled Kustomization with its history, newest first (`GET /status/{ns}/{name}`).
@@ -440,6 +446,7 @@ pub struct KustomizationSummary {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KustomizationDetail<R = Vec<RevisionRecord>> {
+    pub kind: super::Kind,
     pub namespace: String,
     pub name: String,
     pub gate: GateMode,
@@ -447,5 +454,8 @@ pub struct KustomizationDetail<R = Vec<RevisionRecord>> {
     /// As [`KustomizationSummary::hold`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold: Option<String>,
+    /// As [`KustomizationSummary::waiting`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
     pub revisions: R,
 }

@@ -23,12 +23,14 @@ use sha2::{Digest, Sha256};
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::journal::RECORD_LABEL;
 pub use crate::journal::Shard;
-use crate::model::Key;
-use crate::model::{RevisionRecord, RevisionState};
+use crate::model::{Key, Kind, RevisionRecord, RevisionState};
 use crate::records::Records;
 
-/// Value of [`RECORD_LABEL`] on results ConfigMaps.
+/// Value of [`RECORD_LABEL`] on a Kustomization's results ConfigMaps.
 pub const RESULTS_RECORD: &str = "results";
+/// Value of [`RECORD_LABEL`] on a HelmRelease's results ConfigMaps: a store of its own, so a
+/// HelmRelease and a Kustomization of the same name keep separate histories.
+pub const HELMRELEASE_RESULTS_RECORD: &str = "helmrelease-results";
 /// Revisions kept per Kustomization.
 pub const HISTORY: usize = 20;
 /// Bytes of record JSON one ConfigMap may carry: the API server's limit is 1 MiB for the whole
@@ -40,6 +42,15 @@ pub const FIRST_CAP: usize = 8 * 1024;
 const LAST_CAP: usize = 512;
 
 const NAME_PREFIX: &str = "flux-converger-results";
+const HELMRELEASE_NAME_PREFIX: &str = "flux-converger-helmrelease-results";
+
+/// The record label's value and the ConfigMap name prefix of one kind's results.
+fn scope(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Kustomization => (RESULTS_RECORD, NAME_PREFIX),
+        Kind::HelmRelease => (HELMRELEASE_RESULTS_RECORD, HELMRELEASE_NAME_PREFIX),
+    }
+}
 const MAX_NAME: usize = 253;
 /// Optimistic-concurrency retries before a put gives up.
 const ATTEMPTS: usize = 5;
@@ -65,12 +76,18 @@ impl From<CallError> for ResultsError {
 /// The ConfigMap name of the results of Kustomization `namespace/name`; names too long for
 /// the readable form fall back to a digest (a namespace has no dots, so no collisions).
 pub fn results_configmap_name(namespace: &str, name: &str) -> String {
-    let readable = format!("{NAME_PREFIX}.{namespace}.{name}");
+    results_configmap_name_of(Kind::Kustomization, namespace, name)
+}
+
+/// [`results_configmap_name`] of a gated object of any kind.
+pub fn results_configmap_name_of(kind: Kind, namespace: &str, name: &str) -> String {
+    let prefix = scope(kind).1;
+    let readable = format!("{prefix}.{namespace}.{name}");
     if readable.len() <= MAX_NAME {
         return readable;
     }
     let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
-    format!("{NAME_PREFIX}.{}", &hex::encode(digest)[..40])
+    format!("{prefix}.{}", &hex::encode(digest)[..40])
 }
 
 /// Puts `record` into `records` (newest first): replaces the record with the same revision and
@@ -217,6 +234,7 @@ pub fn to_configmap(
         message: e.to_string(),
     })?;
     Ok(configmap(
+        Kind::Kustomization,
         namespace,
         ks_namespace,
         ks_name,
@@ -227,20 +245,21 @@ pub fn to_configmap(
 
 /// [`to_configmap`] of records already encoded.
 fn configmap(
+    kind: Kind,
     namespace: &str,
     ks_namespace: &str,
     ks_name: &str,
     records_json: String,
     resource_version: Option<String>,
 ) -> ConfigMap {
-    let name = results_configmap_name(ks_namespace, ks_name);
+    let name = results_configmap_name_of(kind, ks_namespace, ks_name);
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(namespace.to_string()),
             labels: Some(BTreeMap::from([(
                 RECORD_LABEL.to_string(),
-                RESULTS_RECORD.to_string(),
+                scope(kind).0.to_string(),
             )])),
             resource_version,
             ..ObjectMeta::default()
@@ -402,6 +421,8 @@ struct Cluster {
     namespace: String,
     call_timeout: Duration,
     shard: Shard,
+    /// Whose records: each kind has its own label value and names.
+    kind: Kind,
 }
 
 impl Cluster {
@@ -449,12 +470,26 @@ impl Results {
         call_timeout: Duration,
         shard: Shard,
     ) -> Self {
+        Self::of_kind(client, namespace, call_timeout, shard, Kind::Kustomization)
+    }
+
+    /// [`Results::sharded`] for the gated objects of `kind`: their own ConfigMaps (label
+    /// `flux-converger.io/record` `helmrelease-results` for HelmReleases), read, followed and
+    /// written apart from the other kind's.
+    pub fn of_kind(
+        client: kube::Client,
+        namespace: String,
+        call_timeout: Duration,
+        shard: Shard,
+        kind: Kind,
+    ) -> Self {
         Self::build(
             Some(Cluster {
                 client,
                 namespace,
                 call_timeout,
                 shard,
+                kind,
             }),
             BUDGET,
             false,
@@ -479,6 +514,7 @@ impl Results {
                 namespace,
                 call_timeout,
                 shard: Shard::Unsharded,
+                kind: Kind::Kustomization,
             }),
             budget,
             false,
@@ -521,7 +557,7 @@ impl Results {
         };
         let api = cluster.api();
         let mut params = ListParams::default()
-            .labels(&cluster.shard.selector(RESULTS_RECORD))
+            .labels(&cluster.shard.selector(scope(cluster.kind).0))
             .limit(PAGE_SIZE);
         let what = format!("results ConfigMaps of namespace {}", cluster.namespace);
         let mut read = Listed::default();
@@ -549,7 +585,7 @@ impl Results {
         let Some(cluster) = &self.inner.cluster else {
             return;
         };
-        let selector = cluster.shard.selector(RESULTS_RECORD);
+        let selector = cluster.shard.selector(scope(cluster.kind).0);
         let config = watcher::Config::default()
             .labels(&selector)
             .page_size(PAGE_SIZE);
@@ -750,7 +786,7 @@ impl Results {
             return Ok(true);
         };
         let api = cluster.api();
-        let cm_name = results_configmap_name(namespace, name);
+        let cm_name = results_configmap_name_of(cluster.kind, namespace, name);
         let object = cluster.object(&cm_name);
         let resource_version = match removed.resource_version {
             Some(rv) => rv,
@@ -841,7 +877,7 @@ impl Results {
             return Ok(());
         };
         let api = store.api();
-        let cm_name = results_configmap_name(namespace, name);
+        let cm_name = results_configmap_name_of(store.kind, namespace, name);
         let object = store.object(&cm_name);
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
@@ -849,6 +885,7 @@ impl Results {
         };
         for _ in 0..ATTEMPTS {
             let mut cm = configmap(
+                store.kind,
                 &store.namespace,
                 namespace,
                 name,

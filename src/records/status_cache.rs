@@ -95,6 +95,8 @@ fn summary_row(
     hold: Option<String>,
 ) -> Result<Bytes, serde_json::Error> {
     encode(&KustomizationSummary {
+        kind: crate::model::Kind::Kustomization,
+        waiting: None,
         namespace: key.namespace.clone(),
         name: key.name.clone(),
         gate,
@@ -227,6 +229,8 @@ impl StatusCache {
             },
         };
         Some(encode(&KustomizationDetail {
+            kind: crate::model::Kind::Kustomization,
+            waiting: None,
             namespace: key.namespace,
             name: key.name,
             gate,

@@ -44,6 +44,10 @@ pub enum When {
     Impersonating,
     /// With `--status-auth=kubernetes` (`http::auth`).
     StatusAuth,
+    /// Once a HelmRelease opts in: its release records, with the opt-in component
+    /// `manifests/helm-release-reader` (not asked at start: an install without it gates
+    /// Kustomizations only, and a HelmRelease's run names the missing right).
+    HelmReleases,
 }
 
 /// One verb on one resource the service sends under its own identity.
@@ -74,10 +78,11 @@ const fn p(
 }
 
 use Scope::{Cluster, Own};
-use When::{Always, Impersonating, LeaderElect, StatusAuth};
+use When::{Always, HelmReleases, Impersonating, LeaderElect, StatusAuth};
 
 const APPS: &str = "apps";
 const FLUX_KS: &str = "kustomize.toolkit.fluxcd.io";
+const FLUX_HELM: &str = "helm.toolkit.fluxcd.io";
 const FLUX_SOURCE: &str = "source.toolkit.fluxcd.io";
 
 /// Everything the service sends as itself (manifests/clusterrole.yaml and role.yaml grant
@@ -106,6 +111,11 @@ pub const PERMISSIONS: &[Permission] = &[
     p("list", FLUX_KS, "kustomizations", Cluster, Always),
     p("watch", FLUX_KS, "kustomizations", Cluster, Always),
     p("patch", FLUX_KS, "kustomizations", Cluster, Always),
+    // The HelmReleases that opt in (watched), and their hand-back.
+    p("get", FLUX_HELM, "helmreleases", Cluster, Always),
+    p("list", FLUX_HELM, "helmreleases", Cluster, Always),
+    p("watch", FLUX_HELM, "helmreleases", Cluster, Always),
+    p("patch", FLUX_HELM, "helmreleases", Cluster, Always),
     // The revision each Kustomization is about to apply.
     p("get", FLUX_SOURCE, "gitrepositories", Cluster, Always),
     p("list", FLUX_SOURCE, "gitrepositories", Cluster, Always),
@@ -152,6 +162,8 @@ pub const PERMISSIONS: &[Permission] = &[
     p("get", "coordination.k8s.io", "leases", Own, LeaderElect),
     p("create", "coordination.k8s.io", "leases", Own, LeaderElect),
     p("patch", "coordination.k8s.io", "leases", Own, LeaderElect),
+    // An opted-in HelmRelease's release records, in its storage namespace.
+    p("list", "", "secrets", Cluster, HelmReleases),
     // A Kustomization's service account, as kustomize-controller acts as it.
     p("impersonate", "", "serviceaccounts", Cluster, Impersonating),
     // `--status-auth=kubernetes`: who holds a bearer token, and whether they may get a
@@ -181,6 +193,8 @@ pub struct Needs {
     pub impersonating: bool,
     /// `--status-auth=kubernetes`.
     pub status_auth: bool,
+    /// The opt-in component for HelmReleases is installed (never assumed at start).
+    pub helm_releases: bool,
 }
 
 /// A permission asked in one namespace (`None`: cluster-wide).
@@ -216,6 +230,7 @@ pub fn needed(needs: &Needs) -> Vec<Asked> {
             LeaderElect => needs.leader_elect,
             Impersonating => needs.impersonating,
             StatusAuth => needs.status_auth,
+            HelmReleases => needs.helm_releases,
         })
         .map(|p| Asked {
             verb: p.verb,
@@ -401,6 +416,7 @@ mod tests {
             leader_elect,
             impersonating,
             status_auth: false,
+            helm_releases: false,
         }
     }
 

@@ -8,6 +8,7 @@ use crate::flux::event::Event;
 use crate::http::backend::Backend;
 use crate::http::hook_limit::HookLimit;
 use crate::model::Key;
+use crate::model::body::append_field;
 use crate::model::{GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
 use crate::records::Records;
 use crate::records::status_cache::StatusCache;
@@ -32,6 +33,8 @@ pub struct ServiceBackend {
     /// (`StorageConfig::unavailable`): not ready while a handled Kustomization uses the
     /// `artifact` gate, which cannot publish without it.
     pub storage_unavailable: Option<String>,
+    /// The HelmReleases' lane (`/status` `helmReleases`, `/status/helmreleases/...`).
+    pub helm: Option<crate::service::helm::lane::Lane>,
 }
 
 impl ServiceBackend {
@@ -42,8 +45,23 @@ impl ServiceBackend {
 
 impl Backend for ServiceBackend {
     fn hook(&self, event: &Event) -> Vec<String> {
-        let route = self.index().route(event);
         let object = &event.involved_object;
+        // helm-controller's events name the HelmRelease: its lane runs it (the run decides
+        // whether there is anything to do; only opted-in ones are queued).
+        if object.kind == "HelmRelease"
+            && let Some(lane) = &self.helm
+        {
+            let key = Key::new(&object.namespace, &object.name);
+            if !lane.is_opted_in(&key) {
+                return Vec::new();
+            }
+            if self.hook_limit.admit(&key) {
+                tracing::info!(helmrelease = %key, reason = %event.reason, "queued by webhook");
+                lane.queue.push_now(key.clone(), Trigger::Webhook);
+            }
+            return vec![format!("HelmRelease/{key}")];
+        }
+        let route = self.index().route(event);
         let mut queued = Vec::with_capacity(route.keys.len());
         for key in route.keys {
             // Answered the same either way: the caller learns nothing about timing.
@@ -71,6 +89,8 @@ impl Backend for ServiceBackend {
             .filter_map(|key| {
                 let gate = index.handled(&key)?;
                 Some(KustomizationSummary {
+                    kind: crate::model::Kind::Kustomization,
+                    waiting: None,
                     gate,
                     hold: index.hold(&key).map(String::from),
                     source_revision: index.source_revision(&key).map(String::from),
@@ -97,6 +117,8 @@ impl Backend for ServiceBackend {
             )
         };
         Some(KustomizationDetail {
+            kind: crate::model::Kind::Kustomization,
+            waiting: None,
             namespace: key.namespace,
             name: key.name,
             gate,
@@ -106,10 +128,28 @@ impl Backend for ServiceBackend {
         })
     }
 
+    fn helm_releases(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        self.helm
+            .as_ref()
+            .map(|lane| lane.summaries(namespace))
+            .unwrap_or_default()
+    }
+
+    fn helm_release(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+        self.helm.as_ref()?.detail(namespace, name)
+    }
+
     fn status_json(&self, namespace: Option<&str>) -> Result<bytes::Bytes, serde_json::Error> {
         let body = self
             .status
             .list(&self.index, self.records.as_ref(), namespace)?;
+        // HelmReleases are few and change with their own watch: encoded per request, after
+        // the cached Kustomizations.
+        let body = append_field(
+            body,
+            "helmReleases",
+            &crate::http::backend::helm_releases_array(self, namespace)?,
+        );
         let refused: Vec<_> = self
             .resume
             .as_ref()
@@ -181,16 +221,14 @@ fn with_refused_intents(
     body: bytes::Bytes,
     refused: &[crate::journal::RefusedIntent],
 ) -> Result<bytes::Bytes, serde_json::Error> {
-    if refused.is_empty() || !body.ends_with(b"}") {
+    if refused.is_empty() {
         return Ok(body);
     }
-    let list = serde_json::to_vec(refused)?;
-    let mut out = Vec::with_capacity(body.len() + list.len() + 20);
-    out.extend_from_slice(&body[..body.len() - 1]);
-    out.extend_from_slice(b",\"refusedIntents\":");
-    out.extend_from_slice(&list);
-    out.push(b'}');
-    Ok(bytes::Bytes::from(out))
+    Ok(append_field(
+        body,
+        "refusedIntents",
+        &serde_json::to_vec(refused)?,
+    ))
 }
 
 #[cfg(test)]

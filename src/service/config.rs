@@ -39,6 +39,9 @@ pub struct Config {
     pub leader_elect: bool,
     pub no_cross_namespace_refs: bool,
     pub default_service_account: Option<String>,
+    /// `--helm-field-manager`: the field manager a HelmRelease's StatefulSets are proven and
+    /// re-created with (helm-controller's, so its next server-side upgrade owns them).
+    pub helm_field_manager: String,
     pub events_addr: Option<String>,
     pub kustomize: KustomizeCommand,
     pub call_timeout: Duration,
@@ -110,6 +113,7 @@ impl Config {
                 leader_elect: false,
                 no_cross_namespace_refs: false,
                 default_service_account: None,
+                helm_field_manager: crate::helm::manifest::DEFAULT_FIELD_MANAGER.to_string(),
                 events_addr: None,
                 kustomize: KustomizeCommand::default(),
                 call_timeout: Duration::from_secs(30),
@@ -177,6 +181,8 @@ impl ConfigBuilder {
         no_cross_namespace_refs: bool,
         /// `--default-service-account`.
         default_service_account: Option<String>,
+        /// `--helm-field-manager`.
+        helm_field_manager: String,
         /// `--events-addr`.
         events_addr: Option<String>,
         /// `--kustomize` (and the `--build-*` flags applied to it).

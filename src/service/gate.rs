@@ -93,6 +93,8 @@ pub struct Gate {
     /// Why there is no artifact host, when the storage was meant to be there (the default
     /// `--storage-path` cannot be created): the refusal names the directory.
     no_artifact_host: Option<String>,
+    /// `--helm-field-manager`: what a Helm release's StatefulSets are re-created with.
+    helm_field_manager: String,
 }
 
 /// What a pass was started with: the mode, the trigger, and (artifact mode) the
@@ -137,7 +139,15 @@ impl Gate {
             intents: None,
             artifact_host: None,
             no_artifact_host: None,
+            helm_field_manager: crate::helm::manifest::DEFAULT_FIELD_MANAGER.to_string(),
         }
+    }
+
+    /// The field manager of Helm releases' StatefulSets (`--helm-field-manager`). Kept out of
+    /// [`GateConfig`], as the StorageClass cache is, so that existing literal configs stay valid.
+    pub fn with_helm_field_manager(mut self, manager: &str) -> Self {
+        self.helm_field_manager = manager.to_string();
+        self
     }
 
     /// The observer of this gate's hand-offs, for the watches to feed and the tick to drive.

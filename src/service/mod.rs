@@ -15,6 +15,7 @@ pub mod access;
 pub mod backend;
 mod config;
 pub mod gate;
+pub mod helm;
 pub mod index;
 pub mod leadership;
 mod parts;
@@ -108,6 +109,9 @@ pub struct Parts {
     /// The artifact storage, when `--storage-path` is set and writable: [`start_with`] serves
     /// it on `--storage-addr` and keeps it following the ExternalArtifacts.
     pub storage: Option<Arc<crate::storage::Storage>>,
+    /// The HelmReleases' runs (`service::helm`): [`start_with`] gives them their own watch,
+    /// queue and workers; `None` gates Kustomizations only.
+    pub helm: Option<helm::HelmGate>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +138,8 @@ pub struct Running {
     pub storage_addr: Option<SocketAddr>,
     pub backend: ServiceBackend,
     queue: Queue<Key>,
+    /// The HelmReleases' queue, closed with the Kustomizations'.
+    helm_queue: Option<Queue<Key>>,
     cancel: CancellationToken,
     workers: Option<JoinHandle<()>>,
     server: Option<JoinHandle<()>>,
@@ -168,6 +174,7 @@ impl Running {
     pub async fn shutdown(self) {
         let Running {
             queue,
+            helm_queue,
             cancel,
             workers,
             server,
@@ -180,7 +187,10 @@ impl Running {
             ..
         } = self;
         queue.close();
-        let running = queue.running();
+        if let Some(helm_queue) = &helm_queue {
+            helm_queue.close();
+        }
+        let running = queue.running() + helm_queue.as_ref().map_or(0, Queue::running);
         if running > 0 {
             tracing::info!(running, "shutting down: waiting for running revisions");
         }
@@ -274,6 +284,7 @@ pub async fn start_with(
         metrics,
         fence,
         storage,
+        helm,
     } = parts;
     let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
     let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -294,7 +305,14 @@ pub async fn start_with(
         readiness: readiness.clone(),
         observer: observer.clone(),
     };
+    // The HelmReleases' lane: paused with the Kustomizations' until this replica leads.
+    let helm_lane = helm.map(|gate| {
+        let queue = Queue::new(tuning.backoff, Default::default());
+        queue.pause(true);
+        helm::lane::Lane::new(gate, queue)
+    });
     let backend = ServiceBackend {
+        helm: helm_lane.clone(),
         index: index.clone(),
         queue: queue.clone(),
         records,
@@ -372,6 +390,7 @@ pub async fn start_with(
                 leader_elect: config.leader_elect,
                 impersonating: config.default_service_account.is_some(),
                 status_auth: config.http.status_auth == crate::http::StatusAuthMode::Kubernetes,
+                helm_releases: false,
             },
             index.clone(),
             readiness.clone(),
@@ -379,6 +398,23 @@ pub async fn start_with(
         )),
     ));
     background.push(until_cancelled(&cancel, Box::pin(results.clone().follow())));
+    if let Some(lane) = &helm_lane {
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(lane.gate.results().clone().follow()),
+        ));
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(
+                lane.clone()
+                    .watch(client.clone(), config.watch_label_selector.clone()),
+            ),
+        ));
+        background.push(until_cancelled(
+            &cancel,
+            Box::pin(lane.clone().resync(config.resync)),
+        ));
+    }
     background.push(until_cancelled(
         &cancel,
         Box::pin(lead(
@@ -386,6 +422,7 @@ pub async fn start_with(
             leadership.subscribe(),
             results.clone(),
             resume,
+            helm_lane.clone(),
         )),
     ));
 
@@ -431,14 +468,29 @@ pub async fn start_with(
     }
 
     let cut = CancellationToken::new();
-    let workers = tokio::spawn(work(
-        queue.clone(),
-        index.clone(),
-        results.clone(),
-        runner,
-        config.workers.max(1),
-        cut.clone(),
-    ));
+    let helm_queue = helm_lane.as_ref().map(|l| l.queue.clone());
+    let workers = {
+        let kustomizations = work(
+            queue.clone(),
+            index.clone(),
+            results.clone(),
+            runner,
+            config.workers.max(1),
+            cut.clone(),
+        );
+        let helm_releases = {
+            let cut = cut.clone();
+            let workers = config.workers.max(1);
+            async move {
+                if let Some(lane) = helm_lane {
+                    lane.work(workers, cut).await;
+                }
+            }
+        };
+        tokio::spawn(async move {
+            tokio::join!(kustomizations, helm_releases);
+        })
+    };
 
     let router = app(Arc::new(backend.clone()));
     // One task for both ports: either stopping on its own stops the other, and `stopped()`
@@ -468,6 +520,7 @@ pub async fn start_with(
         storage_addr,
         backend,
         queue,
+        helm_queue,
         cancel,
         workers: Some(workers),
         server: Some(server),
@@ -520,8 +573,12 @@ async fn lead(
     mut leading: tokio::sync::watch::Receiver<bool>,
     results: Results,
     resume: Arc<dyn Resume>,
+    helm: Option<helm::lane::Lane>,
 ) {
     results.loaded().await;
+    if let Some(lane) = &helm {
+        lane.gate.results().loaded().await;
+    }
     loop {
         let is_leading = *leading.borrow_and_update();
         if is_leading {
@@ -550,11 +607,19 @@ async fn lead(
                 "leading: converging"
             );
             feed.queue.pause(false);
+            if let Some(lane) = &helm {
+                let queued = lane.queue_all(Trigger::Startup);
+                tracing::info!(queued, "leading: HelmReleases queued");
+                lane.queue.pause(false);
+            }
             if leading.changed().await.is_err() {
                 return;
             }
         } else {
             feed.queue.pause(true);
+            if let Some(lane) = &helm {
+                lane.queue.pause(true);
+            }
             tracing::info!("not leading: serving status only");
             if leading.changed().await.is_err() {
                 return;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::leadership::fence::ServiceFence;
-use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, watch};
+use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, helm, watch};
+use crate::model::Kind;
 use crate::records::results::{Results, Shard};
 
 /// The parts [`start_tuned`] starts (the gate over the results, the resume, the HTTP apps),
@@ -114,10 +115,11 @@ pub fn build_parts(
         handoff_timeout: config.handoff_timeout,
         call_timeout: config.call_timeout,
         default_service_account: config.default_service_account.clone(),
-        events,
+        events: events.clone(),
         default_gate: config.default_gate,
         fence: Some(Arc::new(fence.clone())),
     })
+    .with_helm_field_manager(&config.helm_field_manager)
     .with_storage_classes(storage_classes)
     .with_statefulsets(statefulsets)
     .with_intents(intents.clone());
@@ -128,6 +130,27 @@ pub fn build_parts(
         (None, Some(why)) => gate.with_no_artifact_host(why.clone()),
         (None, None) => gate,
     };
+    // HelmReleases share the converge step (its caches, fence and journal) and keep their
+    // records apart.
+    let helm = helm::HelmGate::new(
+        helm::HelmConfig {
+            client: client.clone(),
+            results: Results::of_kind(
+                client.clone(),
+                config.namespace.clone(),
+                config.call_timeout,
+                shard.clone(),
+                Kind::HelmRelease,
+            ),
+            events,
+            metrics: metrics.clone(),
+            call_timeout: config.call_timeout,
+            handoff_timeout: config.handoff_timeout,
+            default_service_account: config.default_service_account.clone(),
+            max_decoded_bytes: config.fetch.unpack.max_bytes,
+        },
+        gate.clone(),
+    );
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -170,6 +193,7 @@ pub fn build_parts(
         metrics,
         fence,
         storage,
+        helm: Some(helm),
     };
     let caches = async move {
         tokio::join!(storage_class_watch, intent_watch, statefulset_watch);

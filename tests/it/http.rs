@@ -449,7 +449,7 @@ async fn status_filters_by_namespace() {
         .collect();
     assert_eq!(names, ["cache", "kafka"]);
     let (_, body) = app.get_json("/status?namespace=nowhere").await;
-    assert_eq!(body, json!({ "kustomizations": [] }));
+    assert_eq!(body, json!({ "kustomizations": [], "helmReleases": [] }));
     let (_, body) = app.get_json("/status?namespace=").await;
     assert_eq!(
         body["kustomizations"].as_array().map(Vec::len),

@@ -15,6 +15,7 @@ mod flux_standin;
 mod gate;
 mod gate_artifact;
 mod helm_render;
+mod helm_service;
 mod http;
 mod http_edge;
 mod intents;

@@ -556,6 +556,20 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
     fake.rbac_requests()
 }
 
+/// A HelmRelease wedged on the immutable error, converged and handed back under the shipped
+/// roles (the install with its HelmRelease component): the HelmRelease read and patched, its
+/// release Secrets listed, the StatefulSet converged as for a Kustomization.
+async fn helm_release() -> Vec<RbacRequest> {
+    use flux_converger::model::{GateOutcome, RevisionState, Trigger};
+    let fake = crate::helm_service::world().await;
+    check::install(&fake);
+    let gate = crate::helm_service::helm_gate(&fake);
+    let outcome = gate.run("demo", "web", Trigger::Watch).await;
+    assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
+    fake.gc_settled().await;
+    fake.rbac_requests()
+}
+
 fn web_yaml(size: &str) -> String {
     serde_saphyr::to_string(&statefulset(size)).unwrap()
 }
@@ -791,6 +805,7 @@ fn every_check() -> Vec<Asked> {
         leader_elect: true,
         impersonating: true,
         status_auth: true,
+        helm_releases: true,
     })
 }
 
@@ -847,8 +862,8 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         .collect();
     assert_eq!(
         asked.len(),
-        every_check().len() - 3,
-        "one review per permission (no impersonation or status auth here)"
+        every_check().len() - 4,
+        "one review per permission (no impersonation, status auth or HelmRelease records here)"
     );
     running.shutdown().await;
 }
@@ -981,6 +996,7 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(leader_election().await);
     requests.extend(records_and_events().await);
     requests.extend(gate_both_modes().await);
+    requests.extend(helm_release().await);
     requests.extend(service_end_to_end().await);
     requests.extend(status_auth_reads().await);
     let accesses = check::converger_accesses(&requests);

@@ -256,6 +256,7 @@ impl Harness {
             metrics,
             fence: Default::default(),
             storage: None,
+            helm: None,
         };
         start_with(config, self.fake.client(), tuning(), parts)
             .await
@@ -768,6 +769,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             metrics,
             fence: Default::default(),
             storage: None,
+            helm: None,
         },
     )
     .await
@@ -1133,13 +1135,21 @@ async fn status_contract(running: &Running, revision: &str) {
 
     let (code, list) = get("/status").await;
     assert_eq!(code, 200);
-    assert_eq!(keys(&list), ["kustomizations"]);
+    assert_eq!(keys(&list), ["helmReleases", "kustomizations"]);
     let item = &list["kustomizations"][0];
     assert_eq!(
         keys(item),
-        ["gate", "last", "name", "namespace", "sourceRevision"]
+        [
+            "gate",
+            "kind",
+            "last",
+            "name",
+            "namespace",
+            "sourceRevision"
+        ]
     );
     assert_eq!(item["gate"], "suspend");
+    assert_eq!(item["kind"], "Kustomization");
     assert_eq!(item["sourceRevision"], json!(revision));
     let last = &item["last"];
     assert_eq!(
@@ -1182,7 +1192,14 @@ async fn status_contract(running: &Running, revision: &str) {
     assert_eq!(code, 200);
     assert_eq!(
         keys(&detail),
-        ["gate", "name", "namespace", "revisions", "sourceRevision"]
+        [
+            "gate",
+            "kind",
+            "name",
+            "namespace",
+            "revisions",
+            "sourceRevision"
+        ]
     );
     let newest = &detail["revisions"][0];
     assert_eq!(newest["revision"], json!(revision));
@@ -1590,6 +1607,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
             metrics,
             fence: Default::default(),
             storage: None,
+            helm: None,
         },
     )
     .await

@@ -171,7 +171,8 @@ fn results_lists(fake: &FakeApiServer) -> Vec<String> {
             r.path == format!("/api/v1/namespaces/{NS}/configmaps")
                 && !r.watch
                 && matches!(r.method, fake_apiserver::Method::GET)
-                && r.query.contains("results")
+                // The Kustomizations' store (the HelmReleases' lists its own once too).
+                && r.query.contains("record%3Dresults")
         })
         .map(|r| r.query.clone())
         .collect()

@@ -47,6 +47,10 @@ fn crds() -> &'static [Crd] {
                 include_str!("../../../tests/fixtures/flux-crds/kustomizations.yaml"),
             ),
             load(
+                resources::HELM_RELEASE,
+                include_str!("../../../tests/fixtures/flux-crds/helmreleases.yaml"),
+            ),
+            load(
                 resources::GIT_REPOSITORY,
                 include_str!("../../../tests/fixtures/flux-crds/gitrepositories.yaml"),
             ),

@@ -211,6 +211,17 @@ pub const KUSTOMIZATION: ResourceType = flux(
     "kustomization",
     &["ks"],
 );
+/// helm-controller's HelmRelease, served as `v2` (Flux 2.3+).
+pub const HELM_RELEASE: ResourceType = ResourceType {
+    version: "v2",
+    ..flux(
+        "helm.toolkit.fluxcd.io",
+        "HelmRelease",
+        "helmreleases",
+        "helmrelease",
+        &["hr"],
+    )
+};
 pub const GIT_REPOSITORY: ResourceType = flux(
     "source.toolkit.fluxcd.io",
     "GitRepository",
@@ -318,6 +329,7 @@ pub const ALL: &[ResourceType] = &[
     STORAGE_CLASS,
     LEASE,
     KUSTOMIZATION,
+    HELM_RELEASE,
     GIT_REPOSITORY,
     OCI_REPOSITORY,
     BUCKET,

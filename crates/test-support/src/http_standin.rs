@@ -53,6 +53,8 @@ impl StandIn {
         self.details.insert(
             (namespace.to_string(), name.to_string()),
             KustomizationDetail {
+                kind: flux_converger::model::Kind::Kustomization,
+                waiting: None,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 gate,
@@ -100,6 +102,8 @@ impl Backend for StandIn {
             .values()
             .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
             .map(|d| KustomizationSummary {
+                kind: flux_converger::model::Kind::Kustomization,
+                waiting: None,
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),
                 gate: d.gate,

@@ -244,10 +244,23 @@ pub fn grants_of(objects: &[Value], namespace: &str, service_account: &str) -> V
 
 /// The install as `kubectl apply -k manifests/` creates it.
 pub fn installed_objects() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests");
+    // The install with its opt-in component for HelmReleases (reading release Secrets), as an
+    // operator adds it: the flows here send what both grant. kustomize takes only relative
+    // paths, so the overlay is written next to manifests/.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let overlay = tempfile::Builder::new()
+        .prefix(".rbac-install-")
+        .tempdir_in(&root)
+        .expect("a directory for the overlay");
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        "resources:\n  - ../manifests\ncomponents:\n  - ../manifests/helm-release-reader\n",
+    )
+    .expect("write the overlay");
+    let dir = overlay.path();
     let out = Command::new("kubectl")
         .arg("kustomize")
-        .arg(&dir)
+        .arg(dir)
         .output()
         .expect("kubectl runs");
     assert!(

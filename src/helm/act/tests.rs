@@ -381,3 +381,19 @@ fn reasons_read_as_sentences() {
         assert_eq!(why.to_string(), text);
     }
 }
+
+#[test]
+fn a_retry_waits_for_a_new_generation_or_version_by_table() {
+    for (generation, version, newest, allowed) in [
+        (Some(3), Some("v3"), (Some(3), 3), false),
+        (Some(3), Some("v3"), (Some(4), 3), true),
+        (Some(3), Some("v3"), (Some(3), 4), true),
+        (Some(3), None, (Some(3), 3), true),
+    ] {
+        assert_eq!(
+            retry_allowed(generation, version, newest.0, newest.1),
+            allowed,
+            "{generation:?} {version:?} {newest:?}"
+        );
+    }
+}

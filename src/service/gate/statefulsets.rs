@@ -22,7 +22,7 @@ impl Gate {
     /// decided, proven and pre-flighted before any is written, so a refusal (or a failure)
     /// of one leaves the others untouched (`held`) instead of applying half a revision that
     /// is then never handed off.
-    pub(super) async fn converge_all(&self, wanted: Desired<'_>) -> Vec<StatefulSetEntry> {
+    pub(crate) async fn converge_all(&self, wanted: Desired<'_>) -> Vec<StatefulSetEntry> {
         let c = &self.config;
         let user = wanted.user.map(str::to_string);
         let tenant_client = match &user {
@@ -71,7 +71,8 @@ impl Gate {
                 }
             }
         }
-        let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout);
+        let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout)
+            .with_helm_field_manager(&self.helm_field_manager);
         if let Some(store) = &self.storage_classes {
             cluster = cluster.with_storage_classes(store.clone());
         }
@@ -89,7 +90,12 @@ impl Gate {
             revision: Some(wanted.revision.to_string()),
             act_as: user.clone(),
             in_place: self.in_place.clone(),
-            kustomization: Some(wanted.owner.to_string()),
+            // The object the intent came from, whose identity a resume checks: `ns/name` of a
+            // Kustomization, `HelmRelease/ns/name` of a HelmRelease.
+            kustomization: Some(match wanted.kind {
+                crate::model::Kind::Kustomization => wanted.owner.to_string(),
+                kind => format!("{kind}/{}", wanted.owner),
+            }),
             ..converge::Options::default()
         };
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;
