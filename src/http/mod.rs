@@ -123,7 +123,8 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
         .route(
             "/status/helmreleases/{namespace}/{name}",
             get(status::helm_release),
-        );
+        )
+        .route("/helmreleases/{namespace}/{name}", get(ui::helm_release));
     let mut one = Router::new()
         .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
         .route("/status/{namespace}/{name}", get(status::one));

@@ -499,13 +499,35 @@ pub(super) async fn kustomization(
     Seen(state): Seen,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
+    let detail = state.backend.kustomization(&namespace, &name);
+    let json_href = format!("/status/{namespace}/{name}");
+    detail_page(detail, "Kustomization", &namespace, &name, json_href)
+}
+
+/// `/helmreleases/{ns}/{name}`: a HelmRelease's history, as a Kustomization's page shows it.
+pub(super) async fn helm_release(
+    Seen(state): Seen,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let detail = state.backend.helm_release(&namespace, &name);
+    let json_href = format!("/status/helmreleases/{namespace}/{name}");
+    detail_page(detail, "HelmRelease", &namespace, &name, json_href)
+}
+
+fn detail_page(
+    detail: Option<crate::model::KustomizationDetail>,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    json_href: String,
+) -> Response {
     let now = now();
-    let Some(detail) = state.backend.kustomization(&namespace, &name) else {
+    let Some(detail) = detail else {
         let page = ErrorPage {
             title: "Not handled".to_string(),
             generated_at: stamp(now),
             message: format!(
-                "Kustomization {namespace}/{name} is not handled by flux-converger (no such Kustomization, \
+                "{kind} {namespace}/{name} is not handled by flux-converger (no such {kind}, \
                  or its flux-converger.io/gate annotation is off)."
             ),
         };
@@ -515,7 +537,7 @@ pub(super) async fn kustomization(
         title: format!("{}/{}", detail.namespace, detail.name),
         generated_at: stamp(now),
         refresh_seconds: REFRESH_SECONDS,
-        json_href: format!("/status/{}/{}", detail.namespace, detail.name),
+        json_href,
         revisions: detail
             .revisions
             .iter()

@@ -624,6 +624,15 @@ async fn e2e_the_service_converges_a_wedged_helmrelease_and_reports_it() {
         .to_string();
     let (code, _) = get(format!("{base}/status/helmreleases/{NS}/absent")).await;
     assert_eq!(code, 404);
+    let page = reqwest::get(format!("{base}/helmreleases/{NS}/web"))
+        .await
+        .unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("/status/helmreleases/demo/web") && html.contains("v2"),
+        "{html}"
+    );
 
     answer(&fake, &token, true);
     let mut flux = Value::Null;
