@@ -9,19 +9,36 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::model::Kind;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabel {
     pub code: String,
 }
 
+/// The series about converges carry the gated object's kind (`Kustomization`,
+/// `HelmRelease`), last, after the label they had before it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
     pub state: String,
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepLabel {
     pub step: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabel {
+    pub code: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
 }
 
 fn step_histogram() -> Histogram {
@@ -33,9 +50,9 @@ fn step_histogram() -> Histogram {
 pub struct Metrics {
     pub hook_requests: Family<CodeLabel, Counter>,
     pub revisions: Family<StateLabel, Counter>,
-    pub claims_grown: Counter,
-    pub statefulsets_recreated: Counter,
-    pub refusals: Family<CodeLabel, Counter>,
+    pub claims_grown: Family<KindLabel, Counter>,
+    pub statefulsets_recreated: Family<KindLabel, Counter>,
+    pub refusals: Family<RefusalLabel, Counter>,
     pub queue_depth: Gauge,
     pub step_duration: Family<StepLabel, Histogram, fn() -> Histogram>,
     pub last_resync: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -54,8 +71,8 @@ impl Default for Metrics {
         Metrics {
             hook_requests: Family::default(),
             revisions: Family::default(),
-            claims_grown: Counter::default(),
-            statefulsets_recreated: Counter::default(),
+            claims_grown: Family::default(),
+            statefulsets_recreated: Family::default(),
             refusals: Family::default(),
             queue_depth: Gauge::default(),
             step_duration: Family::new_with_constructor(step_histogram),
@@ -136,18 +153,36 @@ impl Metrics {
             .inc();
     }
 
-    pub fn revision(&self, state: &str) {
+    pub fn revision(&self, kind: Kind, state: &str) {
         self.revisions
             .get_or_create(&StateLabel {
                 state: state.to_string(),
+                kind: kind.to_string(),
             })
             .inc();
     }
 
-    pub fn refusal(&self, code: &str) {
+    pub fn refusal(&self, kind: Kind, code: &str) {
         self.refusals
-            .get_or_create(&CodeLabel {
+            .get_or_create(&RefusalLabel {
                 code: code.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn claims_grown(&self, kind: Kind, claims: u64) {
+        self.claims_grown
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .inc_by(claims);
+    }
+
+    pub fn recreated(&self, kind: Kind) {
+        self.statefulsets_recreated
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
             })
             .inc();
     }
@@ -158,10 +193,11 @@ impl Metrics {
         self.render_sandbox_landlock_abi.set(i64::from(status.abi));
     }
 
-    pub fn step(&self, step: &str, seconds: f64) {
+    pub fn step(&self, kind: Kind, step: &str, seconds: f64) {
         self.step_duration
             .get_or_create(&StepLabel {
                 step: step.to_string(),
+                kind: kind.to_string(),
             })
             .observe(seconds);
     }

@@ -273,7 +273,11 @@ impl Gate {
             .resolver
             .resolve_from_within(namespace, name, target.map(|t| &t.upstream), c.call_timeout)
             .await;
-        c.metrics.step("resolve", t.elapsed().as_secs_f64());
+        c.metrics.step(
+            crate::model::Kind::Kustomization,
+            "resolve",
+            t.elapsed().as_secs_f64(),
+        );
         let resolved = match resolved {
             Ok(r) => r,
             Err(e) => {
@@ -345,7 +349,11 @@ impl Gate {
         let entries = self
             .converge_all(Desired::of_render(&resolved, &owner, user.as_deref()))
             .await;
-        c.metrics.step("converge", t.elapsed().as_secs_f64());
+        c.metrics.step(
+            crate::model::Kind::Kustomization,
+            "converge",
+            t.elapsed().as_secs_f64(),
+        );
         match &recheck {
             Some(previous) => {
                 record.statefulsets = recheck::merge(&previous.statefulsets, entries);
@@ -448,7 +456,11 @@ impl Gate {
             .hand_off(self, run, &mut record)
             .await
             .map(|o| open = o);
-        c.metrics.step("handoff", t.elapsed().as_secs_f64());
+        c.metrics.step(
+            crate::model::Kind::Kustomization,
+            "handoff",
+            t.elapsed().as_secs_f64(),
+        );
         if let Err(message) = handed {
             record.state = RevisionState::Failed;
             record.error = Some(StepError::new("handoff", message.clone()));
@@ -590,7 +602,8 @@ impl Gate {
         record.finished_at = Some(now());
         self.save(&namespace, &name, &record).await;
         if publish {
-            c.metrics.revision(record.state.as_str());
+            c.metrics
+                .revision(crate::model::Kind::Kustomization, record.state.as_str());
             if let Some(event) = revision_event(&record) {
                 c.events.publish(ks, &event).await;
             }

@@ -646,6 +646,19 @@ async fn e2e_the_service_converges_a_wedged_helmrelease_and_reports_it() {
     }
     assert_eq!(flux["outcome"], "applied", "{flux}");
     assert_eq!(flux["appliedRevision"], "v3", "{flux}");
+    let metrics = reqwest::get(format!("http://{}/metrics", running.metrics_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "flux_converger_revisions_total{state=\"converged\",kind=\"HelmRelease\"}",
+        "flux_converger_claims_grown_total{kind=\"HelmRelease\"} 2",
+        "flux_converger_statefulsets_recreated_total{kind=\"HelmRelease\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from\n{metrics}");
+    }
     running.shutdown().await;
 }
 

@@ -532,12 +532,15 @@ async fn metrics_expose_every_series() {
     app.hook(new_artifact("apps"), &[]).await;
     app.hook(b"nope".to_vec(), &[]).await;
     let m = &app.state.metrics;
-    m.revision("converged");
-    m.refusal("shrink");
-    m.claims_grown.inc_by(3);
-    m.statefulsets_recreated.inc();
+    use flux_converger::model::Kind;
+    m.revision(Kind::Kustomization, "converged");
+    m.revision(Kind::HelmRelease, "converged");
+    m.refusal(Kind::Kustomization, "shrink");
+    m.claims_grown(Kind::Kustomization, 3);
+    m.claims_grown(Kind::HelmRelease, 2);
+    m.recreated(Kind::Kustomization);
     m.queue_depth.set(2);
-    m.step("grow", 0.02);
+    m.step(Kind::Kustomization, "grow", 0.02);
     m.last_resync.set(1_796_000_000.0);
     let response = app
         .send_metrics_port(
@@ -559,12 +562,14 @@ async fn metrics_expose_every_series() {
     for series in [
         "flux_converger_hook_requests_total{code=\"202\"} 1",
         "flux_converger_hook_requests_total{code=\"400\"} 1",
-        "flux_converger_revisions_total{state=\"converged\"} 1",
-        "flux_converger_refusals_total{code=\"shrink\"} 1",
-        "flux_converger_claims_grown_total 3",
-        "flux_converger_statefulsets_recreated_total 1",
+        "flux_converger_revisions_total{state=\"converged\",kind=\"Kustomization\"} 1",
+        "flux_converger_revisions_total{state=\"converged\",kind=\"HelmRelease\"} 1",
+        "flux_converger_refusals_total{code=\"shrink\",kind=\"Kustomization\"} 1",
+        "flux_converger_claims_grown_total{kind=\"Kustomization\"} 3",
+        "flux_converger_claims_grown_total{kind=\"HelmRelease\"} 2",
+        "flux_converger_statefulsets_recreated_total{kind=\"Kustomization\"} 1",
         "flux_converger_queue_depth 2",
-        "flux_converger_step_duration_seconds_count{step=\"grow\"} 1",
+        "flux_converger_step_duration_seconds_count{step=\"grow\",kind=\"Kustomization\"} 1",
         "flux_converger_last_resync_timestamp_seconds 1796000000",
         "# EOF",
     ] {

@@ -101,7 +101,10 @@ impl Gate {
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;
         let mut entries = Vec::with_capacity(results.len());
         for (d, result) in desired.iter().zip(results) {
-            entries.push(self.entry_of(&cluster, d, result, user.as_deref()).await);
+            entries.push(
+                self.entry_of(&cluster, d, result, user.as_deref(), wanted.kind)
+                    .await,
+            );
         }
         entries
     }
@@ -114,6 +117,7 @@ impl Gate {
         desired: &StatefulSet,
         result: Result<converge::Report, ConvergeError>,
         user: Option<&str>,
+        kind: crate::model::Kind,
     ) -> StatefulSetEntry {
         let c = &self.config;
         let ns = desired.metadata.namespace.as_deref().unwrap_or_default();
@@ -121,15 +125,15 @@ impl Gate {
         match result {
             Ok(report) => {
                 let e = entry::from_report(&report);
-                c.metrics.claims_grown.inc_by(e.claims.len() as u64);
+                c.metrics.claims_grown(kind, e.claims.len() as u64);
                 if report.recreated {
-                    c.metrics.statefulsets_recreated.inc();
+                    c.metrics.recreated(kind);
                 }
                 if let Some(r) = &e.refusal {
-                    c.metrics.refusal(r.code.as_str());
+                    c.metrics.refusal(kind, r.code.as_str());
                 }
                 for s in &report.steps {
-                    c.metrics.step(s.step.as_str(), s.millis / 1000.0);
+                    c.metrics.step(kind, s.step.as_str(), s.millis / 1000.0);
                 }
                 tracing::info!(statefulset = %name, namespace = %ns, outcome = ?e.outcome, "converged");
                 e

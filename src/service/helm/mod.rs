@@ -414,7 +414,7 @@ impl HelmGate {
         let key = hr.key();
         record.finished_at = Some(now());
         self.save(&key, record).await;
-        c.metrics.revision(record.state.as_str());
+        c.metrics.revision(Kind::HelmRelease, record.state.as_str());
         if let Some(event) = revision_event(record) {
             c.events.publish(hr, &event).await;
         }
