@@ -719,3 +719,36 @@ async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
     // Not a Kustomization of that name: none exists.
     assert!(resume(intent(OWN_IDENTITY, "demo/web")).await.is_err());
 }
+
+/// A record whose StatefulSet the converge refuses (a shrink) is refused once: nothing is
+/// written to the StatefulSet or its claims, and the same record is not converged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_release_record_is_refused_once_and_nothing_is_written() {
+    let fake = world().await;
+    let mut r = record("release-v2-failed.yaml");
+    r.manifest = r.manifest.replace("storage: 2Gi", "storage: 512Mi");
+    fake.remove("v1", "Secret", Some(NS), "sh.helm.release.v1.web.v2");
+    let secret = release::encode_secret(&r, NS, ("modifiedAt", 1_764_585_002)).unwrap();
+    fake.seed(serde_json::to_value(secret).unwrap());
+    fake.clear_requests();
+    let gate = helm_gate(&fake);
+    assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Refused));
+    let record = last(&gate);
+    let refusal = record.statefulsets[0].refusal.as_ref().expect("a refusal");
+    assert_eq!(refusal.code.as_str(), "shrink", "{record:#?}");
+    assert!(
+        fake.writes()
+            .iter()
+            .all(|w| w.path.contains("/configmaps") || w.path.contains("/events")),
+        "{:?}",
+        fake.writes()
+    );
+    assert!(helmrelease(&fake)["metadata"]["annotations"]["reconcile.fluxcd.io/forceAt"].is_null());
+    fake.clear_requests();
+    assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Refused));
+    assert!(
+        fake.writes().is_empty(),
+        "refused again: {:?}",
+        fake.writes()
+    );
+}

@@ -190,6 +190,15 @@ impl HelmGate {
         if let Some(blocked) = last.as_ref().and_then(|l| blocked_by(l, &hr, version)) {
             return Run::Waiting(blocked);
         }
+        // A refused record is not converged again until it or the HelmRelease changes, as a
+        // refused revision of a Kustomization is not: the same input is refused the same way.
+        if last.as_ref().is_some_and(|l| {
+            l.state == RevisionState::Refused
+                && l.revision == format!("v{version}")
+                && l.generation == hr.metadata.generation
+        }) {
+            return Run::Outcome(GateOutcome::Done(RevisionState::Refused));
+        }
         let Some(record) = newest else {
             return Run::Waiting("no release record found".into());
         };
