@@ -49,9 +49,27 @@ pub const MAX_CACHED: usize = 4096;
 /// Reviews in flight at once for one list.
 const CONCURRENT_REVIEWS: usize = 8;
 
-/// The API group and resource a caller must be allowed to `get`.
+/// The API group and resource a caller must be allowed to `get` for a Kustomization's results.
 pub const GROUP: &str = "kustomize.toolkit.fluxcd.io";
 pub const RESOURCE: &str = "kustomizations";
+
+/// What a caller is asked about: `get` on this resource, as the gated object's own RBAC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Resource {
+    pub group: &'static str,
+    pub resource: &'static str,
+}
+
+/// A Kustomization's results: `get kustomizations.kustomize.toolkit.fluxcd.io`.
+pub const KUSTOMIZATIONS: Resource = Resource {
+    group: GROUP,
+    resource: RESOURCE,
+};
+/// A HelmRelease's results: `get helmreleases.helm.toolkit.fluxcd.io`.
+pub const HELMRELEASES: Resource = Resource {
+    group: "helm.toolkit.fluxcd.io",
+    resource: "helmreleases",
+};
 
 /// The identity a TokenReview found, passed on as is to the SubjectAccessReviews.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -78,11 +96,12 @@ pub trait Reviewer: Send + Sync + 'static {
         &'a self,
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<Caller>, ReviewError>>;
-    /// A SubjectAccessReview: may `caller` `get` kustomizations in `namespace` (`None`: all
+    /// A SubjectAccessReview: may `caller` `get` `resource` in `namespace` (`None`: all
     /// namespaces) named `name` (`None`: any)?
     fn may_get<'a>(
         &'a self,
         caller: &'a Caller,
+        resource: Resource,
         namespace: Option<&'a str>,
         name: Option<&'a str>,
     ) -> BoxFuture<'a, Result<bool, ReviewError>>;
@@ -136,7 +155,7 @@ type TokenKey = [u8; 32];
 pub struct StatusAuth {
     reviewer: Arc<dyn Reviewer>,
     callers: Kept<TokenKey, Option<Arc<Caller>>>,
-    access: Kept<(TokenKey, Option<String>, Option<String>), bool>,
+    access: Kept<(TokenKey, Resource, Option<String>, Option<String>), bool>,
 }
 
 /// Why a request is not let through: its answer.
@@ -212,17 +231,23 @@ impl StatusAuth {
         &self,
         key: &TokenKey,
         caller: &Caller,
+        resource: Resource,
         namespace: Option<&str>,
         name: Option<&str>,
     ) -> Result<bool, Refusal> {
-        let entry = (*key, namespace.map(String::from), name.map(String::from));
+        let entry = (
+            *key,
+            resource,
+            namespace.map(String::from),
+            name.map(String::from),
+        );
         let now = Instant::now();
         if let Some(allowed) = self.access.get(&entry, now) {
             return Ok(allowed);
         }
         let allowed = self
             .reviewer
-            .may_get(caller, namespace, name)
+            .may_get(caller, resource, namespace, name)
             .await
             .map_err(|e| Refusal::Unavailable(e.to_string()))?;
         self.access.put(entry, allowed, now);
@@ -234,15 +259,16 @@ impl StatusAuth {
         &self,
         key: &TokenKey,
         caller: &Caller,
+        resource: Resource,
         rows: Vec<(String, String)>,
     ) -> Result<HashSet<(String, String)>, Refusal> {
-        if rows.is_empty() || self.may_get(key, caller, None, None).await? {
+        if rows.is_empty() || self.may_get(key, caller, resource, None, None).await? {
             return Ok(rows.into_iter().collect());
         }
         let namespaces: BTreeSet<String> = rows.iter().map(|(ns, _)| ns.clone()).collect();
         let open: Vec<(String, Result<bool, Refusal>)> = futures::stream::iter(namespaces)
             .map(|ns: String| async move {
-                let allowed = self.may_get(key, caller, Some(&ns), None).await;
+                let allowed = self.may_get(key, caller, resource, Some(&ns), None).await;
                 (ns, allowed)
             })
             .buffer_unordered(CONCURRENT_REVIEWS)
@@ -260,7 +286,9 @@ impl StatusAuth {
         let mut visible: HashSet<(String, String)> = visible.into_iter().collect();
         let named: Vec<((String, String), Result<bool, Refusal>)> = futures::stream::iter(rest)
             .map(|(ns, name): (String, String)| async move {
-                let allowed = self.may_get(key, caller, Some(&ns), Some(&name)).await;
+                let allowed = self
+                    .may_get(key, caller, resource, Some(&ns), Some(&name))
+                    .await;
                 ((ns, name), allowed)
             })
             .buffer_unordered(CONCURRENT_REVIEWS)
@@ -338,14 +366,34 @@ pub(super) async fn list_guard(
         .into_iter()
         .map(|s| (s.namespace, s.name))
         .collect();
-    let visible = match guard.auth.visible(&key, &caller, rows).await {
+    let visible = match guard
+        .auth
+        .visible(&key, &caller, KUSTOMIZATIONS, rows)
+        .await
+    {
         Ok(visible) => visible,
         Err(refusal) => return refusal.into_response(),
     };
-    tracing::debug!(user = %caller.username, rows = visible.len(), "status read");
+    let helm_rows = guard
+        .backend
+        .helm_releases(None)
+        .into_iter()
+        .map(|s| (s.namespace, s.name))
+        .collect();
+    let visible_helm = match guard
+        .auth
+        .visible(&key, &caller, HELMRELEASES, helm_rows)
+        .await
+    {
+        Ok(visible) => visible,
+        Err(refusal) => return refusal.into_response(),
+    };
+    tracing::debug!(user = %caller.username, rows = visible.len(),
+        helm_releases = visible_helm.len(), "status read");
     request.extensions_mut().insert(Viewed(Arc::new(Filtered {
         inner: guard.backend.clone(),
         visible,
+        visible_helm,
     })));
     next.run(request).await
 }
@@ -357,19 +405,40 @@ pub(super) async fn one_guard(
     request: Request,
     next: Next,
 ) -> Response {
+    one_of(guard, KUSTOMIZATIONS, &namespace, &name, request, next).await
+}
+
+/// `/status/helmreleases/{ns}/{name}` and its page: a caller that may get that HelmRelease.
+pub(super) async fn helm_one_guard(
+    State(guard): State<Guard>,
+    Path((namespace, name)): Path<(String, String)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    one_of(guard, HELMRELEASES, &namespace, &name, request, next).await
+}
+
+async fn one_of(
+    guard: Guard,
+    resource: Resource,
+    namespace: &str,
+    name: &str,
+    request: Request,
+    next: Next,
+) -> Response {
     let (key, caller) = match guard.auth.caller(request.headers()).await {
         Ok(found) => found,
         Err(refusal) => return refusal.into_response(),
     };
     match guard
         .auth
-        .may_get(&key, &caller, Some(&namespace), Some(&name))
+        .may_get(&key, &caller, resource, Some(namespace), Some(name))
         .await
     {
         Ok(true) => next.run(request).await,
         Ok(false) => ApiError::new(
             StatusCode::FORBIDDEN,
-            forbidden(&caller.username, &namespace, &name),
+            forbidden(&caller.username, resource, namespace, name),
         )
         .into_response(),
         Err(refusal) => refusal.into_response(),
@@ -377,10 +446,11 @@ pub(super) async fn one_guard(
 }
 
 /// The API server's wording of the same refusal.
-fn forbidden(user: &str, namespace: &str, name: &str) -> String {
+fn forbidden(user: &str, resource: Resource, namespace: &str, name: &str) -> String {
+    let Resource { group, resource } = resource;
     format!(
-        "{RESOURCE}.{GROUP} {name:?} is forbidden: User {user:?} cannot get resource \
-         {RESOURCE:?} in API group {GROUP:?} in the namespace {namespace:?}"
+        "{resource}.{group} {name:?} is forbidden: User {user:?} cannot get resource \
+         {resource:?} in API group {group:?} in the namespace {namespace:?}"
     )
 }
 
@@ -388,6 +458,8 @@ fn forbidden(user: &str, namespace: &str, name: &str) -> String {
 struct Filtered {
     inner: Arc<dyn Backend>,
     visible: HashSet<(String, String)>,
+    /// The HelmReleases the caller may get.
+    visible_helm: HashSet<(String, String)>,
 }
 
 impl Filtered {
@@ -416,6 +488,25 @@ impl Backend for Filtered {
         self.inner.kustomization(namespace, name)
     }
 
+    fn helm_releases(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        let mut rows = self.inner.helm_releases(namespace);
+        rows.retain(|s| {
+            self.visible_helm
+                .contains(&(s.namespace.clone(), s.name.clone()))
+        });
+        rows
+    }
+
+    fn helm_release(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+        if !self
+            .visible_helm
+            .contains(&(namespace.to_string(), name.to_string()))
+        {
+            return None;
+        }
+        self.inner.helm_release(namespace, name)
+    }
+
     fn ready(&self) -> Result<(), String> {
         self.inner.ready()
     }
@@ -441,6 +532,8 @@ mod tests {
         tokens: HashMap<&'static str, &'static str>,
         /// (user, namespace or "" for all, name or "" for any).
         grants: Vec<(&'static str, &'static str, &'static str)>,
+        /// The resource the grants are on (default: Kustomizations).
+        resource: Option<Resource>,
         asked: AtomicUsize,
     }
 
@@ -460,16 +553,19 @@ mod tests {
         fn may_get<'a>(
             &'a self,
             caller: &'a Caller,
+            resource: Resource,
             namespace: Option<&'a str>,
             name: Option<&'a str>,
         ) -> BoxFuture<'a, Result<bool, ReviewError>> {
             self.asked.fetch_add(1, Ordering::SeqCst);
             let (ns, nm) = (namespace.unwrap_or(""), name.unwrap_or(""));
-            let allowed = self.grants.iter().any(|(user, gns, gname)| {
-                *user == caller.username
-                    && (gns.is_empty() || *gns == ns)
-                    && (gname.is_empty() || *gname == nm)
-            });
+            let on = self.resource.unwrap_or(KUSTOMIZATIONS) == resource;
+            let allowed = on
+                && self.grants.iter().any(|(user, gns, gname)| {
+                    *user == caller.username
+                        && (gns.is_empty() || *gns == ns)
+                        && (gname.is_empty() || *gname == nm)
+                });
             Box::pin(async move { Ok(allowed) })
         }
     }
@@ -521,7 +617,7 @@ mod tests {
                 ..Caller::default()
             };
             let key = [0; 32];
-            let Ok(got) = auth.visible(&key, &caller, rows()).await else {
+            let Ok(got) = auth.visible(&key, &caller, KUSTOMIZATIONS, rows()).await else {
                 panic!("{case}: refused");
             };
             let want: HashSet<(String, String)> = want
@@ -532,9 +628,41 @@ mod tests {
             let asked = table.asked.load(Ordering::SeqCst);
             assert!(asked <= most, "{case}: {asked} reviews");
             // Asked again within the TTL: every answer is kept.
-            let _ = auth.visible(&key, &caller, rows()).await;
+            let _ = auth.visible(&key, &caller, KUSTOMIZATIONS, rows()).await;
             assert_eq!(table.asked.load(Ordering::SeqCst), asked, "{case}: kept");
         }
+    }
+
+    /// A grant on Kustomizations shows no HelmRelease, and one on HelmReleases no
+    /// Kustomization: each kind's rows are reviewed against its own resource.
+    #[tokio::test]
+    async fn each_kind_is_reviewed_against_its_own_resource() {
+        let caller = Caller {
+            username: "u".into(),
+            ..Caller::default()
+        };
+        for (granted, asked, shown) in [
+            (KUSTOMIZATIONS, KUSTOMIZATIONS, 4),
+            (KUSTOMIZATIONS, HELMRELEASES, 0),
+            (HELMRELEASES, HELMRELEASES, 4),
+            (HELMRELEASES, KUSTOMIZATIONS, 0),
+        ] {
+            let table = Arc::new(Table {
+                grants: vec![("u", "", "")],
+                resource: Some(granted),
+                ..Table::default()
+            });
+            let auth = StatusAuth::new(table);
+            let Ok(got) = auth.visible(&[0; 32], &caller, asked, rows()).await else {
+                panic!("refused");
+            };
+            assert_eq!(got.len(), shown, "granted {granted:?}, asked {asked:?}");
+        }
+        let message = forbidden("u", HELMRELEASES, "demo", "web");
+        assert_eq!(
+            message,
+            "helmreleases.helm.toolkit.fluxcd.io \"web\" is forbidden: User \"u\" cannot get resource \"helmreleases\" in API group \"helm.toolkit.fluxcd.io\" in the namespace \"demo\""
+        );
     }
 
     #[tokio::test]

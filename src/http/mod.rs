@@ -117,17 +117,16 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
         .layer(Extension(lanes));
     let mut lists = Router::new()
         .route("/", get(ui::dashboard).layer(Extension(pages)))
-        .route("/status", get(status::list))
-        // Behind the list guard: with --status-auth the filtered backend shows no HelmRelease
-        // (its reviews ask about Kustomizations), so nothing is shown that was not reviewed.
+        .route("/status", get(status::list));
+    let mut one = Router::new()
+        .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
+        .route("/status/{namespace}/{name}", get(status::one));
+    let mut helm_one = Router::new()
         .route(
             "/status/helmreleases/{namespace}/{name}",
             get(status::helm_release),
         )
         .route("/helmreleases/{namespace}/{name}", get(ui::helm_release));
-    let mut one = Router::new()
-        .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
-        .route("/status/{namespace}/{name}", get(status::one));
     if let Some(status_auth) = options.status_auth {
         let guard = auth::Guard {
             auth: status_auth,
@@ -137,11 +136,19 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
             guard.clone(),
             auth::list_guard,
         ));
-        one = one.route_layer(axum::middleware::from_fn_with_state(guard, auth::one_guard));
+        one = one.route_layer(axum::middleware::from_fn_with_state(
+            guard.clone(),
+            auth::one_guard,
+        ));
+        helm_one = helm_one.route_layer(axum::middleware::from_fn_with_state(
+            guard,
+            auth::helm_one_guard,
+        ));
     }
     let router = open
         .merge(lists)
         .merge(one)
+        .merge(helm_one)
         .fallback(not_found)
         .with_state(state);
     hardened(router)

@@ -1,7 +1,7 @@
 //! The reviews behind `--status-auth=kubernetes` (`http::auth`), asked with the service's own
 //! client: a TokenReview (`authentication.k8s.io/v1`) for the caller's bearer token, and a
 //! SubjectAccessReview (`authorization.k8s.io/v1`) of `get kustomizations.kustomize.toolkit.fluxcd.io`
-//! for the user, groups, uid and extra that TokenReview found. The service's identity needs
+//! (or `helmreleases.helm.toolkit.fluxcd.io`, for a HelmRelease's results) for the user, groups, uid and extra that TokenReview found. The service's identity needs
 //! `create` on both (manifests/clusterrole.yaml, `access::PERMISSIONS`), as controller-runtime's
 //! authenticated metrics do.
 
@@ -15,7 +15,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::http::auth::{Caller, GROUP, RESOURCE, ReviewError, Reviewer};
+use crate::http::auth::{Caller, Resource, ReviewError, Reviewer};
 
 /// Asks the API server, each call bounded by `timeout`.
 pub struct KubeReviewer {
@@ -78,6 +78,7 @@ impl Reviewer for KubeReviewer {
     fn may_get<'a>(
         &'a self,
         caller: &'a Caller,
+        resource: Resource,
         namespace: Option<&'a str>,
         name: Option<&'a str>,
     ) -> BoxFuture<'a, Result<bool, ReviewError>> {
@@ -91,8 +92,8 @@ impl Reviewer for KubeReviewer {
                         .then(|| caller.extra.clone().into_iter().collect()),
                     resource_attributes: Some(ResourceAttributes {
                         verb: Some("get".into()),
-                        group: Some(GROUP.into()),
-                        resource: Some(RESOURCE.into()),
+                        group: Some(resource.group.into()),
+                        resource: Some(resource.resource.into()),
                         namespace: namespace.map(String::from),
                         name: name.map(String::from),
                         ..Default::default()

@@ -38,6 +38,9 @@ enum Seen {
         key: String,
         trigger: Trigger,
         waiting: Waiting,
+        /// The fake's resourceVersion when the run started: later than the new revision's
+        /// announcement means the run started after the revision was there to see.
+        rv: u64,
     },
     Mark(&'static str),
 }
@@ -47,6 +50,7 @@ struct Observer {
     inner: Arc<dyn Runner>,
     seen: Arc<Mutex<Vec<Seen>>>,
     queue: Arc<OnceLock<Queue<Key>>>,
+    fake: FakeApiServer,
 }
 
 impl Runner for Observer {
@@ -61,6 +65,7 @@ impl Runner for Observer {
             key: format!("{namespace}/{name}"),
             trigger,
             waiting,
+            rv: self.fake.resource_version(),
         });
         self.inner.run(namespace, name, trigger)
     }
@@ -169,6 +174,7 @@ async fn a_healthy_revision_starts_ahead_of_a_failing_backlog() {
         inner: parts.runner.clone(),
         seen: seen.clone(),
         queue: queue.clone(),
+        fake: fake.clone(),
     });
     let storage_classes = tokio::spawn(storage_classes);
     let running = start_with(config, client.clone(), tuning, parts)
@@ -204,14 +210,28 @@ async fn a_healthy_revision_starts_ahead_of_a_failing_backlog() {
         .unwrap_or_default();
     assert!(error.contains("127.0.0.1"), "{error}");
 
-    // A new revision, and its webhook. Marked once the source publishes it: the runs the
-    // backlog starts while the artifact is being built (before the revision exists) say nothing
-    // about the queue's order.
+    // A new revision, and its webhook.
+    seen.lock().unwrap().push(Seen::Mark("publish"));
     let r2 = source
         .publish("two", &[("apps/settings.yaml", config_map(2).as_str())])
         .await
         .unwrap();
-    seen.lock().unwrap().push(Seen::Mark("publish"));
+    // The resourceVersion of its announcement (the GitRepository's status): runs the backlog
+    // started before it, while the artifact was still being stored, say nothing about the
+    // queue's order.
+    let announced: u64 = fake
+        .get(
+            "source.toolkit.fluxcd.io/v1",
+            "GitRepository",
+            Some(NS),
+            HEALTHY,
+        )
+        .and_then(|g| {
+            g["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+        })
+        .expect("the GitRepository's resourceVersion");
     let hook = Event {
         involved_object: InvolvedObject {
             kind: "GitRepository".into(),
@@ -241,6 +261,7 @@ async fn a_healthy_revision_starts_ahead_of_a_failing_backlog() {
                 key,
                 trigger,
                 waiting,
+                ..
             } if key.ends_with(HEALTHY) => Some((i, (*trigger, *waiting))),
             _ => None,
         })
@@ -254,7 +275,7 @@ async fn a_healthy_revision_starts_ahead_of_a_failing_backlog() {
     // per worker at most) started: none of the failing backlog went first.
     let failing_first = seen[publish..publish + offset]
         .iter()
-        .filter(|s| matches!(s, Seen::Run { .. }))
+        .filter(|s| matches!(s, Seen::Run { rv, .. } if *rv >= announced))
         .count();
     assert!(
         failing_first <= 2,
