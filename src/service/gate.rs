@@ -338,10 +338,9 @@ impl Gate {
                 // A retry of a revision that failed at this generation is shown `running` but
                 // not written: what is stored (the failure) is what a restart must retry, and
                 // the attempt writes once, at its end, if it ends otherwise.
-                let retry = c
-                    .results
-                    .last(namespace, name)
-                    .is_some_and(|last| crate::records::results::is_repeat(&failed_like(&record), &last));
+                let retry = c.results.last(namespace, name).is_some_and(|last| {
+                    crate::records::results::is_repeat(&failed_like(&record), &last)
+                });
                 if retry {
                     self.note(namespace, name, &record);
                 } else {

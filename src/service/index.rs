@@ -148,8 +148,10 @@ pub struct Index {
     /// Bumped by every change `/status` shows (a gate, a source, a revision, a Kustomization
     /// added or gone), never by an update that changes none of them.
     generation: u64,
-    /// The relist in progress (or the last one): see [`Index::begin_relist`].
+    /// The Kustomizations' relist in progress (or the last one): see [`Index::begin_relist`].
     relist: u32,
+    /// The last number handed to a source watch's relist ([`Index::begin_source_relist`]).
+    source_relist: u32,
 }
 
 impl Index {
@@ -162,6 +164,7 @@ impl Index {
             upstreams: HashMap::new(),
             generation: 0,
             relist: 0,
+            source_relist: 0,
         }
     }
 
@@ -176,15 +179,22 @@ impl Index {
         source
     }
 
-    /// Starts a relist (a watch's Init): the objects it lists are applied as they arrive
-    /// ([`Index::apply_kustomization`], [`Index::apply_listed_source`]), each stamped with the
-    /// number returned; [`Index::end_kustomization_relist`] and [`Index::end_source_relist`]
-    /// then remove what it did not list. Nothing is held aside while the list runs: the first
-    /// list of 10,000 Kustomizations was most of the process's peak when it was collected
-    /// whole until `InitDone`.
+    /// Starts a relist of the Kustomizations (their watch's Init): what it lists is applied
+    /// as it arrives ([`Index::apply_kustomization`] stamps it with the number returned), and
+    /// [`Index::end_kustomization_relist`] then removes what it did not list. Nothing is held
+    /// aside while the list runs: the first list of 10,000 Kustomizations was most of the
+    /// process's peak when it was collected whole until `InitDone`.
     pub fn begin_relist(&mut self) -> u32 {
         self.relist = self.relist.wrapping_add(1);
         self.relist
+    }
+
+    /// Starts a relist of one source watch (its Init), as [`Index::begin_relist`] does for the
+    /// Kustomizations: a number of its own (several source watches list at once), passed to
+    /// [`Index::apply_listed_source`] and [`Index::end_source_relist`].
+    pub fn begin_source_relist(&mut self) -> u32 {
+        self.source_relist = self.source_relist.wrapping_add(1);
+        self.source_relist
     }
 
     /// See the field: what `/status`'s cache compares.
@@ -278,11 +288,12 @@ impl Index {
     /// in artifact mode reading an ExternalArtifact: its revision is what the service
     /// published), and those in artifact mode whose ExternalArtifact names it as upstream.
     pub fn apply_source(&mut self, source: SourceKey, revision: Option<String>) -> Vec<Key> {
-        let relist = self.relist;
+        // Between relists: the stamp it had (a new one gets its watch's next relist's).
+        let relist = self.revisions.get(&source).map_or(0, |p| p.listed);
         self.apply_listed_source(source, revision, relist)
     }
 
-    /// [`Index::apply_source`] as listed by relist `relist` ([`Index::begin_relist`]).
+    /// [`Index::apply_source`] as listed by relist `relist` ([`Index::begin_source_relist`]).
     pub fn apply_listed_source(
         &mut self,
         source: SourceKey,
@@ -316,7 +327,13 @@ impl Index {
         } else {
             Vec::new()
         };
-        self.revisions.insert(source, Published { revision, listed: relist });
+        self.revisions.insert(
+            source,
+            Published {
+                revision,
+                listed: relist,
+            },
+        );
         keys
     }
 
@@ -409,7 +426,7 @@ impl Index {
         kind: SourceKind,
         all: impl IntoIterator<Item = (SourceKey, Option<String>)>,
     ) {
-        let relist = self.begin_relist();
+        let relist = self.begin_source_relist();
         for (source, revision) in all {
             self.apply_listed_source(source, revision, relist);
         }

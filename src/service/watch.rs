@@ -310,8 +310,7 @@ impl Feed {
         let mut tasks = tokio::task::JoinSet::new();
         let mut running: std::collections::HashMap<SourceWatch, tokio::task::AbortHandle> =
             std::collections::HashMap::new();
-        let listed: Arc<std::sync::Mutex<std::collections::HashSet<SourceWatch>>> =
-            Arc::default();
+        let listed: Arc<std::sync::Mutex<std::collections::HashSet<SourceWatch>>> = Arc::default();
         loop {
             let wanted = if scoped {
                 if !self.readiness.kustomizations_synced() {
@@ -337,9 +336,15 @@ impl Feed {
                 if let Some(task) = running.remove(&watch) {
                     task.abort();
                 }
-                listed.lock().unwrap_or_else(|e| e.into_inner()).remove(&watch);
-                tracing::info!(kind = watch.kind.as_str(), namespace = watch.namespace.as_deref().unwrap_or("*"),
-                    "no handled Kustomization reads from here: source watch stopped");
+                listed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&watch);
+                tracing::info!(
+                    kind = watch.kind.as_str(),
+                    namespace = watch.namespace.as_deref().unwrap_or("*"),
+                    "no handled Kustomization reads from here: source watch stopped"
+                );
             }
             {
                 // What no watch covers any more is forgotten (a kind switched from
@@ -434,7 +439,7 @@ impl Feed {
             match stream.try_next().await {
                 Ok(Some(event)) => match event {
                     watcher::Event::Init => {
-                        relist = self.index_mut().begin_relist();
+                        relist = self.index_mut().begin_source_relist();
                         listed_upstreams.clear();
                         count = 0;
                     }

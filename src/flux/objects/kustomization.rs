@@ -207,4 +207,3 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
     }
     Duration::try_from_secs_f64(total).ok()
 }
-

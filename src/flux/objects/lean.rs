@@ -279,7 +279,10 @@ mod tests {
             meta.annotations,
             Some(BTreeMap::from([
                 ("flux-converger.io/gate".to_string(), "suspend".to_string()),
-                ("flux-converger.io/hold".to_string(), "db migration".to_string()),
+                (
+                    "flux-converger.io/hold".to_string(),
+                    "db migration".to_string()
+                ),
             ]))
         );
         // What the index, the gate and the observer read is what the full read gives.

@@ -152,11 +152,7 @@ impl Resolver {
         upstream: Option<&(SourceKind, String, String)>,
         call_timeout: Duration,
     ) -> Result<Resolved, Unresolved> {
-        let namespace = kustomization
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_default();
+        let namespace = kustomization.metadata.namespace.clone().unwrap_or_default();
         let name = kustomization.metadata.name.clone().unwrap_or_default();
         let (namespace, name) = (namespace.as_str(), name.as_str());
         let (source, artifact) = self.fetch(&kustomization, upstream, call_timeout).await?;

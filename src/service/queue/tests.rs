@@ -267,7 +267,10 @@ async fn a_failure_waits_its_own_interval_and_a_repeat_is_not_news() {
     let first = q.complete_after(&"apps/a", &failed(), Some(HOUR));
     assert!(!first.repeated, "a first failure is news");
     let wait = first.retry_in.unwrap();
-    assert!(wait >= HOUR.mul_f64(0.9) && wait <= HOUR.mul_f64(1.1), "{wait:?}");
+    assert!(
+        wait >= HOUR.mul_f64(0.9) && wait <= HOUR.mul_f64(1.1),
+        "{wait:?}"
+    );
     // The key waits its hour (not the 1 ms base): b, pushed later, runs first.
     q.push("apps/b", Trigger::Resync);
     assert_eq!(ready.next().await, Some(("apps/b", Trigger::Resync)));
