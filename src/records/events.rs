@@ -23,6 +23,11 @@ pub const ACTION: &str = "Converge";
 pub const REASON_CONVERGED: &str = "Converged";
 pub const REASON_REFUSED: &str = "ConvergeRefused";
 pub const REASON_FAILED: &str = "ConvergeFailed";
+/// The gated object's controller answered a hand-off (`records::answer_event`): applied it
+/// (Normal), failed it, or did not answer in time (Warning).
+pub const REASON_HANDOFF_APPLIED: &str = "HandoffApplied";
+pub const REASON_HANDOFF_FAILED: &str = "HandoffFailed";
+pub const REASON_HANDOFF_TIMEOUT: &str = "HandoffTimeout";
 /// Flux's events carry at most this many characters of message (fluxcd/pkg `runtime/events`).
 pub const MAX_MESSAGE: usize = 39_000;
 
