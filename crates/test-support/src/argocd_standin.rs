@@ -68,9 +68,12 @@ pub struct Rendered {
     pub objects: Vec<Value>,
 }
 
-/// What "git" renders for each Application (`namespace/name`), oldest revision first.
+/// Each Application's (`namespace`, `name`) revisions, oldest first.
+type History = BTreeMap<(String, String), Vec<Rendered>>;
+
+/// What "git" renders for each Application, revision by revision.
 #[derive(Clone, Default)]
-pub struct Repo(Arc<Mutex<BTreeMap<(String, String), Vec<Rendered>>>>);
+pub struct Repo(Arc<Mutex<History>>);
 
 impl Repo {
     /// Publishes `objects` at `revision` for the Application `app_namespace/app`, whose
