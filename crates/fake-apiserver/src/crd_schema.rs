@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
+use super::KubeVersion;
 use super::errors::{ApiError, Cause};
 use super::resources::{self, ResourceType};
 use super::store::obj_name;
@@ -303,7 +304,7 @@ pub fn default_only(rt: &ResourceType, obj: &mut Value) {
 }
 
 /// Pruning, defaulting and validation of a write, in the real server's order.
-pub fn admit(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+pub fn admit(rt: &ResourceType, obj: &mut Value, version: KubeVersion) -> Result<(), ApiError> {
     let Some(crd) = crd_of(rt) else {
         return Ok(());
     };
@@ -316,9 +317,15 @@ pub fn admit(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
         return Ok(());
     }
     if crd.has_cel {
+        // The skipped rules' value is printed quoted until 1.36, bare from then on.
+        let null = if version >= KubeVersion::V1_36 {
+            "null"
+        } else {
+            "\"null\""
+        };
         causes.push(Cause {
             reason: "FieldValueInvalid",
-            message: "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+            message: format!("Invalid value: {null}: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"),
             field: "<nil>".into(),
         });
     }

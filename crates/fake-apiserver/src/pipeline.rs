@@ -4,7 +4,6 @@
 
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
 use super::admission;
 use super::apply;
 use super::controller;
@@ -15,6 +14,7 @@ use super::namespaces;
 use super::resources::ResourceType;
 use super::semantics;
 use super::store::{Key, State, now, obj_name, obj_namespace};
+use super::{FakeApiServer, KubeVersion};
 
 pub type VerbResult = Result<(u16, Value), ApiError>;
 
@@ -139,9 +139,9 @@ pub fn create_object(
     }
     namespaces::admit_create(state, rt, namespace, &name)?;
     semantics::admit_create(state, rt, &mut obj);
-    semantics::default(rt, &mut obj);
-    crd_schema::admit(rt, &mut obj)?;
-    semantics::validate_create(rt, &obj)?;
+    semantics::default(rt, &mut obj, state.version);
+    crd_schema::admit(rt, &mut obj, state.version)?;
+    semantics::validate_create(rt, &obj, state.version)?;
     // Validating admission runs after validation and before the store looks for an existing
     // object: a dry-run create of an existing object is denied, not answered 409.
     admission::admit_create(state, rt, &obj)?;
@@ -228,7 +228,7 @@ pub fn update_object(
                 rt.group,
                 rt.plural,
                 &name,
-                &[errors_invalid_rv()],
+                &[errors_invalid_rv(state.version)],
             ));
         }
         None => {}
@@ -325,9 +325,9 @@ pub fn update_object(
             }
         }
     }
-    crd_schema::admit(rt, &mut new)?;
+    crd_schema::admit(rt, &mut new, state.version)?;
     if !on_status {
-        semantics::default(rt, &mut new);
+        semantics::default(rt, &mut new, state.version);
         semantics::validate_update(rt, &new, old, state.version, state.claim_template_updates)?;
         semantics::admit_update(state, rt, &new, old)?;
     }
@@ -369,10 +369,17 @@ pub fn update_object(
     Ok((200, stored))
 }
 
-fn errors_invalid_rv() -> Cause {
+/// An update without a resourceVersion where one is required. The value prints as Go's `%#v`
+/// of a uint64 (`0x0`) until 1.36, which prints `0`.
+fn errors_invalid_rv(version: KubeVersion) -> Cause {
+    let zero = if version >= KubeVersion::V1_36 {
+        "0"
+    } else {
+        "0x0"
+    };
     Cause::invalid(
         "metadata.resourceVersion",
-        "0x0",
+        zero,
         "must be specified for an update",
     )
 }

@@ -73,7 +73,7 @@ pub fn ensure_claims(state: &mut State, set: &Value, ordinal: i64) {
             "spec": t["spec"].clone(),
             "status": {"phase": "Pending"},
         });
-        semantics::default(&resources::PVC, &mut claim);
+        semantics::default(&resources::PVC, &mut claim, state.version);
         create(state, resources::PVC, claim);
     }
 }

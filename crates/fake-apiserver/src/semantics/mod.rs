@@ -6,6 +6,7 @@ pub mod microtime;
 pub mod pod;
 pub mod pvc;
 pub mod pvc_diff;
+pub mod pvc_json_diff;
 pub mod quantity;
 pub mod statefulset;
 
@@ -229,9 +230,9 @@ fn secret_default(obj: &mut Value) {
 }
 
 /// Server defaults for a type, applied on create and on every update before validation.
-pub fn default(rt: &ResourceType, obj: &mut Value) {
+pub fn default(rt: &ResourceType, obj: &mut Value, version: KubeVersion) {
     if *rt == resources::STATEFULSET {
-        statefulset::default(obj);
+        statefulset::default(obj, version);
     } else if *rt == resources::PVC {
         pvc::default(obj);
     } else if *rt == resources::POD {
@@ -495,13 +496,17 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
-pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+pub fn validate_create(
+    rt: &ResourceType,
+    obj: &Value,
+    version: KubeVersion,
+) -> Result<(), ApiError> {
     let mut causes = metadata_causes(obj);
     causes.extend(label_causes(obj));
     causes.extend(config_key_causes(rt, obj));
     causes.extend(size_causes(rt, obj));
     if *rt == resources::STATEFULSET {
-        causes.extend(statefulset::validate_create(obj));
+        causes.extend(statefulset::validate_create(obj, version));
     } else if *rt == resources::EVENT || *rt == resources::EVENT_V1 {
         causes.extend(event::validate_create(obj, *rt == resources::EVENT_V1));
     }
@@ -516,7 +521,7 @@ pub fn validate_update(
     claim_template_updates: bool,
 ) -> Result<(), ApiError> {
     let mut causes = if *rt == resources::STATEFULSET {
-        statefulset::validate_update(new, old, claim_template_updates)
+        statefulset::validate_update(new, old, version, claim_template_updates)
     } else if *rt == resources::PVC {
         pvc::validate_update(new, old, version)
     } else {

@@ -86,7 +86,7 @@ pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Ca
             }
         }
     }
-    if version == KubeVersion::V1_32
+    if version >= KubeVersion::V1_32
         && bound
         && let Some(v) = new_spec.get("volumeAttributesClassName")
     {
@@ -95,7 +95,9 @@ pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Ca
     if !semantic_eq(&new_spec, &old_spec) {
         let what = match version {
             KubeVersion::V1_28 => "resources.requests",
-            KubeVersion::V1_32 => "resources.requests and volumeAttributesClassName",
+            KubeVersion::V1_32 | KubeVersion::V1_36 => {
+                "resources.requests and volumeAttributesClassName"
+            }
         };
         causes.push(Cause::forbidden(
             "spec",
@@ -113,7 +115,7 @@ pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Ca
                 "spec.resources.requests.storage",
                 "field can not be less than previous value",
             )),
-            KubeVersion::V1_32 => {
+            KubeVersion::V1_32 | KubeVersion::V1_36 => {
                 let capacity = storage(old, "/status/capacity/storage").unwrap_or_else(zero);
                 if new_size.cmp(&capacity).is_le() {
                     causes.push(Cause::forbidden(
