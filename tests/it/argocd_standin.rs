@@ -131,10 +131,12 @@ async fn recreate_from(fake: &FakeApiServer, repo: &Repo, revision: &str, sync_o
         .unwrap();
     let api = sts_api(fake);
     api.delete("db", &DeleteParams::orphan()).await.unwrap();
-    for _ in 0..500 {
-        if api.get_opt("db").await.unwrap().is_none() {
-            break;
-        }
+    let deadline = std::time::Instant::now() + WAIT;
+    while api.get_opt("db").await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphan delete did not end"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let r = recreate::recreate(sync_options, &target);
@@ -167,14 +169,25 @@ async fn recreate_from(fake: &FakeApiServer, repo: &Repo, revision: &str, sync_o
     }
 }
 
-/// Writes the hand-back's operation on the Application as read.
+/// Writes the hand-back's operation on the Application as read; a 409 (the controller wrote its
+/// status since the read: the resourceVersion precondition held) reads it again, as the lane
+/// would on its next run.
 async fn hand_back(fake: &FakeApiServer, nonce: &str) {
-    let app = apps(fake).get("db").await.unwrap();
-    let patch = operation::hand_back(&app, &app.sync_revision(), nonce).unwrap();
-    apps(fake)
-        .patch("db", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
+    for _ in 0..50 {
+        let app = apps(fake).get("db").await.unwrap();
+        let patch = operation::hand_back(&app, &app.sync_revision(), nonce).unwrap();
+        match apps(fake)
+            .patch("db", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("the hand-back: {e}"),
+        }
+    }
+    panic!("the hand-back conflicted 50 times");
 }
 
 fn kitchen_retry(message: &str, attempt: i64) -> bool {
