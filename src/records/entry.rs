@@ -279,6 +279,7 @@ mod tests {
                 grown: Vec::new(),
                 resize: Vec::new(),
                 deferred: Vec::new(),
+                recover: Vec::new(),
             });
             let e = from_report(&report);
             assert_eq!(e.outcome, StatefulSetOutcome::Converged, "{outcome:?}");
@@ -307,6 +308,7 @@ mod tests {
             }],
             resize: Vec::new(),
             deferred: Vec::new(),
+            recover: Vec::new(),
         });
         let e = from_report(&report);
         assert_eq!(e.outcome, StatefulSetOutcome::Held);

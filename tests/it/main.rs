@@ -23,6 +23,7 @@ mod manifests;
 mod plan_cli;
 mod queue_fairness;
 mod rbac;
+mod recovery_table;
 mod render;
 mod render_confine;
 mod render_sandbox;
