@@ -263,6 +263,8 @@ pub fn classify(
             .find(|(t, _)| types.contains(t))
             .map(|(t, m)| (*t, one_line(m)))
     };
+    // Event times are whole seconds (`metav1.Time`): one of the request's own second counts.
+    let not_before = not_before.and_then(|t| jiff::Timestamp::from_second(t.as_second()).ok());
     let mut recent: Vec<&ResizeEvent> = events
         .iter()
         .filter(|e| reason::ALL.contains(&e.reason.as_str()))

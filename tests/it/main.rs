@@ -11,6 +11,7 @@ mod converge;
 mod dashboard_browser;
 mod decide_table;
 mod fake_apiserver;
+mod fake_claim_status;
 mod flux_standin;
 mod gate;
 mod gate_artifact;
