@@ -212,9 +212,9 @@ async fn the_status_is_validated_as_the_real_server_validates_it() {
     )
     .await;
     assert_eq!(code, 200, "a prefixed resource is the driver's own");
-    assert_eq!(
-        claim(&fake)["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"],
-        true
+    assert_ne!(
+        claim(&fake)["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
     );
 }
 
