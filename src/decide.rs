@@ -555,6 +555,20 @@ fn recovery<'a>(
         let Ok(from) = claim_storage(claim) else {
             continue;
         };
+        if from == *to && known.get(name) == Some(&VolumeState::Recovered) {
+            // Lowered by this recovery already (a converge stopped before its re-create):
+            // part of it, nothing left to lower.
+            any_failed = true;
+            recovered.push(ClaimRecovery {
+                claim: name.to_owned(),
+                template: template.to_owned(),
+                capacity: volume::capacity(claim).unwrap_or_else(|| from.clone()),
+                from: from.clone(),
+                to: to.clone(),
+                state: VolumeState::Recovered,
+            });
+            continue;
+        }
         if from <= *to {
             continue;
         }

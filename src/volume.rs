@@ -139,6 +139,39 @@ impl PartialEq<&str> for VolumeState {
     }
 }
 
+/// One followed claim as the records keep it (`volumes` of a StatefulSet entry, the CLI's
+/// `-o json`): what it asks for, what it holds, where its expansion stands, the driver's words,
+/// and since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Volume {
+    pub claim: String,
+    /// `spec.resources.requests.storage`.
+    #[serde(default)]
+    pub requested: Option<String>,
+    /// `status.capacity.storage`.
+    #[serde(default)]
+    pub capacity: Option<String>,
+    pub state: VolumeState,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// RFC 3339: when the claim entered `state`.
+    pub since: String,
+}
+
+impl Volume {
+    /// `observed` of `claim`, in that state since `since`.
+    pub fn observed(claim: &str, observed: Observed, since: jiff::Timestamp) -> Self {
+        Volume {
+            claim: claim.to_string(),
+            requested: observed.requested,
+            capacity: observed.capacity,
+            state: observed.state,
+            message: observed.message,
+            since: since.to_string(),
+        }
+    }
+}
+
 /// One Event about a claim, as much of it as the classification reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResizeEvent {
@@ -243,6 +276,17 @@ pub fn classify(
         && c >= r
     {
         return observed(VolumeState::Grown, None);
+    }
+    // The resizer writes the size it works on into `allocatedResources` when it starts: while
+    // that is another size than the request (a request raised again, or lowered by a
+    // recovery), its statuses and error conditions are about that other request.
+    let allocated_size = quantity(
+        status
+            .and_then(|s| s.allocated_resources.as_ref())
+            .and_then(|m| m.get("storage")),
+    );
+    if allocated_size.is_some() && allocated_size != requested_q {
+        return observed(VolumeState::Requested, None);
     }
     let allocated = status
         .and_then(|s| s.allocated_resource_statuses.as_ref())
@@ -397,6 +441,8 @@ pub fn past_timeout(
         ..observed
     }
 }
+
+pub mod follow;
 
 #[cfg(test)]
 mod tests;

@@ -262,6 +262,8 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
                 .filter_map(|s| Some((s.metadata.namespace.clone()?, s.metadata.name.clone()?)))
                 .collect(),
         )),
+        // What the claims' status says is all the command knows of their expansions.
+        known_states: Default::default(),
     };
 
     let mut failed = false;

@@ -451,3 +451,19 @@ fn a_claim_to_follow_asks_for_more_than_it_holds() {
     assert!(!is_growing(&claim("Bound", "2Gi", Some("2Gi"), json!({}))));
     assert!(!is_growing(&claim("Pending", "2Gi", None, json!({}))));
 }
+
+#[test]
+fn signals_about_another_request_are_not_this_one_s() {
+    // A recovery lowered the request to 5Gi: the resizer has not taken it up yet, and what the
+    // status says (allocatedResources 10Gi, infeasible) is about the failed 10Gi.
+    let stale = json!({"allocatedResources": {"storage": "10Gi"},
+                       "allocatedResourceStatuses": {"storage": "ControllerResizeInfeasible"},
+                       "conditions": [{"type": "ControllerResizeError", "status": "True", "message": "too big"}]});
+    let c = claim("Bound", "5Gi", Some("1Gi"), stale);
+    assert_eq!(classify(&c, &[], None).state, VolumeState::Requested);
+    // Once it works on 5Gi, its words count again.
+    let taken = json!({"allocatedResources": {"storage": "5120Mi"},
+                       "allocatedResourceStatuses": {"storage": "ControllerResizeInProgress"}});
+    let c = claim("Bound", "5Gi", Some("1Gi"), taken);
+    assert_eq!(classify(&c, &[], None).state, VolumeState::Resizing);
+}

@@ -33,5 +33,6 @@ mod service;
 mod shards;
 mod storage;
 mod substitute_table;
+mod volumes_converge;
 mod watched;
 mod wire;

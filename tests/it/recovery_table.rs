@@ -225,6 +225,32 @@ fn recovery_or_shrink_by_table() {
             Expect::Shrink(vec!["would shrink"], false),
         ),
         (
+            "a claim this recovery lowered already (a converge stopped before its re-create)",
+            "5Gi",
+            vec![
+                claim(0, "5Gi", "1Gi", infeasible()),
+                claim(1, "10Gi", "1Gi", infeasible()),
+            ],
+            vec![("data-web-0", VolumeState::Recovered)],
+            Expect::Recover(
+                vec![
+                    ("data-web-0", "5Gi", "5Gi", "1Gi", VolumeState::Recovered),
+                    ("data-web-1", "10Gi", "5Gi", "1Gi", Infeasible),
+                ],
+                vec![],
+            ),
+        ),
+        (
+            "every claim lowered already: still a recovery, only the re-create is left",
+            "5Gi",
+            vec![claim(0, "5Gi", "1Gi", none())],
+            vec![("data-web-0", VolumeState::Recovered)],
+            Expect::Recover(
+                vec![("data-web-0", "5Gi", "5Gi", "1Gi", VolumeState::Recovered)],
+                vec![],
+            ),
+        ),
+        (
             "git unchanged: a failed claim is nothing to recover",
             "10Gi",
             vec![claim(0, "10Gi", "1Gi", infeasible())],
