@@ -409,6 +409,17 @@ impl Report {
                     .unwrap_or_default()
             ));
         }
+        for v in &self.volumes {
+            line(format!(
+                "  volume {}: {}{}",
+                v.claim,
+                v.state,
+                match (&v.requested, &v.capacity) {
+                    (Some(r), Some(c)) => format!(" ({r} requested, {c} held)"),
+                    _ => String::new(),
+                }
+            ));
+        }
         if self.recreated {
             line(format!(
                 "  uid {} -> {}",

@@ -33,6 +33,7 @@ mod service;
 mod shards;
 mod storage;
 mod substitute_table;
+mod volumes_cli;
 mod volumes_converge;
 mod watched;
 mod wire;
