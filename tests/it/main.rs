@@ -35,5 +35,6 @@ mod storage;
 mod substitute_table;
 mod volumes_cli;
 mod volumes_converge;
+mod volumes_service;
 mod watched;
 mod wire;
