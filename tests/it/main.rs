@@ -35,6 +35,8 @@ mod storage;
 mod substitute_table;
 mod volumes_cli;
 mod volumes_converge;
+mod volumes_gate;
+mod volumes_helm;
 mod volumes_service;
 mod watched;
 mod wire;

@@ -186,6 +186,26 @@ impl World {
             .collect()
     }
 
+    /// Waits until the results ConfigMap holds a claim `state`.
+    async fn persisted(&self, state: &str) {
+        for _ in 0..500 {
+            let cm = self.fake.get(
+                "v1",
+                "ConfigMap",
+                Some(FLUX_NS),
+                "flux-converger-results.flux-system.apps",
+            );
+            if cm.is_some_and(|cm| {
+                cm.to_string()
+                    .contains(&format!("\\\"state\\\":\\\"{state}\\\""))
+            }) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the results ConfigMap never held {state}");
+    }
+
     /// Replacements of the results ConfigMap: one per record write.
     fn record_writes(&self) -> usize {
         self.fake
@@ -484,4 +504,58 @@ async fn while_nothing_resizes_the_follower_sends_no_request() {
     w.follower.resume();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(w.fake.requests().is_empty(), "{:?}", w.fake.requests());
+}
+
+/// Only the leader follows: one that loses the Lease stops (its watches close, it writes
+/// nothing more); the next leader resumes from the records what was not at an end state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_resumes_what_the_old_one_followed() {
+    let w = world(
+        KubeVersion::V1_32,
+        &["data-db-0"],
+        Duration::from_secs(1800),
+    )
+    .await;
+    w.follow(vec![volume("data-db-0", VolumeState::Requested)])
+        .await;
+    w.resizer.start(NS, "data-db-0").await.unwrap();
+    w.recorded("data-db-0", VolumeState::Resizing).await;
+    // Written through to the ConfigMap, not only into memory.
+    w.persisted("resizing").await;
+    w.follower.stop();
+    w.fake.clear_requests();
+    w.resizer.needs_node(NS, "data-db-0").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        w.state("data-db-0"),
+        VolumeState::Resizing,
+        "stopped: nothing written"
+    );
+    assert_eq!(w.record_writes(), 0);
+
+    // The next leader: the records as the old one left them, read by a store of its own.
+    let results = Results::new(w.fake.client(), FLUX_NS.into(), Duration::from_secs(5));
+    results.load().await.unwrap();
+    let next = VolumeFollower::new(FollowerConfig {
+        client: w.fake.client(),
+        results: vec![(Kind::Kustomization, results.clone())],
+        events: EventSink::disabled(),
+        metrics: Metrics::default(),
+        resize_timeout: Duration::from_secs(1800),
+        call_timeout: Duration::from_secs(5),
+        statefulsets: None,
+    });
+    next.resume();
+    for _ in 0..500 {
+        let state = results.last(FLUX_NS, "apps").unwrap().statefulsets[0].volumes[0].state;
+        if state == VolumeState::FilesystemPending {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        results.last(FLUX_NS, "apps").unwrap().statefulsets[0].volumes[0].state,
+        VolumeState::FilesystemPending
+    );
+    next.stop();
 }
