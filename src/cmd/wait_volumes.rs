@@ -99,9 +99,18 @@ pub async fn wait(
     });
     let mut updates = futures::stream::select_all(streams);
     let until = tokio::time::Instant::now() + deadline;
+    // As the service's follower: an infeasible claim's `VolumeResizeFailed` Event (the driver's
+    // words) is waited for a little once everything else is done.
+    let mut linger: Option<tokio::time::Instant> = None;
     let exit = loop {
         if trackers.iter().all(Tracker::done) {
-            break outcome(&trackers, Exit::Done);
+            if !trackers.iter().any(Tracker::awaits_failure_event) {
+                break outcome(&trackers, Exit::Done);
+            }
+            let at = *linger.get_or_insert_with(|| tokio::time::Instant::now() + EVENT_GRACE);
+            if tokio::time::Instant::now() >= at {
+                break outcome(&trackers, Exit::Done);
+            }
         }
         let next_stall = trackers
             .iter()
@@ -111,7 +120,8 @@ pub async fn wait(
                 let left = at.duration_since(jiff::Timestamp::now());
                 tokio::time::Instant::now() + Duration::try_from(left).unwrap_or(Duration::ZERO)
             })
-            .unwrap_or(until);
+            .unwrap_or(until)
+            .min(linger.unwrap_or(until));
         tokio::select! {
             update = updates.next() => {
                 let Some((i, update)) = update else {
@@ -144,6 +154,9 @@ pub async fn wait(
                 if tokio::time::Instant::now() >= until {
                     break outcome(&trackers, Exit::VolumesTimedOut);
                 }
+                if linger.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                    break outcome(&trackers, Exit::Done);
+                }
                 let now = jiff::Timestamp::now();
                 for (i, tracker) in trackers.iter_mut().enumerate() {
                     for change in tracker.tick(now) {
@@ -171,3 +184,6 @@ fn outcome(trackers: &[Tracker], otherwise: Exit) -> Exit {
         otherwise
     }
 }
+
+/// How long the wait lingers for an infeasible claim's `VolumeResizeFailed` Event.
+const EVENT_GRACE: Duration = Duration::from_secs(10);

@@ -87,6 +87,20 @@ impl Tracker {
         self.claims.values().all(|t| t.current.state.is_end())
     }
 
+    /// Whether a claim is `infeasible` without the driver's `VolumeResizeFailed` Event seen
+    /// yet: the resizer writes the status first and the Event right after, and the Event's
+    /// words belong in the claim's message, so a follow that is otherwise done waits a little
+    /// for it.
+    pub fn awaits_failure_event(&self) -> bool {
+        self.claims.values().any(|t| {
+            t.current.state == VolumeState::Infeasible
+                && !t
+                    .events
+                    .iter()
+                    .any(|e| e.reason == super::reason::VOLUME_RESIZE_FAILED)
+        })
+    }
+
     /// The claim as the watch delivers it now.
     pub fn claim(&mut self, claim: PersistentVolumeClaim, now: jiff::Timestamp) -> Option<Change> {
         let name = claim.metadata.name.clone()?;

@@ -42,7 +42,20 @@ impl FollowSet {
         }
         let mut updates =
             claims::watch(config.client.clone(), namespace, selector.as_deref()).boxed();
-        while !tracker.done() {
+        // Once every claim is at an end state the follow ends, but for an infeasible one whose
+        // `VolumeResizeFailed` Event (the driver's words) has not arrived yet: a little longer.
+        let mut linger: Option<tokio::time::Instant> = None;
+        loop {
+            if tracker.done() {
+                if !tracker.awaits_failure_event() {
+                    break;
+                }
+                let until =
+                    *linger.get_or_insert_with(|| tokio::time::Instant::now() + EVENT_GRACE);
+                if tokio::time::Instant::now() >= until {
+                    break;
+                }
+            }
             let wake = tracker
                 .next_deadline()
                 .map(|at| {
@@ -50,7 +63,8 @@ impl FollowSet {
                     tokio::time::Instant::now()
                         + std::time::Duration::try_from(left).unwrap_or_default()
                 })
-                .unwrap_or_else(|| tokio::time::Instant::now() + ONE_DAY);
+                .unwrap_or_else(|| tokio::time::Instant::now() + ONE_DAY)
+                .min(linger.unwrap_or_else(|| tokio::time::Instant::now() + ONE_DAY));
             let changes = tokio::select! {
                 () = self.cancel.cancelled() => return,
                 update = updates.next() => {
@@ -121,3 +135,7 @@ impl FollowSet {
 
 /// How long a follow with no claim due to stall sleeps between looks at the clock.
 const ONE_DAY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// How long a follow that is done waits for the `VolumeResizeFailed` Event of an infeasible
+/// claim (the resizer records it right after the status).
+const EVENT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
