@@ -76,7 +76,10 @@ pub struct EventTarget {
     pub kind: crate::model::Kind,
     /// Its API group (the Flux event's metadata keys are prefixed with it).
     pub group: String,
+    /// What the Kubernetes Event's `regarding` is (the object's `object_ref`).
     pub reference: ObjectReference,
+    /// The object's `resourceVersion` when the Event was made (the Flux event carries it).
+    pub resource_version: Option<String>,
 }
 
 impl EventTarget {
@@ -86,6 +89,7 @@ impl EventTarget {
             kind: G::KIND,
             group: G::group(&()).to_string(),
             reference: object.object_ref(&()),
+            resource_version: object.meta().resource_version.clone(),
         }
     }
 
@@ -113,6 +117,7 @@ impl EventTarget {
                 name: Some(key.name.clone()),
                 ..ObjectReference::default()
             },
+            resource_version: None,
         }
     }
 
@@ -155,7 +160,7 @@ pub fn flux_event_for(
             name: reference.name.clone().unwrap_or_default(),
             uid: reference.uid.clone(),
             api_version: reference.api_version.clone(),
-            resource_version: reference.resource_version.clone(),
+            resource_version: target.resource_version.clone(),
         },
         severity: event.severity.as_str().to_string(),
         // metav1.Time: RFC 3339, whole seconds.
@@ -362,6 +367,42 @@ mod tests {
                 "reportingInstance": "pod-1"
             })
         );
+    }
+
+    /// A follow resumed from the records has no object at hand: its Events still name the
+    /// object as its controller's events do (kind, apiVersion, the group-prefixed revision).
+    #[test]
+    fn a_target_named_by_kind_and_key_has_the_kinds_shape() {
+        use crate::model::{Key, Kind};
+        let event = RevisionEvent {
+            severity: Severity::Error,
+            reason: REASON_VOLUME_RESIZE_INFEASIBLE.into(),
+            message: "claim data-web-0: infeasible".into(),
+            revision: "v3".into(),
+        };
+        let at: jiff::Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        for (kind, api_version, group) in [
+            (
+                Kind::Kustomization,
+                "kustomize.toolkit.fluxcd.io/v1",
+                "kustomize.toolkit.fluxcd.io",
+            ),
+            (
+                Kind::HelmRelease,
+                "helm.toolkit.fluxcd.io/v2",
+                "helm.toolkit.fluxcd.io",
+            ),
+        ] {
+            let target = EventTarget::named(kind, &Key::new("team", "db"));
+            let got = serde_json::to_value(flux_event_for(&target, &event, None, at)).unwrap();
+            assert_eq!(got["involvedObject"]["kind"], kind.as_str());
+            assert_eq!(got["involvedObject"]["apiVersion"], api_version);
+            assert_eq!(got["involvedObject"]["namespace"], "team");
+            assert_eq!(got["involvedObject"]["name"], "db");
+            assert_eq!(got["metadata"][format!("{group}/revision")], "v3");
+            assert_eq!(got["reason"], "VolumeResizeInfeasible");
+            assert_eq!(got["severity"], "error");
+        }
     }
 
     #[tokio::test]
