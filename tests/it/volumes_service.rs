@@ -232,11 +232,11 @@ async fn each_state_is_recorded_once_as_the_resizer_drives_the_claim() {
         Duration::from_secs(1800),
     )
     .await;
+    w.fake.clear_requests();
     w.follow(vec![volume("data-db-0", VolumeState::Requested)])
         .await;
     let summary = w.results.last(FLUX_NS, "apps").unwrap().volumes.unwrap();
     assert_eq!(summary.requested, 1);
-    w.fake.clear_requests();
 
     w.resizer.start(NS, "data-db-0").await.unwrap();
     w.recorded("data-db-0", VolumeState::Resizing).await;
@@ -270,6 +270,33 @@ async fn each_state_is_recorded_once_as_the_resizer_drives_the_claim() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(w.record_writes(), 3, "{:?}", w.fake.writes());
+    // What following cost: the selector read once (no StatefulSet watch here), a list and a
+    // watch of the claims by it, a list and a watch of the claim Events of the namespace.
+    let mut reads: Vec<String> = w
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == http::Method::GET)
+        // The resizer stand-in's own reads of the claim aside.
+        .filter(|r| !r.path.ends_with("/persistentvolumeclaims/data-db-0"))
+        .map(|r| {
+            let what = r.path.rsplit('/').next().unwrap_or_default();
+            format!("{}{what}", if r.watch { "watch " } else { "" })
+        })
+        .collect();
+    reads.sort();
+    assert_eq!(
+        reads,
+        [
+            "db",
+            "events",
+            "persistentvolumeclaims",
+            "watch events",
+            "watch persistentvolumeclaims"
+        ],
+        "{:?}",
+        w.fake.requests()
+    );
     let events = w.events();
     let grown: Vec<_> = events
         .iter()
