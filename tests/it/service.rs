@@ -121,6 +121,7 @@ impl Runner for StandInRunner {
 
 fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRecord {
     RevisionRecord {
+        volumes: Default::default(),
         revision: revision.to_string(),
         digest: None,
         trigger,
@@ -257,6 +258,7 @@ impl Harness {
             fence: Default::default(),
             storage: None,
             helm: None,
+            volumes: None,
         };
         start_with(config, self.fake.client(), tuning(), parts)
             .await
@@ -770,6 +772,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             fence: Default::default(),
             storage: None,
             helm: None,
+            volumes: None,
         },
     )
     .await
@@ -1166,10 +1169,24 @@ async fn status_contract(running: &Running, revision: &str) {
             "startedAt",
             "state",
             "trigger",
+            "volumes",
             "warnings"
         ]
     );
     assert_eq!(last["state"], "converged");
+    // The claims it grew, followed (issue #40): the summary of their expansions' states.
+    assert_eq!(
+        keys(&last["volumes"]),
+        [
+            "error",
+            "filesystemPending",
+            "grown",
+            "infeasible",
+            "requested",
+            "resizing",
+            "stalled"
+        ]
+    );
     assert_eq!(
         keys(&last["handoff"]),
         [
@@ -1216,10 +1233,22 @@ async fn status_contract(running: &Running, revision: &str) {
             "oldUid",
             "outcome",
             "refusal",
-            "templates"
+            "templates",
+            "volumes"
         ]
     );
     assert_eq!(sts["outcome"], "converged");
+    assert_eq!(
+        keys(&sts["volumes"][0]),
+        [
+            "capacity",
+            "claim",
+            "message",
+            "requested",
+            "since",
+            "state"
+        ]
+    );
     assert_eq!(
         sts["templates"],
         json!([{"template": "data", "from": "1Gi", "to": "2Gi"}])
@@ -1608,6 +1637,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
             fence: Default::default(),
             storage: None,
             helm: None,
+            volumes: None,
         },
     )
     .await

@@ -40,6 +40,20 @@ impl Cause {
         }
     }
 
+    /// `field.NotSupported`: `value` already rendered as the server prints it (a string
+    /// quoted, a `Stringer` such as a `ResourceName` as its text), the supported values quoted.
+    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Self {
+        let listed: Vec<String> = supported.iter().map(|v| format!("{v:?}")).collect();
+        Cause {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {value}: supported values: {}",
+                listed.join(", ")
+            ),
+            field: field.to_string(),
+        }
+    }
+
     pub fn too_long(field: &str, limit: usize) -> Self {
         Cause {
             reason: "FieldValueTooLong",

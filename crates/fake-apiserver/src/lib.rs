@@ -581,7 +581,9 @@ impl FakeApiServer {
         Ok(())
     }
 
-    /// Sets a claim's `status.capacity.storage` (what an external resizer does after a grow).
+    /// Sets a claim's `status.capacity.storage` behind every client's back (no event): a
+    /// test's setup only. A resizer at work is played through the API, as the real one writes
+    /// (`test_support::resizer::Resizer`: the `status` subresource and Events).
     pub fn set_pvc_capacity(&self, namespace: &str, name: &str, capacity: &str) {
         let mut state = self.lock();
         let key = Key::new(&resources::PVC, Some(namespace), name);

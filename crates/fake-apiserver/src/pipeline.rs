@@ -326,7 +326,9 @@ pub fn update_object(
         }
     }
     crd_schema::admit(rt, &mut new, state.version)?;
-    if !on_status {
+    if on_status {
+        semantics::status_update(rt, &mut new, old, state.version)?;
+    } else {
         semantics::default(rt, &mut new, state.version);
         semantics::validate_update(rt, &new, old, state.version, state.claim_template_updates)?;
         semantics::admit_update(state, rt, &new, old)?;

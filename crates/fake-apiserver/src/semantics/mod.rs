@@ -533,6 +533,22 @@ pub fn validate_update(
     invalid(rt, new, causes)
 }
 
+/// A write of the `status` subresource: the type's status strategy (what it drops) and
+/// status validation (422).
+pub fn status_update(
+    rt: &ResourceType,
+    new: &mut Value,
+    old: &Value,
+    version: KubeVersion,
+) -> Result<(), ApiError> {
+    let causes = if *rt == resources::PVC {
+        pvc::status_update(new, old, version)
+    } else {
+        Vec::new()
+    };
+    invalid(rt, new, causes)
+}
+
 /// Mutating admission on create (runs before validation, as in the real server).
 pub fn admit_create(state: &State, rt: &ResourceType, obj: &mut Value) {
     if *rt == resources::PVC {
