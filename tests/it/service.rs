@@ -1733,6 +1733,9 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
             "1h",
         ])
         .args(["--shutdown-grace", "1s", "--log-format", "json"])
+        // The artifact server's default port (9090) may be taken on the machine running the
+        // tests; this test is about the shutdown, not the port.
+        .args(["--storage-addr", "127.0.0.1:0"])
         .arg("--hook-token-file")
         .arg(&token)
         .env("KUBECONFIG", &served.kubeconfig)
@@ -1753,8 +1756,15 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
         }
     });
     let logged = |what: &str| logs.lock().unwrap().iter().any(|l| l.contains(what));
-    // The first revision is converged and handed off (the gate suspends it again).
-    resuspended(fake).await;
+    // The first revision is converged and handed off (the gate suspends it again). A child
+    // that exits before (it could not start) fails the test with its last lines, not a hang.
+    tokio::select! {
+        () = resuspended(fake) => {}
+        status = child.wait() => panic!(
+            "the service exited before its first hand-off: {status:?}: {:#?}",
+            logs.lock().unwrap().iter().rev().take(10).collect::<Vec<_>>()
+        ),
+    }
     let before = uid(fake, "apps/v1", "StatefulSet", "default", "web");
 
     fake.set_orphan_gc(fake_apiserver::GcMode::Stuck);
