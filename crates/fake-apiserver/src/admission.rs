@@ -7,21 +7,9 @@
 use serde_json::Value;
 
 use super::errors::ApiError;
+use super::faults::CreateDenial;
 use super::resources::ResourceType;
 use super::store::State;
-
-/// One installed denial: every create of `kind` is answered with it.
-#[derive(Clone, Debug)]
-pub struct CreateDenial {
-    /// The kind denied, e.g. `StatefulSet`.
-    pub kind: String,
-    /// The webhook's name, as its configuration names it (`deny.example.com`).
-    pub webhook: String,
-    /// The webhook's own message.
-    pub message: String,
-    /// The status the webhook answered with (the server raises anything below 400 to 400).
-    pub code: u16,
-}
 
 /// The real server's words for a webhook's denial (apiserver
 /// `pkg/admission/plugin/webhook/errors.ToStatusErr`): `admission webhook "NAME" denied the

@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 
 use super::resources::{self, ResourceType};
 use super::store::{Key, Pending, State, now, obj_uid};
-use super::{FakeApiServer, GcMode, controller};
+use super::version::GcMode;
+use super::{FakeApiServer, controller};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Propagation {

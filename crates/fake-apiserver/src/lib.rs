@@ -54,11 +54,13 @@ mod errors;
 mod faults;
 mod gc;
 mod handlers;
+mod identity;
 mod namespaces;
 mod paging;
 mod patch;
 mod pipeline;
 pub mod query;
+mod request;
 mod resources;
 mod reviews;
 mod scale;
@@ -68,6 +70,7 @@ mod store;
 pub mod table;
 mod typed;
 mod verbs;
+mod version;
 mod watch;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -80,6 +83,7 @@ pub use errors::ApiError;
 pub use faults::{Fault, FaultRule, RequestRecord};
 pub use http::Method;
 pub use serve::Served;
+pub use version::{GcMode, KubeVersion};
 
 use store::{Key, State};
 
@@ -93,54 +97,6 @@ pub fn fixture_path(rel: &str) -> std::path::PathBuf {
 
 fn obj_namespace_owned(obj: &Value) -> Option<String> {
     store::obj_namespace(obj).map(str::to_string)
-}
-
-/// The Kubernetes version whose behaviour is emulated: each one a server the fixtures and the
-/// conformance recordings were captured from (`tests/fixtures/v1.*`, `tests/fixtures/conformance`).
-/// Ordered, so a rule that started in a version reads `version >= KubeVersion::V1_32`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum KubeVersion {
-    V1_28,
-    V1_32,
-    /// 1.36: the StatefulSet's pod template is validated (its mounts against the pod volumes and
-    /// the claim templates) on create and update, `revisionHistoryLimit` is mutable (1.33),
-    /// `serviceName` must be a DNS label, and several messages read otherwise.
-    V1_36,
-}
-
-impl KubeVersion {
-    /// Every emulated version, oldest first.
-    pub const ALL: [KubeVersion; 3] = [KubeVersion::V1_28, KubeVersion::V1_32, KubeVersion::V1_36];
-
-    pub fn minor(&self) -> u32 {
-        match self {
-            KubeVersion::V1_28 => 28,
-            KubeVersion::V1_32 => 32,
-            KubeVersion::V1_36 => 36,
-        }
-    }
-
-    /// The version whose minor is `minor`, if it is emulated.
-    pub fn of_minor(minor: u32) -> Option<KubeVersion> {
-        Self::ALL.into_iter().find(|v| v.minor() == minor)
-    }
-
-    pub fn git_version(&self) -> &'static str {
-        match self {
-            KubeVersion::V1_28 => "v1.28.0",
-            KubeVersion::V1_32 => "v1.32.6",
-            KubeVersion::V1_36 => "v1.36.2",
-        }
-    }
-}
-
-/// How the simulated garbage collector (and the other finalizer-removing controllers) behave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GcMode {
-    /// Finish deletions this long after they start (the real GC took ~0.15 s).
-    After(Duration),
-    /// Never remove a finalizer: deletions stay pending until the mode changes.
-    Stuck,
 }
 
 #[derive(Clone)]
@@ -394,7 +350,7 @@ impl FakeApiServer {
     /// never) with `message`, answered `code` (400 when `None`), as
     /// `admission webhook "<webhook>" denied the request: <message>`.
     pub fn deny_creates(&self, kind: &str, webhook: &str, message: &str, code: Option<u16>) {
-        self.lock().create_denials.push(admission::CreateDenial {
+        self.lock().create_denials.push(faults::CreateDenial {
             kind: kind.to_string(),
             webhook: webhook.to_string(),
             message: message.to_string(),
@@ -415,7 +371,7 @@ impl FakeApiServer {
             .list("rbac.authorization.k8s.io/v1", "Role", Some(namespace))
             .len();
         let name = format!("grant-{n}");
-        let subject = match authz::service_account(user) {
+        let subject = match identity::service_account(user) {
             Some((ns, sa)) => json!({"kind": "ServiceAccount", "name": sa, "namespace": ns}),
             None => json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}),
         };
@@ -439,11 +395,12 @@ impl FakeApiServer {
     /// bound token's `extra`, as the real token authenticator answers) with `groups` and
     /// `system:authenticated`. Every other token is answered unauthenticated.
     pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
-        let identity = authz::Identity::named(user, groups.iter().map(|g| g.to_string()).collect());
+        let identity =
+            identity::Identity::named(user, groups.iter().map(|g| g.to_string()).collect());
         let mut state = self.lock();
         let uid = state.new_uid();
         let credential = state.new_uid();
-        let extra = match authz::service_account(user) {
+        let extra = match identity::service_account(user) {
             Some(_) => json!({
                 "authentication.kubernetes.io/credential-id": [format!("JTI={credential}")],
             }),
@@ -451,7 +408,7 @@ impl FakeApiServer {
         };
         state.tokens.push((
             token.to_string(),
-            reviews::TokenUser {
+            identity::TokenUser {
                 identity,
                 uid,
                 extra,

@@ -4,19 +4,18 @@
 
 use serde_json::{Value, json};
 
+use super::FakeApiServer;
 use super::admission;
 use super::apply;
 use super::controller;
 use super::crd_schema;
-use super::errors::{ApiError, Cause};
-use super::handlers::Target;
+use super::errors::{ApiError, Cause, VerbResult};
 use super::namespaces;
+use super::request::Target;
 use super::resources::ResourceType;
 use super::semantics;
 use super::store::{Key, State, now, obj_name, obj_namespace};
-use super::{FakeApiServer, KubeVersion};
-
-pub type VerbResult = Result<(u16, Value), ApiError>;
+use super::version::KubeVersion;
 
 pub fn with_type(rt: &ResourceType, mut obj: Value) -> Value {
     if let Some(m) = obj.as_object_mut() {

@@ -6,11 +6,11 @@ use http::Method;
 use serde_json::{Value, json};
 
 use super::FakeApiServer;
-use super::errors::ApiError;
-use super::handlers::{Target, content_type, field_manager};
+use super::errors::{ApiError, VerbResult};
 use super::patch;
-use super::pipeline::{Managed, VerbResult, WriteOpts, update_object};
+use super::pipeline::{Managed, WriteOpts, update_object};
 use super::query::Query;
+use super::request::{Target, content_type, field_manager};
 use super::store::Key;
 
 /// `matchLabels` as the label-selector string the Scale status carries.

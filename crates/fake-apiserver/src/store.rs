@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::faults::{FaultRule, RequestRecord};
+use super::faults::{CreateDenial, FaultRule, RequestRecord};
+use super::identity::{RbacRequest, TokenUser};
 use super::query::Selectors;
 use super::resources::{self, ResourceType};
-use super::{GcMode, KubeVersion};
+use super::version::{GcMode, KubeVersion};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
@@ -136,11 +137,11 @@ pub struct State {
     /// Who requests without impersonation are made as (`None`: the admin, never refused).
     pub default_user: Option<String>,
     /// Every authorization decision, in order (see `authz`).
-    pub rbac_log: Vec<super::authz::RbacRequest>,
+    pub rbac_log: Vec<RbacRequest>,
     /// The bearer tokens a TokenReview authenticates, and as whom (see `reviews`).
-    pub tokens: Vec<(String, super::reviews::TokenUser)>,
+    pub tokens: Vec<(String, TokenUser)>,
     /// Validating admission on CREATE a test installed (see `admission`).
-    pub create_denials: Vec<super::admission::CreateDenial>,
+    pub create_denials: Vec<CreateDenial>,
     /// KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` gate is on (see
     /// `FakeApiServer::enable_claim_template_updates`).
     pub claim_template_updates: bool,

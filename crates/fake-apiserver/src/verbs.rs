@@ -7,15 +7,15 @@ use serde_json::{Value, json};
 
 use super::FakeApiServer;
 use super::apply;
-use super::errors::ApiError;
+use super::errors::{ApiError, VerbResult};
 use super::gc::{self, Propagation};
-use super::handlers::{Target, content_type, field_manager, is_dry_run};
 use super::paging;
 use super::patch;
 use super::pipeline::{
-    Managed, VerbResult, WriteOpts, check_identity, create_object, update_object, with_type,
+    Managed, WriteOpts, check_identity, create_object, update_object, with_type,
 };
 use super::query::{Query, Selectors};
+use super::request::{Target, content_type, field_manager, is_dry_run};
 use super::resources;
 use super::semantics;
 use super::store::{Key, now};

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 
 use super::FakeApiServer;
 use super::errors::ApiError;
-use super::handlers::Target;
 use super::query::{Query, Selectors};
+use super::request::Target;
 use super::store::{Watcher, obj_namespace};
 use super::table;
 
