@@ -13,10 +13,10 @@
 
 use serde_json::{Value, json};
 
+use super::controller;
 use super::resources::{self, ResourceType};
-use super::store::{Key, Pending, State, now, obj_uid};
+use super::store::{Key, Pending, State, Store, now, obj_uid};
 use super::version::GcMode;
-use super::{FakeApiServer, controller};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Propagation {
@@ -56,13 +56,13 @@ fn claim_in_use(state: &State, namespace: &str, claim: &str) -> bool {
 }
 
 /// Schedules again the claims that waited for their pods, once no pod uses them.
-pub fn recheck_protected(fake: &FakeApiServer, state: &mut State) {
+pub fn recheck_protected(store: &Store, state: &mut State) {
     let waiting = std::mem::take(&mut state.pvc_waiting);
     for p in waiting {
         if claim_in_use(state, &p.key.namespace, &p.key.name) {
             state.pvc_waiting.push(p);
         } else {
-            schedule(fake, state, p);
+            schedule(store, state, p);
         }
     }
 }
@@ -108,7 +108,7 @@ fn mark_deleting(o: &mut Value, rt: &ResourceType, f: Vec<String>) {
 
 /// Starts a deletion. Returns the object as the response shows it and whether it is gone.
 pub fn begin_delete(
-    fake: &FakeApiServer,
+    store: &Store,
     state: &mut State,
     rt: &ResourceType,
     key: &Key,
@@ -123,7 +123,7 @@ pub fn begin_delete(
         let removed = state.remove(*rt, key).unwrap_or(next);
         if !state.dependents(&key.namespace, &uid).is_empty() {
             schedule(
-                fake,
+                store,
                 state,
                 Pending {
                     rt: *rt,
@@ -132,7 +132,7 @@ pub fn begin_delete(
                 },
             );
         }
-        controller::after_write(fake, state, rt, Some(&key.namespace));
+        controller::after_write(store, state, rt, Some(&key.namespace));
         return (removed, true);
     }
     if obj["metadata"].get("deletionTimestamp").is_some() && next == obj {
@@ -142,7 +142,7 @@ pub fn begin_delete(
     next["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"].clone();
     let stored = state.replace(*rt, next);
     schedule(
-        fake,
+        store,
         state,
         Pending {
             rt: *rt,
@@ -150,34 +150,34 @@ pub fn begin_delete(
             uid,
         },
     );
-    controller::after_write(fake, state, rt, Some(&key.namespace));
+    controller::after_write(store, state, rt, Some(&key.namespace));
     (stored, false)
 }
 
 /// Runs `finish` after the collector's delay, or parks it while the collector is stuck.
-pub fn schedule(fake: &FakeApiServer, state: &mut State, p: Pending) {
+pub fn schedule(store: &Store, state: &mut State, p: Pending) {
     match state.gc {
         GcMode::Stuck => state.gc_pending.push(p),
         GcMode::After(delay) => match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 state.gc_inflight += 1;
-                let fake = fake.clone();
+                let store = store.clone();
                 handle.spawn(async move {
                     tokio::time::sleep(delay).await;
-                    let mut state = fake.lock();
+                    let mut state = store.lock();
                     state.gc_inflight -= 1;
-                    finish(&fake, &mut state, p);
+                    finish(&store, &mut state, p);
                 });
             }
             // No runtime (a synchronous test helper): finish now.
-            Err(_) => finish(fake, state, p),
+            Err(_) => finish(store, state, p),
         },
     }
 }
 
 /// The collector's pass over one object: process the finalizers it knows, then delete the
 /// object once none is left; for an object already gone, delete its remaining dependents.
-pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
+pub fn finish(store: &Store, state: &mut State, p: Pending) {
     if let GcMode::Stuck = state.gc {
         state.gc_pending.push(p);
         return;
@@ -186,7 +186,7 @@ pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
     let Some(obj) = current else {
         // The owner is gone (background deletion): delete what still points at it.
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
-            begin_delete(fake, state, &rt, &key, Propagation::Background);
+            begin_delete(store, state, &rt, &key, Propagation::Background);
         }
         return;
     };
@@ -211,7 +211,7 @@ pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
     }
     if f.iter().any(|x| x == FOREGROUND) {
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
-            begin_delete(fake, state, &rt, &key, Propagation::Background);
+            begin_delete(store, state, &rt, &key, Propagation::Background);
         }
     }
     let protected = p.rt == resources::PVC
@@ -228,7 +228,7 @@ pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
     if remaining.is_empty() {
         state.remove(p.rt, &p.key);
         if p.rt == resources::STATEFULSET || p.rt == resources::POD || p.rt == resources::PVC {
-            controller::after_write(fake, state, &p.rt, Some(&p.key.namespace));
+            controller::after_write(store, state, &p.rt, Some(&p.key.namespace));
         }
     } else if remaining.len() != f.len() {
         let mut o = obj;

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
 use serde_json::Value;
 
-use super::FakeApiServer;
 use super::authz;
 use super::discovery;
 use super::errors::ApiError;
@@ -16,6 +15,7 @@ use super::query::Query;
 use super::request::{Target, content_type, is_dry_run};
 use super::resources;
 use super::reviews;
+use super::store::Store;
 use super::verbs;
 
 /// The connection was dropped on purpose (a fault rule): the client sees a transport error.
@@ -83,7 +83,7 @@ pub fn route(path: &str) -> Option<Target> {
 }
 
 pub async fn handle(
-    fake: FakeApiServer,
+    store: Store,
     parts: http::request::Parts,
     body: Bytes,
 ) -> Result<Response<Body>, ConnectionDropped> {
@@ -112,7 +112,7 @@ pub async fn handle(
         code: None,
     };
     let (id, fault) = {
-        let mut state = fake.lock();
+        let mut state = store.lock();
         state.request_seq += 1;
         record.id = state.request_seq;
         state.requests.push(record);
@@ -122,7 +122,7 @@ pub async fn handle(
         )
     };
     let answered = |resp: Response<Body>| {
-        let mut state = fake.lock();
+        let mut state = store.lock();
         if let Some(r) = state.requests.iter_mut().rev().find(|r| r.id == id) {
             r.code = Some(resp.status().as_u16());
         }
@@ -137,12 +137,12 @@ pub async fn handle(
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::Drop) => return Err(ConnectionDropped),
         Some(Fault::DropAfterWrite) => {
-            let _ = dispatch(&fake, &parts, &path, &query, &body, body_json);
+            let _ = dispatch(&store, &parts, &path, &query, &body, body_json);
             return Err(ConnectionDropped);
         }
         None => {}
     }
-    answered(dispatch(&fake, &parts, &path, &query, &body, body_json))
+    answered(dispatch(&store, &parts, &path, &query, &body, body_json))
 }
 
 /// A path nothing is served at. Built-in group/versions answer a JSON `Status` 404; paths
@@ -172,24 +172,24 @@ fn unrouted(path: &str) -> Response<Body> {
 }
 
 fn dispatch(
-    fake: &FakeApiServer,
+    store: &Store,
     parts: &http::request::Parts,
     path: &str,
     query: &Query,
     raw_body: &Bytes,
     body: Value,
 ) -> Response<Body> {
-    if let Some(resp) = discovery::answer(fake, &parts.method, path) {
+    if let Some(resp) = discovery::answer(store, &parts.method, path) {
         return resp;
     }
     if let Some(target) = reviews::route(path) {
-        if let Err(e) = authz::authorize(&mut fake.lock(), parts, &target, query, &body) {
+        if let Err(e) = authz::authorize(&mut store.lock(), parts, &target, query, &body) {
             return error_response(&e);
         }
         if parts.method != Method::POST {
             return error_response(&ApiError::method_not_allowed());
         }
-        return match reviews::answer(&fake.lock(), parts, &target, &body) {
+        return match reviews::answer(&store.lock(), parts, &target, &body) {
             Ok((code, v)) => json_response(code, &v),
             Err(e) => error_response(&e),
         };
@@ -197,28 +197,28 @@ fn dispatch(
     let Some(target) = route(path) else {
         return unrouted(path);
     };
-    if let Err(e) = authz::authorize(&mut fake.lock(), parts, &target, query, &body) {
+    if let Err(e) = authz::authorize(&mut store.lock(), parts, &target, query, &body) {
         return error_response(&e);
     }
     let result = match (&parts.method, &target.name) {
         (_, Some(name)) if target.subresource.as_deref() == Some("scale") => {
-            super::scale::handle(fake, parts, &target, name, query, raw_body, body)
+            super::scale::handle(store, parts, &target, name, query, raw_body, body)
         }
-        (&Method::GET, Some(name)) => verbs::get(fake, &target, name, verbs::as_table(parts)),
+        (&Method::GET, Some(name)) => verbs::get(store, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {
-            return match super::watch::start(fake, &target, query, verbs::as_table(parts)) {
+            return match super::watch::start(store, &target, query, verbs::as_table(parts)) {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             };
         }
-        (&Method::GET, None) => verbs::list(fake, &target, query, verbs::as_table(parts)),
-        (&Method::POST, None) => verbs::create(fake, parts, &target, query, body),
-        (&Method::PUT, Some(name)) => verbs::update(fake, parts, &target, name, query, body),
+        (&Method::GET, None) => verbs::list(store, &target, query, verbs::as_table(parts)),
+        (&Method::POST, None) => verbs::create(store, parts, &target, query, body),
+        (&Method::PUT, Some(name)) => verbs::update(store, parts, &target, name, query, body),
         (&Method::PATCH, Some(name)) => {
-            verbs::patch_object(fake, parts, &target, name, query, raw_body, body)
+            verbs::patch_object(store, parts, &target, name, query, raw_body, body)
         }
-        (&Method::DELETE, Some(name)) => verbs::delete(fake, &target, name, query, &body),
-        (&Method::DELETE, None) => verbs::delete_collection(fake, &target, query, &body),
+        (&Method::DELETE, Some(name)) => verbs::delete(store, &target, name, query, &body),
+        (&Method::DELETE, None) => verbs::delete_collection(store, &target, query, &body),
         _ => Err(ApiError::method_not_allowed()),
     };
     match result {

@@ -73,7 +73,7 @@ mod verbs;
 mod version;
 mod watch;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -85,7 +85,7 @@ pub use http::Method;
 pub use serve::Served;
 pub use version::{GcMode, KubeVersion};
 
-use store::{Key, State};
+use store::{Key, State, Store};
 
 /// `tests/fixtures/<rel>` of the repository (the fixtures are shared with flux-converger's own
 /// tests and `hack/conformance.sh`, so they stay at the root).
@@ -101,7 +101,7 @@ fn obj_namespace_owned(obj: &Value) -> Option<String> {
 
 #[derive(Clone)]
 pub struct FakeApiServer {
-    state: Arc<Mutex<State>>,
+    store: Store,
 }
 
 impl Default for FakeApiServer {
@@ -121,7 +121,7 @@ impl FakeApiServer {
         // refused, which is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let fake = FakeApiServer {
-            state: Arc::new(Mutex::new(State::new(version))),
+            store: Store::new(version),
         };
         // The namespaces of a fresh cluster, and Flux's (the fake serves Flux's CRDs: it is a
         // cluster with Flux installed).
@@ -147,8 +147,7 @@ impl FakeApiServer {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panicking test thread must not hide the state from the others.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.store.lock()
     }
 
     pub fn version(&self) -> KubeVersion {
@@ -157,33 +156,33 @@ impl FakeApiServer {
 
     /// A client over an in-process tower service (no socket); default namespace `default`.
     pub fn client(&self) -> kube::Client {
-        serve::in_process_client(self.clone())
+        serve::in_process_client(self.store.clone())
     }
 
     /// Serves on `127.0.0.1:0` and writes a kubeconfig for it; both live until the `Served`
     /// is dropped.
     pub async fn serve(&self) -> Served {
-        serve::serve(self.clone(), "127.0.0.1:0")
+        serve::serve(self.store.clone(), "127.0.0.1:0")
             .await
             .expect("the fake API server binds a loopback port")
     }
 
     /// Serves on a given address (`127.0.0.1:8080`, or port 0 for any).
     pub async fn serve_on(&self, listen: &str) -> std::io::Result<Served> {
-        serve::serve(self.clone(), listen).await
+        serve::serve(self.store.clone(), listen).await
     }
 
     /// Serves over TLS on loopback, as a real API server does: a self-signed certificate,
     /// trusted by the kubeconfig written beside it.
     pub async fn serve_tls(&self) -> Served {
-        serve::serve_with(self.clone(), "127.0.0.1:0", true)
+        serve::serve_with(self.store.clone(), "127.0.0.1:0", true)
             .await
             .expect("the fake API server binds a loopback port over TLS")
     }
 
     /// [`FakeApiServer::serve_on`], over TLS when `tls`.
     pub async fn serve_on_with(&self, listen: &str, tls: bool) -> std::io::Result<Served> {
-        serve::serve_with(self.clone(), listen, tls).await
+        serve::serve_with(self.store.clone(), listen, tls).await
     }
 
     /// Stores an object as-is (uid, resourceVersion, creationTimestamp and generation filled
@@ -226,7 +225,7 @@ impl FakeApiServer {
         if is_namespace {
             namespaces::after_create(&mut state, &obj);
         }
-        controller::after_write(self, &mut state, &rt, namespace.as_deref());
+        controller::after_write(&self.store, &mut state, &rt, namespace.as_deref());
     }
 
     /// Seeds a fixture file by its path under `tests/fixtures/` (`"v1.28/live-statefulset.yaml"`).
@@ -280,7 +279,7 @@ impl FakeApiServer {
         change(&mut obj);
         let stored = state.replace(rt, obj);
         let ns = obj_namespace_owned(&stored);
-        controller::after_write(self, &mut state, &rt, ns.as_deref());
+        controller::after_write(&self.store, &mut state, &rt, ns.as_deref());
         Some(stored)
     }
 
@@ -296,7 +295,7 @@ impl FakeApiServer {
         let rt = resources::by_kind(api_version, kind)?;
         let mut state = self.lock();
         let gone = state.remove(rt, &Key::new(&rt, namespace, name))?;
-        controller::after_write(self, &mut state, &rt, namespace);
+        controller::after_write(&self.store, &mut state, &rt, namespace);
         Some(gone)
     }
 
@@ -436,7 +435,7 @@ impl FakeApiServer {
         if let GcMode::After(_) = mode {
             let pending = std::mem::take(&mut state.gc_pending);
             for p in pending {
-                gc::schedule(self, &mut state, p);
+                gc::schedule(&self.store, &mut state, p);
             }
         }
     }
@@ -455,7 +454,7 @@ impl FakeApiServer {
     pub fn enable_statefulset_controller(&self) {
         let mut state = self.lock();
         state.sts_controller = true;
-        controller::after_write(self, &mut state, &resources::STATEFULSET, None);
+        controller::after_write(&self.store, &mut state, &resources::STATEFULSET, None);
     }
 
     /// Makes pods scheduled, Running and Ready (existing ones now, new ones at creation) once
@@ -472,7 +471,7 @@ impl FakeApiServer {
                 }
             }
         }
-        controller::after_write(self, &mut state, &resources::POD, None);
+        controller::after_write(&self.store, &mut state, &resources::POD, None);
     }
 
     /// Sets `status.phase` of a claim (and, for `Bound`, the binding details and

@@ -12,11 +12,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
 use super::errors::ApiError;
 use super::gc::{self, Propagation};
 use super::resources::{self, ResourceType};
-use super::store::{Key, State, now};
+use super::store::{Key, State, Store, now};
 
 /// How often the namespace controller looks again at a terminating namespace.
 const NAMESPACE_RESYNC: Duration = Duration::from_millis(50);
@@ -120,7 +119,7 @@ pub fn ensure_for_seed(state: &mut State, ns: &str) {
 }
 
 /// DELETE of a namespace: marked `Terminating` now (the answer), emptied and removed later.
-pub fn begin_delete(fake: &FakeApiServer, state: &mut State, name: &str, dry_run: bool) -> Value {
+pub fn begin_delete(store: &Store, state: &mut State, name: &str, dry_run: bool) -> Value {
     let Some(mut ns) = namespace(state, name) else {
         return Value::Null;
     };
@@ -133,19 +132,19 @@ pub fn begin_delete(fake: &FakeApiServer, state: &mut State, name: &str, dry_run
         ns = state.replace(resources::NAMESPACE, ns);
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                let fake = fake.clone();
+                let store = store.clone();
                 let name = name.to_string();
                 handle.spawn(async move {
                     loop {
                         tokio::time::sleep(NAMESPACE_RESYNC).await;
-                        if finalize(&fake, &mut fake.lock(), &name) {
+                        if finalize(&store, &mut store.lock(), &name) {
                             break;
                         }
                     }
                 });
             }
             Err(_) => {
-                finalize(fake, state, name);
+                finalize(store, state, name);
             }
         }
     }
@@ -154,7 +153,7 @@ pub fn begin_delete(fake: &FakeApiServer, state: &mut State, name: &str, dry_run
 
 /// One pass of the namespace controller: delete what is left, remove the namespace once
 /// nothing is. Returns whether the namespace is gone.
-fn finalize(fake: &FakeApiServer, state: &mut State, name: &str) -> bool {
+fn finalize(store: &Store, state: &mut State, name: &str) -> bool {
     let ns_key = Key::new(&resources::NAMESPACE, None, name);
     let Some(ns) = state.get(&ns_key) else {
         return true;
@@ -167,7 +166,13 @@ fn finalize(fake: &FakeApiServer, state: &mut State, name: &str) -> bool {
         for obj in state.list(rt, Some(name)) {
             left += 1;
             if obj["metadata"].get("deletionTimestamp").is_none() {
-                gc::begin_delete(fake, state, rt, &Key::of(rt, &obj), Propagation::Background);
+                gc::begin_delete(
+                    store,
+                    state,
+                    rt,
+                    &Key::of(rt, &obj),
+                    Propagation::Background,
+                );
             }
         }
     }

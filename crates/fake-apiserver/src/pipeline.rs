@@ -4,7 +4,6 @@
 
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
 use super::admission;
 use super::apply;
 use super::controller;
@@ -14,7 +13,7 @@ use super::namespaces;
 use super::request::Target;
 use super::resources::ResourceType;
 use super::semantics;
-use super::store::{Key, State, now, obj_name, obj_namespace};
+use super::store::{Key, State, Store, now, obj_name, obj_namespace};
 use super::version::KubeVersion;
 
 pub fn with_type(rt: &ResourceType, mut obj: Value) -> Value {
@@ -80,7 +79,7 @@ fn random_suffix(state: &mut State) -> String {
 
 /// Creates an object through the full pipeline (admission, defaults, validation).
 pub fn create_object(
-    fake: &FakeApiServer,
+    store: &Store,
     state: &mut State,
     rt: &ResourceType,
     namespace: Option<&str>,
@@ -163,7 +162,7 @@ pub fn create_object(
     if *rt == super::resources::NAMESPACE {
         namespaces::after_create(state, &stored);
     }
-    controller::after_write(fake, state, rt, namespace);
+    controller::after_write(store, state, rt, namespace);
     Ok((201, stored))
 }
 
@@ -190,7 +189,7 @@ fn comparable(obj: &Value) -> Value {
 /// Updates an object through the full pipeline: resourceVersion precondition, status rule,
 /// defaults, validation, admission, generation, no-op detection.
 pub fn update_object(
-    fake: &FakeApiServer,
+    store: &Store,
     state: &mut State,
     rt: &ResourceType,
     old: &Value,
@@ -359,7 +358,7 @@ pub fn update_object(
     }
     let namespace = obj_namespace(&new).map(str::to_string);
     let stored = state.replace(*rt, new);
-    controller::after_write(fake, state, rt, namespace.as_deref());
+    controller::after_write(store, state, rt, namespace.as_deref());
     Ok((200, stored))
 }
 

@@ -5,13 +5,12 @@ use bytes::Bytes;
 use http::Method;
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
 use super::errors::{ApiError, VerbResult};
 use super::patch;
 use super::pipeline::{Managed, WriteOpts, update_object};
 use super::query::Query;
 use super::request::{Target, content_type, field_manager};
-use super::store::Key;
+use super::store::{Key, Store};
 
 /// `matchLabels` as the label-selector string the Scale status carries.
 fn selector_string(set: &Value) -> String {
@@ -49,7 +48,7 @@ pub fn scale_of(set: &Value) -> Value {
 }
 
 pub fn handle(
-    fake: &FakeApiServer,
+    store: &Store,
     parts: &http::request::Parts,
     t: &Target,
     name: &str,
@@ -57,7 +56,7 @@ pub fn handle(
     raw: &Bytes,
     body: Value,
 ) -> VerbResult {
-    let mut state = fake.lock();
+    let mut state = store.lock();
     let key = Key::new(&t.rt, t.namespace.as_deref(), name);
     let Some(set) = state.get(&key).cloned() else {
         return Err(ApiError::not_found(&t.rt, name));
@@ -102,6 +101,6 @@ pub fn handle(
         subresource: None,
         require_rv: false,
     };
-    let (code, stored) = update_object(fake, &mut state, &t.rt, &set, candidate, &opts)?;
+    let (code, stored) = update_object(store, &mut state, &t.rt, &set, candidate, &opts)?;
     Ok((code, scale_of(&stored)))
 }

@@ -4,6 +4,7 @@
 //! the watch that follows it.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -110,6 +111,27 @@ pub struct Pending {
     pub rt: ResourceType,
     pub key: Key,
     pub uid: String,
+}
+
+/// The store one fake serves: its `State` behind one lock, shared by the requests, the test
+/// driving the fake and the controllers' timers. Every request and every controller pass holds
+/// the lock throughout, so each is atomic like an etcd transaction.
+#[derive(Clone)]
+pub struct Store {
+    state: Arc<Mutex<State>>,
+}
+
+impl Store {
+    pub fn new(version: KubeVersion) -> Self {
+        Store {
+            state: Arc::new(Mutex::new(State::new(version))),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking test thread must not hide the state from the others.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 pub struct State {

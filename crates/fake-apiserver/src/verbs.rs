@@ -5,7 +5,6 @@ use bytes::Bytes;
 use http::header;
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
 use super::apply;
 use super::errors::{ApiError, VerbResult};
 use super::gc::{self, Propagation};
@@ -18,7 +17,7 @@ use super::query::{Query, Selectors};
 use super::request::{Target, content_type, field_manager, is_dry_run};
 use super::resources;
 use super::semantics;
-use super::store::{Key, now};
+use super::store::{Key, Store, now};
 use super::table;
 
 pub fn as_table(parts: &http::request::Parts) -> bool {
@@ -30,8 +29,8 @@ pub fn as_table(parts: &http::request::Parts) -> bool {
     )
 }
 
-pub fn get(fake: &FakeApiServer, t: &Target, name: &str, as_table: bool) -> VerbResult {
-    let state = fake.lock();
+pub fn get(store: &Store, t: &Target, name: &str, as_table: bool) -> VerbResult {
+    let state = store.lock();
     let key = Key::new(&t.rt, t.namespace.as_deref(), name);
     match state.get(&key) {
         Some(obj) if as_table => {
@@ -45,11 +44,11 @@ pub fn get(fake: &FakeApiServer, t: &Target, name: &str, as_table: bool) -> Verb
     }
 }
 
-pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> VerbResult {
+pub fn list(store: &Store, t: &Target, query: &Query, as_table: bool) -> VerbResult {
     let selectors = Selectors::from_query(query, &t.rt)?;
     let has_selectors = query.get("labelSelector").is_some_and(|s| !s.is_empty())
         || query.get("fieldSelector").is_some_and(|s| !s.is_empty());
-    let state = fake.lock();
+    let state = store.lock();
     let selected: Vec<Value> = state
         .list(&t.rt, t.namespace.as_deref())
         .into_iter()
@@ -100,7 +99,7 @@ pub fn list(fake: &FakeApiServer, t: &Target, query: &Query, as_table: bool) -> 
 }
 
 pub fn create(
-    fake: &FakeApiServer,
+    store: &Store,
     parts: &http::request::Parts,
     t: &Target,
     query: &Query,
@@ -116,12 +115,19 @@ pub fn create(
         subresource: None,
         require_rv: false,
     };
-    let mut state = fake.lock();
-    create_object(fake, &mut state, &t.rt, t.namespace.as_deref(), body, &opts)
+    let mut state = store.lock();
+    create_object(
+        store,
+        &mut state,
+        &t.rt,
+        t.namespace.as_deref(),
+        body,
+        &opts,
+    )
 }
 
 pub fn update(
-    fake: &FakeApiServer,
+    store: &Store,
     parts: &http::request::Parts,
     t: &Target,
     name: &str,
@@ -135,12 +141,12 @@ pub fn update(
         subresource: t.subresource.clone(),
         require_rv: true,
     };
-    let mut state = fake.lock();
+    let mut state = store.lock();
     let key = Key::new(&t.rt, t.namespace.as_deref(), name);
     let Some(old) = state.get(&key).cloned() else {
         return Err(ApiError::not_found(&t.rt, name));
     };
-    update_object(fake, &mut state, &t.rt, &old, body, &opts)
+    update_object(store, &mut state, &t.rt, &old, body, &opts)
 }
 
 fn parse_apply_body(raw: &Bytes) -> Result<Value, ApiError> {
@@ -154,7 +160,7 @@ fn parse_apply_body(raw: &Bytes) -> Result<Value, ApiError> {
 }
 
 pub fn patch_object(
-    fake: &FakeApiServer,
+    store: &Store,
     parts: &http::request::Parts,
     t: &Target,
     name: &str,
@@ -164,7 +170,7 @@ pub fn patch_object(
 ) -> VerbResult {
     let ct = content_type(parts).unwrap_or_default();
     let dry_run = query.dry_run();
-    let mut state = fake.lock();
+    let mut state = store.lock();
     let key = Key::new(&t.rt, t.namespace.as_deref(), name);
     let old = state.get(&key).cloned();
     if ct == "application/apply-patch+yaml" {
@@ -218,12 +224,12 @@ pub fn patch_object(
             require_rv: false,
         };
         return match old {
-            Some(old) => update_object(fake, &mut state, &t.rt, &old, merged, &opts),
+            Some(old) => update_object(store, &mut state, &t.rt, &old, merged, &opts),
             None => {
                 super::authz::authorize_create_on_apply(&mut state, parts, t, query)?;
                 let mut obj = merged;
                 obj["metadata"]["name"] = json!(name);
-                create_object(fake, &mut state, &t.rt, t.namespace.as_deref(), obj, &opts)
+                create_object(store, &mut state, &t.rt, t.namespace.as_deref(), obj, &opts)
             }
         };
     }
@@ -248,7 +254,7 @@ pub fn patch_object(
         subresource: t.subresource.clone(),
         require_rv: false,
     };
-    update_object(fake, &mut state, &t.rt, &old, doc, &opts)
+    update_object(store, &mut state, &t.rt, &old, doc, &opts)
 }
 
 /// DeleteOptions from the body (kube-rs, kubectl) or the query string.
@@ -303,15 +309,9 @@ fn delete_options(query: &Query, body: &Value) -> Result<DeleteOptions, ApiError
     })
 }
 
-pub fn delete(
-    fake: &FakeApiServer,
-    t: &Target,
-    name: &str,
-    query: &Query,
-    body: &Value,
-) -> VerbResult {
+pub fn delete(store: &Store, t: &Target, name: &str, query: &Query, body: &Value) -> VerbResult {
     let opts = delete_options(query, body)?;
-    let mut state = fake.lock();
+    let mut state = store.lock();
     let key = Key::new(&t.rt, t.namespace.as_deref(), name);
     let Some(obj) = state.get(&key).cloned() else {
         return Err(ApiError::not_found(&t.rt, name));
@@ -335,14 +335,14 @@ pub fn delete(
         return Err(ApiError::precondition_rv(&t.rt, name, wanted, &rv));
     }
     if t.rt == resources::NAMESPACE {
-        let ns = super::namespaces::begin_delete(fake, &mut state, name, opts.dry_run);
+        let ns = super::namespaces::begin_delete(store, &mut state, name, opts.dry_run);
         return Ok((200, with_type(&t.rt, ns)));
     }
     let policy = opts.propagation.unwrap_or(Propagation::Background);
     let (result, gone) = if opts.dry_run {
         gc::would_delete(&obj, &t.rt, policy)
     } else {
-        gc::begin_delete(fake, &mut state, &t.rt, &key, policy)
+        gc::begin_delete(store, &mut state, &t.rt, &key, policy)
     };
     let result = with_type(&t.rt, result);
     if gone && !t.rt.returns_deleted_object {
@@ -364,15 +364,10 @@ pub fn delete(
     Ok((200, result))
 }
 
-pub fn delete_collection(
-    fake: &FakeApiServer,
-    t: &Target,
-    query: &Query,
-    body: &Value,
-) -> VerbResult {
+pub fn delete_collection(store: &Store, t: &Target, query: &Query, body: &Value) -> VerbResult {
     let opts = delete_options(query, body)?;
     let selectors = Selectors::from_query(query, &t.rt)?;
-    let mut state = fake.lock();
+    let mut state = store.lock();
     let victims: Vec<Value> = state
         .list(&t.rt, t.namespace.as_deref())
         .into_iter()
@@ -385,7 +380,7 @@ pub fn delete_collection(
         let (obj, _) = if opts.dry_run {
             gc::would_delete(&v, &t.rt, policy)
         } else {
-            gc::begin_delete(fake, &mut state, &t.rt, &key, policy)
+            gc::begin_delete(store, &mut state, &t.rt, &key, policy)
         };
         items.push(obj);
     }

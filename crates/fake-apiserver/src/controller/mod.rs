@@ -21,12 +21,11 @@ mod revision;
 
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
 use super::apply;
 use super::gc;
 use super::query::LabelSelector;
 use super::resources::{self, ResourceType};
-use super::store::{Key, State, now, obj_name, obj_uid};
+use super::store::{Key, State, Store, now, obj_name, obj_uid};
 
 pub use pods::{claims_usable, is_ready, start_pod};
 
@@ -34,16 +33,11 @@ const MANAGER: &str = "kube-controller-manager";
 pub const HASH_LABEL: &str = "controller-revision-hash";
 
 /// Called after writes: reconciles the StatefulSets of `namespace` (all for `None` or `""`).
-pub fn after_write(
-    fake: &FakeApiServer,
-    state: &mut State,
-    rt: &ResourceType,
-    namespace: Option<&str>,
-) {
+pub fn after_write(store: &Store, state: &mut State, rt: &ResourceType, namespace: Option<&str>) {
     if (*rt == resources::PVC || *rt == resources::PERSISTENT_VOLUME) && super::binder::bind(state)
     {
         // A claim just bound may let the StatefulSet controller go on.
-        after_write(fake, state, &resources::PVC, namespace);
+        after_write(store, state, &resources::PVC, namespace);
         return;
     }
     let relevant = [
@@ -60,7 +54,7 @@ pub fn after_write(
     }
     // Pods may have gone (here or in the write itself): claims waiting for them can go on.
     if !state.pvc_waiting.is_empty() {
-        gc::recheck_protected(fake, state);
+        gc::recheck_protected(store, state);
     }
 }
 
