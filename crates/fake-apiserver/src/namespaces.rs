@@ -1,7 +1,6 @@
-//! Namespaces as a precondition and a lifecycle, as the `NamespaceLifecycle` admission plugin,
-//! the namespace controller and the service-account controller make them: creating in a
-//! missing namespace is a 404 (`namespaces "x" not found`), in a terminating one a 403; a new
-//! namespace gets its `default` ServiceAccount; deleting a namespace answers it `Terminating`
+//! Namespaces as a lifecycle, as the namespace controller and the service-account controller
+//! make them (creating into a missing or terminating namespace is refused by `admission`'s
+//! `NamespaceLifecycle`): a new namespace gets its `default` ServiceAccount; deleting a namespace answers it `Terminating`
 //! and the controller then deletes its contents (through the garbage collector, so finalizers
 //! hold it) and the namespace last.
 //!
@@ -12,9 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::errors::ApiError;
 use super::gc::{self, Propagation};
-use super::resources::{self, ResourceType};
+use super::resources;
 use super::store::{Key, State, Store, now};
 
 /// How often the namespace controller looks again at a terminating namespace.
@@ -24,58 +22,6 @@ fn namespace(state: &State, name: &str) -> Option<Value> {
     state
         .get(&Key::new(&resources::NAMESPACE, None, name))
         .cloned()
-}
-
-/// `NamespaceLifecycle` on create: the namespace must exist and not be terminating.
-pub fn admit_create(
-    state: &State,
-    rt: &ResourceType,
-    ns: Option<&str>,
-    name: &str,
-) -> Result<(), ApiError> {
-    let Some(ns) = ns.filter(|_| rt.namespaced) else {
-        return Ok(());
-    };
-    match namespace(state, ns) {
-        None => Err(ApiError::not_found(&resources::NAMESPACE, ns)),
-        Some(obj) if obj["metadata"].get("deletionTimestamp").is_some() => {
-            let mut details = serde_json::Map::new();
-            if !name.is_empty() {
-                details.insert("name".into(), json!(name));
-            }
-            if !rt.group.is_empty() {
-                details.insert("group".into(), json!(rt.group));
-            }
-            details.insert("kind".into(), json!(rt.plural));
-            details.insert(
-                "causes".into(),
-                json!([{
-                    "reason": "NamespaceTerminating",
-                    "message": format!("namespace {ns} is being terminated"),
-                    "field": "metadata.namespace",
-                }]),
-            );
-            let subject = if name.is_empty() {
-                rt.qualified_plural()
-            } else {
-                format!("{} {name:?}", rt.qualified_plural())
-            };
-            Err(ApiError {
-                code: 403,
-                body: json!({
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Failure",
-                    "message": format!("{subject} is forbidden: unable to create new content in namespace {ns} because it is being terminated"),
-                    "reason": "Forbidden",
-                    "details": Value::Object(details),
-                    "code": 403,
-                }),
-            })
-        }
-        Some(_) => Ok(()),
-    }
 }
 
 /// The service-account controller: every namespace has a `default` ServiceAccount.

@@ -135,7 +135,7 @@ pub fn create_object(
             m.insert("status".into(), s);
         }
     }
-    namespaces::admit_create(state, rt, namespace, &name)?;
+    admission::namespace_lifecycle(state, rt, namespace, &name)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj, state.version);
     crd_schema::admit(rt, &mut obj, state.version)?;
