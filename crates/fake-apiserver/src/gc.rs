@@ -1,7 +1,7 @@
-//! Deletion and the simulated garbage collector.
+//! The simulated garbage collector, run on the commits of deletions (`Change::Collect`).
 //!
-//! `Orphan`/`Foreground` put a finalizer (`orphan`/`foregroundDeletion`) and a
-//! `deletionTimestamp` on the object (bumping `generation`, as the real server does); after the
+//! A deletion with `Orphan`/`Foreground` left a finalizer (`orphan`/`foregroundDeletion`) and a
+//! `deletionTimestamp` on the object (`deletion`); after the
 //! configured delay the collector strips the ownerReferences to the object from its dependents
 //! (orphan) or deletes them (foreground), removes the finalizer and deletes the object: the
 //! MODIFIED ... DELETED sequence of `watch-orphan-delete.jsonl`. `Background` deletes at once and
@@ -14,19 +14,11 @@
 use serde_json::{Value, json};
 
 use super::controller;
-use super::resources::{self, ResourceType};
-use super::store::{Key, Pending, State, Store, now, obj_uid};
+use super::deletion::{self, FOREGROUND, ORPHAN, Propagation, finalizers};
+use super::resources;
+use super::store::{Pending, State, Store, obj_uid};
 use super::version::GcMode;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Propagation {
-    Orphan,
-    Background,
-    Foreground,
-}
-
-const ORPHAN: &str = "orphan";
-const FOREGROUND: &str = "foregroundDeletion";
 /// Finalizers the simulated controllers remove.
 const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
@@ -67,93 +59,6 @@ pub fn recheck_protected(store: &Store, state: &mut State) {
     }
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The object a deletion would leave (or remove), without touching the store: the dry run.
-pub fn would_delete(obj: &Value, rt: &ResourceType, policy: Propagation) -> (Value, bool) {
-    let mut f = finalizers(obj);
-    match policy {
-        Propagation::Orphan if !f.iter().any(|x| x == ORPHAN) => f.push(ORPHAN.into()),
-        Propagation::Foreground if !f.iter().any(|x| x == FOREGROUND) => f.push(FOREGROUND.into()),
-        _ => {}
-    }
-    if f.is_empty() {
-        return (obj.clone(), true);
-    }
-    let mut o = obj.clone();
-    mark_deleting(&mut o, rt, f);
-    (o, false)
-}
-
-fn mark_deleting(o: &mut Value, rt: &ResourceType, f: Vec<String>) {
-    if o["metadata"].get("deletionTimestamp").is_none() {
-        o["metadata"]["deletionTimestamp"] = json!(now());
-        o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        if rt.has_generation {
-            let g = o["metadata"]["generation"].as_i64().unwrap_or(1);
-            o["metadata"]["generation"] = json!(g + 1);
-        }
-    }
-    o["metadata"]["finalizers"] = json!(f);
-}
-
-/// Starts a deletion. Returns the object as the response shows it and whether it is gone.
-pub fn begin_delete(
-    store: &Store,
-    state: &mut State,
-    rt: &ResourceType,
-    key: &Key,
-    policy: Propagation,
-) -> (Value, bool) {
-    let Some(obj) = state.get(key).cloned() else {
-        return (Value::Null, true);
-    };
-    let uid = obj_uid(&obj).to_string();
-    let (mut next, gone) = would_delete(&obj, rt, policy);
-    if gone {
-        let removed = state.remove(*rt, key).unwrap_or(next);
-        if !state.dependents(&key.namespace, &uid).is_empty() {
-            schedule(
-                store,
-                state,
-                Pending {
-                    rt: *rt,
-                    key: key.clone(),
-                    uid,
-                },
-            );
-        }
-        controller::after_write(store, state, rt, Some(&key.namespace));
-        return (removed, true);
-    }
-    if obj["metadata"].get("deletionTimestamp").is_some() && next == obj {
-        // Already deleting with the same finalizers: nothing to write.
-        return (obj, false);
-    }
-    next["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"].clone();
-    let stored = state.replace(*rt, next);
-    schedule(
-        store,
-        state,
-        Pending {
-            rt: *rt,
-            key: key.clone(),
-            uid,
-        },
-    );
-    controller::after_write(store, state, rt, Some(&key.namespace));
-    (stored, false)
-}
-
 /// Runs `finish` after the collector's delay, or parks it while the collector is stuck.
 pub fn schedule(store: &Store, state: &mut State, p: Pending) {
     match state.gc {
@@ -186,7 +91,8 @@ pub fn finish(store: &Store, state: &mut State, p: Pending) {
     let Some(obj) = current else {
         // The owner is gone (background deletion): delete what still points at it.
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
-            begin_delete(store, state, &rt, &key, Propagation::Background);
+            let (_, _, commit) = deletion::begin_delete(state, &rt, &key, Propagation::Background);
+            controller::after_commit(store, state, commit);
         }
         return;
     };
@@ -211,7 +117,8 @@ pub fn finish(store: &Store, state: &mut State, p: Pending) {
     }
     if f.iter().any(|x| x == FOREGROUND) {
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
-            begin_delete(store, state, &rt, &key, Propagation::Background);
+            let (_, _, commit) = deletion::begin_delete(state, &rt, &key, Propagation::Background);
+            controller::after_commit(store, state, commit);
         }
     }
     let protected = p.rt == resources::PVC

@@ -202,7 +202,7 @@ fn dispatch(
     }
     let result = match (&parts.method, &target.name) {
         (_, Some(name)) if target.subresource.as_deref() == Some("scale") => {
-            super::scale::handle(store, parts, &target, name, query, raw_body, body)
+            verbs::scale(store, parts, &target, name, query, raw_body, body)
         }
         (&Method::GET, Some(name)) => verbs::get(store, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {

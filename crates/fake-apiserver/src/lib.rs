@@ -47,8 +47,10 @@ mod admission;
 mod apply;
 pub mod authz;
 mod binder;
+mod commit;
 mod controller;
 mod crd_schema;
+mod deletion;
 mod discovery;
 mod errors;
 mod faults;
@@ -72,6 +74,7 @@ mod typed;
 mod verbs;
 mod version;
 mod watch;
+mod writes;
 
 use std::sync::MutexGuard;
 use std::time::Duration;

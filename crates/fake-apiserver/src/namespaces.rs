@@ -1,8 +1,8 @@
 //! Namespaces as a lifecycle, as the namespace controller and the service-account controller
 //! make them (creating into a missing or terminating namespace is refused by `admission`'s
-//! `NamespaceLifecycle`): a new namespace gets its `default` ServiceAccount; deleting a namespace answers it `Terminating`
-//! and the controller then deletes its contents (through the garbage collector, so finalizers
-//! hold it) and the namespace last.
+//! `NamespaceLifecycle`): a new namespace gets its `default` ServiceAccount; a namespace the
+//! DELETE marked `Terminating` (`deletion`) is emptied by the controller (through the garbage
+//! collector, so finalizers hold it), the namespace last.
 //!
 //! Seeding a namespaced object into a namespace nobody created creates that namespace, so
 //! tests that seed fixtures keep writing next to them.
@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::gc::{self, Propagation};
+use super::controller;
+use super::deletion::{self, Propagation};
 use super::resources;
 use super::store::{Key, State, Store, now};
 
@@ -64,37 +65,27 @@ pub fn ensure_for_seed(state: &mut State, ns: &str) {
     after_create(state, &stored);
 }
 
-/// DELETE of a namespace: marked `Terminating` now (the answer), emptied and removed later.
-pub fn begin_delete(store: &Store, state: &mut State, name: &str, dry_run: bool) -> Value {
-    let Some(mut ns) = namespace(state, name) else {
-        return Value::Null;
-    };
-    if ns["metadata"].get("deletionTimestamp").is_none() {
-        ns["metadata"]["deletionTimestamp"] = json!(now());
-        ns["status"] = json!({"phase": "Terminating"});
-        if dry_run {
-            return ns;
-        }
-        ns = state.replace(resources::NAMESPACE, ns);
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let store = store.clone();
-                let name = name.to_string();
-                handle.spawn(async move {
-                    loop {
-                        tokio::time::sleep(NAMESPACE_RESYNC).await;
-                        if finalize(&store, &mut store.lock(), &name) {
-                            break;
-                        }
+/// The namespace controller, on a namespace just marked `Terminating`
+/// (`Change::NamespaceTerminating`): a pass at every resync until the namespace is gone (one
+/// pass at once without a runtime, a synchronous test helper).
+pub fn start_finalizer(store: &Store, state: &mut State, name: &str) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let store = store.clone();
+            let name = name.to_string();
+            handle.spawn(async move {
+                loop {
+                    tokio::time::sleep(NAMESPACE_RESYNC).await;
+                    if finalize(&store, &mut store.lock(), &name) {
+                        break;
                     }
-                });
-            }
-            Err(_) => {
-                finalize(store, state, name);
-            }
+                }
+            });
+        }
+        Err(_) => {
+            finalize(store, state, name);
         }
     }
-    ns
 }
 
 /// One pass of the namespace controller: delete what is left, remove the namespace once
@@ -112,13 +103,10 @@ fn finalize(store: &Store, state: &mut State, name: &str) -> bool {
         for obj in state.list(rt, Some(name)) {
             left += 1;
             if obj["metadata"].get("deletionTimestamp").is_none() {
-                gc::begin_delete(
-                    store,
-                    state,
-                    rt,
-                    &Key::of(rt, &obj),
-                    Propagation::Background,
-                );
+                let key = Key::of(rt, &obj);
+                let (_, _, commit) =
+                    deletion::begin_delete(state, rt, &key, Propagation::Background);
+                controller::after_commit(store, state, commit);
             }
         }
     }

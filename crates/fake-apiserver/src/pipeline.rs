@@ -1,19 +1,20 @@
 //! The write pipeline every verb goes through, in the real server's order: decode checks,
 //! admission, defaults, validation, preconditions, status subresource rule, managedFields,
 //! generation, no-op detection, then the store (or nothing, on a dry run).
+//!
+//! A write hands back what it committed (`commit`); the caller runs the controllers on it.
 
 use serde_json::{Value, json};
 
 use super::admission;
 use super::apply;
-use super::controller;
+use super::commit::{Change, Commit, WriteResult, Written};
 use super::crd_schema;
-use super::errors::{ApiError, Cause, VerbResult};
-use super::namespaces;
+use super::errors::{ApiError, Cause};
 use super::request::Target;
-use super::resources::ResourceType;
+use super::resources::{self, ResourceType};
 use super::semantics;
-use super::store::{Key, State, Store, now, obj_name, obj_namespace};
+use super::store::{Key, State, now, obj_name, obj_namespace};
 use super::version::KubeVersion;
 
 pub fn with_type(rt: &ResourceType, mut obj: Value) -> Value {
@@ -79,13 +80,12 @@ fn random_suffix(state: &mut State) -> String {
 
 /// Creates an object through the full pipeline (admission, defaults, validation).
 pub fn create_object(
-    store: &Store,
     state: &mut State,
     rt: &ResourceType,
     namespace: Option<&str>,
     mut obj: Value,
     opts: &WriteOpts,
-) -> VerbResult {
+) -> WriteResult {
     if !obj.is_object() {
         return Err(ApiError::bad_request(
             "the body of the request is not an object",
@@ -156,14 +156,19 @@ pub fn create_object(
         apply::record_update(None, &mut obj, manager, None, &rt.api_version(), &now());
     }
     if opts.dry_run {
-        return Ok((201, obj));
+        return Ok(Written::answer(201, obj));
     }
     let stored = state.insert(*rt, obj);
-    if *rt == super::resources::NAMESPACE {
-        namespaces::after_create(state, &stored);
-    }
-    controller::after_write(store, state, rt, namespace);
-    Ok((201, stored))
+    let change = if *rt == resources::NAMESPACE {
+        Change::NamespaceCreated(stored.clone())
+    } else {
+        Change::Stored
+    };
+    Ok(Written::committed(
+        201,
+        stored,
+        Commit::new(rt, namespace, change),
+    ))
 }
 
 /// Everything but `metadata` and `status`: what bumps `generation`.
@@ -189,13 +194,12 @@ fn comparable(obj: &Value) -> Value {
 /// Updates an object through the full pipeline: resourceVersion precondition, status rule,
 /// defaults, validation, admission, generation, no-op detection.
 pub fn update_object(
-    store: &Store,
     state: &mut State,
     rt: &ResourceType,
     old: &Value,
     candidate: Value,
     opts: &WriteOpts,
-) -> VerbResult {
+) -> WriteResult {
     if !candidate.is_object() {
         return Err(ApiError::bad_request(
             "the body of the request is not an object",
@@ -341,10 +345,10 @@ pub fn update_object(
     new["metadata"]["resourceVersion"] = json!(old_rv);
     if comparable(&new) == comparable(old) {
         // Nothing changed: no write, same resourceVersion, no event.
-        return Ok((200, with_type(rt, old.clone())));
+        return Ok(Written::answer(200, with_type(rt, old.clone())));
     }
     if opts.dry_run {
-        return Ok((200, new));
+        return Ok(Written::answer(200, new));
     }
     let deleting = new["metadata"].get("deletionTimestamp").is_some();
     let no_finalizers = new["metadata"]["finalizers"]
@@ -354,12 +358,13 @@ pub fn update_object(
     if deleting && no_finalizers {
         state.objects.insert(key.clone(), new);
         let gone = state.remove(*rt, &key).unwrap_or_default();
-        return Ok((200, gone));
+        let commit = Commit::new(rt, obj_namespace(&gone), Change::Finalized);
+        return Ok(Written::committed(200, gone, commit));
     }
     let namespace = obj_namespace(&new).map(str::to_string);
     let stored = state.replace(*rt, new);
-    controller::after_write(store, state, rt, namespace.as_deref());
-    Ok((200, stored))
+    let commit = Commit::stored(rt, namespace.as_deref());
+    Ok(Written::committed(200, stored, commit))
 }
 
 /// An update without a resourceVersion where one is required. The value prints as Go's `%#v`

@@ -22,7 +22,9 @@ mod revision;
 use serde_json::{Value, json};
 
 use super::apply;
+use super::commit::{Change, Commit};
 use super::gc;
+use super::namespaces;
 use super::query::LabelSelector;
 use super::resources::{self, ResourceType};
 use super::store::{Key, State, Store, now, obj_name, obj_uid};
@@ -31,6 +33,25 @@ pub use pods::{claims_usable, is_ready, start_pod};
 
 const MANAGER: &str = "kube-controller-manager";
 pub const HASH_LABEL: &str = "controller-revision-hash";
+
+/// Runs the controllers on what a write committed (`None`: a dry run or a no-op, nothing runs),
+/// under the lock the write held.
+pub fn after_commit(store: &Store, state: &mut State, commit: Option<Commit>) {
+    let Some(commit) = commit else {
+        return;
+    };
+    match commit.change {
+        Change::Stored => {}
+        Change::NamespaceCreated(ns) => namespaces::after_create(state, &ns),
+        Change::Collect(pending) => gc::schedule(store, state, pending),
+        Change::NamespaceTerminating(name) => {
+            namespaces::start_finalizer(store, state, &name);
+            return;
+        }
+        Change::Finalized => return,
+    }
+    after_write(store, state, &commit.rt, commit.namespace.as_deref());
+}
 
 /// Called after writes: reconciles the StatefulSets of `namespace` (all for `None` or `""`).
 pub fn after_write(store: &Store, state: &mut State, rt: &ResourceType, namespace: Option<&str>) {
