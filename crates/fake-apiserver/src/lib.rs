@@ -46,18 +46,15 @@
 mod admission;
 mod apply;
 pub mod authz;
-mod binder;
 mod commit;
-mod controller;
+mod controllers;
 mod crd_schema;
 mod deletion;
 mod discovery;
 mod errors;
 mod faults;
-mod gc;
 mod handlers;
 mod identity;
-mod namespaces;
 mod paging;
 mod patch;
 mod pipeline;
@@ -88,6 +85,8 @@ pub use http::Method;
 pub use serve::Served;
 pub use version::{GcMode, KubeVersion};
 
+use commit::{Change, Commit};
+use controllers::statefulset;
 use store::{Key, State, Store};
 
 /// `tests/fixtures/<rel>` of the repository (the fixtures are shared with flux-converger's own
@@ -221,14 +220,16 @@ impl FakeApiServer {
         crd_schema::default_only(&rt, &mut obj);
         let namespace = obj_namespace_owned(&obj);
         if let Some(ns) = namespace.as_deref() {
-            namespaces::ensure_for_seed(&mut state, ns);
+            controllers::namespaces::ensure_for_seed(&mut state, ns);
         }
-        let is_namespace = rt == resources::NAMESPACE;
-        state.seed(rt, obj.clone());
-        if is_namespace {
-            namespaces::after_create(&mut state, &obj);
-        }
-        controller::after_write(&self.store, &mut state, &rt, namespace.as_deref());
+        let change = if rt == resources::NAMESPACE {
+            Change::NamespaceCreated(obj.clone())
+        } else {
+            Change::Stored
+        };
+        state.seed(rt, obj);
+        let commit = Commit::new(&rt, namespace.as_deref(), change);
+        controllers::after_commit(&self.store, &mut state, Some(commit));
     }
 
     /// Seeds a fixture file by its path under `tests/fixtures/` (`"v1.28/live-statefulset.yaml"`).
@@ -282,7 +283,8 @@ impl FakeApiServer {
         change(&mut obj);
         let stored = state.replace(rt, obj);
         let ns = obj_namespace_owned(&stored);
-        controller::after_write(&self.store, &mut state, &rt, ns.as_deref());
+        let commit = Commit::stored(&rt, ns.as_deref());
+        controllers::after_commit(&self.store, &mut state, Some(commit));
         Some(stored)
     }
 
@@ -298,7 +300,8 @@ impl FakeApiServer {
         let rt = resources::by_kind(api_version, kind)?;
         let mut state = self.lock();
         let gone = state.remove(rt, &Key::new(&rt, namespace, name))?;
-        controller::after_write(&self.store, &mut state, &rt, namespace);
+        let commit = Commit::stored(&rt, namespace);
+        controllers::after_commit(&self.store, &mut state, Some(commit));
         Some(gone)
     }
 
@@ -438,7 +441,7 @@ impl FakeApiServer {
         if let GcMode::After(_) = mode {
             let pending = std::mem::take(&mut state.gc_pending);
             for p in pending {
-                gc::schedule(&self.store, &mut state, p);
+                controllers::gc::schedule(&self.store, &mut state, p);
             }
         }
     }
@@ -457,7 +460,7 @@ impl FakeApiServer {
     pub fn enable_statefulset_controller(&self) {
         let mut state = self.lock();
         state.sts_controller = true;
-        controller::after_write(&self.store, &mut state, &resources::STATEFULSET, None);
+        controllers::after_write(&self.store, &mut state, &resources::STATEFULSET, None);
     }
 
     /// Makes pods scheduled, Running and Ready (existing ones now, new ones at creation) once
@@ -468,13 +471,14 @@ impl FakeApiServer {
         state.pods_ready = ready;
         if ready {
             for (i, mut pod) in state.list(&resources::POD, None).into_iter().enumerate() {
-                if !controller::is_ready(&pod) && controller::claims_usable(&state, &pod) {
-                    controller::start_pod(&mut pod, i);
+                if !statefulset::is_ready(&pod) && statefulset::claims_usable(&state, &pod) {
+                    statefulset::start_pod(&mut pod, i);
                     state.replace(resources::POD, pod);
                 }
             }
         }
-        controller::after_write(&self.store, &mut state, &resources::POD, None);
+        let commit = Commit::stored(&resources::POD, None);
+        controllers::after_commit(&self.store, &mut state, Some(commit));
     }
 
     /// Sets `status.phase` of a claim (and, for `Bound`, the binding details and

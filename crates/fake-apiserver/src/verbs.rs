@@ -10,7 +10,7 @@ use http::header;
 use serde_json::{Value, json};
 
 use super::commit::Written;
-use super::controller;
+use super::controllers;
 use super::deletion::{self, Propagation};
 use super::errors::{ApiError, VerbResult};
 use super::paging;
@@ -102,7 +102,7 @@ pub fn list(store: &Store, t: &Target, query: &Query, as_table: bool) -> VerbRes
 
 /// Runs the controllers on what a write committed (under the same lock), then answers it.
 fn after_commit(store: &Store, state: &mut State, written: Written) -> (u16, Value) {
-    controller::after_commit(store, state, written.commit);
+    controllers::after_commit(store, state, written.commit);
     (written.code, written.object)
 }
 
@@ -183,7 +183,7 @@ pub fn delete_collection(store: &Store, t: &Target, query: &Query, body: &Value)
             deletion::would_delete(&v, &t.rt, policy).0
         } else {
             let (obj, _, commit) = deletion::begin_delete(&mut state, &t.rt, &key, policy);
-            controller::after_commit(store, &mut state, commit);
+            controllers::after_commit(store, &mut state, commit);
             obj
         };
         items.push(obj);

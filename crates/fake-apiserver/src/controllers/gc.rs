@@ -13,11 +13,10 @@
 
 use serde_json::{Value, json};
 
-use super::controller;
-use super::deletion::{self, FOREGROUND, ORPHAN, Propagation, finalizers};
-use super::resources;
-use super::store::{Pending, State, Store, obj_uid};
-use super::version::GcMode;
+use crate::deletion::{self, FOREGROUND, ORPHAN, Propagation, finalizers};
+use crate::resources;
+use crate::store::{Pending, State, Store, obj_uid};
+use crate::version::GcMode;
 
 /// Finalizers the simulated controllers remove.
 const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
@@ -92,7 +91,7 @@ pub fn finish(store: &Store, state: &mut State, p: Pending) {
         // The owner is gone (background deletion): delete what still points at it.
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
             let (_, _, commit) = deletion::begin_delete(state, &rt, &key, Propagation::Background);
-            controller::after_commit(store, state, commit);
+            super::after_commit(store, state, commit);
         }
         return;
     };
@@ -118,7 +117,7 @@ pub fn finish(store: &Store, state: &mut State, p: Pending) {
     if f.iter().any(|x| x == FOREGROUND) {
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
             let (_, _, commit) = deletion::begin_delete(state, &rt, &key, Propagation::Background);
-            controller::after_commit(store, state, commit);
+            super::after_commit(store, state, commit);
         }
     }
     let protected = p.rt == resources::PVC
@@ -135,7 +134,7 @@ pub fn finish(store: &Store, state: &mut State, p: Pending) {
     if remaining.is_empty() {
         state.remove(p.rt, &p.key);
         if p.rt == resources::STATEFULSET || p.rt == resources::POD || p.rt == resources::PVC {
-            controller::after_write(store, state, &p.rt, Some(&p.key.namespace));
+            super::after_write(store, state, &p.rt, Some(&p.key.namespace));
         }
     } else if remaining.len() != f.len() {
         let mut o = obj;

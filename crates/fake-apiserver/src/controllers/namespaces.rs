@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::controller;
-use super::deletion::{self, Propagation};
-use super::resources;
-use super::store::{Key, State, Store, now};
+use crate::deletion::{self, Propagation};
+use crate::resources;
+use crate::store::{Key, State, Store, now};
 
 /// How often the namespace controller looks again at a terminating namespace.
 const NAMESPACE_RESYNC: Duration = Duration::from_millis(50);
@@ -106,7 +105,7 @@ fn finalize(store: &Store, state: &mut State, name: &str) -> bool {
                 let key = Key::of(rt, &obj);
                 let (_, _, commit) =
                     deletion::begin_delete(state, rt, &key, Propagation::Background);
-                controller::after_commit(store, state, commit);
+                super::after_commit(store, state, commit);
             }
         }
     }
