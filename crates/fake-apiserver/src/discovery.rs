@@ -10,8 +10,8 @@ use axum::body::Body;
 use http::{Method, Response};
 use serde_json::{Value, json};
 
-use super::handlers::json_response;
 use super::resources::{self, ResourceType};
+use super::response::json_response;
 use super::reviews;
 use super::store::Store;
 

@@ -14,6 +14,7 @@ use super::faults::{self, Fault, RequestRecord};
 use super::query::Query;
 use super::request::{Target, content_type, is_dry_run};
 use super::resources;
+use super::response::{error_response, json_response};
 use super::reviews;
 use super::store::Store;
 use super::verbs;
@@ -29,18 +30,6 @@ impl std::fmt::Display for ConnectionDropped {
 }
 
 impl std::error::Error for ConnectionDropped {}
-
-pub fn json_response(code: u16, body: &Value) -> Response<Body> {
-    Response::builder()
-        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("static response parts are valid")
-}
-
-fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(e.code, &e.body)
-}
 
 /// `/api/v1/...` or `/apis/{group}/{version}/...` → resource target.
 pub fn route(path: &str) -> Option<Target> {

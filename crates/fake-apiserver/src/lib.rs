@@ -43,35 +43,44 @@
 //! protobuf, `scale` on anything but StatefulSets, watch bookmarks, `fieldValidation`, CRD
 //! patterns and CEL rules.
 
-mod admission;
-mod apply;
-pub mod authz;
-mod commit;
-mod controllers;
-mod crd_schema;
-mod deletion;
-mod discovery;
+// The layers, lowest first (docs/fake-apiserver.md, "Layout"; `hack/module-cycles` checks that
+// every import points down). 1. Types: the plain data everything names.
 mod errors;
 mod faults;
-mod handlers;
 mod identity;
-mod paging;
-mod patch;
-mod pipeline;
 pub mod query;
 mod request;
 mod resources;
-mod reviews;
-mod scale;
-pub mod semantics;
-mod serve;
+mod version;
+// 2. The store: the objects, their versions and watch events, behind one lock.
 mod store;
+// 3. Per-resource rules: defaults, validation, admission, schemas, patch and table formats.
+mod admission;
+mod crd_schema;
+mod patch;
+pub mod semantics;
 pub mod table;
 mod typed;
-mod verbs;
-mod version;
-mod watch;
+// 4. Request and authz: who a request is made as, RBAC, the review APIs.
+pub mod authz;
+mod reviews;
+// 5. The write pipeline: each write, dry run or not, hands back what it committed.
+mod apply;
+mod commit;
+mod deletion;
+mod pipeline;
+mod scale;
 mod writes;
+// 6. The controllers, run after each commit by whoever asked for the write.
+mod controllers;
+// 7. HTTP: routing, the verbs, watches, discovery, the listeners; and this file, the face.
+mod discovery;
+mod handlers;
+mod paging;
+mod response;
+mod serve;
+mod verbs;
+mod watch;
 
 use std::sync::MutexGuard;
 use std::time::Duration;
