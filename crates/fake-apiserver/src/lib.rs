@@ -34,14 +34,26 @@
 //! Conformance with a real v1.32.6 (`hack/conformance.sh`, `docs/fake-apiserver.md`):
 //! impersonation authorized against the stored RBAC objects (`authz`; `rbac_requests`,
 //! `authorize_default_as`, `grant`), namespaces as a precondition and a lifecycle
-//! (`namespaces`), paging (`paging`), Flux's CRD schemas (`crd_schema`), the typed apply
-//! check (`typed`), PersistentVolumes bound by `claimRef` (`binder`), `MicroTime`s.
+//! (`admission`, `controllers::namespaces`), paging (`paging`), Flux's CRD schemas
+//! (`crd_schema`), the typed apply check (`typed`), PersistentVolumes bound by `claimRef`
+//! (`controllers::binder`), `MicroTime`s.
 //!
 //! What it does not do (each difference left is listed with its reason in
 //! `docs/fake-apiserver.md`): authentication (any client is the admin unless it impersonates
 //! or `authorize_default_as` is set), admission beyond the plugins named in `semantics`,
 //! protobuf, `scale` on anything but StatefulSets, watch bookmarks, `fieldValidation`, CRD
 //! patterns and CEL rules.
+//!
+//! # Layout
+//!
+//! Layered as a real server is, each layer naming only itself and the ones below
+//! (`hack/module-cycles crates/fake-apiserver/src`; `docs/fake-apiserver.md`, "Layout"):
+//! types (`version`, `errors`, `resources`, `query`, `request`, `identity`, `faults`) → the
+//! store (`store`) → per-resource rules (`semantics`, `crd_schema`, `typed`, `patch`, `table`,
+//! `admission`) → request and authz (`authz`, `reviews`) → the write pipeline (`pipeline`,
+//! `writes`, `deletion`, `apply`, `scale`, each write handing back its `commit`) → the
+//! controllers run after each commit (`controllers`) → HTTP (`handlers`, `verbs`, `watch`,
+//! `paging`, `discovery`, `response`, `serve`) and this file, the face ([`FakeApiServer`]).
 
 // The layers, lowest first (docs/fake-apiserver.md, "Layout"; `hack/module-cycles` checks that
 // every import points down). 1. Types: the plain data everything names.

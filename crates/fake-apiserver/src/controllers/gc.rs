@@ -1,10 +1,10 @@
 //! The simulated garbage collector, run on the commits of deletions (`Change::Collect`).
 //!
 //! A deletion with `Orphan`/`Foreground` left a finalizer (`orphan`/`foregroundDeletion`) and a
-//! `deletionTimestamp` on the object (`deletion`); after the
-//! configured delay the collector strips the ownerReferences to the object from its dependents
-//! (orphan) or deletes them (foreground), removes the finalizer and deletes the object: the
-//! MODIFIED ... DELETED sequence of `watch-orphan-delete.jsonl`. `Background` deletes at once and
+//! `deletionTimestamp` on the object (`deletion`); after the configured delay the collector
+//! strips the ownerReferences to the object from its dependents (orphan) or deletes them
+//! (foreground), removes the finalizer and deletes the object: the MODIFIED ... DELETED
+//! sequence of `watch-orphan-delete.jsonl`. `Background` deletes at once and
 //! the collector deletes the dependents after the delay. The collector also plays the
 //! pvc-protection controller: `kubernetes.io/pvc-protection` goes once no scheduled pod that
 //! is not being deleted mounts the claim (the claim waits, and is looked at again after pod
