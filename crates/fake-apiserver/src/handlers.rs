@@ -8,6 +8,7 @@ use http::{Method, Response, StatusCode, header};
 use serde_json::Value;
 
 use super::authz;
+use super::deletion;
 use super::discovery;
 use super::errors::ApiError;
 use super::faults::{self, Fault, RequestRecord};
@@ -16,8 +17,10 @@ use super::request::{Target, content_type, is_dry_run};
 use super::resources;
 use super::response::{error_response, json_response};
 use super::reviews;
+use super::scale;
 use super::store::Store;
 use super::verbs;
+use super::writes;
 
 /// The connection was dropped on purpose (a fault rule): the client sees a transport error.
 #[derive(Debug)]
@@ -191,7 +194,9 @@ fn dispatch(
     }
     let result = match (&parts.method, &target.name) {
         (_, Some(name)) if target.subresource.as_deref() == Some("scale") => {
-            verbs::scale(store, parts, &target, name, query, raw_body, body)
+            verbs::write(store, |s| {
+                scale::handle(s, parts, &target, name, query, raw_body, body)
+            })
         }
         (&Method::GET, Some(name)) => verbs::get(store, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {
@@ -201,12 +206,18 @@ fn dispatch(
             };
         }
         (&Method::GET, None) => verbs::list(store, &target, query, verbs::as_table(parts)),
-        (&Method::POST, None) => verbs::create(store, parts, &target, query, body),
-        (&Method::PUT, Some(name)) => verbs::update(store, parts, &target, name, query, body),
-        (&Method::PATCH, Some(name)) => {
-            verbs::patch_object(store, parts, &target, name, query, raw_body, body)
+        (&Method::POST, None) => {
+            verbs::write(store, |s| writes::create(s, parts, &target, query, body))
         }
-        (&Method::DELETE, Some(name)) => verbs::delete(store, &target, name, query, &body),
+        (&Method::PUT, Some(name)) => verbs::write(store, |s| {
+            writes::update(s, parts, &target, name, query, body)
+        }),
+        (&Method::PATCH, Some(name)) => verbs::write(store, |s| {
+            writes::patch_object(s, parts, &target, name, query, raw_body, body)
+        }),
+        (&Method::DELETE, Some(name)) => {
+            verbs::write(store, |s| deletion::delete(s, &target, name, query, &body))
+        }
         (&Method::DELETE, None) => verbs::delete_collection(store, &target, query, &body),
         _ => Err(ApiError::method_not_allowed()),
     };

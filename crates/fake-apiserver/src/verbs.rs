@@ -1,15 +1,14 @@
 //! The verbs on a resource path, as the HTTP layer runs them: get and list (plain or as a
 //! Table) answered from the store; each write (create, update, the patch types and server-side
-//! apply, delete, `scale`) run through the write pipeline under the state lock, then the
+//! apply, delete, `scale`) run by [`write`]: the write pipeline under the state lock, then the
 //! controllers on what it committed before the lock goes, so a client sees their effects as
 //! soon as its write returns; deletecollection as one pipeline delete per object, each followed
 //! by the controllers, as the real server deletes item by item.
 
-use bytes::Bytes;
 use http::header;
 use serde_json::{Value, json};
 
-use super::commit::Written;
+use super::commit::WriteResult;
 use super::controllers;
 use super::deletion::{self, Propagation};
 use super::errors::{ApiError, VerbResult};
@@ -17,10 +16,8 @@ use super::paging;
 use super::pipeline::with_type;
 use super::query::{Query, Selectors};
 use super::request::Target;
-use super::scale;
 use super::store::{Key, State, Store};
 use super::table;
-use super::writes;
 
 pub fn as_table(parts: &http::request::Parts) -> bool {
     table::wants_table(
@@ -100,70 +97,13 @@ pub fn list(store: &Store, t: &Target, query: &Query, as_table: bool) -> VerbRes
     ))
 }
 
-/// Runs the controllers on what a write committed (under the same lock), then answers it.
-fn after_commit(store: &Store, state: &mut State, written: Written) -> (u16, Value) {
-    controllers::after_commit(store, state, written.commit);
-    (written.code, written.object)
-}
-
-pub fn create(
-    store: &Store,
-    parts: &http::request::Parts,
-    t: &Target,
-    query: &Query,
-    body: Value,
-) -> VerbResult {
+/// Runs one write under the state lock: the pipeline (`write`), then the controllers on what it
+/// committed, before the lock goes. Answers what the write answered.
+pub fn write(store: &Store, write: impl FnOnce(&mut State) -> WriteResult) -> VerbResult {
     let mut state = store.lock();
-    let written = writes::create(&mut state, parts, t, query, body)?;
-    Ok(after_commit(store, &mut state, written))
-}
-
-pub fn update(
-    store: &Store,
-    parts: &http::request::Parts,
-    t: &Target,
-    name: &str,
-    query: &Query,
-    body: Value,
-) -> VerbResult {
-    let mut state = store.lock();
-    let written = writes::update(&mut state, parts, t, name, query, body)?;
-    Ok(after_commit(store, &mut state, written))
-}
-
-pub fn patch_object(
-    store: &Store,
-    parts: &http::request::Parts,
-    t: &Target,
-    name: &str,
-    query: &Query,
-    raw: &Bytes,
-    body: Value,
-) -> VerbResult {
-    let mut state = store.lock();
-    let written = writes::patch_object(&mut state, parts, t, name, query, raw, body)?;
-    Ok(after_commit(store, &mut state, written))
-}
-
-/// The `scale` subresource (GET, PUT, PATCH).
-pub fn scale(
-    store: &Store,
-    parts: &http::request::Parts,
-    t: &Target,
-    name: &str,
-    query: &Query,
-    raw: &Bytes,
-    body: Value,
-) -> VerbResult {
-    let mut state = store.lock();
-    let written = scale::handle(&mut state, parts, t, name, query, raw, body)?;
-    Ok(after_commit(store, &mut state, written))
-}
-
-pub fn delete(store: &Store, t: &Target, name: &str, query: &Query, body: &Value) -> VerbResult {
-    let mut state = store.lock();
-    let written = deletion::delete(&mut state, t, name, query, body)?;
-    Ok(after_commit(store, &mut state, written))
+    let written = write(&mut state)?;
+    controllers::after_commit(store, &mut state, written.commit);
+    Ok((written.code, written.object))
 }
 
 pub fn delete_collection(store: &Store, t: &Target, query: &Query, body: &Value) -> VerbResult {
