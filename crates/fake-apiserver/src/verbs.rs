@@ -1,6 +1,6 @@
 //! The verbs on a resource path, as the HTTP layer runs them: get and list (plain or as a
 //! Table) answered from the store; each write (create, update, the patch types and server-side
-//! apply, delete, `scale`) run by [`write`]: the write pipeline under the state lock, then the
+//! apply, delete, `scale`) run by [`write()`]: the write pipeline under the state lock, then the
 //! controllers on what it committed before the lock goes, so a client sees their effects as
 //! soon as its write returns; deletecollection as one pipeline delete per object, each followed
 //! by the controllers, as the real server deletes item by item.

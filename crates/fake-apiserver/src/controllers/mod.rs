@@ -39,7 +39,10 @@ pub fn after_commit(store: &Store, state: &mut State, commit: Option<Commit>) {
     after_write(store, state, &commit.rt, commit.namespace.as_deref());
 }
 
-/// Called after writes: reconciles the StatefulSets of `namespace` (all for `None` or `""`).
+/// What every commit wakes: the volume binder (after claim and volume writes), the StatefulSet
+/// controller over the StatefulSets of `namespace` (all for `None` or `""`), and pvc-protection's
+/// waiting claims. Also run on its own to reconcile everything stored, when the StatefulSet
+/// controller is switched on.
 pub fn after_write(store: &Store, state: &mut State, rt: &ResourceType, namespace: Option<&str>) {
     if (*rt == resources::PVC || *rt == resources::PERSISTENT_VOLUME) && binder::bind(state) {
         // A claim just bound may let the StatefulSet controller go on.
