@@ -7,8 +7,8 @@
 use serde_json::{Value, json};
 
 use crate::flux::objects::{Artifact, Condition, SourceStatus};
+use crate::model::artifact::{ArtifactKey, Published};
 use crate::model::{GateMode, HandoffAction, RevisionRecord, RevisionState, StatefulSetOutcome};
-use crate::storage::host::{ArtifactKey, Published};
 
 /// `Ready=True`: the converged revision is stored and published (source-controller's reason).
 pub const REASON_SUCCEEDED: &str = "Succeeded";

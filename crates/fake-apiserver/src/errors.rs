@@ -12,6 +12,9 @@ pub struct ApiError {
     pub body: Value,
 }
 
+/// The answer to a request: the HTTP code and the body, or the error.
+pub type VerbResult = Result<(u16, Value), ApiError>;
+
 /// One field error of an Invalid status (`field.Error` in the real server).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cause {

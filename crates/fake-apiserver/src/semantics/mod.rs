@@ -12,10 +12,10 @@ pub mod statefulset;
 
 use serde_json::{Value, json};
 
-use super::KubeVersion;
 use super::errors::{ApiError, Cause};
 use super::resources::{self, ResourceType};
 use super::store::{Key, State, obj_name};
+use super::version::KubeVersion;
 
 pub fn set_default(obj: &mut Value, key: &str, value: Value) {
     if let Some(m) = obj.as_object_mut() {
