@@ -29,7 +29,7 @@ struct Args {
     /// Run the simulated StatefulSet controller.
     #[arg(long)]
     controllers: bool,
-    /// Kubernetes minor version to emulate (28 or 32).
+    /// Kubernetes minor version to emulate (28, 32 or 36).
     #[arg(long, default_value_t = 28)]
     minor: u32,
     /// YAML files to seed (multi-document; e.g. the fixtures).
@@ -62,10 +62,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let version = match args.minor {
-        28 => KubeVersion::V1_28,
-        32 => KubeVersion::V1_32,
-        other => anyhow::bail!("--minor {other}: only 28 and 32 are emulated"),
+    let Some(version) = KubeVersion::of_minor(args.minor) else {
+        anyhow::bail!("--minor {}: only 28, 32 and 36 are emulated", args.minor);
     };
     let fake = FakeApiServer::with_version(version);
     for file in &args.seed {

@@ -14,6 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Volume,
+};
 
 use crate::cluster::CallError;
 use crate::decide::{Change, ChangeClass, Refusal, RefusalCode};
@@ -28,6 +31,16 @@ pub const IMMUTABLE_PREFIX: &str = "updates to statefulset spec for fields other
 ///
 /// The templates lose `status` and `metadata.creationTimestamp` (server output, not intent);
 /// the server accepts them either way.
+///
+/// An added template is not in the proof, but the pod template may mount it, and from 1.33 on
+/// the server validates the pod template's mounts against its volumes and the claim templates,
+/// on update too (`tests/fixtures/v1.36/error-statefulset-update-mount-not-found.json`). So
+/// each added template whose name no pod volume has is given, in the proof only, the volume the
+/// StatefulSet controller gives every pod for it: a `persistentVolumeClaim` volume of that name
+/// (ordinal 0's claim). The mounts are then validated as they will be after the re-create,
+/// and a mount that names neither a template nor a volume is still refused, as Flux's own
+/// apply is refused. Servers before 1.33 do not validate mounts; the volume changes nothing
+/// there. The re-created object is the desired one, never this.
 pub fn proof_object(desired: &StatefulSet, live: &StatefulSet) -> StatefulSet {
     let mut proof = desired.clone();
     let live_spec = live.spec.as_ref();
@@ -42,13 +55,49 @@ pub fn proof_object(desired: &StatefulSet, live: &StatefulSet) -> StatefulSet {
                 })
                 .collect::<Vec<_>>()
         });
+    let set_name = desired.metadata.name.clone().unwrap_or_default();
     if let Some(spec) = proof.spec.as_mut() {
+        let added = added_templates(spec.volume_claim_templates.as_deref(), templates.as_deref());
         spec.volume_claim_templates = templates;
         spec.pod_management_policy = live_spec.and_then(|s| s.pod_management_policy.clone());
         spec.revision_history_limit = live_spec.and_then(|s| s.revision_history_limit);
+        if let Some(pod) = spec.template.spec.as_mut() {
+            for name in added {
+                let volumes = pod.volumes.get_or_insert_with(Vec::new);
+                if volumes.iter().any(|v| v.name == name) {
+                    continue;
+                }
+                volumes.push(Volume {
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: format!("{name}-{set_name}-0"),
+                        read_only: None,
+                    }),
+                    name,
+                    ..Default::default()
+                });
+            }
+        }
     }
     proof.status = None;
     proof
+}
+
+/// The names of the declared templates the live object does not have.
+fn added_templates(
+    declared: Option<&[PersistentVolumeClaim]>,
+    live: Option<&[PersistentVolumeClaim]>,
+) -> Vec<String> {
+    let live: Vec<&str> = live
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.metadata.name.as_deref())
+        .collect();
+    declared
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.metadata.name.clone())
+        .filter(|n| !live.contains(&n.as_str()))
+        .collect()
 }
 
 /// Whether the proof's answer confirms the watched copy it was built from: the same uid on an
@@ -475,6 +524,135 @@ mod tests {
             r.message
         );
         assert_eq!((r.namespace.as_str(), r.name.as_str()), ("default", "web"));
+    }
+
+    /// The proof of an added template: the live templates, and for each added template the
+    /// volume the controller gives the pods, so a mount of it validates (1.33+) while a mount
+    /// of nothing is still the desired object's to answer for.
+    #[test]
+    fn an_added_template_is_proven_with_its_pod_volume() {
+        let dir = format!("{}/tests/fixtures/v1.28", env!("CARGO_MANIFEST_DIR"));
+        let read = |f: &str| -> StatefulSet {
+            serde_saphyr::from_str(&std::fs::read_to_string(format!("{dir}/{f}")).unwrap()).unwrap()
+        };
+        let live = read("live-statefulset.yaml");
+        let with = |templates: &[&str], volumes: &[&str], mounts: &[&str]| {
+            let mut desired = read("desired-statefulset-1Gi.yaml");
+            let spec = desired.spec.as_mut().unwrap();
+            let first = spec.volume_claim_templates.as_ref().unwrap()[0].clone();
+            for t in templates {
+                let mut added = first.clone();
+                added.metadata.name = Some((*t).to_string());
+                spec.volume_claim_templates.as_mut().unwrap().push(added);
+            }
+            let pod = spec.template.spec.as_mut().unwrap();
+            for v in volumes {
+                pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+                    name: (*v).to_string(),
+                    empty_dir: Some(Default::default()),
+                    ..Default::default()
+                });
+            }
+            for m in mounts {
+                pod.containers[0]
+                    .volume_mounts
+                    .get_or_insert_with(Vec::new)
+                    .push(k8s_openapi::api::core::v1::VolumeMount {
+                        name: (*m).to_string(),
+                        mount_path: format!("/{m}"),
+                        ..Default::default()
+                    });
+            }
+            desired
+        };
+        let volumes = |proof: &StatefulSet| -> Vec<(String, Option<String>)> {
+            proof
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .volumes
+                .iter()
+                .flatten()
+                .map(|v| {
+                    (
+                        v.name.clone(),
+                        v.persistent_volume_claim
+                            .as_ref()
+                            .map(|c| c.claim_name.clone()),
+                    )
+                })
+                .collect()
+        };
+        let name = live.metadata.name.clone().unwrap();
+        // (what, templates added, pod volumes, mounts added, the proof's pod volumes)
+        type Case<'a> = (
+            &'a str,
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a [&'a str],
+            Vec<(String, Option<String>)>,
+        );
+        let cases: &[Case] = &[
+            ("nothing added", &[], &[], &[], vec![]),
+            (
+                "added and mounted",
+                &["logs"],
+                &[],
+                &["logs"],
+                vec![("logs".into(), Some(format!("logs-{name}-0")))],
+            ),
+            (
+                "added, not mounted",
+                &["cache"],
+                &[],
+                &[],
+                vec![("cache".into(), Some(format!("cache-{name}-0")))],
+            ),
+            (
+                "a pod volume of that name already: kept as declared",
+                &["logs"],
+                &["logs"],
+                &["logs"],
+                vec![("logs".into(), None)],
+            ),
+            (
+                "a mount of nothing: no volume made up for it",
+                &[],
+                &[],
+                &["ghost"],
+                vec![],
+            ),
+        ];
+        for (what, templates, pod_volumes, mounts, want) in cases {
+            let desired = with(templates, pod_volumes, mounts);
+            let proof = proof_object(&desired, &live);
+            assert_eq!(&volumes(&proof), want, "{what}");
+            let names: Vec<_> = proof
+                .spec
+                .as_ref()
+                .unwrap()
+                .volume_claim_templates
+                .iter()
+                .flatten()
+                .filter_map(|t| t.metadata.name.clone())
+                .collect();
+            let live_names: Vec<_> = live
+                .spec
+                .as_ref()
+                .unwrap()
+                .volume_claim_templates
+                .iter()
+                .flatten()
+                .filter_map(|t| t.metadata.name.clone())
+                .collect();
+            assert_eq!(names, live_names, "{what}: the templates are the live ones");
+            // The desired object itself is left as declared.
+            assert_eq!(desired, with(templates, pod_volumes, mounts), "{what}");
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub const OWNER_LABEL: (&str, &str) = ("owner", "helm");
 pub const NAME_LABEL: &str = "name";
 /// The default cap on a decoded record: the one artifacts are unpacked under
 /// (`--max-unpacked-size`), since a record is as much a tenant's input as an artifact.
-pub const DEFAULT_MAX_DECODED_BYTES: u64 = crate::flux::artifact::DEFAULT_MAX_UNPACKED_BYTES;
+pub const DEFAULT_MAX_DECODED_BYTES: u64 = crate::model::limits::DEFAULT_MAX_UNPACKED_BYTES;
 
 const GZIP_MAGIC: [u8; 3] = [0x1f, 0x8b, 0x08];
 

@@ -10,7 +10,6 @@ pub mod backend;
 pub mod edge;
 mod error;
 pub mod hook;
-pub mod hook_limit;
 pub mod listen;
 mod probes;
 pub mod reviewer;

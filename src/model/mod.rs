@@ -4,9 +4,11 @@
 //! all speak these types; nothing here does I/O or imports another module of the crate but the
 //! pure core (`decide`).
 
+pub mod artifact;
 pub mod body;
 mod key;
 mod kind;
+pub mod limits;
 mod outcome;
 mod record;
 

@@ -7,8 +7,8 @@
 use serde_json::{Value, json};
 
 use crate::flux::objects::{Artifact, Condition, SourceStatus};
+use crate::model::artifact::{ArtifactKey, Published};
 use crate::model::{GateMode, HandoffAction, RevisionRecord, RevisionState, StatefulSetOutcome};
-use crate::storage::host::{ArtifactKey, Published};
 
 /// `Ready=True`: the converged revision is stored and published (source-controller's reason).
 pub const REASON_SUCCEEDED: &str = "Succeeded";
@@ -400,6 +400,7 @@ mod tests {
 
     fn record(state: RevisionState, entries: Vec<StatefulSetEntry>) -> RevisionRecord {
         RevisionRecord {
+            volumes: Default::default(),
             revision: "main@sha1:2".into(),
             digest: None,
             trigger: Trigger::Watch,
@@ -419,6 +420,7 @@ mod tests {
 
     fn entry(outcome: StatefulSetOutcome) -> StatefulSetEntry {
         StatefulSetEntry {
+            volumes: Default::default(),
             namespace: "team".into(),
             name: "web".into(),
             outcome,

@@ -6,12 +6,12 @@ use std::sync::{Arc, RwLock};
 
 use crate::flux::event::Event;
 use crate::http::backend::Backend;
-use crate::http::hook_limit::HookLimit;
 use crate::model::Key;
 use crate::model::body::append_field;
 use crate::model::{GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
 use crate::records::Records;
 use crate::records::status_cache::StatusCache;
+use crate::service::hook_limit::HookLimit;
 use crate::service::index::Index;
 use crate::service::queue::Queue;
 use crate::service::watch::Readiness;

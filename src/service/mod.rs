@@ -16,11 +16,13 @@ pub mod backend;
 mod config;
 pub mod gate;
 pub mod helm;
+pub mod hook_limit;
 pub mod index;
 pub mod leadership;
 mod parts;
 pub mod queue;
-mod resume;
+pub mod resume;
+pub mod volumes;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -34,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::http::backend::Backend;
-use crate::http::hook_limit::HookLimit;
 use crate::model::Key;
 use crate::model::Trigger;
 use crate::records::Records;
@@ -43,6 +44,7 @@ use crate::records::results::Results;
 use crate::service::backend::ServiceBackend;
 pub use crate::service::config::{Config, ConfigBuilder, Tuning};
 pub use crate::service::gate::GateOutcome;
+use crate::service::hook_limit::HookLimit;
 use crate::service::index::Index;
 use crate::service::leadership::fence::ServiceFence;
 use crate::service::leadership::windows::{RunWindows, WindowTracker};
@@ -112,6 +114,10 @@ pub struct Parts {
     /// The HelmReleases' runs (`service::helm`): [`start_with`] gives them their own watch,
     /// queue and workers; `None` gates Kustomizations only.
     pub helm: Option<helm::HelmGate>,
+    /// The claim follower the runs hand their converged revisions to (`service::volumes`):
+    /// [`start_with`] resumes it from the records when this replica leads, stops it when it
+    /// does not and at shutdown; `None` follows nothing.
+    pub volumes: Option<volumes::VolumeFollower>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +158,8 @@ pub struct Running {
     /// The tasks the watches and the observer start: awaited at shutdown, after every window
     /// closed, so no write of theirs is left in flight.
     tasks: Vec<tokio_util::task::TaskTracker>,
+    /// The claim follower, stopped at shutdown (its tasks are among `tasks`).
+    volumes: Option<volumes::VolumeFollower>,
 }
 
 impl Running {
@@ -184,6 +192,7 @@ impl Running {
             windows,
             cut,
             tasks,
+            volumes,
             ..
         } = self;
         queue.close();
@@ -228,6 +237,9 @@ impl Running {
             tracing::info!("every re-apply returned");
         }
         cancel.cancel();
+        if let Some(volumes) = &volumes {
+            volumes.stop();
+        }
         for task in background {
             let _ = task.await;
         }
@@ -285,6 +297,7 @@ pub async fn start_with(
         fence,
         storage,
         helm,
+        volumes,
     } = parts;
     let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
     let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -296,6 +309,7 @@ pub async fn start_with(
     let feed_tasks = tokio_util::task::TaskTracker::new();
     let tasks: Vec<_> = std::iter::once(feed_tasks.clone())
         .chain(observer.as_ref().map(|o| o.tasks().clone()))
+        .chain(volumes.as_ref().map(|v| v.tasks().clone()))
         .collect();
     let feed = Feed {
         tasks: feed_tasks,
@@ -425,6 +439,7 @@ pub async fn start_with(
             results.clone(),
             resume,
             helm_lane.clone(),
+            volumes.clone(),
         )),
     ));
 
@@ -532,6 +547,7 @@ pub async fn start_with(
         windows: fence.windows,
         cut,
         tasks,
+        volumes,
     })
 }
 
@@ -576,6 +592,7 @@ async fn lead(
     results: Results,
     resume: Arc<dyn Resume>,
     helm: Option<helm::lane::Lane>,
+    volumes: Option<volumes::VolumeFollower>,
 ) {
     results.loaded().await;
     if let Some(lane) = &helm {
@@ -597,6 +614,10 @@ async fn lead(
                     })
                     .collect();
                 observer.recover(open).await;
+            }
+            // Claims a previous leader followed are followed again from its records.
+            if let Some(volumes) = &volumes {
+                volumes.resume();
             }
             let due = feed.queue_due(Trigger::Startup);
             tracing::info!(
@@ -621,6 +642,10 @@ async fn lead(
             feed.queue.pause(true);
             if let Some(lane) = &helm {
                 lane.queue.pause(true);
+            }
+            // Only the leader follows claims (and writes what they do).
+            if let Some(volumes) = &volumes {
+                volumes.stop();
             }
             tracing::info!("not leading: serving status only");
             if leading.changed().await.is_err() {

@@ -6,6 +6,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use super::Resume;
+use crate::cluster::tenant::{TenantCluster, impersonating};
+use crate::journal::{Intent, OWN_IDENTITY};
 use crate::records::results::Shard;
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
@@ -58,7 +60,7 @@ impl Resume for JournalResume {
             let cluster_for = |intent: &crate::journal::Intent| {
                 let intent = intent.clone();
                 async move {
-                    crate::cluster::tenant::cluster_for_intent(
+                    cluster_for_intent(
                         &self.client,
                         &intent,
                         self.default_service_account.as_deref(),
@@ -107,5 +109,162 @@ impl Resume for JournalResume {
             .as_ref()
             .map(crate::journal::watched::IntentCache::refused)
             .unwrap_or_default()
+    }
+}
+
+/// Whether `intent` may be resumed by the service as the identity it records: only if it
+/// names the Kustomization it came from and that Kustomization (`current`: its
+/// [`crate::gated::Gated::user`] now, `None` = the service's own) would act as the same identity.
+/// Pure: the check of what a writer of the journal could forge, by table.
+pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), String> {
+    let Some(recorded) = intent.act_as.as_deref() else {
+        return Err(
+            "the intent does not record the identity it was written as (a record of an earlier \
+             version): not resumed with the service's own rights"
+                .to_string(),
+        );
+    };
+    let current = current.unwrap_or(OWN_IDENTITY);
+    if recorded == current {
+        return Ok(());
+    }
+    let owner = intent.kustomization.as_deref().unwrap_or_default();
+    let (kind, ks) = match owner.strip_prefix("HelmRelease/") {
+        Some(hr) => ("HelmRelease", hr),
+        None => ("Kustomization", owner),
+    };
+    Err(if recorded == OWN_IDENTITY {
+        format!(
+            "the intent would resume with the service's own identity, but {kind} {ks} acts \
+             as {current:?} now: a tenant's intent never resumes as the service"
+        )
+    } else {
+        format!("the intent was recorded as {recorded:?}, but {kind} {ks} acts as {current:?} now")
+    })
+}
+
+/// The cluster to finish `intent` with, on start: impersonating the user it was recorded
+/// under, the service's own identity only for [`OWN_IDENTITY`], and either only if the
+/// Kustomization it names would act as that identity now ([`check_identity`]; read from the
+/// cluster). An intent that does not name its Kustomization (an earlier version's, or one the
+/// `converge` command wrote), whose Kustomization is gone or cannot be read, or whose identity
+/// differs gets none: it is kept and reported, never resumed with more rights than its
+/// Kustomization has now.
+pub async fn cluster_for_intent(
+    service: &kube::Client,
+    intent: &Intent,
+    default_service_account: Option<&str>,
+    call_timeout: Duration,
+) -> Result<TenantCluster, String> {
+    if intent.act_as.is_none() {
+        check_identity(intent, None)?;
+    }
+    let owner = intent.kustomization.as_deref();
+    if let Some(reference) = owner.and_then(|k| k.strip_prefix("HelmRelease/")) {
+        let (namespace, name) = reference.split_once('/').ok_or_else(|| {
+            format!("the intent names HelmRelease {reference:?}: not NAMESPACE/NAME")
+        })?;
+        let api: kube::Api<crate::helm::helmrelease::HelmRelease> =
+            kube::Api::namespaced(service.clone(), namespace);
+        let hr = crate::cluster::with_deadline(
+            call_timeout,
+            "get",
+            &format!("HelmRelease {namespace}/{name}"),
+            api.get(name),
+        )
+        .await
+        .map_err(|e| {
+            format!("its HelmRelease cannot be read, so its identity cannot be checked: {e}")
+        })?;
+        let current = crate::gated::Gated::user(&hr, default_service_account);
+        check_identity(intent, current.as_deref())?;
+        return tenant_cluster(service, intent, call_timeout);
+    }
+    let Some((ks_namespace, ks_name)) = owner.and_then(|k| k.split_once('/')) else {
+        return Err(
+            "the intent does not name the Kustomization it came from (an earlier version's or the \
+             `converge` command's): its identity cannot be checked; finish it with \
+             `flux-converger converge` as an operator"
+                .to_string(),
+        );
+    };
+    let kustomization = crate::flux::objects::get_kustomization_within(
+        service,
+        ks_namespace,
+        ks_name,
+        call_timeout,
+    )
+    .await
+    .map_err(|e| {
+        format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
+    })?;
+    let current = crate::gated::Gated::user(&kustomization, default_service_account);
+    check_identity(intent, current.as_deref())?;
+    tenant_cluster(service, intent, call_timeout)
+}
+
+/// The cluster an intent whose identity was checked resumes through: as the identity it
+/// records (impersonated), or the service's own.
+fn tenant_cluster(
+    service: &kube::Client,
+    intent: &Intent,
+    call_timeout: Duration,
+) -> Result<TenantCluster, String> {
+    match intent.act_as.as_deref() {
+        Some(OWN_IDENTITY) | None => Ok(TenantCluster::new(
+            service.clone(),
+            service.clone(),
+            call_timeout,
+        )),
+        Some(user) => impersonating(service, user)
+            .map(|tenant| TenantCluster::new(tenant, service.clone(), call_timeout))
+            .map_err(|e| e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_intent_resumes_only_as_its_kustomizations_identity_now_by_table() {
+        let tenant = "system:serviceaccount:team:deployer";
+        let other = "system:serviceaccount:team:other";
+        let intent = |act_as: Option<&str>| Intent {
+            namespace: "team".into(),
+            name: "web".into(),
+            uid: "u".into(),
+            desired: Default::default(),
+            plan: serde_json::Value::Null,
+            recorded_at: String::new(),
+            revision: None,
+            deleting: false,
+            act_as: act_as.map(String::from),
+            kustomization: Some("team/apps".into()),
+        };
+        for (recorded, current, ok, words) in [
+            (Some(tenant), Some(tenant), true, ""),
+            (Some(OWN_IDENTITY), None, true, ""),
+            (
+                Some(OWN_IDENTITY),
+                Some(tenant),
+                false,
+                "never resumes as the service",
+            ),
+            (
+                Some(tenant),
+                Some(other),
+                false,
+                "acts as \"system:serviceaccount:team:other\"",
+            ),
+            (Some(tenant), None, false, "acts as \"-\" now"),
+            (None, None, false, "earlier version"),
+        ] {
+            let got = check_identity(&intent(recorded), current);
+            assert_eq!(got.is_ok(), ok, "{recorded:?} now {current:?}: {got:?}");
+            if let Err(message) = got {
+                assert!(message.contains(words), "{message}");
+            }
+        }
     }
 }

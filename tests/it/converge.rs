@@ -141,6 +141,7 @@ fn opts() -> Options {
         kustomization: None,
         resume_as_operator: false,
         renders: None,
+        known_states: Default::default(),
     }
 }
 
@@ -532,6 +533,146 @@ async fn every_change_a_recreate_carries_converges_with_pods_and_claims_kept() {
             .map(|r| r.path.clone())
             .collect();
         assert_eq!(deletes.len(), 1, "{what}: {deletes:?}");
+    }
+}
+
+/// `sts` with the container also mounting `name` at `/name`.
+fn mounting(mut sts: Value, name: &str) -> Value {
+    if let Some(m) = sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].as_array_mut()
+    {
+        m.push(json!({"name": name, "mountPath": format!("/{name}")}));
+    }
+    sts
+}
+
+/// Since 1.33 the server validates the pod template's mounts against its volumes and the claim
+/// templates on update too (`tests/fixtures/v1.36/`): the proof, which puts the live templates
+/// back, must still let an added and mounted template through. On every emulated server the
+/// revision converges: re-created, the pods adopted (never written by the converger: the new
+/// mount rolls them, as Flux's own apply would) and every claim kept; a mount that names no
+/// template or volume
+/// is refused (`rejected`, nothing written) where the server refuses Flux's own apply of it
+/// (1.36), and left alone where the server takes it (before 1.33).
+#[tokio::test]
+async fn an_added_and_mounted_template_converges_on_every_server_version() {
+    for version in KubeVersion::ALL {
+        for (what, object) in [
+            (
+                "added and mounted",
+                mounting(with_template(statefulset("1Gi", "1Gi"), "cache"), "cache"),
+            ),
+            (
+                "added and mounted, with a growth",
+                mounting(with_template(statefulset("2Gi", "1Gi"), "cache"), "cache"),
+            ),
+        ] {
+            let what = format!("{version:?}: {what}");
+            let fake = world_on(FakeApiServer::with_version(version)).await;
+            let (c, j) = cluster(&fake);
+            let before = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+            let before_uids = uids(&fake);
+            let desired: StatefulSet = serde_json::from_value(object.clone()).unwrap();
+
+            let report = run_converge(&c, &j, &desired, &opts()).await.unwrap();
+
+            assert_eq!(report.outcome, Outcome::Converged, "{what}: {report:?}");
+            assert!(report.recreated, "{what}");
+            let after = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+            assert_ne!(uid(&before), uid(&after), "{what}: not re-created");
+            let names: Vec<&str> = after["spec"]["volumeClaimTemplates"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|t| t["metadata"]["name"].as_str())
+                .collect();
+            assert_eq!(names, ["data", "logs", "cache"], "{what}");
+            assert_eq!(
+                after["spec"]["template"]["spec"].get("volumes"),
+                None,
+                "{what}: the proof's volume must not reach the re-created object"
+            );
+            // The new mount changes the pod template, so the StatefulSet controller rolls the
+            // pods onto it, as after Flux's own apply of it; the converger writes no pod and
+            // keeps every claim, and the controller makes the new template's claims.
+            let pod_writes: Vec<String> = writes(&fake)
+                .into_iter()
+                .filter(|w| w.contains("/pods"))
+                .collect();
+            assert!(pod_writes.is_empty(), "{what}: {pod_writes:?}");
+            settle(&fake).await;
+            let state = end_state(&fake, &before_uids);
+            for i in 0..3 {
+                let p = &state["pods"][format!("web-{i}")];
+                assert_eq!(
+                    p["ownedByLive"], true,
+                    "{what}: web-{i} not adopted: {state}"
+                );
+                assert!(
+                    state["claims"].get(format!("cache-web-{i}")).is_some(),
+                    "{what}: cache-web-{i} not made: {state}"
+                );
+            }
+            for n in CLAIMS {
+                assert_eq!(state["claims"][n]["kept"], true, "{what}: {n}: {state}");
+            }
+            assert_eq!(state["intents"], 0, "{what}");
+        }
+
+        // A mount of a volume nothing declares.
+        let what = format!("{version:?}: a mount of nothing");
+        let fake = world_on(FakeApiServer::with_version(version)).await;
+        let (c, j) = cluster(&fake);
+        let desired: StatefulSet =
+            serde_json::from_value(mounting(statefulset("1Gi", "1Gi"), "ghost")).unwrap();
+        let report = run_converge(&c, &j, &desired, &opts()).await.unwrap();
+        assert!(writes(&fake).is_empty(), "{what}: {:?}", writes(&fake));
+        if version >= KubeVersion::V1_36 {
+            assert_eq!(report.outcome, Outcome::Refused, "{what}: {report:?}");
+            let refusal = report.refusal().unwrap();
+            assert_eq!(refusal.code, RefusalCode::Rejected, "{what}");
+            assert!(
+                refusal.message.contains(
+                    "spec.template.spec.containers[0].volumeMounts[2].name: Not found: \"ghost\""
+                ),
+                "{what}: {}",
+                refusal.message
+            );
+        } else {
+            assert_eq!(report.outcome, Outcome::Unchanged, "{what}: {report:?}");
+        }
+    }
+}
+
+/// 1.33 made `revisionHistoryLimit` mutable: on 1.36 the server takes it in place (nothing
+/// re-created, `accepted-by-server`); before, the re-create carries it.
+#[tokio::test]
+async fn revision_history_limit_is_taken_in_place_from_1_33() {
+    for version in KubeVersion::ALL {
+        let fake = world_on(FakeApiServer::with_version(version)).await;
+        let (c, j) = cluster(&fake);
+        let before = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+        let mut object = statefulset("1Gi", "1Gi");
+        object["spec"]["revisionHistoryLimit"] = json!(3);
+        let desired: StatefulSet = serde_json::from_value(object).unwrap();
+        let report = run_converge(&c, &j, &desired, &opts()).await.unwrap();
+        let after = fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap();
+        if version >= KubeVersion::V1_36 {
+            assert_eq!(
+                report.outcome,
+                Outcome::AcceptedByServer,
+                "{version:?}: {report:?}"
+            );
+            assert_eq!(uid(&before), uid(&after), "{version:?}");
+            assert!(writes(&fake).is_empty(), "{version:?}: {:?}", writes(&fake));
+        } else {
+            assert_eq!(
+                report.outcome,
+                Outcome::Converged,
+                "{version:?}: {report:?}"
+            );
+            assert_ne!(uid(&before), uid(&after), "{version:?}");
+            assert_eq!(after["spec"]["revisionHistoryLimit"], 3, "{version:?}");
+        }
     }
 }
 
@@ -1379,6 +1520,17 @@ impl Cluster for Meddled {
         rv: &str,
     ) -> Result<(), CallError> {
         self.inner.resize_claim(ns, claim, storage, rv).await
+    }
+    async fn resize_claim_dry_run(
+        &self,
+        ns: &str,
+        claim: &str,
+        storage: &str,
+        rv: &str,
+    ) -> Result<(), CallError> {
+        self.inner
+            .resize_claim_dry_run(ns, claim, storage, rv)
+            .await
     }
     async fn orphan_delete(
         &self,

@@ -3791,3 +3791,75 @@ async fn a_volume_pre_bound_by_claim_ref_binds_its_claim_and_the_resize_rules_fo
         }
     }
 }
+
+// ---------------------------------------------------------------- StatefulSets on 1.36
+
+/// `tests/fixtures/v1.36/error-statefulset-update-mount-not-found.json`, replayed: a 1.36 server
+/// refuses an update whose pod template mounts a volume no template or pod volume names (one
+/// `FieldValueNotFound` cause, byte for byte), and with the template added answers only the
+/// immutable-field Forbidden, whose mutable fields name `revisionHistoryLimit`; a 1.32 server
+/// takes the first request (200) and answers the second with its own message.
+#[tokio::test]
+async fn a_1_36_server_validates_the_pod_templates_mounts_on_update() {
+    let recorded = fixture_json("v1.36/error-statefulset-update-mount-not-found.json");
+    let steps = &recorded["steps"];
+    let first = &steps["mount-of-absent-template-update-dryrun"];
+    let second = &steps["added-template-update-dryrun"];
+    for version in [KubeVersion::V1_32, KubeVersion::V1_36] {
+        let fake = FakeApiServer::with_version(version);
+        fake.seed(json!({"apiVersion": "v1", "kind": "Namespace",
+                         "metadata": {"name": "vct-fixture"}}));
+        let client = fake.client();
+        let path = "/apis/apps/v1/namespaces/vct-fixture/statefulsets/web";
+        // The live object: the first request's, without the mount of `logs`.
+        let mut live = first["request"]["body"].clone();
+        live["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .truncate(1);
+        let (code, _) = raw(
+            &client,
+            "PATCH",
+            &format!("{path}?fieldManager=kustomize-controller"),
+            Some("application/apply-patch+yaml"),
+            Some(live),
+        )
+        .await;
+        assert_eq!(code, 201, "{version:?}");
+        for (name, step) in [("mount of nothing", first), ("template added", second)] {
+            let request = &step["request"];
+            let (code, body) = raw(
+                &client,
+                request["method"].as_str().unwrap(),
+                &format!("{path}?{}", request["query"].as_str().unwrap()),
+                request["contentType"].as_str(),
+                Some(request["body"].clone()),
+            )
+            .await;
+            match (version, name) {
+                (KubeVersion::V1_36, _) => {
+                    assert_eq!(code, 422, "{version:?} {name}: {body}");
+                    assert_eq!(body, step["body"], "{version:?} {name}");
+                }
+                (_, "mount of nothing") => assert_eq!(code, 200, "{version:?} {name}: {body}"),
+                _ => {
+                    assert_eq!(code, 422, "{version:?} {name}: {body}");
+                    assert_eq!(
+                        body["details"]["causes"][0]["message"],
+                        json!(format!(
+                            "Forbidden: {}",
+                            fake_apiserver::semantics::statefulset::FORBIDDEN_UPDATE
+                        )),
+                        "{version:?} {name}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            fake.get("apps/v1", "StatefulSet", Some("vct-fixture"), "web")
+                .unwrap()["metadata"]["generation"],
+            1,
+            "{version:?}: a dry run wrote"
+        );
+    }
+}

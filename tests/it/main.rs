@@ -6,11 +6,14 @@
 //!
 //! `cargo test --test it <module>::` runs one area.
 
+mod argocd;
+mod argocd_standin;
 mod artifact;
 mod converge;
 mod dashboard_browser;
 mod decide_table;
 mod fake_apiserver;
+mod fake_claim_status;
 mod fleet;
 mod flux_standin;
 mod gate;
@@ -24,6 +27,7 @@ mod manifests;
 mod plan_cli;
 mod queue_fairness;
 mod rbac;
+mod recovery_table;
 mod render;
 mod render_confine;
 mod render_sandbox;
@@ -32,5 +36,10 @@ mod service;
 mod shards;
 mod storage;
 mod substitute_table;
+mod volumes_cli;
+mod volumes_converge;
+mod volumes_gate;
+mod volumes_helm;
+mod volumes_service;
 mod watched;
 mod wire;

@@ -8,10 +8,12 @@
 //!
 //! [`Config`]: flux_converger::service::Config
 
+pub mod argocd_standin;
 pub mod flux_archive;
 pub mod flux_standin;
 pub mod http_standin;
 pub mod intent;
 pub mod rbac_check;
+pub mod resizer;
 pub mod service;
 pub mod web;

@@ -3,10 +3,7 @@
 
 use std::time::Duration;
 
-/// Default cap on the bytes of all unpacked files: fluxcd/pkg's `tar.DefaultMaxUntarSize`
-/// (100 MiB), so a revision Flux's own untar accepts by default is accepted here too, and one it
-/// refuses cannot grow the converger's disk and memory instead.
-pub const DEFAULT_MAX_UNPACKED_BYTES: u64 = 100 << 20;
+pub use crate::model::limits::DEFAULT_MAX_UNPACKED_BYTES;
 /// Default cap on the downloaded (compressed) artifact: a gzip'd tree is smaller than the tree,
 /// so nothing larger than the unpacked cap can be a valid artifact.
 pub const DEFAULT_MAX_DOWNLOAD_BYTES: u64 = DEFAULT_MAX_UNPACKED_BYTES;

@@ -96,6 +96,9 @@ impl Gate {
                 crate::model::Kind::Kustomization => wanted.owner.to_string(),
                 kind => format!("{kind}/{}", wanted.owner),
             }),
+            // How the claims' last expansions ended as the follower saw them (Events of
+            // servers before 1.32 included): what decides a recovery besides their status.
+            known_states: std::sync::Arc::new(self.known_states(wanted.kind, wanted.owner)),
             ..converge::Options::default()
         };
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;

@@ -431,6 +431,13 @@ impl HelmGate {
         let key = hr.key();
         record.finished_at = Some(now());
         self.save(&key, record).await;
+        self.gate.follow_volumes(
+            Kind::HelmRelease,
+            &key,
+            &c.results,
+            record,
+            crate::records::events::EventTarget::of(hr),
+        );
         c.metrics.revision(Kind::HelmRelease, record.state.as_str());
         if let Some(event) = revision_event(record) {
             c.events.publish(hr, &event).await;

@@ -6,15 +6,16 @@ pub mod microtime;
 pub mod pod;
 pub mod pvc;
 pub mod pvc_diff;
+pub mod pvc_json_diff;
 pub mod quantity;
 pub mod statefulset;
 
 use serde_json::{Value, json};
 
-use super::KubeVersion;
 use super::errors::{ApiError, Cause};
 use super::resources::{self, ResourceType};
 use super::store::{Key, State, obj_name};
+use super::version::KubeVersion;
 
 pub fn set_default(obj: &mut Value, key: &str, value: Value) {
     if let Some(m) = obj.as_object_mut() {
@@ -229,9 +230,9 @@ fn secret_default(obj: &mut Value) {
 }
 
 /// Server defaults for a type, applied on create and on every update before validation.
-pub fn default(rt: &ResourceType, obj: &mut Value) {
+pub fn default(rt: &ResourceType, obj: &mut Value, version: KubeVersion) {
     if *rt == resources::STATEFULSET {
-        statefulset::default(obj);
+        statefulset::default(obj, version);
     } else if *rt == resources::PVC {
         pvc::default(obj);
     } else if *rt == resources::POD {
@@ -495,13 +496,17 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
-pub fn validate_create(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+pub fn validate_create(
+    rt: &ResourceType,
+    obj: &Value,
+    version: KubeVersion,
+) -> Result<(), ApiError> {
     let mut causes = metadata_causes(obj);
     causes.extend(label_causes(obj));
     causes.extend(config_key_causes(rt, obj));
     causes.extend(size_causes(rt, obj));
     if *rt == resources::STATEFULSET {
-        causes.extend(statefulset::validate_create(obj));
+        causes.extend(statefulset::validate_create(obj, version));
     } else if *rt == resources::EVENT || *rt == resources::EVENT_V1 {
         causes.extend(event::validate_create(obj, *rt == resources::EVENT_V1));
     }
@@ -516,7 +521,7 @@ pub fn validate_update(
     claim_template_updates: bool,
 ) -> Result<(), ApiError> {
     let mut causes = if *rt == resources::STATEFULSET {
-        statefulset::validate_update(new, old, claim_template_updates)
+        statefulset::validate_update(new, old, version, claim_template_updates)
     } else if *rt == resources::PVC {
         pvc::validate_update(new, old, version)
     } else {
@@ -525,6 +530,22 @@ pub fn validate_update(
     causes.extend(label_causes(new));
     causes.extend(config_key_causes(rt, new));
     causes.extend(size_causes(rt, new));
+    invalid(rt, new, causes)
+}
+
+/// A write of the `status` subresource: the type's status strategy (what it drops) and
+/// status validation (422).
+pub fn status_update(
+    rt: &ResourceType,
+    new: &mut Value,
+    old: &Value,
+    version: KubeVersion,
+) -> Result<(), ApiError> {
+    let causes = if *rt == resources::PVC {
+        pvc::status_update(new, old, version)
+    } else {
+        Vec::new()
+    };
     invalid(rt, new, causes)
 }
 

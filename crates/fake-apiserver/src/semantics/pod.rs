@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use super::super::version::KubeVersion;
 use super::set_default;
 
 /// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise.
@@ -60,13 +61,16 @@ pub fn default_pod_spec(spec: &mut Value) {
     }
 }
 
-/// A pod template: spec defaults plus the `creationTimestamp: null` the server serialises.
-pub fn default_template(template: &mut Value) {
+/// A pod template: spec defaults plus the `creationTimestamp: null` a server before 1.36
+/// serialises (1.36 omits the zero time).
+pub fn default_template(template: &mut Value, version: KubeVersion) {
     if !template.is_object() {
         return;
     }
     set_default(template, "metadata", json!({}));
-    set_default(&mut template["metadata"], "creationTimestamp", Value::Null);
+    if version < KubeVersion::V1_36 {
+        set_default(&mut template["metadata"], "creationTimestamp", Value::Null);
+    }
     if let Some(spec) = template.get_mut("spec") {
         default_pod_spec(spec);
     }

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::super::KubeVersion;
+use super::super::version::KubeVersion;
 use super::quantity::Quantity;
 
 #[derive(Clone, Copy, PartialEq)]
@@ -47,7 +47,7 @@ fn fields(version: KubeVersion) -> Vec<(&'static str, &'static str, Shape)> {
         ("DataSource", "dataSource", Shape::Opaque),
         ("DataSourceRef", "dataSourceRef", Shape::Opaque),
     ];
-    if version == KubeVersion::V1_32 {
+    if version >= KubeVersion::V1_32 {
         f.push((
             "VolumeAttributesClassName",
             "volumeAttributesClassName",
@@ -250,7 +250,9 @@ fn struct_diff(
                 Shape::Resources if !is_zero(a) && !is_zero(b) => {
                     let type_name = match version {
                         KubeVersion::V1_28 => "core.ResourceRequirements{",
-                        KubeVersion::V1_32 => "core.VolumeResourceRequirements{",
+                        KubeVersion::V1_32 | KubeVersion::V1_36 => {
+                            "core.VolumeResourceRequirements{"
+                        }
                     };
                     lines.push(Line {
                         mark: Mark::Same,
@@ -285,8 +287,12 @@ fn struct_diff(
     }
 }
 
-/// The diff of two claim specs (JSON), as the real server prints it.
+/// The diff of two claim specs (JSON), as the real server prints it: go-cmp's until 1.36,
+/// a unified diff of the JSON from then on ([`super::pvc_json_diff`]).
 pub fn spec_diff(old: &Value, new: &Value, version: KubeVersion) -> String {
+    if version >= KubeVersion::V1_36 {
+        return super::pvc_json_diff::spec_diff(old, new);
+    }
     let mut lines = vec![Line {
         mark: Mark::Same,
         depth: 0,
@@ -332,7 +338,7 @@ pub fn spec_diff(old: &Value, new: &Value, version: KubeVersion) -> String {
 
     let space = match version {
         KubeVersion::V1_28 => ' ',
-        KubeVersion::V1_32 => '\u{a0}',
+        KubeVersion::V1_32 | KubeVersion::V1_36 => '\u{a0}',
     };
     let mut out = String::new();
     for (line, width) in lines.iter().zip(widths) {

@@ -1,34 +1,71 @@
 //! StatefulSet: defaults (`SetDefaults_StatefulSet`, as `live-statefulset.yaml` shows them),
-//! spec validation and the update rule of `ValidateStatefulSetUpdate`.
+//! spec validation and the update rule of `ValidateStatefulSetUpdate`, as the emulated version
+//! has them.
 
 use serde_json::{Value, json};
 
 use super::super::errors::Cause;
+use super::super::version::KubeVersion;
 use super::pod::default_template;
 use super::{canonicalize_resources, semantic_eq, set_default};
 
+/// The update rule's message until 1.33.
 pub const FORBIDDEN_UPDATE: &str = "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden";
 
-/// The spec fields an update may change.
-const MUTABLE: &[&str] = &[
-    "replicas",
-    "ordinals",
-    "template",
-    "updateStrategy",
-    "persistentVolumeClaimRetentionPolicy",
-    "minReadySeconds",
-];
+/// The update rule's message from 1.33 on, when `revisionHistoryLimit` became mutable
+/// (`real-v1.36.2.json`, `01.sts.ssa-grow-vct`).
+pub const FORBIDDEN_UPDATE_1_33: &str = "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden";
+
+/// The update rule's message on `version`.
+pub fn forbidden_update(version: KubeVersion) -> &'static str {
+    if version >= KubeVersion::V1_36 {
+        FORBIDDEN_UPDATE_1_33
+    } else {
+        FORBIDDEN_UPDATE
+    }
+}
+
+/// The spec fields an update may change on `version`.
+fn mutable(version: KubeVersion) -> &'static [&'static str] {
+    if version >= KubeVersion::V1_36 {
+        &[
+            "replicas",
+            "ordinals",
+            "template",
+            "updateStrategy",
+            "revisionHistoryLimit",
+            "persistentVolumeClaimRetentionPolicy",
+            "minReadySeconds",
+        ]
+    } else {
+        &[
+            "replicas",
+            "ordinals",
+            "template",
+            "updateStrategy",
+            "persistentVolumeClaimRetentionPolicy",
+            "minReadySeconds",
+        ]
+    }
+}
+
+/// What `NameIsDNSLabel` says of a value that is not a DNS label (1.36's serviceName check,
+/// `real-v1.36.2.json`, `08.preflight.dry-run-create-invalid`).
+const DNS_LABEL_FORMAT: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
 /// A claim template as the server stores it: an embedded object with its type meta,
-/// `creationTimestamp: null`, `volumeMode: Filesystem` and `status.phase: Pending`.
-fn default_claim_template(t: &mut Value) {
+/// `creationTimestamp: null` (before 1.36, which omits the zero time), `volumeMode: Filesystem`
+/// and `status.phase: Pending`.
+fn default_claim_template(t: &mut Value, version: KubeVersion) {
     if !t.is_object() {
         return;
     }
     set_default(t, "apiVersion", json!("v1"));
     set_default(t, "kind", json!("PersistentVolumeClaim"));
     set_default(t, "metadata", json!({}));
-    set_default(&mut t["metadata"], "creationTimestamp", Value::Null);
+    if version < KubeVersion::V1_36 {
+        set_default(&mut t["metadata"], "creationTimestamp", Value::Null);
+    }
     set_default(t, "spec", json!({}));
     set_default(&mut t["spec"], "volumeMode", json!("Filesystem"));
     if let Some(r) = t["spec"].get_mut("resources") {
@@ -38,7 +75,7 @@ fn default_claim_template(t: &mut Value) {
     set_default(&mut t["status"], "phase", json!("Pending"));
 }
 
-pub fn default(obj: &mut Value) {
+pub fn default(obj: &mut Value, version: KubeVersion) {
     set_default(obj, "spec", json!({}));
     let spec = &mut obj["spec"];
     set_default(spec, "replicas", json!(1));
@@ -56,13 +93,14 @@ pub fn default(obj: &mut Value) {
     set_default(policy, "whenDeleted", json!("Retain"));
     set_default(policy, "whenScaled", json!("Retain"));
     if let Some(t) = spec.get_mut("template") {
-        default_template(t);
+        default_template(t, version);
     }
     if let Some(ts) = spec
         .get_mut("volumeClaimTemplates")
         .and_then(Value::as_array_mut)
     {
-        ts.iter_mut().for_each(default_claim_template);
+        ts.iter_mut()
+            .for_each(|t| default_claim_template(t, version));
     }
 }
 
@@ -82,7 +120,7 @@ fn go_string_map(m: &Value) -> String {
 }
 
 /// `ValidateStatefulSetSpec`, for the rules a test can reach.
-pub fn validate_spec(obj: &Value) -> Vec<Cause> {
+pub fn validate_spec(obj: &Value, version: KubeVersion) -> Vec<Cause> {
     let mut causes = Vec::new();
     let spec = &obj["spec"];
     let policy = spec["podManagementPolicy"].as_str().unwrap_or_default();
@@ -144,6 +182,9 @@ pub fn validate_spec(obj: &Value) -> Vec<Cause> {
             "must be greater than or equal to 0",
         ));
     }
+    if version >= KubeVersion::V1_36 {
+        causes.extend(service_name_causes(spec));
+    }
     let selector = &spec["selector"];
     let empty_selector = selector.is_null()
         || (selector["matchLabels"]
@@ -168,11 +209,79 @@ pub fn validate_spec(obj: &Value) -> Vec<Cause> {
             ));
         }
     }
+    if version >= KubeVersion::V1_36 {
+        causes.extend(mount_causes(spec));
+    }
     causes
 }
 
-pub fn validate_create(obj: &Value) -> Vec<Cause> {
-    validate_spec(obj)
+/// 1.36: a non-empty `serviceName` must be a DNS label.
+fn service_name_causes(spec: &Value) -> Vec<Cause> {
+    let Some(name) = spec["serviceName"].as_str().filter(|n| !n.is_empty()) else {
+        return Vec::new();
+    };
+    let mut causes = Vec::new();
+    if name.len() > 63 {
+        causes.push(Cause::invalid(
+            "spec.serviceName",
+            &format!("{name:?}"),
+            "must be no more than 63 characters",
+        ));
+    }
+    let label = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !label {
+        causes.push(Cause::invalid(
+            "spec.serviceName",
+            &format!("{name:?}"),
+            DNS_LABEL_FORMAT,
+        ));
+    }
+    causes
+}
+
+/// 1.36 validates the pod template as a pod's, with a volume for each claim template (as the
+/// controller adds to every pod it makes): a mount or device naming neither a pod volume nor a
+/// claim template is `Not found` (`tests/fixtures/v1.36/error-statefulset-update-mount-not-found.json`).
+/// Only this rule of the pod validation is emulated: it is the one the converger's proof meets.
+fn mount_causes(spec: &Value) -> Vec<Cause> {
+    let names = |v: Option<&Value>, pointer: &str| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.pointer(pointer).and_then(Value::as_str))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut known = names(spec.pointer("/template/spec/volumes"), "/name");
+    known.extend(names(spec.get("volumeClaimTemplates"), "/metadata/name"));
+    let mut causes = Vec::new();
+    for list in ["containers", "initContainers"] {
+        let containers = spec
+            .pointer(&format!("/template/spec/{list}"))
+            .and_then(Value::as_array);
+        for (i, c) in containers.into_iter().flatten().enumerate() {
+            for field in ["volumeMounts", "volumeDevices"] {
+                for (j, name) in names(c.get(field), "/name").iter().enumerate() {
+                    if !known.contains(name) {
+                        causes.push(Cause {
+                            reason: "FieldValueNotFound",
+                            message: format!("Not found: {name:?}"),
+                            field: format!("spec.template.spec.{list}[{i}].{field}[{j}].name"),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    causes
+}
+
+pub fn validate_create(obj: &Value, version: KubeVersion) -> Vec<Cause> {
+    validate_spec(obj, version)
 }
 
 /// The template fields KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` gate lets an update
@@ -186,12 +295,17 @@ const GATED_TEMPLATE_FIELDS: &[&str] = &[
 
 /// Spec validation, then the immutability rule (after defaults, by semantic equality);
 /// `claim_template_updates`: the KEP-4650 gate is on.
-pub fn validate_update(new: &Value, old: &Value, claim_template_updates: bool) -> Vec<Cause> {
-    let mut causes = validate_spec(new);
+pub fn validate_update(
+    new: &Value,
+    old: &Value,
+    version: KubeVersion,
+    claim_template_updates: bool,
+) -> Vec<Cause> {
+    let mut causes = validate_spec(new, version);
     let strip = |spec: &Value| {
         let mut s = spec.clone();
         if let Some(m) = s.as_object_mut() {
-            for f in MUTABLE {
+            for f in mutable(version) {
                 m.remove(*f);
             }
         }
@@ -213,7 +327,7 @@ pub fn validate_update(new: &Value, old: &Value, claim_template_updates: bool) -
         s
     };
     if !semantic_eq(&strip(&new["spec"]), &strip(&old["spec"])) {
-        causes.push(Cause::forbidden("spec", FORBIDDEN_UPDATE));
+        causes.push(Cause::forbidden("spec", forbidden_update(version)));
     }
     causes
 }
