@@ -79,6 +79,51 @@ pub enum WaitOutcome {
     },
 }
 
+/// One claim's change: its storage request, its VolumeAttributesClass, or both, sent as one
+/// merge patch under one resourceVersion precondition.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimPatch {
+    pub storage: Option<String>,
+    pub attributes_class: Option<String>,
+}
+
+impl ClaimPatch {
+    /// The merge patch, with the resourceVersion it is conditional on.
+    pub fn body(&self, resource_version: &str) -> serde_json::Value {
+        let mut spec = serde_json::Map::new();
+        if let Some(storage) = &self.storage {
+            spec.insert(
+                "resources".into(),
+                serde_json::json!({"requests": {"storage": storage}}),
+            );
+        }
+        if let Some(class) = &self.attributes_class {
+            spec.insert("volumeAttributesClassName".into(), serde_json::json!(class));
+        }
+        serde_json::json!({
+            "metadata": {"resourceVersion": resource_version},
+            "spec": spec,
+        })
+    }
+
+    /// What the patch sets, for the call's name in errors.
+    fn what(&self) -> &'static str {
+        match (&self.storage, &self.attributes_class) {
+            (Some(_), Some(_)) => {
+                "spec.resources.requests.storage and spec.volumeAttributesClassName"
+            }
+            (None, Some(_)) => "spec.volumeAttributesClassName",
+            _ => "spec.resources.requests.storage",
+        }
+    }
+}
+
+/// The group VolumeAttributesClass is served in, and its versions, the stable one first: GA
+/// in `v1` from 1.34, beta in `v1beta1` from 1.31 (off by default), alpha before.
+pub const ATTRIBUTE_CLASS_GROUP: &str = "storage.k8s.io";
+const ATTRIBUTE_CLASS_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
+const ATTRIBUTE_CLASS_PLURAL: &str = "volumeattributesclasses";
+
 /// The cluster as the converge sees it. Every call is bounded in time by the implementation
 /// and fails with a [`CallError`] naming the call and object.
 pub trait Cluster: Send + Sync {
@@ -131,6 +176,23 @@ pub trait Cluster: Send + Sync {
         storage: &str,
         resource_version: &str,
     ) -> impl Future<Output = Result<(), CallError>> + Send;
+    /// Patches a claim's request and/or VolumeAttributesClass ([`ClaimPatch`]) in one merge
+    /// patch (field manager `flux-converger`), only if the claim is still at
+    /// `resource_version`: otherwise a 409 Conflict ([`is_conflict`]).
+    fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &ClaimPatch,
+        resource_version: &str,
+    ) -> impl Future<Output = Result<(), CallError>> + Send;
+    /// Whether the server serves the VolumeAttributesClass API (discovery of
+    /// `storage.k8s.io`: `v1`, else `v1beta1`, else `v1alpha1`) and which of `names` exist
+    /// there. Read as the service: classes are cluster-scoped, which tenants may not read.
+    fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> impl Future<Output = Result<crate::decide::AttributeClasses, CallError>> + Send;
     /// [`Cluster::resize_claim`] with `dryRun=All`: whether the server would take the claim's
     /// new request (a recovery asks this of every claim it lowers before the first write).
     fn resize_claim_dry_run(
@@ -566,35 +628,79 @@ impl KubeCluster {
         &self,
         namespace: &str,
         claim: &str,
-        storage: &str,
+        change: &ClaimPatch,
         resource_version: &str,
         dry_run: bool,
     ) -> Result<(), CallError> {
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
         // A resourceVersion in a merge patch is a precondition: the server answers 409 if the
         // claim changed since it was read (since Kubernetes 1.32 a request may be lowered, so
-        // an unconditional patch could undo someone else's raise).
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": resource_version},
-            "spec": {"resources": {"requests": {"storage": storage}}},
-        });
+        // an unconditional patch could undo someone else's raise; a class someone else moved
+        // is not moved back either).
+        let patch = change.body(resource_version);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             dry_run,
             ..PatchParams::default()
         };
+        let call = format!(
+            "{}merge patch of {} of",
+            if dry_run { "dry-run " } else { "" },
+            change.what()
+        );
         with_deadline(
             self.call_timeout,
-            if dry_run {
-                "dry-run merge patch of spec.resources.requests.storage of"
-            } else {
-                "merge patch of spec.resources.requests.storage of"
-            },
+            &call,
             &format!("PersistentVolumeClaim {namespace}/{claim}"),
             api.patch(claim, &params, &Patch::Merge(&patch)),
         )
         .await
         .map(|_| ())
+    }
+
+    /// The version of `storage.k8s.io` that serves VolumeAttributesClass, if any.
+    async fn attribute_class_version(&self) -> Result<Option<String>, CallError> {
+        let groups = with_deadline(
+            self.call_timeout,
+            "discover",
+            "the API groups",
+            self.client.list_api_groups(),
+        )
+        .await?;
+        let Some(group) = groups
+            .groups
+            .into_iter()
+            .find(|g| g.name == ATTRIBUTE_CLASS_GROUP)
+        else {
+            return Ok(None);
+        };
+        for version in ATTRIBUTE_CLASS_VERSIONS {
+            if !group.versions.iter().any(|v| v.version == version) {
+                continue;
+            }
+            let group_version = format!("{ATTRIBUTE_CLASS_GROUP}/{version}");
+            let listed = with_deadline(
+                self.call_timeout,
+                "discover",
+                &format!("the resources of {group_version}"),
+                self.client.list_api_group_resources(&group_version),
+            )
+            .await;
+            match listed {
+                Ok(list)
+                    if list
+                        .resources
+                        .iter()
+                        .any(|r| r.name == ATTRIBUTE_CLASS_PLURAL) =>
+                {
+                    return Ok(Some(group_version));
+                }
+                Ok(_) => {}
+                Err(e) if e.code() == Some(404) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -690,8 +796,58 @@ impl Cluster for KubeCluster {
         storage: &str,
         resource_version: &str,
     ) -> Result<(), CallError> {
-        self.patch_claim_request(namespace, claim, storage, resource_version, false)
+        let patch = ClaimPatch {
+            storage: Some(storage.to_string()),
+            attributes_class: None,
+        };
+        self.patch_claim_request(namespace, claim, &patch, resource_version, false)
             .await
+    }
+
+    async fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &ClaimPatch,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        self.patch_claim_request(namespace, claim, patch, resource_version, false)
+            .await
+    }
+
+    async fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<crate::decide::AttributeClasses, CallError> {
+        let Some(api_version) = self.attribute_class_version().await? else {
+            return Ok(crate::decide::AttributeClasses::Unsupported);
+        };
+        let (group, version) = api_version.split_once('/').unwrap_or(("", ""));
+        let resource = kube::core::ApiResource {
+            group: group.to_string(),
+            version: version.to_string(),
+            api_version: api_version.clone(),
+            kind: "VolumeAttributesClass".to_string(),
+            plural: ATTRIBUTE_CLASS_PLURAL.to_string(),
+        };
+        let api: Api<kube::core::DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let mut existing = std::collections::BTreeSet::new();
+        for name in names {
+            let found = with_deadline(
+                self.call_timeout,
+                "get",
+                &format!("VolumeAttributesClass {name}"),
+                api.get_opt(name),
+            )
+            .await?;
+            if found.is_some() {
+                existing.insert(name.clone());
+            }
+        }
+        Ok(crate::decide::AttributeClasses::Served {
+            api_version,
+            names: existing,
+        })
     }
 
     async fn resize_claim_dry_run(
@@ -701,7 +857,11 @@ impl Cluster for KubeCluster {
         storage: &str,
         resource_version: &str,
     ) -> Result<(), CallError> {
-        self.patch_claim_request(namespace, claim, storage, resource_version, true)
+        let patch = ClaimPatch {
+            storage: Some(storage.to_string()),
+            attributes_class: None,
+        };
+        self.patch_claim_request(namespace, claim, &patch, resource_version, true)
             .await
     }
 
@@ -861,6 +1021,25 @@ impl<T: Cluster> Cluster for &T {
         (**self)
             .resize_claim_dry_run(namespace, claim, storage, resource_version)
             .await
+    }
+
+    async fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &ClaimPatch,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        (**self)
+            .patch_claim(namespace, claim, patch, resource_version)
+            .await
+    }
+
+    async fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<crate::decide::AttributeClasses, CallError> {
+        (**self).attribute_classes(names).await
     }
 
     async fn orphan_delete(

@@ -35,6 +35,16 @@ pub struct Plan {
     /// *Recovering from a failed expansion*). Absent from the JSON when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub recover: Vec<ClaimRecovery>,
+    /// Claims whose `spec.volumeAttributesClassName` is patched to the class their template
+    /// declares (issue #38: the VolumeAttributesClass a template moved to), in claim-name
+    /// order. Absent from the JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub modify: Vec<ClaimModify>,
+    /// The VolumeAttributesClasses this plan moves templates or claims (deferred ones too) to:
+    /// what must exist, on a server serving the API, before anything is written (checked
+    /// when the decision is given [`AttributeClasses`]). Not part of the JSON.
+    #[serde(skip)]
+    pub attribute_classes: std::collections::BTreeSet<String>,
 }
 
 /// The kinds of immutable change a re-create carries (the `plan -o json` `changes[].class`).
@@ -49,6 +59,8 @@ pub enum ChangeClass {
     /// A template's `metadata.labels` or `metadata.annotations`.
     ClaimMetadata,
     TemplateAdded,
+    /// A template's `spec.volumeAttributesClassName` moved to another class (or got one).
+    VolumeAttributesClass,
 }
 
 impl ChangeClass {
@@ -59,6 +71,7 @@ impl ChangeClass {
             ChangeClass::RevisionHistoryLimit => "revision-history-limit",
             ChangeClass::ClaimMetadata => "claim-metadata",
             ChangeClass::TemplateAdded => "template-added",
+            ChangeClass::VolumeAttributesClass => "volume-attributes-class",
         }
     }
 }
@@ -113,6 +126,35 @@ pub struct ClaimRecovery {
     pub state: VolumeState,
 }
 
+/// One claim moved to the VolumeAttributesClass its template declares: `from` is its class as
+/// read (`None`: it has none), `to` the declared one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClaimModify {
+    pub claim: String,
+    pub template: String,
+    pub from: Option<String>,
+    pub to: String,
+}
+
+/// What is known of the server's VolumeAttributesClasses when deciding: a class a template
+/// moves to must exist, on a server that serves the API, before anything is written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AttributeClasses {
+    /// Not looked up: the decision does not check the declared classes (a decision made again
+    /// on one claim re-read after a conflict, by a run that checked them before writing).
+    #[default]
+    Unchecked,
+    /// The server serves no VolumeAttributesClass API (discovery: neither
+    /// `storage.k8s.io/v1`, from 1.34, nor `v1beta1`, 1.31 to 1.33 with the feature gate).
+    Unsupported,
+    /// The API is served at `api_version`; `names` are the classes that exist (of those asked
+    /// about, or all of them).
+    Served {
+        api_version: String,
+        names: std::collections::BTreeSet<String>,
+    },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DeferredClaim {
     pub claim: String,
@@ -147,6 +189,13 @@ pub enum RefusalCode {
     /// A recovery from a failed expansion needs the API server to lower a claim's request
     /// (Kubernetes 1.32+, RecoverVolumeExpansionFailure), and it refused: nothing is written.
     RecoveryUnsupported,
+    /// A template's `volumeAttributesClassName` removed (set → unset): the API server never
+    /// lets a claim's class go back to none once the driver applied one.
+    VolumeAttributesClassRemoved,
+    /// The VolumeAttributesClass a template moves to does not exist.
+    VolumeAttributesClassMissing,
+    /// The API server serves no VolumeAttributesClass API: a claim's class cannot change.
+    VolumeAttributesClassUnsupported,
 }
 
 /// Why a StatefulSet will not be converged. Nothing has been written when one exists.
@@ -174,6 +223,9 @@ impl RefusalCode {
             RefusalCode::Rejected => "rejected",
             RefusalCode::CreateRefused => "create-refused",
             RefusalCode::RecoveryUnsupported => "recovery-unsupported",
+            RefusalCode::VolumeAttributesClassRemoved => "volume-attributes-class-removed",
+            RefusalCode::VolumeAttributesClassMissing => "volume-attributes-class-missing",
+            RefusalCode::VolumeAttributesClassUnsupported => "volume-attributes-class-unsupported",
         }
     }
 }
@@ -207,6 +259,10 @@ pub const MUTABLE_SPEC_FIELDS: [&str; 6] = [
 pub const UNBOUND_RULE: &str =
     "spec is immutable after creation except resources.requests for bound claims";
 
+/// The same rule on servers that know VolumeAttributesClass (1.29 and later, fixture
+/// `v1.32/error-pvc-unbound-immutable.json`): a claim's class changes only once it is Bound.
+pub const UNBOUND_CLASS_RULE: &str = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims";
+
 const FORBIDDEN: &str = "the API server forbids updates to statefulset spec for fields other than \
      'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' \
      and 'minReadySeconds'";
@@ -237,6 +293,18 @@ pub fn decide(
     decide_with(desired, live, claims, classes, &BTreeMap::new())
 }
 
+/// What a claim's `spec.volumeAttributesClassName` says, `""` read as none.
+pub fn claim_attributes_class(claim: &PersistentVolumeClaim) -> Option<&str> {
+    spec_attributes_class(claim.spec.as_ref())
+}
+
+fn spec_attributes_class(
+    spec: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>,
+) -> Option<&str> {
+    spec.and_then(|s| s.volume_attributes_class_name.as_deref())
+        .filter(|c| !c.is_empty())
+}
+
 /// How each claim's last expansion ended, as known besides its status (the service's records,
 /// which also read the resize Events of servers before 1.32), by claim name.
 pub type KnownStates = BTreeMap<String, VolumeState>;
@@ -252,6 +320,30 @@ pub fn decide_with(
     claims: &[PersistentVolumeClaim],
     classes: &[StorageClass],
     known: &KnownStates,
+) -> Result<Plan, Refusal> {
+    decide_in(
+        desired,
+        live,
+        claims,
+        classes,
+        known,
+        &AttributeClasses::Unchecked,
+    )
+}
+
+/// [`decide_with`], with what is known of the server's VolumeAttributesClasses: a template
+/// whose `volumeAttributesClassName` moves to another class is carried (each claim of it that
+/// has another class is patched, once Bound), unless the class is removed
+/// (`volume-attributes-class-removed`), the server serves no such API
+/// (`volume-attributes-class-unsupported`) or the class does not exist
+/// (`volume-attributes-class-missing`). A claim already of the declared class is left alone.
+pub fn decide_in(
+    desired: &StatefulSet,
+    live: Option<&StatefulSet>,
+    claims: &[PersistentVolumeClaim],
+    classes: &[StorageClass],
+    known: &KnownStates,
+    attribute_classes: &AttributeClasses,
 ) -> Result<Plan, Refusal> {
     let name = desired.metadata.name.clone().unwrap_or_default();
     let namespace = [desired, live.unwrap_or(desired)]
@@ -273,6 +365,8 @@ pub fn decide_with(
         resize: Vec::new(),
         deferred: Vec::new(),
         recover: Vec::new(),
+        modify: Vec::new(),
+        attribute_classes: std::collections::BTreeSet::new(),
     };
     let Some(live) = live else {
         return Ok(plan);
@@ -347,8 +441,11 @@ pub fn decide_with(
     check_template_names(&desired_templates, &live_templates)
         .map_err(|(code, m)| refuse(code, m))?;
 
-    // Target size per template kept, in template order.
-    let mut targets: Vec<(&str, Quantity)> = Vec::with_capacity(desired_templates.len());
+    // Target size and class per template kept, in template order.
+    let mut targets: Vec<(&str, Quantity, Option<&str>)> =
+        Vec::with_capacity(desired_templates.len());
+    // The classes templates move to, which must exist before anything is written.
+    let mut moved_to: Vec<(String, String)> = Vec::new();
     for d in &desired_templates {
         let template = template_name(d);
         let to = template_storage(d).map_err(|m| {
@@ -379,6 +476,40 @@ pub fn decide_with(
                 format!("template {template:?}: {}; {what}", diff.describe()),
             ));
         }
+        let (live_class, declared_class) = (
+            spec_attributes_class(l.spec.as_ref()),
+            spec_attributes_class(d.spec.as_ref()),
+        );
+        match (live_class, declared_class) {
+            (Some(from), None) => {
+                return Err(refuse(
+                    RefusalCode::VolumeAttributesClassRemoved,
+                    format!(
+                        "template {template:?}: spec.volumeAttributesClassName would be removed \
+                         (live {from:?}, desired {UNSET}); the API server never lets a claim's \
+                         VolumeAttributesClass go back to none once the driver applied one: \
+                         keep a class in git (moving to another class is carried)"
+                    ),
+                ));
+            }
+            (from, Some(to)) if from != Some(to) => {
+                plan.changes.push(Change {
+                    class: ChangeClass::VolumeAttributesClass,
+                    field: format!(
+                        "spec.volumeClaimTemplates[{template}].spec.volumeAttributesClassName"
+                    ),
+                    live: from.map_or_else(|| UNSET.to_owned(), |c| format!("{c:?}")),
+                    declared: format!("{to:?}"),
+                    note: Some(format!(
+                        "each existing claim {template}-{name}-N of another class is patched to \
+                         {to:?} once Bound (the driver then modifies its volume in place); \
+                         claims created from now on get it from the template"
+                    )),
+                });
+                moved_to.push((to.to_owned(), format!("template {template:?}")));
+            }
+            _ => {}
+        }
         if let Some(diff) = first_difference("metadata", Some(&live_meta), Some(&desired_meta)) {
             plan.changes.push(Change {
                 field: format!("spec.volumeClaimTemplates[{template}].{}", diff.path),
@@ -407,7 +538,7 @@ pub fn decide_with(
             match recovery(template, &name, &to, in_namespace, known) {
                 Recovery::Recover(recovered) => {
                     plan.recover.extend(recovered);
-                    targets.push((template, to));
+                    targets.push((template, to, declared_class));
                     continue;
                 }
                 Recovery::Shrink(why) => {
@@ -441,7 +572,7 @@ pub fn decide_with(
                 to: to.clone(),
             });
         }
-        targets.push((template, to));
+        targets.push((template, to, declared_class));
     }
 
     for claim in claims {
@@ -456,15 +587,19 @@ pub fn decide_with(
         let Some(claim_name) = claim.metadata.name.as_deref() else {
             continue;
         };
-        let Some((template, to)) = targets
+        let Some((template, to, declared_class)) = targets
             .iter()
-            .find(|(t, _)| is_claim_of(claim_name, t, &name))
+            .find(|(t, _, _)| is_claim_of(claim_name, t, &name))
         else {
             continue;
         };
         let from = claim_storage(claim)
             .map_err(|m| refuse(RefusalCode::Rejected, format!("claim {claim_name:?}: {m}")))?;
-        if from >= *to {
+        let grows = from < *to;
+        let class_from = claim_attributes_class(claim);
+        // A class is only ever moved to, never taken away from a claim.
+        let moves = declared_class.filter(|to| class_from != Some(*to));
+        if !grows && moves.is_none() {
             continue;
         }
         let phase = claim
@@ -478,13 +613,42 @@ pub fn decide_with(
             } else {
                 format!("is {phase}")
             };
+            let (what, rule) = match (grows, moves) {
+                (_, None) => (format!("grow from {from} to {to}"), UNBOUND_RULE),
+                (false, Some(c)) => (
+                    format!(
+                        "move from {} to the VolumeAttributesClass {c:?}",
+                        class_from.map_or_else(|| "no class".to_owned(), |f| format!("{f:?}"))
+                    ),
+                    UNBOUND_CLASS_RULE,
+                ),
+                (_, Some(c)) => (
+                    format!("grow from {from} to {to} and move to the VolumeAttributesClass {c:?}"),
+                    UNBOUND_CLASS_RULE,
+                ),
+            };
+            if let Some(c) = moves {
+                moved_to.push((c.to_owned(), format!("claim {claim_name:?}")));
+            }
             plan.deferred.push(DeferredClaim {
                 claim: claim_name.to_owned(),
                 reason: format!(
-                    "claim {state}, not Bound, so it cannot grow from {from} to {to} yet: \
-                     the API server answers {UNBOUND_RULE:?}"
+                    "claim {state}, not Bound, so it cannot {what} yet: the API server answers \
+                     {rule:?}"
                 ),
             });
+            continue;
+        }
+        if let Some(c) = moves {
+            moved_to.push((c.to_owned(), format!("claim {claim_name:?}")));
+            plan.modify.push(ClaimModify {
+                claim: claim_name.to_owned(),
+                template: (*template).to_owned(),
+                from: class_from.map(str::to_owned),
+                to: c.to_owned(),
+            });
+        }
+        if !grows {
             continue;
         }
         let storage_class = expandable_class(claim, classes).map_err(|why| {
@@ -504,12 +668,55 @@ pub fn decide_with(
             to: to.clone(),
         });
     }
+    if let Some((code, message)) = check_attribute_classes(&moved_to, attribute_classes) {
+        return Err(refuse(code, message));
+    }
+    plan.attribute_classes = moved_to.into_iter().map(|(class, _)| class).collect();
     // A recovery re-creates too: the live template declares the failed size, which Flux's
     // apply cannot change in place.
     plan.recreate = !plan.changes.is_empty() || !plan.recover.is_empty();
     plan.resize.sort_by(|a, b| a.claim.cmp(&b.claim));
     plan.deferred.sort_by(|a, b| a.claim.cmp(&b.claim));
+    plan.modify.sort_by(|a, b| a.claim.cmp(&b.claim));
     Ok(plan)
+}
+
+/// Whether every VolumeAttributesClass moved to (`(class, by whom)`) can be moved to: the server
+/// serves the API and the class exists. `None` when it can, or when nothing is known.
+fn check_attribute_classes(
+    moved_to: &[(String, String)],
+    known: &AttributeClasses,
+) -> Option<(RefusalCode, String)> {
+    let (class, by) = moved_to.first()?;
+    match known {
+        AttributeClasses::Unchecked => None,
+        AttributeClasses::Unsupported => Some((
+            RefusalCode::VolumeAttributesClassUnsupported,
+            format!(
+                "{by} moves to the VolumeAttributesClass {class:?}, but the API server serves \
+                 no VolumeAttributesClass API (storage.k8s.io/v1 from Kubernetes 1.34; \
+                 storage.k8s.io/v1beta1 in 1.31 to 1.33 only with the VolumeAttributesClass \
+                 feature gate and --runtime-config=storage.k8s.io/v1beta1=true), so no claim's \
+                 class can change on it: nothing was written; revert volumeAttributesClassName \
+                 in git, or turn the feature on in the control plane"
+            ),
+        )),
+        AttributeClasses::Served { api_version, names } => moved_to
+            .iter()
+            .find(|(class, _)| !names.contains(class))
+            .map(|(class, by)| {
+                (
+                    RefusalCode::VolumeAttributesClassMissing,
+                    format!(
+                        "{by} moves to the VolumeAttributesClass {class:?}, which does not exist \
+                         ({api_version}, cluster-scoped): a claim patched to it would wait \
+                         (modifyVolumeStatus Pending) and new claims would not provision: \
+                         nothing was written; create the class first, or declare an existing \
+                         one in git"
+                    ),
+                )
+            }),
+    }
 }
 
 /// What a template declared below its live size is.
@@ -841,7 +1048,7 @@ fn split_template(t: &PersistentVolumeClaim) -> (Value, Value) {
 
 /// A volumeClaimTemplate without what the server adds (`apiVersion`, `kind`, `status`,
 /// `metadata.creationTimestamp`, `volumeMode: Filesystem`, the mirrored data source) and
-/// without the storage request, which is compared by value on its own.
+/// without the storage request and the VolumeAttributesClass, which are compared on their own.
 fn normalised_template(t: &PersistentVolumeClaim) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or_else(|_| Value::Object(Map::new()));
     if let Value::Object(m) = &mut v {
@@ -854,6 +1061,8 @@ fn normalised_template(t: &PersistentVolumeClaim) -> Value {
         if let Some(Value::Object(spec)) = m.get_mut("spec") {
             default_field(spec, "volumeMode", Value::from("Filesystem"));
             mirror_data_source(spec);
+            // Compared on its own: a move to another class is carried, a removal refused.
+            spec.remove("volumeAttributesClassName");
             if let Some(Value::Object(requests)) = spec
                 .get_mut("resources")
                 .and_then(|r| r.get_mut("requests"))

@@ -7,7 +7,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::model::{
-    FluxOutcome, FluxResult, GateMode, Handoff, KustomizationSummary, RevisionRecord,
+    FluxOutcome, FluxResult, GateMode, Handoff, KustomizationSummary, ModifyState, RevisionRecord,
     RevisionState, StatefulSetEntry, StatefulSetOutcome, StepError, Volume, VolumeState,
     VolumeSummary,
 };
@@ -123,7 +123,8 @@ pub fn volume_badge(state: VolumeState) -> Badge {
         VolumeState::Resizing
         | VolumeState::FilesystemPending
         | VolumeState::Requested
-        | VolumeState::Recovered => "running",
+        | VolumeState::Recovered
+        | VolumeState::Restarted => "running",
         VolumeState::Deferred => "superseded",
     };
     Badge {
@@ -140,29 +141,83 @@ pub struct VolumesView {
     pub counts: String,
 }
 
+/// A claim's move to another VolumeAttributesClass as shown: `infeasible` as loud as a
+/// refusal, `modified` as converged, `modifying` in progress.
+pub fn modify_badge(state: ModifyState) -> Badge {
+    Badge {
+        key: match state {
+            ModifyState::Modified => "converged",
+            ModifyState::Infeasible => "refused",
+            ModifyState::Modifying => "running",
+        },
+        label: state.as_str(),
+    }
+}
+
 impl VolumesView {
     pub fn of(summary: &VolumeSummary) -> Self {
-        let counts: Vec<(u32, VolumeState)> = vec![
-            (summary.infeasible, VolumeState::Infeasible),
-            (summary.stalled, VolumeState::Stalled),
-            (summary.error, VolumeState::Error),
-            (summary.filesystem_pending, VolumeState::FilesystemPending),
-            (summary.resizing, VolumeState::Resizing),
-            (summary.requested, VolumeState::Requested),
-            (summary.grown, VolumeState::Grown),
+        // Worst first: what the badge shows.
+        let counts: Vec<(u32, &'static str, Badge)> = vec![
+            (
+                summary.infeasible,
+                "infeasible",
+                volume_badge(VolumeState::Infeasible),
+            ),
+            (
+                summary.modify_infeasible,
+                "modify-infeasible",
+                modify_badge(ModifyState::Infeasible),
+            ),
+            (
+                summary.stalled,
+                "stalled",
+                volume_badge(VolumeState::Stalled),
+            ),
+            (summary.error, "error", volume_badge(VolumeState::Error)),
+            (
+                summary.filesystem_pending,
+                "filesystem-pending",
+                volume_badge(VolumeState::FilesystemPending),
+            ),
+            (
+                summary.restarted,
+                "restarted",
+                volume_badge(VolumeState::Restarted),
+            ),
+            (
+                summary.resizing,
+                "resizing",
+                volume_badge(VolumeState::Resizing),
+            ),
+            (
+                summary.requested,
+                "requested",
+                volume_badge(VolumeState::Requested),
+            ),
+            (
+                summary.modifying,
+                "modifying",
+                modify_badge(ModifyState::Modifying),
+            ),
+            (summary.grown, "grown", volume_badge(VolumeState::Grown)),
+            (
+                summary.modified,
+                "modified",
+                modify_badge(ModifyState::Modified),
+            ),
         ];
         let worst = counts
             .iter()
-            .find(|(n, _)| *n > 0)
-            .map(|(_, s)| *s)
-            .unwrap_or(VolumeState::Grown);
+            .find(|(n, _, _)| *n > 0)
+            .map(|(_, _, b)| b.clone())
+            .unwrap_or_else(|| volume_badge(VolumeState::Grown));
         let text: Vec<String> = counts
             .iter()
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, s)| format!("{n} {s}"))
+            .filter(|(n, _, _)| *n > 0)
+            .map(|(n, s, _)| format!("{n} {s}"))
             .collect();
         VolumesView {
-            badge: volume_badge(worst),
+            badge: worst,
             counts: text.join(" · "),
         }
     }
@@ -175,7 +230,8 @@ pub fn volume_problems(record: &RevisionRecord) -> Vec<Problem> {
         .statefulsets
         .iter()
         .flat_map(|set| {
-            set.volumes
+            let size = set
+                .volumes
                 .iter()
                 .filter(|v| v.state == VolumeState::Infeasible)
                 .map(move |v| Problem {
@@ -184,7 +240,18 @@ pub fn volume_problems(record: &RevisionRecord) -> Vec<Problem> {
                     subject: Some(format!("{}/{} claim {}", set.namespace, set.name, v.claim)),
                     message: v.message.clone().unwrap_or_default(),
                     more: 0,
+                });
+            let class = set.volumes.iter().filter_map(move |v| {
+                let a = v.attributes.as_ref()?;
+                (a.state == ModifyState::Infeasible).then(|| Problem {
+                    kind: "refused",
+                    code: "volume modify infeasible".to_string(),
+                    subject: Some(format!("{}/{} claim {}", set.namespace, set.name, v.claim)),
+                    message: a.message.clone().unwrap_or_default(),
+                    more: 0,
                 })
+            });
+            size.chain(class)
         })
         .collect()
 }
@@ -261,6 +328,20 @@ pub fn advice(code: &str) -> &'static str {
             "Git declares a size back down after a failed expansion, but this API server will not \
              lower a claim's request (Kubernetes before 1.32). Declare the failed size again in git \
              and fix what refused the expansion, or upgrade the control plane."
+        }
+        "volume-attributes-class-removed" => {
+            "A volumeClaimTemplate's volumeAttributesClassName was removed: a claim's class never goes \
+             back to none once applied. Keep a class in git (moving to another class is carried)."
+        }
+        "volume-attributes-class-missing" => {
+            "The VolumeAttributesClass git moves to does not exist. Create it (cluster-scoped, with \
+             the CSI driver's parameters), or declare an existing class; the next revision is tried \
+             again."
+        }
+        "volume-attributes-class-unsupported" => {
+            "This API server serves no VolumeAttributesClass API (GA in 1.34; 1.31 to 1.33 only \
+             with the feature gate and the beta API enabled). Revert volumeAttributesClassName in \
+             git, or enable the feature in the control plane."
         }
         _ => "Read the message; the revision is retried when the source revision changes.",
     }
@@ -485,6 +566,20 @@ pub struct VolumeView {
     pub since: String,
     /// What an operator does about its state, where there is something to do.
     pub advice: Option<&'static str>,
+    /// Its move to another VolumeAttributesClass, when one was asked for.
+    pub attributes: Option<AttributesView>,
+    /// The pod restarted for it (`restart-for-resize`), when one was.
+    pub restart: Option<String>,
+}
+
+/// A claim's class move on the drill-down: current → declared class, its state, the words.
+#[derive(Clone, Debug)]
+pub struct AttributesView {
+    pub badge: Badge,
+    pub current: String,
+    pub class: String,
+    pub message: Option<String>,
+    pub advice: Option<&'static str>,
 }
 
 /// What to do about a followed claim's state (docs/converge.md, *Following the volumes*).
@@ -504,6 +599,10 @@ pub fn volume_advice(state: VolumeState) -> Option<&'static str> {
              the CSI driver's logs; it is still followed.",
         ),
         VolumeState::Error => Some("The driver failed and retries; it is still followed."),
+        VolumeState::Restarted => Some(
+            "Its pod was evicted (flux-converger.io/restart-for-resize): the file system grows when \
+             the new pod mounts the claim.",
+        ),
         _ => None,
     }
 }
@@ -518,6 +617,20 @@ impl VolumeView {
             message: v.message.clone(),
             since: v.since.clone(),
             advice: volume_advice(v.state),
+            attributes: v.attributes.as_ref().map(|a| AttributesView {
+                badge: modify_badge(a.state),
+                current: a.current.clone().unwrap_or_else(|| "none".into()),
+                class: a.class.clone(),
+                message: a.message.clone(),
+                advice: (a.state == ModifyState::Infeasible).then_some(
+                    "The driver refused this VolumeAttributesClass for good. Declare another class \
+                     in git; the claim is patched to it.",
+                ),
+            }),
+            restart: v.restart.as_ref().map(|r| match &r.evicted_at {
+                Some(at) => format!("pod {} evicted at {at}", r.pod),
+                None => format!("pod {} to be evicted", r.pod),
+            }),
         }
     }
 }
@@ -916,6 +1029,9 @@ mod tests {
             "other-immutable",
             "rejected",
             "create-refused",
+            "volume-attributes-class-removed",
+            "volume-attributes-class-missing",
+            "volume-attributes-class-unsupported",
         ];
         let fallback = advice("something-new");
         for code in codes {

@@ -109,6 +109,8 @@ mod tests {
             state,
             message: message.map(str::to_string),
             since: "2026-12-01T10:00:00Z".into(),
+            attributes: None,
+            restart: None,
         }
     }
 

@@ -230,6 +230,8 @@ mod tests {
             state,
             message: None,
             since: "2026-12-01T10:00:00Z".into(),
+            attributes: None,
+            restart: None,
         }
     }
 

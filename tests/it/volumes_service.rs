@@ -92,6 +92,8 @@ fn volume(claim: &str, state: VolumeState) -> Volume {
         state,
         message: None,
         since: jiff::Timestamp::now().to_string(),
+        attributes: None,
+        restart: None,
     }
 }
 
