@@ -21,6 +21,7 @@ use kube::runtime::reflector::Store;
 use serde::Serialize;
 
 pub mod claims;
+pub mod pods;
 mod synced;
 pub mod tenant;
 mod watched;

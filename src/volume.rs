@@ -673,6 +673,7 @@ pub fn past_timeout(
 }
 
 pub mod follow;
+pub mod restart;
 
 #[cfg(test)]
 mod tests;
