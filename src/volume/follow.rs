@@ -431,4 +431,118 @@ mod tests {
         tracker.gone("data-db-0");
         assert!(tracker.names().is_empty());
     }
+
+    fn moving(state: VolumeState) -> Volume {
+        Volume {
+            attributes: Some(crate::volume::Attributes::asked(
+                "gold",
+                Some("silver".into()),
+                at("2026-12-01T10:00:00Z"),
+            )),
+            ..start(state)
+        }
+    }
+
+    fn with_class(mut c: PersistentVolumeClaim, status: Value) -> PersistentVolumeClaim {
+        let mut s = serde_json::to_value(c.status.take()).unwrap();
+        if let (Value::Object(into), Value::Object(from)) = (&mut s, status) {
+            into.extend(from);
+        }
+        c.status = serde_json::from_value(s).unwrap();
+        c
+    }
+
+    /// A claim only moved to another class: its size is grown, its move followed to its end,
+    /// each change reported once with the move's previous state.
+    #[test]
+    fn a_class_move_is_followed_beside_the_size() {
+        let t0 = at("2026-12-01T10:00:00Z");
+        let mut tracker = Tracker::new(Duration::from_secs(60));
+        tracker.follow(moving(VolumeState::Grown), t0);
+        assert!(!tracker.done(), "the move is not at its end");
+        let grown = pvc("2Gi", "2Gi", json!({}));
+        assert_eq!(tracker.claim(grown.clone(), t0), None);
+        let progress = with_class(
+            grown.clone(),
+            json!({"modifyVolumeStatus": {"status": "InProgress", "targetVolumeAttributesClassName": "gold"}}),
+        );
+        let c = tracker.claim(progress, t0).unwrap();
+        assert_eq!(c.previous_attributes, Some(ModifyState::Modifying));
+        assert_eq!(c.volume.state, VolumeState::Grown);
+        let done = with_class(grown, json!({"currentVolumeAttributesClassName": "gold"}));
+        let c = tracker.claim(done, t0).unwrap();
+        let a = c.volume.attributes.unwrap();
+        assert_eq!(
+            (a.state, a.current.as_deref()),
+            (ModifyState::Modified, Some("gold"))
+        );
+        assert!(tracker.done());
+        // A move is never `stalled`: the timeout is the size's.
+        assert!(
+            tracker
+                .tick(t0 + jiff::SignedDuration::from_secs(3600))
+                .is_empty()
+        );
+    }
+
+    /// A claim whose pod is restarted stays as the restart left it while its status still
+    /// says `filesystem-pending`, and is `grown` once the kubelet grew it.
+    #[test]
+    fn a_restart_holds_the_claim_until_it_grows() {
+        let t0 = at("2026-12-01T10:00:00Z");
+        let mut tracker = Tracker::new(Duration::from_secs(1800));
+        tracker.follow(start(VolumeState::FilesystemPending), t0);
+        let pending = pvc(
+            "2Gi",
+            "1Gi",
+            json!({"allocatedResources": {"storage": "2Gi"},
+                   "allocatedResourceStatuses": {"storage": "NodeResizePending"}}),
+        );
+        let restart = crate::volume::Restart {
+            pod: "db-0".into(),
+            uid: "u0".into(),
+            evicted_at: None,
+        };
+        let c = tracker
+            .set_restart(
+                "data-db-0",
+                Some(restart.clone()),
+                Some("restarting".into()),
+                t0,
+            )
+            .unwrap();
+        assert_eq!(c.volume.state, VolumeState::FilesystemPending);
+        assert_eq!(c.volume.restart.as_ref(), Some(&restart));
+        // The same again: nothing to write.
+        assert_eq!(
+            tracker.set_restart(
+                "data-db-0",
+                Some(restart.clone()),
+                Some("restarting".into()),
+                t0
+            ),
+            None
+        );
+        // The claim's own status says nothing new.
+        assert_eq!(tracker.claim(pending.clone(), t0), None);
+        let evicted = crate::volume::Restart {
+            evicted_at: Some(t0.to_string()),
+            ..restart
+        };
+        let c = tracker
+            .set_restart("data-db-0", Some(evicted), Some("evicted".into()), t0)
+            .unwrap();
+        assert_eq!(
+            (c.previous, c.volume.state),
+            (VolumeState::FilesystemPending, VolumeState::Restarted)
+        );
+        assert_eq!(tracker.claim(pending, t0), None);
+        let c = tracker.claim(pvc("2Gi", "2Gi", json!({})), t0).unwrap();
+        assert_eq!(
+            (c.previous, c.volume.state),
+            (VolumeState::Restarted, VolumeState::Grown)
+        );
+        assert_eq!(c.volume.restart, None);
+        assert!(tracker.done());
+    }
 }

@@ -9,6 +9,7 @@
 mod argocd;
 mod argocd_standin;
 mod artifact;
+mod attributes_table;
 mod converge;
 mod dashboard_browser;
 mod decide_table;
