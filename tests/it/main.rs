@@ -38,6 +38,7 @@ mod service;
 mod shards;
 mod storage;
 mod substitute_table;
+mod volumes_attributes;
 mod volumes_cli;
 mod volumes_converge;
 mod volumes_gate;
