@@ -43,6 +43,7 @@ mod volumes_cli;
 mod volumes_converge;
 mod volumes_gate;
 mod volumes_helm;
+mod volumes_restart;
 mod volumes_service;
 mod watched;
 mod wire;
