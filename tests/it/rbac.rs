@@ -434,11 +434,13 @@ async fn attributes_and_restart() -> Vec<RbacRequest> {
         true,
     );
     for _ in 0..500 {
-        if fake
-            .rbac_requests()
-            .iter()
-            .any(|r| r.resource_path() == "pods/eviction" && r.allowed)
-        {
+        let asked = fake.rbac_requests();
+        let sent = |verb: &str, what: &str| {
+            asked
+                .iter()
+                .any(|r| r.verb == verb && r.resource_path() == what && r.allowed)
+        };
+        if sent("create", "pods/eviction") && sent("watch", "pods") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
