@@ -118,6 +118,42 @@ pub fn set_view<'a>(set: &StatefulSet, pods: impl IntoIterator<Item = &'a Pod>) 
     }
 }
 
+/// The StatefulSet `namespace/name` and its pods (`selector`) as the server has them now: what an
+/// eviction decided on watched copies is confirmed against right before it is sent. `None`
+/// when the StatefulSet is gone.
+pub async fn read(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    selector: Option<&str>,
+    deadline: std::time::Duration,
+) -> Result<Option<(StatefulSet, Vec<Pod>)>, CallError> {
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let Some(set) = with_deadline(
+        deadline,
+        "get",
+        &super::sts_object(namespace, name),
+        sets.get_opt(name),
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let mut params = kube::api::ListParams::default();
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
+    let listed = with_deadline(
+        deadline,
+        "list",
+        &format!("Pods of StatefulSet {namespace}/{name}"),
+        pods.list(&params),
+    )
+    .await?;
+    Ok(Some((set, listed.items)))
+}
+
 /// POSTs a `policy/v1` Eviction of pod `namespace/name`, only if the pod is still the one
 /// under `uid` (`deleteOptions.preconditions.uid`): a 409 otherwise (its successor is never
 /// evicted in its place), a 429 while a PodDisruptionBudget allows no disruption (to be

@@ -418,7 +418,7 @@ impl Report {
         }
         for c in &self.claims {
             line(format!(
-                "  claim {}: {}{}{}",
+                "  claim {}: {}{}{}{}",
                 c.claim,
                 serde_plain(&c.action),
                 match (&c.from, &c.to) {
@@ -426,6 +426,14 @@ impl Report {
                     (Some(f), None) => format!(" (at {f})"),
                     _ => String::new(),
                 },
+                c.volume_attributes_class
+                    .as_ref()
+                    .map(|v| format!(
+                        ", VolumeAttributesClass {} -> {}",
+                        v.from.as_deref().unwrap_or("none"),
+                        v.to
+                    ))
+                    .unwrap_or_default(),
                 c.reason
                     .as_deref()
                     .map(|r| format!(": {r}"))
@@ -434,13 +442,17 @@ impl Report {
         }
         for v in &self.volumes {
             line(format!(
-                "  volume {}: {}{}",
+                "  volume {}: {}{}{}",
                 v.claim,
                 v.state,
                 match (&v.requested, &v.capacity) {
                     (Some(r), Some(c)) => format!(" ({r} requested, {c} held)"),
                     _ => String::new(),
-                }
+                },
+                v.attributes
+                    .as_ref()
+                    .map(|a| format!("; VolumeAttributesClass {}: {}", a.class, a.state))
+                    .unwrap_or_default()
             ));
         }
         if self.recreated {

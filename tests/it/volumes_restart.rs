@@ -239,8 +239,10 @@ impl World {
             .collect()
     }
 
+    /// Waits (up to 20 s: a held-back eviction is retried with a doubling wait) until the
+    /// pods evicted so far are `expected`.
     async fn evicted(&self, expected: &[&str]) {
-        for _ in 0..500 {
+        for _ in 0..2000 {
             if self.evictions() == expected {
                 return;
             }

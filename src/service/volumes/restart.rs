@@ -32,6 +32,8 @@ pub const MAX_RETRY: Duration = Duration::from_secs(300);
 
 /// The restarts of one followed StatefulSet's pods.
 pub(super) struct Restarter {
+    /// The pods' label selector (the StatefulSet's `matchLabels`).
+    selector: Option<String>,
     set: Option<StatefulSet>,
     set_listed: bool,
     pods: BTreeMap<String, Pod>,
@@ -55,6 +57,7 @@ impl Restarter {
         let (namespace, name) = follow.names();
         let updates = pods::watch(config.client.clone(), namespace, name, selector).boxed();
         let restarter = Restarter {
+            selector: selector.map(str::to_string),
             set: None,
             set_listed: false,
             pods: BTreeMap::new(),
@@ -106,6 +109,55 @@ impl Restarter {
         self.retry_at
     }
 
+    /// Whether the eviction of `pod` under `uid`, decided on the watched copies, still holds
+    /// against the StatefulSet and its pods as the server has them now (the watches may lag a
+    /// rolling update or a pod gone unready): read once, decided again. The copies are replaced
+    /// with what was read.
+    async fn confirmed(
+        &mut self,
+        follow: &FollowSet,
+        tracker: &Tracker,
+        pod: &str,
+        uid: &str,
+    ) -> bool {
+        let config = &follow.follower.inner.config;
+        let (namespace, name) = follow.names();
+        let read = pods::read(
+            &config.client,
+            namespace,
+            name,
+            self.selector.as_deref(),
+            config.call_timeout,
+        )
+        .await;
+        let (set, listed) = match read {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                self.set = None;
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(statefulset = %follow.statefulset, error = %e,
+                    "could not read the StatefulSet and its pods before an eviction; retrying");
+                return false;
+            }
+        };
+        let view = pods::set_view(&set, &listed);
+        self.set = Some(set);
+        self.pods = listed
+            .into_iter()
+            .map(|p| (p.metadata.name.clone().unwrap_or_default(), p))
+            .collect();
+        match next(name, &view, &tracker.volumes()) {
+            Next::Evict { pod: p, uid: u, .. } if p == pod && u == uid => true,
+            other => {
+                tracing::info!(statefulset = %follow.statefulset, pod, next = ?other,
+                    "the StatefulSet changed since it was watched: not evicting now");
+                false
+            }
+        }
+    }
+
     /// Takes the next step, if the watches have listed and nothing holds it: records and
     /// sends an eviction, or marks the claims of a pod already evicted `restarted`.
     pub(super) async fn step(&mut self, follow: &FollowSet, tracker: &mut Tracker) {
@@ -138,6 +190,11 @@ impl Restarter {
                     .retry_at
                     .is_some_and(|at| tokio::time::Instant::now() < at)
                 {
+                    return;
+                }
+                if !self.confirmed(follow, tracker, &pod, &uid).await {
+                    let wait = follow.follower.inner.config.restart_retry;
+                    self.retry_at = Some(tokio::time::Instant::now() + wait);
                     return;
                 }
                 let decided = Restart {
