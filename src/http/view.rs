@@ -209,7 +209,7 @@ impl VolumesView {
         let worst = counts
             .iter()
             .find(|(n, _, _)| *n > 0)
-            .map(|(_, _, b)| b.clone())
+            .map(|(_, _, b)| *b)
             .unwrap_or_else(|| volume_badge(VolumeState::Grown));
         let text: Vec<String> = counts
             .iter()

@@ -468,6 +468,15 @@ fn signals_about_another_request_are_not_this_one_s() {
     assert_eq!(classify(&c, &[], None).state, VolumeState::Resizing);
 }
 
+/// A case of the class move's table: name, status, Events, the state and words expected.
+type ModifyCase = (
+    &'static str,
+    Value,
+    Vec<ResizeEvent>,
+    ModifyState,
+    Option<&'static str>,
+);
+
 /// The class move's table (`classify_attributes`), as the external-resizer's modify path
 /// writes the claim's status: the class applied, `Infeasible`, `Pending`, `InProgress` (with a
 /// `ModifyVolumeError` retried), and a status about another class.
@@ -479,7 +488,7 @@ fn a_class_move_reads_the_modify_status() {
         "rpc error: code = InvalidArgument desc = iops too high",
         "2026-12-01T10:00:05Z",
     );
-    let cases: Vec<(&str, Value, Vec<ResizeEvent>, ModifyState, Option<&str>)> = vec![
+    let cases: Vec<ModifyCase> = vec![
         (
             "applied",
             json!({"currentVolumeAttributesClassName": "gold"}),

@@ -140,12 +140,22 @@ enum Expect {
     Refused(RefusalCode, Vec<&'static str>),
 }
 
+/// A case: its name, desired, live, claims, what is known of the classes, what is expected.
+type Case = (
+    &'static str,
+    Value,
+    Value,
+    Vec<Value>,
+    AttributeClasses,
+    Expect,
+);
+
 #[test]
 fn the_class_decision_by_table() {
     use RefusalCode::*;
     let silver3 = || (0..3).map(|i| bound(i, Some("silver"))).collect::<Vec<_>>();
     let gold = served(&["gold", "silver"]);
-    let cases: Vec<(&str, Value, Value, Vec<Value>, AttributeClasses, Expect)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "unchanged: nothing",
             desired(Some("silver"), "1Gi"),

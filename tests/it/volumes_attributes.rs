@@ -251,17 +251,21 @@ async fn the_class_patch_carries_the_resource_version_it_was_decided_on() {
     assert_eq!(patched, ["data-db-1"]);
 }
 
+/// A refusal case: its name, the server (version, gate, the classes' API version), the class
+/// declared, the code and words expected.
+type Refusing = (
+    &'static str,
+    KubeVersion,
+    bool,
+    Option<&'static str>,
+    Option<&'static str>,
+    RefusalCode,
+    &'static str,
+);
+
 #[tokio::test]
 async fn each_refusal_writes_nothing() {
-    let cases: Vec<(
-        &str,
-        KubeVersion,
-        bool,
-        Option<&str>,
-        Option<&str>,
-        RefusalCode,
-        &str,
-    )> = vec![
+    let cases: Vec<Refusing> = vec![
         (
             "removed",
             KubeVersion::V1_36,

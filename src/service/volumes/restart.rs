@@ -19,9 +19,10 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::set::FollowSet;
+use super::VolumeFollower;
 use crate::cluster::is_uid_mismatch;
 use crate::cluster::pods::{self, Update};
+use crate::model::{Key, Kind};
 use crate::records::volume_event;
 use crate::volume::Restart;
 use crate::volume::follow::{Change, Tracker};
@@ -29,6 +30,44 @@ use crate::volume::restart::{Next, next};
 
 /// The longest wait between two attempts at an eviction a budget (or a failure) held back.
 pub const MAX_RETRY: Duration = Duration::from_secs(300);
+
+/// The follow a restarter works for: the follower, and which follow of which object's record
+/// (its task's generation), for which StatefulSet (`namespace/name`).
+pub(super) struct Follow<'a> {
+    pub(super) follower: &'a VolumeFollower,
+    pub(super) kind: Kind,
+    pub(super) key: &'a Key,
+    pub(super) generation: u64,
+    pub(super) statefulset: &'a str,
+}
+
+impl Follow<'_> {
+    fn names(&self) -> (&str, &str) {
+        self.statefulset
+            .split_once('/')
+            .unwrap_or(("", self.statefulset))
+    }
+
+    /// A claim's `change`, with the claims as `tracker` has them: whether the record holds it.
+    async fn changed(&self, tracker: &Tracker, change: &Change) -> bool {
+        self.follower
+            .changed(
+                self.kind,
+                self.key,
+                self.generation,
+                self.statefulset,
+                tracker.volumes(),
+                change,
+            )
+            .await
+    }
+
+    async fn publish(&self, event: impl FnOnce(&str) -> crate::records::events::RevisionEvent) {
+        self.follower
+            .publish(self.kind, self.key, self.generation, event)
+            .await;
+    }
+}
 
 /// The restarts of one followed StatefulSet's pods.
 pub(super) struct Restarter {
@@ -52,7 +91,7 @@ pub(super) type Updates = BoxStream<'static, Update>;
 
 impl Restarter {
     /// A restarter of `follow`'s StatefulSet, and its watches.
-    pub(super) fn start(follow: &FollowSet, selector: Option<&str>) -> (Self, Updates) {
+    pub(super) fn start(follow: &Follow<'_>, selector: Option<&str>) -> (Self, Updates) {
         let config = &follow.follower.inner.config;
         let (namespace, name) = follow.names();
         let updates = pods::watch(config.client.clone(), namespace, name, selector).boxed();
@@ -79,7 +118,7 @@ impl Restarter {
     }
 
     /// Takes what a watch delivered.
-    pub(super) fn update(&mut self, follow: &FollowSet, update: Update) {
+    pub(super) fn update(&mut self, follow: &Follow<'_>, update: Update) {
         match update {
             Update::Set(s) => self.set = Some(*s),
             Update::SetGone => self.set = None,
@@ -115,7 +154,7 @@ impl Restarter {
     /// with what was read.
     async fn confirmed(
         &mut self,
-        follow: &FollowSet,
+        follow: &Follow<'_>,
         tracker: &Tracker,
         pod: &str,
         uid: &str,
@@ -160,7 +199,7 @@ impl Restarter {
 
     /// Takes the next step, if the watches have listed and nothing holds it: records and
     /// sends an eviction, or marks the claims of a pod already evicted `restarted`.
-    pub(super) async fn step(&mut self, follow: &FollowSet, tracker: &mut Tracker) {
+    pub(super) async fn step(&mut self, follow: &Follow<'_>, tracker: &mut Tracker) {
         if !self.set_listed || !self.pods_listed {
             return;
         }
@@ -260,7 +299,7 @@ impl Restarter {
                         }
                         if self.blocked.insert(pod.clone()) {
                             let (statefulset, claims) =
-                                (follow.statefulset.clone(), claims.clone());
+                                (follow.statefulset.to_string(), claims.clone());
                             follow
                                 .publish(move |revision| {
                                     volume_event::restart_event(
@@ -297,7 +336,7 @@ impl Restarter {
     /// Event saying so.
     async fn evicted(
         &mut self,
-        follow: &FollowSet,
+        follow: &Follow<'_>,
         tracker: &mut Tracker,
         pod: &str,
         claims: &[String],
@@ -331,8 +370,11 @@ impl Restarter {
         self.blocked.remove(pod);
         self.retry_at = None;
         self.backoff = follow.follower.inner.config.restart_retry;
-        let (statefulset, claims, pod) =
-            (follow.statefulset.clone(), claims.to_vec(), pod.to_string());
+        let (statefulset, claims, pod) = (
+            follow.statefulset.to_string(),
+            claims.to_vec(),
+            pod.to_string(),
+        );
         follow
             .publish(move |revision| {
                 volume_event::restart_event(revision, &statefulset, &pod, &claims, None)

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use tokio_util::sync::CancellationToken;
 
-use super::restart::Restarter;
+use super::restart::{Follow, Restarter};
 use super::{VolumeFollower, asked_at};
 use crate::cluster::claims::{self, Update};
 use crate::cluster::with_deadline;
@@ -36,33 +36,15 @@ impl FollowSet {
             .unwrap_or(("", self.statefulset.as_str()))
     }
 
-    /// `change` of one of this StatefulSet's claims, whose claims stand as `tracker` has them:
-    /// handed to the follower; whether the record holds it now.
-    pub(super) async fn changed(
-        &self,
-        tracker: &Tracker,
-        change: &crate::volume::follow::Change,
-    ) -> bool {
-        self.follower
-            .changed(
-                self.kind,
-                &self.key,
-                self.generation,
-                &self.statefulset,
-                tracker.volumes(),
-                change,
-            )
-            .await
-    }
-
-    /// Publishes an Event of this follow on its gated object (`event` of the revision).
-    pub(super) async fn publish(
-        &self,
-        event: impl FnOnce(&str) -> crate::records::events::RevisionEvent,
-    ) {
-        self.follower
-            .publish(self.kind, &self.key, self.generation, event)
-            .await;
+    /// What this follow's restarter works for.
+    fn follow(&self) -> Follow<'_> {
+        Follow {
+            follower: &self.follower,
+            kind: self.kind,
+            key: &self.key,
+            generation: self.generation,
+            statefulset: &self.statefulset,
+        }
     }
 
     pub(super) async fn run(self) {
@@ -132,24 +114,34 @@ impl FollowSet {
                 }
                 update = restarts.next() => {
                     if let (Some(r), Some(update)) = (restarter.as_mut(), update) {
-                        r.update(&self, update);
+                        r.update(&self.follow(), update);
                     }
                     Vec::new()
                 }
                 () = tokio::time::sleep_until(wake) => tracker.tick(jiff::Timestamp::now()),
             };
             for change in changes {
-                self.changed(&tracker, &change).await;
+                self.follower
+                    .changed(
+                        self.kind,
+                        &self.key,
+                        self.generation,
+                        &self.statefulset,
+                        tracker.volumes(),
+                        &change,
+                    )
+                    .await;
             }
             if opted_in && restarter.is_none() && Restarter::needed(&tracker) {
-                let (r, updates) = Restarter::start(&self, selector.as_deref());
+                let (r, updates) = Restarter::start(&self.follow(), selector.as_deref());
                 restarter = Some(r);
                 restarts = updates;
             }
             if let Some(r) = restarter.as_mut() {
+                let follow = self.follow();
                 tokio::select! {
                     () = self.cancel.cancelled() => return,
-                    () = r.step(&self, &mut tracker) => {}
+                    () = r.step(&follow, &mut tracker) => {}
                 }
             }
         }
