@@ -487,3 +487,49 @@ async fn a_class_move_is_followed_to_modified_and_to_infeasible() {
         );
     }
 }
+
+/// A tenant's converge (the Kustomization's service account, impersonated) reads the class as
+/// the service: the tenant needs no right on VolumeAttributesClasses (cluster-scoped, like
+/// StorageClasses), its claims are patched as itself.
+#[tokio::test]
+async fn a_tenant_moves_its_claims_and_the_class_is_read_as_the_service() {
+    let w = world(KubeVersion::V1_36, false, Some("storage.k8s.io/v1")).await;
+    let tenant = "system:serviceaccount:default:deployer";
+    w.fake.grant(
+        NS,
+        tenant,
+        json!([
+            {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "watch", "patch", "create", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["list", "patch"]},
+        ]),
+    );
+    let impersonated =
+        flux_converger::cluster::tenant::impersonating(&w.fake.client(), tenant).unwrap();
+    let cluster = flux_converger::cluster::tenant::TenantCluster::new(
+        impersonated,
+        w.fake.client(),
+        Duration::from_secs(5),
+    );
+    w.fake.clear_rbac_requests();
+    let report = converge::converge(&cluster, &w.journal, &db(Some("gold")), &opts())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Converged, "{report:?}");
+    let asked = w.fake.rbac_requests();
+    let class_reads: Vec<_> = asked
+        .iter()
+        .filter(|r| r.resource == "volumeattributesclasses")
+        .collect();
+    assert!(!class_reads.is_empty());
+    assert!(
+        class_reads.iter().all(|r| r.user != tenant && r.allowed),
+        "{class_reads:?}"
+    );
+    assert!(
+        asked.iter().any(|r| r.user == tenant
+            && r.verb == "patch"
+            && r.resource == "persistentvolumeclaims"),
+        "{asked:?}"
+    );
+    assert!(asked.iter().all(|r| r.allowed), "{asked:?}");
+}
