@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use crate::flux::event::Event;
 use crate::model::body::{append_field, array, encode, list_body};
-use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
+use crate::model::{Kind, KustomizationDetail, KustomizationSummary, RevisionRecord};
 
 pub trait Backend: Send + Sync + 'static {
     /// Queues the handled Kustomizations this (already authenticated, parsed) event names and
@@ -33,6 +33,24 @@ pub trait Backend: Send + Sync + 'static {
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.kustomization(namespace, name)
             .and_then(|detail| detail.revisions.into_iter().next())
+    }
+    /// Every handled gated object, of every kind (optionally of one namespace): the
+    /// dashboard's rows, told apart by their `kind`. Default: the Kustomizations, then the
+    /// HelmReleases.
+    fn gated(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        let mut rows = self.kustomizations(namespace);
+        rows.extend(self.helm_releases(namespace));
+        rows
+    }
+    /// [`Backend::last_record`] of a gated object of any kind. Default: a Kustomization's from
+    /// [`Backend::last_record`], another kind's from its detail.
+    fn last_record_of(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        match kind {
+            Kind::Kustomization => self.last_record(namespace, name),
+            Kind::HelmRelease => self
+                .helm_release(namespace, name)
+                .and_then(|detail| detail.revisions.into_iter().next()),
+        }
     }
     /// The `GET /status` body (see [`Backend::kustomizations`]). Added by the perf branch with
     /// a default that encodes on every call; the service answers it from its cache instead.

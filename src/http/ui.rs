@@ -1,5 +1,5 @@
-//! The dashboard: `GET /` (one row per handled Kustomization, 200 to a page) and
-//! `GET /kustomizations/{namespace}/{name}` (its history), rendered by askama templates compiled
+//! The dashboard: `GET /` (one row per handled gated object, every kind, 200 to a page) and
+//! `GET /kustomizations/{namespace}/{name}`, `/helmreleases/{namespace}/{name}` (its history), rendered by askama templates compiled
 //! into the binary, plus the page's own script and stylesheet (`/assets/*`). Clusters are often
 //! offline, so nothing is fetched from elsewhere; every value is escaped by the templates.
 //!
@@ -142,7 +142,7 @@ struct DashboardPage {
     /// 1-based positions of this page's first and last row among `matching`.
     first_row: usize,
     last_row: usize,
-    /// Every handled Kustomization.
+    /// Every handled gated object.
     total: usize,
     page_count: usize,
     pages: Vec<PageLink>,
@@ -395,8 +395,11 @@ pub(super) async fn dashboard(
 }
 
 fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
-    let mut summaries = state.backend.kustomizations(None);
-    summaries.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    // Every kind the service gates, one row each, told apart by the row's kind.
+    let mut summaries = state.backend.gated(None);
+    summaries.sort_by(|a, b| {
+        (&a.namespace, &a.name, a.kind.as_str()).cmp(&(&b.namespace, &b.name, b.kind.as_str()))
+    });
     let mut namespaces: Vec<String> = summaries.iter().map(|s| s.namespace.clone()).collect();
     namespaces.dedup();
     let namespace = wanted.namespace.as_deref();
@@ -437,7 +440,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
         .take(PAGE_ROWS)
         .map(|s| {
             let last = if s.last.is_some() {
-                state.backend.last_record(&s.namespace, &s.name)
+                state.backend.last_record_of(s.kind, &s.namespace, &s.name)
             } else {
                 None
             };
@@ -458,7 +461,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
         Vec::new()
     };
     let dashboard = DashboardPage {
-        title: "Kustomizations".to_string(),
+        title: "Gated objects".to_string(),
         refresh_seconds: REFRESH_SECONDS,
         etag_slot: ETAG_SLOT,
         chips,

@@ -21,6 +21,15 @@ impl Kind {
         }
     }
 
+    /// The resource's plural, as the API (and the dashboard's paths, `/kustomizations/...`,
+    /// `/helmreleases/...`) spell it.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Kustomization => "kustomizations",
+            Kind::HelmRelease => "helmreleases",
+        }
+    }
+
     /// Its controller, as Flux names it (the field manager and the events' reporter).
     pub fn controller(self) -> &'static str {
         match self {

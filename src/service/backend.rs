@@ -175,10 +175,33 @@ impl Backend for ServiceBackend {
         self.records.last(namespace, name)
     }
 
-    /// Both generations only grow, so their sum changes whenever either does.
+    /// Every generation only grows, so their sum changes whenever one does: the
+    /// Kustomizations' records and index, and the HelmReleases' records and watch (the
+    /// dashboard lists both).
     fn version(&self) -> Option<u64> {
         let records = self.records.generation()?;
-        Some(records.wrapping_add(self.index().generation()))
+        let helm = self.helm.as_ref().map_or(0, |lane| lane.generation());
+        Some(
+            records
+                .wrapping_add(self.index().generation())
+                .wrapping_add(helm),
+        )
+    }
+
+    fn last_record_of(
+        &self,
+        kind: crate::model::Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<RevisionRecord> {
+        match kind {
+            crate::model::Kind::Kustomization => self.last_record(namespace, name),
+            crate::model::Kind::HelmRelease => {
+                let lane = self.helm.as_ref()?;
+                lane.is_opted_in(&Key::new(namespace, name))
+                    .then(|| lane.gate.results().last(namespace, name))?
+            }
+        }
     }
 
     fn ready(&self) -> Result<(), String> {

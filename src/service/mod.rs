@@ -52,7 +52,7 @@ use crate::service::leadership::{LeaderError, Leadership};
 pub use crate::service::parts::build_parts;
 use crate::service::queue::Queue;
 pub use crate::service::resume::JournalResume;
-use crate::service::watch::{Feed, Readiness, SOURCE_KINDS};
+use crate::service::watch::{Feed, Readiness};
 
 /// How long shutdown waits for the Lease's release (it expires on its own otherwise).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -318,6 +318,7 @@ pub async fn start_with(
         records: records.clone(),
         readiness: readiness.clone(),
         observer: observer.clone(),
+        sources_changed: Arc::default(),
     };
     // The HelmReleases' lane: paused with the Kustomizations' until this replica leads.
     let helm_lane = helm.map(|gate| {
@@ -379,12 +380,13 @@ pub async fn start_with(
                 .watch_kustomizations(client.clone(), config.watch_label_selector.clone()),
         ),
     ));
-    for kind in SOURCE_KINDS {
-        background.push(until_cancelled(
-            &cancel,
-            Box::pin(feed.clone().watch_sources(client.clone(), kind)),
-        ));
-    }
+    background.push(until_cancelled(
+        &cancel,
+        Box::pin(
+            feed.clone()
+                .watch_source_kinds(client.clone(), config.watch_label_selector.is_some()),
+        ),
+    ));
     background.push(until_cancelled(
         &cancel,
         Box::pin(feed.clone().resync(config.resync, metrics.clone())),
@@ -677,11 +679,13 @@ async fn work(
             );
             async move {
                 let last = store.last(&key.namespace, &key.name);
-                let (due, spec) = {
+                let (due, spec, retry) = {
                     let index = index.read().unwrap_or_else(|e| e.into_inner());
+                    let entry = index.entry(&key);
                     (
                         index.due(&key, last.as_ref()),
-                        index.entry(&key).map(|e| e.spec_digest),
+                        entry.map(|e| e.spec_digest),
+                        entry.and_then(|e| e.retry),
                     )
                 };
                 let Some(due) = due else {
@@ -722,7 +726,10 @@ async fn work(
                         .unwrap_or_else(|e| e.into_inner())
                         .note_finished(&key, spec);
                 }
-                let retry_in = queue.complete(&key, &outcome);
+                // A failure waits the Kustomization's own retry schedule, as
+                // kustomize-controller would before trying it again.
+                let completed = queue.complete_after(&key, &outcome, retry);
+                let retry_in = completed.retry_in;
                 match (&outcome, retry_in) {
                     (GateOutcome::Done(state), _) => {
                         tracing::info!(kustomization = %key, state = state.as_str(), "finished");
@@ -731,6 +738,11 @@ async fn work(
                         tracing::info!(kustomization = %key, "deferred: claims grow once Bound");
                     }
                     (GateOutcome::NotHandled, _) => {}
+                    // One line per change: a retry failing the same way again is not news.
+                    (GateOutcome::Failed { message }, retry_in) if completed.repeated => {
+                        tracing::debug!(kustomization = %key, error = %message, attempt,
+                            retry_in = ?retry_in.unwrap_or_default(), "failed again; retrying with backoff");
+                    }
                     (GateOutcome::Failed { message }, retry_in) => {
                         tracing::warn!(kustomization = %key, error = %message, attempt,
                             retry_in = ?retry_in.unwrap_or_default(), "failed; retrying with backoff");

@@ -17,6 +17,7 @@ mod fake_apiserver;
 mod fake_attributes;
 mod fake_claim_status;
 mod fake_eviction;
+mod fleet;
 mod flux_standin;
 mod gate;
 mod gate_artifact;

@@ -19,6 +19,8 @@ pub fn hostile_revision() -> String {
 
 pub struct StandIn {
     details: BTreeMap<(String, String), KustomizationDetail>,
+    /// The HelmReleases, in the Kustomizations' shape.
+    helm: BTreeMap<(String, String), KustomizationDetail>,
     /// `Kind/namespace/name` of an event's object → the Kustomizations it queues.
     follows: BTreeMap<String, Vec<String>>,
     pub events: Mutex<Vec<Event>>,
@@ -35,6 +37,7 @@ impl StandIn {
     pub fn new() -> Self {
         StandIn {
             details: BTreeMap::new(),
+            helm: BTreeMap::new(),
             follows: BTreeMap::new(),
             events: Mutex::new(Vec::new()),
             not_ready: None,
@@ -71,6 +74,29 @@ impl StandIn {
             .entry(format!("Kustomization/{namespace}/{name}"))
             .or_default()
             .push(format!("{namespace}/{name}"));
+        self
+    }
+
+    /// Adds a HelmRelease (gate `reconcile`, no source) with its history, newest first.
+    pub fn with_helm_release(
+        mut self,
+        namespace: &str,
+        name: &str,
+        revisions: Vec<RevisionRecord>,
+    ) -> Self {
+        self.helm.insert(
+            (namespace.to_string(), name.to_string()),
+            KustomizationDetail {
+                kind: flux_converger::model::Kind::HelmRelease,
+                waiting: None,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                gate: GateMode::Reconcile,
+                source_revision: None,
+                hold: None,
+                revisions,
+            },
+        );
         self
     }
 
@@ -116,6 +142,29 @@ impl Backend for StandIn {
 
     fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
         self.details
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn helm_releases(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+        self.helm
+            .values()
+            .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
+            .map(|d| KustomizationSummary {
+                kind: d.kind,
+                waiting: None,
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                gate: d.gate,
+                source_revision: None,
+                last: d.revisions.first().map(RevisionRecord::summary),
+                hold: None,
+            })
+            .collect()
+    }
+
+    fn helm_release(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+        self.helm
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }

@@ -35,6 +35,9 @@ pub struct Lane {
     pub queue: Queue<Key>,
     store: Store<HelmRelease>,
     writer: std::sync::Arc<std::sync::Mutex<Option<reflector::store::Writer<HelmRelease>>>>,
+    /// Bumped by every event of the watch: with the records' generation, what the dashboard's
+    /// kept pages compare ([`Lane::generation`]).
+    events: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Lane {
@@ -45,7 +48,16 @@ impl Lane {
             queue,
             store,
             writer: std::sync::Arc::new(std::sync::Mutex::new(Some(writer))),
+            events: Default::default(),
         }
+    }
+
+    /// Changes whenever a HelmRelease or its records may have changed what `/status` and the
+    /// dashboard show.
+    pub fn generation(&self) -> u64 {
+        let records = self.gate.results().generation();
+        let events = self.events.load(std::sync::atomic::Ordering::Acquire);
+        records.wrapping_add(events)
     }
 
     /// Queues every opted-in HelmRelease the watch holds (`trigger`: the resync, a start).
@@ -132,12 +144,18 @@ impl Lane {
         if let Some(selector) = &label_selector {
             config = config.labels(selector);
         }
-        let mut stream = reflector(writer, watcher(api, config))
-            .default_backoff()
-            .boxed();
+        // The store keeps every HelmRelease: without its managedFields, which nothing reads.
+        let stream =
+            watcher(api, config).modify(|hr| kube::ResourceExt::managed_fields_mut(hr).clear());
+        let mut stream = reflector(writer, stream).default_backoff().boxed();
         let mut absent_logged = false;
         loop {
-            match stream.try_next().await {
+            let next = stream.try_next().await;
+            if matches!(next, Ok(Some(_))) {
+                self.events
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+            match next {
                 Ok(Some(watcher::Event::Apply(hr) | watcher::Event::InitApply(hr))) => {
                     if opted_in(&hr) {
                         self.queue.push(hr.key(), Trigger::Watch);
