@@ -1017,6 +1017,52 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
     lacking_create_statefulsets().await;
 }
 
+/// Issue #38's grants are asked at start-up under the rules-review check like every other:
+/// an install without the VolumeAttributesClass and pod rules (an install from before #38)
+/// keeps `/readyz` at 503 naming the four, each confirmed missing by its own access review
+/// (the rules show none of them; `pods/eviction` is matched as a subresource).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_without_the_class_and_eviction_grants_is_not_ready_and_names_them() {
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    fake.modify(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "flux-converger",
+        |role| {
+            let rules = role["rules"].as_array_mut().unwrap();
+            let before = rules.len();
+            rules.retain(|rule| {
+                ![
+                    json!(["volumeattributesclasses"]),
+                    json!(["pods"]),
+                    json!(["pods/eviction"]),
+                ]
+                .contains(&rule["resources"])
+            });
+            assert_eq!(rules.len(), before - 3, "the shipped role has the three rules");
+        },
+    );
+    let running = flux_converger::service::start(service_config().build(), fake.client())
+        .await
+        .expect("the service starts");
+    let (code, body) = checked(running.addr).await;
+    assert_eq!(code, 503);
+    assert_eq!(
+        body,
+        "not ready: missing permissions: get volumeattributesclasses.storage.k8s.io cluster-wide, \
+         list pods cluster-wide, watch pods cluster-wide, create pods/eviction cluster-wide\n"
+    );
+    let confirmed: Vec<String> = check::converger_accesses(&fake.rbac_requests())
+        .into_iter()
+        .filter(|a| a.resource == "selfsubjectaccessreviews")
+        .map(|a| a.verb)
+        .collect();
+    assert_eq!(confirmed.len(), 4, "one access review per permission missing");
+    running.shutdown().await;
+}
+
 /// `/readyz` until the access check has answered: its body then.
 async fn checked(addr: std::net::SocketAddr) -> (u16, String) {
     loop {
