@@ -20,11 +20,15 @@ use kube::api::{
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 
+mod attribute_classes;
+mod claim_patch;
 pub mod claims;
 pub mod pods;
 mod synced;
 pub mod tenant;
 mod watched;
+pub use attribute_classes::ATTRIBUTE_CLASS_GROUP;
+pub use claim_patch::ClaimPatch;
 pub use synced::Synced;
 pub use watched::{TRUST_WAIT, WatchedStatefulSets};
 
@@ -79,51 +83,6 @@ pub enum WaitOutcome {
         uid: String,
     },
 }
-
-/// One claim's change: its storage request, its VolumeAttributesClass, or both, sent as one
-/// merge patch under one resourceVersion precondition.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClaimPatch {
-    pub storage: Option<String>,
-    pub attributes_class: Option<String>,
-}
-
-impl ClaimPatch {
-    /// The merge patch, with the resourceVersion it is conditional on.
-    pub fn body(&self, resource_version: &str) -> serde_json::Value {
-        let mut spec = serde_json::Map::new();
-        if let Some(storage) = &self.storage {
-            spec.insert(
-                "resources".into(),
-                serde_json::json!({"requests": {"storage": storage}}),
-            );
-        }
-        if let Some(class) = &self.attributes_class {
-            spec.insert("volumeAttributesClassName".into(), serde_json::json!(class));
-        }
-        serde_json::json!({
-            "metadata": {"resourceVersion": resource_version},
-            "spec": spec,
-        })
-    }
-
-    /// What the patch sets, for the call's name in errors.
-    fn what(&self) -> &'static str {
-        match (&self.storage, &self.attributes_class) {
-            (Some(_), Some(_)) => {
-                "spec.resources.requests.storage and spec.volumeAttributesClassName"
-            }
-            (None, Some(_)) => "spec.volumeAttributesClassName",
-            _ => "spec.resources.requests.storage",
-        }
-    }
-}
-
-/// The group VolumeAttributesClass is served in, and its versions, the stable one first: GA
-/// in `v1` from 1.34, beta in `v1beta1` from 1.31 (off by default), alpha before.
-pub const ATTRIBUTE_CLASS_GROUP: &str = "storage.k8s.io";
-const ATTRIBUTE_CLASS_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
-const ATTRIBUTE_CLASS_PLURAL: &str = "volumeattributesclasses";
 
 /// The cluster as the converge sees it. Every call is bounded in time by the implementation
 /// and fails with a [`CallError`] naming the call and object.
@@ -622,89 +581,6 @@ impl KubeCluster {
     }
 }
 
-impl KubeCluster {
-    /// The merge patch of a claim's `spec.resources.requests.storage`, conditional on the
-    /// version read, for real or (`dry_run`) as a question.
-    async fn patch_claim_request(
-        &self,
-        namespace: &str,
-        claim: &str,
-        change: &ClaimPatch,
-        resource_version: &str,
-        dry_run: bool,
-    ) -> Result<(), CallError> {
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
-        // A resourceVersion in a merge patch is a precondition: the server answers 409 if the
-        // claim changed since it was read (since Kubernetes 1.32 a request may be lowered, so
-        // an unconditional patch could undo someone else's raise; a class someone else moved
-        // is not moved back either).
-        let patch = change.body(resource_version);
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            dry_run,
-            ..PatchParams::default()
-        };
-        let call = format!(
-            "{}merge patch of {} of",
-            if dry_run { "dry-run " } else { "" },
-            change.what()
-        );
-        with_deadline(
-            self.call_timeout,
-            &call,
-            &format!("PersistentVolumeClaim {namespace}/{claim}"),
-            api.patch(claim, &params, &Patch::Merge(&patch)),
-        )
-        .await
-        .map(|_| ())
-    }
-
-    /// The version of `storage.k8s.io` that serves VolumeAttributesClass, if any.
-    async fn attribute_class_version(&self) -> Result<Option<String>, CallError> {
-        let groups = with_deadline(
-            self.call_timeout,
-            "discover",
-            "the API groups",
-            self.client.list_api_groups(),
-        )
-        .await?;
-        let Some(group) = groups
-            .groups
-            .into_iter()
-            .find(|g| g.name == ATTRIBUTE_CLASS_GROUP)
-        else {
-            return Ok(None);
-        };
-        for version in ATTRIBUTE_CLASS_VERSIONS {
-            if !group.versions.iter().any(|v| v.version == version) {
-                continue;
-            }
-            let group_version = format!("{ATTRIBUTE_CLASS_GROUP}/{version}");
-            let listed = with_deadline(
-                self.call_timeout,
-                "discover",
-                &format!("the resources of {group_version}"),
-                self.client.list_api_group_resources(&group_version),
-            )
-            .await;
-            match listed {
-                Ok(list)
-                    if list
-                        .resources
-                        .iter()
-                        .any(|r| r.name == ATTRIBUTE_CLASS_PLURAL) =>
-                {
-                    return Ok(Some(group_version));
-                }
-                Ok(_) => {}
-                Err(e) if e.code() == Some(404) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(None)
-    }
-}
-
 impl Cluster for KubeCluster {
     fn watched_statefulset(&self, namespace: &str, name: &str) -> Option<StatefulSet> {
         self.statefulsets.as_ref()?.get(namespace, name)
@@ -820,35 +696,7 @@ impl Cluster for KubeCluster {
         &self,
         names: &std::collections::BTreeSet<String>,
     ) -> Result<crate::decide::AttributeClasses, CallError> {
-        let Some(api_version) = self.attribute_class_version().await? else {
-            return Ok(crate::decide::AttributeClasses::Unsupported);
-        };
-        let (group, version) = api_version.split_once('/').unwrap_or(("", ""));
-        let resource = kube::core::ApiResource {
-            group: group.to_string(),
-            version: version.to_string(),
-            api_version: api_version.clone(),
-            kind: "VolumeAttributesClass".to_string(),
-            plural: ATTRIBUTE_CLASS_PLURAL.to_string(),
-        };
-        let api: Api<kube::core::DynamicObject> = Api::all_with(self.client.clone(), &resource);
-        let mut existing = std::collections::BTreeSet::new();
-        for name in names {
-            let found = with_deadline(
-                self.call_timeout,
-                "get",
-                &format!("VolumeAttributesClass {name}"),
-                api.get_opt(name),
-            )
-            .await?;
-            if found.is_some() {
-                existing.insert(name.clone());
-            }
-        }
-        Ok(crate::decide::AttributeClasses::Served {
-            api_version,
-            names: existing,
-        })
+        self.served_attribute_classes(names).await
     }
 
     async fn resize_claim_dry_run(
