@@ -125,6 +125,7 @@ pub fn build_parts(
         resize_timeout: config.resize_timeout,
         call_timeout: config.call_timeout,
         statefulsets: Some(statefulsets.clone()),
+        restart_retry: tuning.restart_retry,
     });
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
