@@ -663,7 +663,7 @@ mod tests {
     #[test]
     fn row_is_behind_when_the_source_moved_on() {
         let summary = KustomizationSummary {
-            kind: crate::model::Kind::Kustomization,
+            kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: "apps".into(),
             name: "web".into(),
@@ -728,7 +728,7 @@ mod tests {
     #[test]
     fn summary_state_key_table() {
         let summary = |last: Option<serde_json::Value>| KustomizationSummary {
-            kind: crate::model::Kind::Kustomization,
+            kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: "apps".into(),
             name: "web".into(),

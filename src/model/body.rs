@@ -106,7 +106,7 @@ mod tests {
         let row =
             |ns: &str, name: &str, revision: Option<&str>, last: Option<serde_json::Value>| {
                 KustomizationSummary {
-                    kind: crate::model::Kind::Kustomization,
+                    kind: crate::model::Kind::KUSTOMIZATION,
                     waiting: None,
                     namespace: ns.into(),
                     name: name.into(),

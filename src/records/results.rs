@@ -26,11 +26,10 @@ pub use crate::journal::Shard;
 use crate::model::{Key, Kind, RevisionRecord, RevisionState};
 use crate::records::Records;
 
-/// Value of [`RECORD_LABEL`] on a Kustomization's results ConfigMaps.
+/// Value of [`RECORD_LABEL`] on a Kustomization's results ConfigMaps (each kind has its own,
+/// [`crate::model::KindSpec::record`], so objects of two kinds that share a name keep separate
+/// histories).
 pub const RESULTS_RECORD: &str = "results";
-/// Value of [`RECORD_LABEL`] on a HelmRelease's results ConfigMaps: a store of its own, so a
-/// HelmRelease and a Kustomization of the same name keep separate histories.
-pub const HELMRELEASE_RESULTS_RECORD: &str = "helmrelease-results";
 /// Revisions kept per Kustomization.
 pub const HISTORY: usize = 20;
 /// Bytes of record JSON one ConfigMap may carry: the API server's limit is 1 MiB for the whole
@@ -41,15 +40,9 @@ pub const FIRST_CAP: usize = 8 * 1024;
 /// Below this, [`fit`] drops old records instead of cutting messages further.
 const LAST_CAP: usize = 512;
 
-const NAME_PREFIX: &str = "flux-converger-results";
-const HELMRELEASE_NAME_PREFIX: &str = "flux-converger-helmrelease-results";
-
 /// The record label's value and the ConfigMap name prefix of one kind's results.
 fn scope(kind: Kind) -> (&'static str, &'static str) {
-    match kind {
-        Kind::Kustomization => (RESULTS_RECORD, NAME_PREFIX),
-        Kind::HelmRelease => (HELMRELEASE_RESULTS_RECORD, HELMRELEASE_NAME_PREFIX),
-    }
+    (kind.spec().record, kind.spec().record_prefix)
 }
 const MAX_NAME: usize = 253;
 /// Optimistic-concurrency retries before a put gives up.
@@ -76,7 +69,7 @@ impl From<CallError> for ResultsError {
 /// The ConfigMap name of the results of Kustomization `namespace/name`; names too long for
 /// the readable form fall back to a digest (a namespace has no dots, so no collisions).
 pub fn results_configmap_name(namespace: &str, name: &str) -> String {
-    results_configmap_name_of(Kind::Kustomization, namespace, name)
+    results_configmap_name_of(Kind::KUSTOMIZATION, namespace, name)
 }
 
 /// [`results_configmap_name`] of a gated object of any kind.
@@ -234,7 +227,7 @@ pub fn to_configmap(
         message: e.to_string(),
     })?;
     Ok(configmap(
-        Kind::Kustomization,
+        Kind::KUSTOMIZATION,
         namespace,
         ks_namespace,
         ks_name,
@@ -444,6 +437,8 @@ struct Inner {
     budget: usize,
     /// Bumped by every change of any history (what `/status` caches against).
     generation: AtomicU64,
+    /// Whose records these are.
+    kind: Kind,
 }
 
 /// The revision history of every Kustomization this replica handles: the one results store.
@@ -470,7 +465,7 @@ impl Results {
         call_timeout: Duration,
         shard: Shard,
     ) -> Self {
-        Self::of_kind(client, namespace, call_timeout, shard, Kind::Kustomization)
+        Self::of_kind(client, namespace, call_timeout, shard, Kind::KUSTOMIZATION)
     }
 
     /// [`Results::sharded`] for the gated objects of `kind`: their own ConfigMaps (label
@@ -514,7 +509,7 @@ impl Results {
                 namespace,
                 call_timeout,
                 shard: Shard::Unsharded,
-                kind: Kind::Kustomization,
+                kind: Kind::KUSTOMIZATION,
             }),
             budget,
             false,
@@ -522,8 +517,10 @@ impl Results {
     }
 
     fn build(cluster: Option<Cluster>, budget: usize, loaded: bool) -> Self {
+        let kind = cluster.as_ref().map_or(Kind::KUSTOMIZATION, |c| c.kind);
         Results {
             inner: Arc::new(Inner {
+                kind,
                 cluster,
                 entries: Mutex::new(HashMap::new()),
                 loaded: AtomicBool::new(loaded),
@@ -532,6 +529,11 @@ impl Results {
                 generation: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The kind whose records these are.
+    pub fn kind(&self) -> Kind {
+        self.inner.kind
     }
 
     /// The shard whose records these are (the intents journal is kept to the same one).
@@ -1004,7 +1006,7 @@ impl Records for Results {
     fn keys(&self) -> Vec<Key> {
         Results::keys(self)
             .into_iter()
-            .map(|(namespace, name)| Key::new(namespace, name))
+            .map(|(namespace, name)| Key::new(Results::kind(self), namespace, name))
             .collect()
     }
     fn forget<'a>(
@@ -1374,7 +1376,10 @@ mod tests {
         assert_eq!(back, records);
         let long = "n".repeat(250);
         let hashed = results_configmap_name("apps", &long);
-        assert!(hashed.len() <= MAX_NAME && hashed.starts_with(NAME_PREFIX));
+        assert!(
+            hashed.len() <= MAX_NAME
+                && hashed.starts_with(Kind::KUSTOMIZATION.spec().record_prefix)
+        );
         assert_ne!(hashed, results_configmap_name("apps2", &long));
         let mut broken = cm.clone();
         broken

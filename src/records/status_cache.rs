@@ -95,7 +95,7 @@ fn summary_row(
     hold: Option<String>,
 ) -> Result<Bytes, serde_json::Error> {
     encode(&KustomizationSummary {
-        kind: crate::model::Kind::Kustomization,
+        kind: crate::model::Kind::KUSTOMIZATION,
         waiting: None,
         namespace: key.namespace.clone(),
         name: key.name.clone(),
@@ -218,7 +218,7 @@ impl StatusCache {
         namespace: &str,
         name: &str,
     ) -> Option<Result<Bytes, serde_json::Error>> {
-        let key = Key::new(namespace, name);
+        let key = Key::kustomization(namespace, name);
         let (gate, source_revision, hold) = read(index).handled_row(&key)?;
         let history = records.history_json(namespace, name);
         let revisions: &RawValue = match &history {
@@ -229,7 +229,7 @@ impl StatusCache {
             },
         };
         Some(encode(&KustomizationDetail {
-            kind: crate::model::Kind::Kustomization,
+            kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: key.namespace,
             name: key.name,
@@ -293,8 +293,8 @@ mod tests {
         fn set(&mut self, ns: &str, name: &str, row: Option<HandledRow>) {
             self.generation += 1;
             match row {
-                Some(row) => self.rows.insert(Key::new(ns, name), row),
-                None => self.rows.remove(&Key::new(ns, name)),
+                Some(row) => self.rows.insert(Key::kustomization(ns, name), row),
+                None => self.rows.remove(&Key::kustomization(ns, name)),
             };
         }
     }
@@ -383,10 +383,10 @@ mod tests {
     #[test]
     fn namespace_range_by_table() {
         let keys = [
-            Key::new("a", "x"),
-            Key::new("b", "x"),
-            Key::new("b", "y"),
-            Key::new("c", "x"),
+            Key::kustomization("a", "x"),
+            Key::kustomization("b", "x"),
+            Key::kustomization("b", "y"),
+            Key::kustomization("c", "x"),
         ];
         for (namespace, expected) in [
             (None, 0..4),

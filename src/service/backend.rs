@@ -51,7 +51,7 @@ impl Backend for ServiceBackend {
         if object.kind == "HelmRelease"
             && let Some(lane) = &self.helm
         {
-            let key = Key::new(&object.namespace, &object.name);
+            let key = Key::helm_release(&object.namespace, &object.name);
             if !lane.is_opted_in(&key) {
                 return Vec::new();
             }
@@ -89,7 +89,7 @@ impl Backend for ServiceBackend {
             .filter_map(|key| {
                 let gate = index.handled(&key)?;
                 Some(KustomizationSummary {
-                    kind: crate::model::Kind::Kustomization,
+                    kind: crate::model::Kind::KUSTOMIZATION,
                     waiting: None,
                     gate,
                     hold: index.hold(&key).map(String::from),
@@ -106,7 +106,7 @@ impl Backend for ServiceBackend {
     }
 
     fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
-        let key = Key::new(namespace, name);
+        let key = Key::kustomization(namespace, name);
         let (gate, source_revision, hold) = {
             let index = self.index();
             let gate = index.handled(&key)?;
@@ -117,7 +117,7 @@ impl Backend for ServiceBackend {
             )
         };
         Some(KustomizationDetail {
-            kind: crate::model::Kind::Kustomization,
+            kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: key.namespace,
             name: key.name,
@@ -171,7 +171,7 @@ impl Backend for ServiceBackend {
     }
 
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.index().handled(&Key::new(namespace, name))?;
+        self.index().handled(&Key::kustomization(namespace, name))?;
         self.records.last(namespace, name)
     }
 

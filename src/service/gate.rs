@@ -274,7 +274,7 @@ impl Gate {
             .resolve_from_within(namespace, name, target.map(|t| &t.upstream), c.call_timeout)
             .await;
         c.metrics.step(
-            crate::model::Kind::Kustomization,
+            crate::model::Kind::KUSTOMIZATION,
             "resolve",
             t.elapsed().as_secs_f64(),
         );
@@ -298,7 +298,11 @@ impl Gate {
             }
         };
         handler
-            .resolved(self, &Key::new(namespace, name), &resolved.revision)
+            .resolved(
+                self,
+                &Key::kustomization(namespace, name),
+                &resolved.revision,
+            )
             .await;
         // A re-check of claims left to grow updates the revision's record instead of adding one.
         let recheck = c.results.last(namespace, name).filter(|last| {
@@ -342,7 +346,7 @@ impl Gate {
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 
         let t = Instant::now();
-        let owner = Key::new(namespace, name);
+        let owner = Key::kustomization(namespace, name);
         let user = resolved
             .kustomization
             .user(c.default_service_account.as_deref());
@@ -350,7 +354,7 @@ impl Gate {
             .converge_all(Desired::of_render(&resolved, &owner, user.as_deref()))
             .await;
         c.metrics.step(
-            crate::model::Kind::Kustomization,
+            crate::model::Kind::KUSTOMIZATION,
             "converge",
             t.elapsed().as_secs_f64(),
         );
@@ -457,7 +461,7 @@ impl Gate {
             .await
             .map(|o| open = o);
         c.metrics.step(
-            crate::model::Kind::Kustomization,
+            crate::model::Kind::KUSTOMIZATION,
             "handoff",
             t.elapsed().as_secs_f64(),
         );
@@ -483,7 +487,7 @@ impl Gate {
         let outcome = self.finish_with(ks, record, outcome, publish).await;
         // Registered once the record is saved, so the observer's update finds it final.
         if let Some(open) = open {
-            let key = Key::new(namespace, name);
+            let key = Key::kustomization(namespace, name);
             self.observer.opened(key.clone(), open);
             self.observer.check_soon(key);
         }
@@ -603,7 +607,7 @@ impl Gate {
         self.save(&namespace, &name, &record).await;
         if publish {
             c.metrics
-                .revision(crate::model::Kind::Kustomization, record.state.as_str());
+                .revision(crate::model::Kind::KUSTOMIZATION, record.state.as_str());
             if let Some(event) = revision_event(&record) {
                 c.events.publish(ks, &event).await;
             }

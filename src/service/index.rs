@@ -371,7 +371,7 @@ impl Index {
         let iter: Box<dyn Iterator<Item = (&Key, &Entry)>> = match namespace {
             Some(ns) => Box::new(
                 self.kustomizations
-                    .range(Key::new(ns, "")..)
+                    .range(Key::kustomization(ns, "")..)
                     .take_while(move |(k, _)| k.namespace == ns),
             ),
             None => Box::new(self.kustomizations.iter()),
@@ -404,7 +404,7 @@ impl Index {
                 name: object.name.clone(),
             }),
             None if object.kind == "Kustomization" => {
-                let key = Key::new(&object.namespace, &object.name);
+                let key = Key::kustomization(&object.namespace, &object.name);
                 match self.handled(&key) {
                     Some(_) => vec![key],
                     None => Vec::new(),
@@ -519,7 +519,7 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
         name: source_ref.name.clone(),
     });
     Some((
-        Key::new(namespace, name),
+        Key::kustomization(namespace, name),
         Entry {
             gate: gating.mode,
             invalid_gate: gating.invalid,

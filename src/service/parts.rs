@@ -140,7 +140,7 @@ pub fn build_parts(
                 config.namespace.clone(),
                 config.call_timeout,
                 shard.clone(),
-                Kind::HelmRelease,
+                Kind::HELM_RELEASE,
             ),
             events,
             metrics: metrics.clone(),

@@ -256,7 +256,7 @@ impl Feed {
                     watcher::Event::Delete(ks) => {
                         if let (Some(ns), Some(name)) = (&ks.metadata.namespace, &ks.metadata.name)
                         {
-                            let key = Key::new(ns, name);
+                            let key = Key::kustomization(ns, name);
                             self.index_mut().delete_kustomization(&key);
                             if let Some(observer) = &self.observer {
                                 observer.forget(&key);

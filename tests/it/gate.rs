@@ -375,7 +375,7 @@ async fn a_run_of_a_new_revision_closes_a_gate_its_source_event_did_not_find_ope
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
     let gate = Gate::new(config);
-    let key = Key::new(FLUX_NS, "apps");
+    let key = Key::kustomization(FLUX_NS, "apps");
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     assert!(
@@ -549,7 +549,7 @@ async fn flux_failing_after_the_hand_off_is_recorded() {
     assert_eq!(handoff.attempts[0].outcome, FluxOutcome::Failed);
     assert!(handoff.retry_at.is_some(), "{handoff:?}");
     assert!(matches!(
-        gate.observer().state(&Key::new(FLUX_NS, "apps")),
+        gate.observer().state(&Key::kustomization(FLUX_NS, "apps")),
         GateState::Closed { reopen: Some(_) }
     ));
 }
@@ -1619,7 +1619,12 @@ async fn a_hold_stops_the_run_and_closes_an_open_gate() {
 
     // Removed: the run converges and hands off; a hold set while the gate is open closes it.
     annotate(&w, HOLD, None);
-    until(|| gate.observer().held(&Key::new(FLUX_NS, "apps")).is_none()).await;
+    until(|| {
+        gate.observer()
+            .held(&Key::kustomization(FLUX_NS, "apps"))
+            .is_none()
+    })
+    .await;
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     assert_eq!(w.ks()["spec"]["suspend"], false);
@@ -1637,7 +1642,7 @@ async fn a_hold_stops_the_run_and_closes_an_open_gate() {
         Some("held (incident 42): gate closed")
     );
     assert_eq!(
-        gate.observer().state(&Key::new(FLUX_NS, "apps")),
+        gate.observer().state(&Key::kustomization(FLUX_NS, "apps")),
         GateState::Held {
             reason: "incident 42".into()
         }

@@ -175,7 +175,7 @@ pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
                 SERVICE_NS.into(),
                 Duration::from_secs(5),
                 Shard::Unsharded,
-                Kind::HelmRelease,
+                Kind::HELM_RELEASE,
             ),
             events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
             metrics: Metrics::default(),
@@ -395,7 +395,9 @@ async fn a_second_identical_failure_is_recorded_and_not_retried() {
     fake.clear_requests();
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
     assert!(fake.writes().is_empty(), "retried: {:?}", fake.writes());
-    let why = gate.waiting(&Key::new(NS, "web")).unwrap_or_default();
+    let why = gate
+        .waiting(&Key::helm_release(NS, "web"))
+        .unwrap_or_default();
     assert!(why.contains("not retried until"), "{why}");
 
     // A new generation (someone changed the HelmRelease) makes it worth converging again.
@@ -500,7 +502,9 @@ async fn in_any_other_state_nothing_is_written() {
     let gate = helm_gate(&fake);
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
     assert!(fake.writes().is_empty(), "{:?}", fake.writes());
-    let why = gate.waiting(&Key::new(NS, "web")).unwrap_or_default();
+    let why = gate
+        .waiting(&Key::helm_release(NS, "web"))
+        .unwrap_or_default();
     assert!(why.contains("pending-upgrade"), "{why}");
 }
 

@@ -533,14 +533,14 @@ async fn metrics_expose_every_series() {
     app.hook(b"nope".to_vec(), &[]).await;
     let m = &app.state.metrics;
     use flux_converger::model::Kind;
-    m.revision(Kind::Kustomization, "converged");
-    m.revision(Kind::HelmRelease, "converged");
-    m.refusal(Kind::Kustomization, "shrink");
-    m.claims_grown(Kind::Kustomization, 3);
-    m.claims_grown(Kind::HelmRelease, 2);
-    m.recreated(Kind::Kustomization);
+    m.revision(Kind::KUSTOMIZATION, "converged");
+    m.revision(Kind::HELM_RELEASE, "converged");
+    m.refusal(Kind::KUSTOMIZATION, "shrink");
+    m.claims_grown(Kind::KUSTOMIZATION, 3);
+    m.claims_grown(Kind::HELM_RELEASE, 2);
+    m.recreated(Kind::KUSTOMIZATION);
     m.queue_depth.set(2);
-    m.step(Kind::Kustomization, "grow", 0.02);
+    m.step(Kind::KUSTOMIZATION, "grow", 0.02);
     m.last_resync.set(1_796_000_000.0);
     let response = app
         .send_metrics_port(

@@ -652,7 +652,7 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
 }
 
 fn key(name: &str) -> flux_converger::model::Key {
-    flux_converger::model::Key::new(NS, name)
+    flux_converger::model::Key::kustomization(NS, name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

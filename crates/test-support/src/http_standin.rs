@@ -53,7 +53,7 @@ impl StandIn {
         self.details.insert(
             (namespace.to_string(), name.to_string()),
             KustomizationDetail {
-                kind: flux_converger::model::Kind::Kustomization,
+                kind: flux_converger::model::Kind::KUSTOMIZATION,
                 waiting: None,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
@@ -102,7 +102,7 @@ impl Backend for StandIn {
             .values()
             .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
             .map(|d| KustomizationSummary {
-                kind: flux_converger::model::Kind::Kustomization,
+                kind: flux_converger::model::Kind::KUSTOMIZATION,
                 waiting: None,
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),

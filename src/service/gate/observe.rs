@@ -285,7 +285,7 @@ impl Observer {
         let (Some(namespace), Some(name)) = (&ks.metadata.namespace, &ks.metadata.name) else {
             return;
         };
-        let key = Key::new(namespace, name);
+        let key = Key::kustomization(namespace, name);
         let gating = ks.gating(self.inner.config.default_gate);
         let mut gates = self.gates();
         let state = gates.get(&key).cloned();

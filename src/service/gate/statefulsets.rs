@@ -92,9 +92,10 @@ impl Gate {
             in_place: self.in_place.clone(),
             // The object the intent came from, whose identity a resume checks: `ns/name` of a
             // Kustomization, `HelmRelease/ns/name` of a HelmRelease.
-            kustomization: Some(match wanted.kind {
-                crate::model::Kind::Kustomization => wanted.owner.to_string(),
-                kind => format!("{kind}/{}", wanted.owner),
+            kustomization: Some(if wanted.kind == crate::model::Kind::KUSTOMIZATION {
+                wanted.owner.to_string()
+            } else {
+                wanted.owner.qualified()
             }),
             ..converge::Options::default()
         };

@@ -82,7 +82,7 @@ impl Lane {
             .map(|hr| {
                 let key = hr.key();
                 KustomizationSummary {
-                    kind: Kind::HelmRelease,
+                    kind: Kind::HELM_RELEASE,
                     gate: GateMode::Reconcile,
                     source_revision: None,
                     hold: hr.gating(GateMode::Off).hold,
@@ -109,7 +109,7 @@ impl Lane {
             .filter(|hr| opted_in(hr))?;
         let key = hr.key();
         Some(KustomizationDetail {
-            kind: Kind::HelmRelease,
+            kind: Kind::HELM_RELEASE,
             gate: GateMode::Reconcile,
             source_revision: None,
             hold: hr.gating(GateMode::Off).hold,

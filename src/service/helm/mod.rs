@@ -114,7 +114,7 @@ impl HelmGate {
 
     /// Handles the HelmRelease `namespace/name` as it is now.
     pub async fn run(&self, namespace: &str, name: &str, trigger: Trigger) -> GateOutcome {
-        let key = Key::new(namespace, name);
+        let key = Key::helm_release(namespace, name);
         match self.run_once(&key, trigger).await {
             Run::Outcome(outcome) => {
                 self.forget(&key);
@@ -348,7 +348,7 @@ impl HelmGate {
         let entries = self
             .gate
             .converge_all(Desired {
-                kind: Kind::HelmRelease,
+                kind: Kind::HELM_RELEASE,
                 owner: &key,
                 revision: &revision,
                 statefulsets: &rendered,
@@ -423,7 +423,8 @@ impl HelmGate {
         let key = hr.key();
         record.finished_at = Some(now());
         self.save(&key, record).await;
-        c.metrics.revision(Kind::HelmRelease, record.state.as_str());
+        c.metrics
+            .revision(Kind::HELM_RELEASE, record.state.as_str());
         if let Some(event) = revision_event(record) {
             c.events.publish(hr, &event).await;
         }

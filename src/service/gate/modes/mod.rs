@@ -145,7 +145,10 @@ where
         }
         return Ok(None);
     }
-    if let Some(reason) = gate.observer.held(&Key::new(run.namespace, run.name)) {
+    if let Some(reason) = gate
+        .observer
+        .held(&Key::kustomization(run.namespace, run.name))
+    {
         return Err(format!(
             "held ({reason}): not handed off; handed off once the hold is removed"
         ));
