@@ -5,6 +5,7 @@
 //! `flux::substitute`) and, where it must touch a cluster, the I/O edges
 //! (`cluster`, `journal`, `flux::artifact`, `flux::render`) through `converge`.
 
+pub mod argocd;
 pub mod cluster;
 pub mod commands;
 pub mod converge;

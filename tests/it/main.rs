@@ -6,6 +6,8 @@
 //!
 //! `cargo test --test it <module>::` runs one area.
 
+mod argocd;
+mod argocd_standin;
 mod artifact;
 mod converge;
 mod dashboard_browser;

@@ -1,5 +1,6 @@
-//! Flux's custom resources as their CustomResourceDefinitions make the real server treat them
-//! (`tests/fixtures/flux-crds/`, the CRDs Flux ships): unknown fields pruned, schema defaults
+//! Flux's and Argo CD's custom resources as their CustomResourceDefinitions make the real server
+//! treat them (`tests/fixtures/flux-crds/`, the CRDs Flux ships; `tests/fixtures/argocd-crds/`,
+//! Argo CD's): unknown fields pruned, schema defaults
 //! applied (`spec.force: false`, `status.observedGeneration: -1`, ...), then required fields,
 //! enums and types validated, on every write, the `status` subresource included. A failure is
 //! the real 422 with one cause per field, children before their parent's required fields,
@@ -24,7 +25,7 @@ struct Crd {
 }
 
 fn load(rt: ResourceType, yaml: &str) -> Crd {
-    let crd: Value = serde_saphyr::from_str(yaml).expect("a shipped Flux CRD parses");
+    let crd: Value = serde_saphyr::from_str(yaml).expect("a shipped CRD parses");
     let version = crd["spec"]["versions"]
         .as_array()
         .and_then(|vs| vs.iter().find(|v| v["name"] == json!(rt.version)))
@@ -67,6 +68,14 @@ fn crds() -> &'static [Crd] {
                 resources::EXTERNAL_ARTIFACT,
                 include_str!("../../../tests/fixtures/flux-crds/externalartifacts.yaml"),
             ),
+            load(
+                resources::APPLICATION,
+                include_str!("../../../tests/fixtures/argocd-crds/application-crd.yaml"),
+            ),
+            load(
+                resources::APP_PROJECT,
+                include_str!("../../../tests/fixtures/argocd-crds/appproject-crd.yaml"),
+            ),
         ]
     })
 }
@@ -108,6 +117,41 @@ fn prune(schema: &Value, v: &mut Value, top: bool) {
             if let Some(s) = schema.get("items") {
                 for item in items {
                     prune(s, item, false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Drops `null`s the schema neither allows (`nullable`) nor defaults, as the real server's
+/// decoder does before defaulting (`PruneNonNullableNullsWithoutDefaults`): a JSON patch
+/// `add /operation null` removes an Application's `operation`.
+fn prune_nulls(schema: &Value, v: &mut Value) {
+    let field_schema = |k: &str| {
+        schema
+            .get("properties")
+            .and_then(|p| p.get(k))
+            .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
+    };
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, child| {
+                !(child.is_null()
+                    && field_schema(k).is_some_and(|s| {
+                        s["nullable"] != json!(true) && s.get("default").is_none()
+                    }))
+            });
+            for (k, child) in m.iter_mut() {
+                if let Some(s) = field_schema(k) {
+                    prune_nulls(s, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for item in items {
+                    prune_nulls(s, item);
                 }
             }
         }
@@ -265,6 +309,7 @@ pub fn admit(rt: &ResourceType, obj: &mut Value, version: KubeVersion) -> Result
         return Ok(());
     };
     prune(&crd.schema, obj, true);
+    prune_nulls(&crd.schema, obj);
     default(&crd.schema, obj);
     let mut causes = Vec::new();
     validate(&crd.schema, obj, "", &mut causes);

@@ -168,11 +168,16 @@ pub fn create_object(
     Ok((201, stored))
 }
 
-/// Everything but `metadata` and `status`: what bumps `generation`.
-fn spec_part(obj: &Value) -> Value {
+/// What bumps `generation`: everything but `metadata` and `status`; for a custom resource
+/// without a status subresource everything but `metadata` (the apiextensions strategy's
+/// `copyNonMetadata`: its `status` is a plain field, and writing it moves the generation).
+fn spec_part(rt: &ResourceType, obj: &Value) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.as_object_mut() {
         for k in ["metadata", "status", "apiVersion", "kind"] {
+            if k == "status" && rt.custom && !rt.status_subresource {
+                continue;
+            }
             m.remove(k);
         }
     }
@@ -336,7 +341,7 @@ pub fn update_object(
             &now(),
         );
     }
-    if rt.has_generation && spec_part(&new) != spec_part(old) {
+    if rt.has_generation && spec_part(rt, &new) != spec_part(rt, old) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(generation + 1);
     }

@@ -251,6 +251,33 @@ pub const EXTERNAL_ARTIFACT: ResourceType = flux(
     &[],
 );
 
+/// Argo CD's Application: a custom resource without a status subresource (`subresources: {}`),
+/// so `operation` and `status` change by plain writes and `generation` moves with them.
+pub const APPLICATION: ResourceType = ResourceType {
+    version: "v1alpha1",
+    namespaced: true,
+    status_subresource: false,
+    ..flux(
+        "argoproj.io",
+        "Application",
+        "applications",
+        "application",
+        &["app", "apps"],
+    )
+};
+/// Argo CD's AppProject, likewise without a status subresource.
+pub const APP_PROJECT: ResourceType = ResourceType {
+    version: "v1alpha1",
+    status_subresource: false,
+    ..flux(
+        "argoproj.io",
+        "AppProject",
+        "appprojects",
+        "appproject",
+        &["appproj", "appprojs"],
+    )
+};
+
 pub const SERVICE_ACCOUNT: ResourceType = builtin(
     "",
     "v1",
@@ -334,6 +361,8 @@ pub const ALL: &[ResourceType] = &[
     OCI_REPOSITORY,
     BUCKET,
     EXTERNAL_ARTIFACT,
+    APPLICATION,
+    APP_PROJECT,
     SERVICE_ACCOUNT,
     PERSISTENT_VOLUME,
     DEPLOYMENT,

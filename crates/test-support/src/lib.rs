@@ -8,6 +8,7 @@
 //!
 //! [`Config`]: flux_converger::service::Config
 
+pub mod argocd_standin;
 pub mod flux_archive;
 pub mod flux_standin;
 pub mod http_standin;
