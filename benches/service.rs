@@ -352,6 +352,7 @@ async fn run() {
         fence: Default::default(),
         storage: None,
         helm: None,
+        volumes: None,
     };
     let running = start_with(config, fake.client(), tuning, parts)
         .await

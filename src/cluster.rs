@@ -20,6 +20,7 @@ use kube::api::{
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 
+pub mod claims;
 mod synced;
 pub mod tenant;
 mod watched;
@@ -124,6 +125,15 @@ pub trait Cluster: Send + Sync {
     /// on): otherwise a 409 Conflict ([`is_conflict`]), so a request someone raised meanwhile
     /// is never lowered.
     fn resize_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        storage: &str,
+        resource_version: &str,
+    ) -> impl Future<Output = Result<(), CallError>> + Send;
+    /// [`Cluster::resize_claim`] with `dryRun=All`: whether the server would take the claim's
+    /// new request (a recovery asks this of every claim it lowers before the first write).
+    fn resize_claim_dry_run(
         &self,
         namespace: &str,
         claim: &str,
@@ -549,6 +559,45 @@ impl KubeCluster {
     }
 }
 
+impl KubeCluster {
+    /// The merge patch of a claim's `spec.resources.requests.storage`, conditional on the
+    /// version read, for real or (`dry_run`) as a question.
+    async fn patch_claim_request(
+        &self,
+        namespace: &str,
+        claim: &str,
+        storage: &str,
+        resource_version: &str,
+        dry_run: bool,
+    ) -> Result<(), CallError> {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        // A resourceVersion in a merge patch is a precondition: the server answers 409 if the
+        // claim changed since it was read (since Kubernetes 1.32 a request may be lowered, so
+        // an unconditional patch could undo someone else's raise).
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": resource_version},
+            "spec": {"resources": {"requests": {"storage": storage}}},
+        });
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            dry_run,
+            ..PatchParams::default()
+        };
+        with_deadline(
+            self.call_timeout,
+            if dry_run {
+                "dry-run merge patch of spec.resources.requests.storage of"
+            } else {
+                "merge patch of spec.resources.requests.storage of"
+            },
+            &format!("PersistentVolumeClaim {namespace}/{claim}"),
+            api.patch(claim, &params, &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
 impl Cluster for KubeCluster {
     fn watched_statefulset(&self, namespace: &str, name: &str) -> Option<StatefulSet> {
         self.statefulsets.as_ref()?.get(namespace, name)
@@ -641,26 +690,19 @@ impl Cluster for KubeCluster {
         storage: &str,
         resource_version: &str,
     ) -> Result<(), CallError> {
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
-        // A resourceVersion in a merge patch is a precondition: the server answers 409 if the
-        // claim changed since it was read (since Kubernetes 1.32 a request may be lowered, so
-        // an unconditional patch could undo someone else's raise).
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": resource_version},
-            "spec": {"resources": {"requests": {"storage": storage}}},
-        });
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
-        with_deadline(
-            self.call_timeout,
-            "merge patch of spec.resources.requests.storage of",
-            &format!("PersistentVolumeClaim {namespace}/{claim}"),
-            api.patch(claim, &params, &Patch::Merge(&patch)),
-        )
-        .await
-        .map(|_| ())
+        self.patch_claim_request(namespace, claim, storage, resource_version, false)
+            .await
+    }
+
+    async fn resize_claim_dry_run(
+        &self,
+        namespace: &str,
+        claim: &str,
+        storage: &str,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        self.patch_claim_request(namespace, claim, storage, resource_version, true)
+            .await
     }
 
     async fn orphan_delete(
@@ -806,6 +848,18 @@ impl<T: Cluster> Cluster for &T {
     ) -> Result<(), CallError> {
         (**self)
             .resize_claim(namespace, claim, storage, resource_version)
+            .await
+    }
+
+    async fn resize_claim_dry_run(
+        &self,
+        namespace: &str,
+        claim: &str,
+        storage: &str,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        (**self)
+            .resize_claim_dry_run(namespace, claim, storage, resource_version)
             .await
     }
 

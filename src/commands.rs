@@ -130,6 +130,25 @@ pub fn script(items: &[Planned<'_>], wait_timeout: Duration) -> Result<String, C
         for d in &plan.deferred {
             let _ = writeln!(s, "# deferred {}: {}", d.claim, d.reason);
         }
+        if !plan.recover.is_empty() {
+            let _ = writeln!(
+                s,
+                "# recover from a failed expansion: lower each failed claim's request to the declared size, above its capacity (Kubernetes 1.32 and later), only from the request planned on"
+            );
+        }
+        for r in &plan.recover {
+            let path = "/spec/resources/requests/storage";
+            let patch = serde_json::json!([
+                {"op": "test", "path": path, "value": r.from.as_str()},
+                {"op": "replace", "path": path, "value": r.to.as_str()},
+            ]);
+            let _ = writeln!(
+                s,
+                "kubectl patch pvc {} -n {ns} --type json -p {}",
+                shell_quote(&r.claim),
+                shell_quote(&patch.to_string())
+            );
+        }
         if !plan.resize.is_empty() {
             let _ = writeln!(
                 s,

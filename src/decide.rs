@@ -2,6 +2,8 @@
 //!
 //! Interface shared by `converge` and the `plan` command.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -9,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::quantity::Quantity;
+use crate::volume::{self, VolumeState};
 
 /// What converging one StatefulSet takes. Serialises to the `plan -o json` contract.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -27,6 +30,11 @@ pub struct Plan {
     pub resize: Vec<ClaimResize>,
     /// Claims that should grow but cannot yet (not Bound); reported, not refused.
     pub deferred: Vec<DeferredClaim>,
+    /// Claims whose failed expansion is recovered from: their request is lowered to the size
+    /// git declares again, above their capacity, before the re-create (docs/converge.md,
+    /// *Recovering from a failed expansion*). Absent from the JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recover: Vec<ClaimRecovery>,
 }
 
 /// The kinds of immutable change a re-create carries (the `plan -o json` `changes[].class`).
@@ -90,6 +98,21 @@ pub struct ClaimResize {
     pub to: Quantity,
 }
 
+/// One claim whose failed expansion a recovery undoes: its request goes from `from` (what the
+/// failed expansion asked for) down to `to` (what git declares now), which is above
+/// `capacity`, as the API server requires since Kubernetes 1.32.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRecovery {
+    pub claim: String,
+    pub template: String,
+    pub capacity: Quantity,
+    pub from: Quantity,
+    pub to: Quantity,
+    /// How its last expansion ended: `infeasible` or `error`.
+    pub state: VolumeState,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DeferredClaim {
     pub claim: String,
@@ -121,6 +144,9 @@ pub enum RefusalCode {
     /// The pre-flight dry-run create was refused (admission, create-only validation): the
     /// re-create after the orphan delete would fail, so nothing is written.
     CreateRefused,
+    /// A recovery from a failed expansion needs the API server to lower a claim's request
+    /// (Kubernetes 1.32+, RecoverVolumeExpansionFailure), and it refused: nothing is written.
+    RecoveryUnsupported,
 }
 
 /// Why a StatefulSet will not be converged. Nothing has been written when one exists.
@@ -147,6 +173,7 @@ impl RefusalCode {
             RefusalCode::OtherImmutable => "other-immutable",
             RefusalCode::Rejected => "rejected",
             RefusalCode::CreateRefused => "create-refused",
+            RefusalCode::RecoveryUnsupported => "recovery-unsupported",
         }
     }
 }
@@ -207,6 +234,25 @@ pub fn decide(
     claims: &[PersistentVolumeClaim],
     classes: &[StorageClass],
 ) -> Result<Plan, Refusal> {
+    decide_with(desired, live, claims, classes, &BTreeMap::new())
+}
+
+/// How each claim's last expansion ended, as known besides its status (the service's records,
+/// which also read the resize Events of servers before 1.32), by claim name.
+pub type KnownStates = BTreeMap<String, VolumeState>;
+
+/// [`decide`], with what is `known` of the claims' last expansions. A template declared
+/// smaller than live is a recovery instead of `shrink` when every claim whose request is above
+/// the declared size failed to grow (`infeasible` or `error`: from `known`, else from its
+/// status) and has a capacity below the declared size: those claims are listed in
+/// [`Plan::recover`], to be lowered to the declared size before the re-create.
+pub fn decide_with(
+    desired: &StatefulSet,
+    live: Option<&StatefulSet>,
+    claims: &[PersistentVolumeClaim],
+    classes: &[StorageClass],
+    known: &KnownStates,
+) -> Result<Plan, Refusal> {
     let name = desired.metadata.name.clone().unwrap_or_default();
     let namespace = [desired, live.unwrap_or(desired)]
         .iter()
@@ -226,6 +272,7 @@ pub fn decide(
         grown: Vec::new(),
         resize: Vec::new(),
         deferred: Vec::new(),
+        recover: Vec::new(),
     };
     let Some(live) = live else {
         return Ok(plan);
@@ -351,14 +398,32 @@ pub fn decide(
             )
         })?;
         if to < from {
-            return Err(refuse(
-                RefusalCode::Shrink,
-                format!(
-                    "template {template:?}: spec.resources.requests.storage would shrink from \
-                     {from} (live) to {to} (desired); volumes are never shrunk: revert the size \
-                     in git"
-                ),
-            ));
+            let in_namespace = claims.iter().filter(|c| {
+                c.metadata
+                    .namespace
+                    .as_deref()
+                    .is_none_or(|ns| ns == namespace)
+            });
+            match recovery(template, &name, &to, in_namespace, known) {
+                Recovery::Recover(recovered) => {
+                    plan.recover.extend(recovered);
+                    targets.push((template, to));
+                    continue;
+                }
+                Recovery::Shrink(why) => {
+                    let why = why
+                        .map(|w| format!("; not a recovery from a failed expansion: {w}"))
+                        .unwrap_or_default();
+                    return Err(refuse(
+                        RefusalCode::Shrink,
+                        format!(
+                            "template {template:?}: spec.resources.requests.storage would shrink \
+                             from {from} (live) to {to} (desired); volumes are never shrunk: \
+                             revert the size in git{why}"
+                        ),
+                    ));
+                }
+            }
         }
         if to > from {
             plan.changes.push(Change {
@@ -439,10 +504,104 @@ pub fn decide(
             to: to.clone(),
         });
     }
-    plan.recreate = !plan.changes.is_empty();
+    // A recovery re-creates too: the live template declares the failed size, which Flux's
+    // apply cannot change in place.
+    plan.recreate = !plan.changes.is_empty() || !plan.recover.is_empty();
     plan.resize.sort_by(|a, b| a.claim.cmp(&b.claim));
     plan.deferred.sort_by(|a, b| a.claim.cmp(&b.claim));
     Ok(plan)
+}
+
+/// What a template declared below its live size is.
+enum Recovery {
+    /// A recovery: these claims are lowered to the declared size.
+    Recover(Vec<ClaimRecovery>),
+    /// A shrink, refused; with why it is not a recovery when one of its claims failed to grow
+    /// (otherwise the refusal reads as it always has).
+    Shrink(Option<String>),
+}
+
+/// How the claim's last expansion ended: what its status says when that is `grown` (the
+/// capacity is the truth), else a failure `known` from elsewhere, else its status.
+fn last_expansion(claim: &PersistentVolumeClaim, known: &KnownStates) -> VolumeState {
+    let own = volume::classify(claim, &[], None).state;
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    match known.get(name) {
+        Some(state) if state.is_failed() && own != VolumeState::Grown => *state,
+        _ => own,
+    }
+}
+
+/// Whether declaring `template` at `to` (below its live size) recovers from failed expansions:
+/// every claim of the template whose request is above `to` must be Bound, have failed to grow
+/// (`infeasible` or `error`) and hold less than `to`.
+fn recovery<'a>(
+    template: &str,
+    statefulset: &str,
+    to: &Quantity,
+    claims: impl Iterator<Item = &'a PersistentVolumeClaim>,
+    known: &KnownStates,
+) -> Recovery {
+    let mut recovered = Vec::new();
+    let mut not = Vec::new();
+    let mut any_failed = false;
+    for claim in claims {
+        let Some(name) = claim.metadata.name.as_deref() else {
+            continue;
+        };
+        if !is_claim_of(name, template, statefulset) {
+            continue;
+        }
+        let Ok(from) = claim_storage(claim) else {
+            continue;
+        };
+        if from == *to && known.get(name) == Some(&VolumeState::Recovered) {
+            // Lowered by this recovery already (a converge stopped before its re-create):
+            // part of it, nothing left to lower.
+            any_failed = true;
+            recovered.push(ClaimRecovery {
+                claim: name.to_owned(),
+                template: template.to_owned(),
+                capacity: volume::capacity(claim).unwrap_or_else(|| from.clone()),
+                from: from.clone(),
+                to: to.clone(),
+                state: VolumeState::Recovered,
+            });
+            continue;
+        }
+        if from <= *to {
+            continue;
+        }
+        let state = last_expansion(claim, known);
+        any_failed |= state.is_failed();
+        let capacity = volume::capacity(claim);
+        match (&capacity, state.is_failed()) {
+            (_, false) => not.push(format!(
+                "claim {name:?} asks for {from} and its expansion has not failed (it is {state})"
+            )),
+            (None, true) => not.push(format!("claim {name:?} has no capacity (not Bound)")),
+            (Some(c), true) if c >= to => not.push(format!(
+                "the declared {to} is not above claim {name:?}'s capacity {c}, and a request \
+                 may not be lowered to its capacity or below"
+            )),
+            (Some(c), true) => recovered.push(ClaimRecovery {
+                claim: name.to_owned(),
+                template: template.to_owned(),
+                capacity: c.clone(),
+                from,
+                to: to.clone(),
+                state,
+            }),
+        }
+    }
+    if !any_failed {
+        return Recovery::Shrink(None);
+    }
+    if !not.is_empty() {
+        return Recovery::Shrink(Some(not.join("; ")));
+    }
+    recovered.sort_by(|a, b| a.claim.cmp(&b.claim));
+    Recovery::Recover(recovered)
 }
 
 /// Whether `live` declares, for every volumeClaimTemplate of `desired`, the same storage

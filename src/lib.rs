@@ -24,4 +24,5 @@ pub mod redact;
 pub mod service;
 pub mod storage;
 pub mod tls;
+pub mod volume;
 pub mod wire;

@@ -4,7 +4,8 @@
 //! garbage collector; Flux's kinds served), stand-ins for source-controller (a local artifact
 //! server with a git-like history), kustomize-controller and notification-controller, a volume
 //! provisioner/resizer, and `serve` itself through `service::start`, as `flux-converger serve`
-//! runs it, with its artifact storage. Then it walks three revisions (applied, grown, refused)
+//! runs it, with its artifact storage. Then it walks five revisions (applied, grown in steps,
+//! refused, grown past what the driver allows, recovered by a revert)
 //! through two Kustomizations at once: `apps` behind the `suspend` gate (or `--gate reconcile`)
 //! and `cache` behind the `artifact` gate (it reads an ExternalArtifact the converger publishes
 //! only once converged). Each step is checked against the cluster and `/status`; then it prints
@@ -105,7 +106,8 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     p.section("flux-converger demo: the whole loop on loopback, no cluster");
 
     // The cluster: API server, its controllers, storage.
-    let fake = FakeApiServer::new();
+    // A 1.32 server: a failed expansion can be recovered from (RecoverVolumeExpansionFailure).
+    let fake = FakeApiServer::with_version(fake_apiserver::KubeVersion::V1_32);
     fake.seed_yaml(include_str!(
         "../../tests/fixtures/v1.28/storageclasses.yaml"
     ));
@@ -122,7 +124,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let client = kube::Client::try_from(config).context("kube client")?;
     let _volumes = AbortOnDrop(volumes::start(fake.clone()));
     p.did(&format!(
-        "kube-apiserver (in-repo fake, {}) on {}, with the StatefulSet controller, garbage collector, a provisioner and a resizer; Flux's kinds served",
+        "kube-apiserver (in-repo fake, {}) on {}, with the StatefulSet controller, garbage collector, a provisioner and a CSI resizer stand-in; Flux's kinds served",
         fake.version().git_version(),
         served.url
     ));
@@ -217,6 +219,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         gate: args.gate,
         timeout: args.step_timeout,
         flux: kustomize_controller,
+        resizer: volumes::Resizer::new(client.clone(), "csi.demo.example.com"),
     };
     if ready.is_ok() {
         walk::walk(&world, &mut p).await;

@@ -1,5 +1,6 @@
-//! The git history the demo publishes: two StatefulSets whose volumes grow, then shrink, each
-//! deployed by its own Kustomization behind its own gate. Pure data, so what the walk expects
+//! The git history the demo publishes: two StatefulSets whose volumes grow, are refused a
+//! shrink, grow past what the driver allows and are recovered by a revert, each deployed by
+//! its own Kustomization behind its own gate. Pure data, so what the walk expects
 //! at each revision is written next to what it publishes.
 
 /// The namespace Flux and the converger live in.
@@ -51,7 +52,16 @@ pub enum Expect {
     Grown,
     /// Refused (a shrink): not handed off, nothing written.
     Refused,
+    /// Grown as `Grown`, then the driver refuses the size for good: the claims are `infeasible`.
+    Infeasible,
+    /// A size declared back down after the failed expansion: converged as a recovery (the
+    /// claims' requests lowered, the StatefulSet re-created), then the claims grow to it.
+    Recovered,
 }
+
+/// The most the demo's CSI driver grows a volume to: a request above it is refused for good
+/// (`ControllerResizeInfeasible`), as a volume type's maximum refuses it.
+pub const DRIVER_MAX: &str = "64Gi";
 
 pub struct Revision {
     pub message: &'static str,
@@ -59,7 +69,7 @@ pub struct Revision {
     pub expect: Expect,
 }
 
-pub const HISTORY: [Revision; 3] = [
+pub const HISTORY: [Revision; 5] = [
     Revision {
         message: "web and cache: 3 and 2 replicas with a 1Gi data volume",
         size: "1Gi",
@@ -74,6 +84,16 @@ pub const HISTORY: [Revision; 3] = [
         message: "web and cache: shrink the data volumes back to 1Gi",
         size: "1Gi",
         expect: Expect::Refused,
+    },
+    Revision {
+        message: "web and cache: grow the data volumes to 100Gi, more than the driver allows",
+        size: "100Gi",
+        expect: Expect::Infeasible,
+    },
+    Revision {
+        message: "web and cache: revert to 10Gi, a size the driver takes",
+        size: "10Gi",
+        expect: Expect::Recovered,
     },
 ];
 

@@ -7,16 +7,17 @@ use std::time::Duration;
 
 use flux_converger::model::{
     FluxOutcome, GateMode, RevisionRecord, RevisionState, StatefulSetEntry, StatefulSetOutcome,
-    Trigger,
+    Trigger, Volume, VolumeState,
 };
 
 use crate::cluster::{self, App};
 use crate::progress::Progress;
 use crate::scenario::{
-    APP_NS, CACHE, EXTERNAL_ARTIFACT, Expect, FLUX_NS, HISTORY, HMAC_KEY, Revision, SOURCE,
-    TEMPLATE, WEB, Workload, claims, tree,
+    APP_NS, CACHE, DRIVER_MAX, EXTERNAL_ARTIFACT, Expect, FLUX_NS, HISTORY, HMAC_KEY, Revision,
+    SOURCE, TEMPLATE, WEB, Workload, claims, tree,
 };
 use crate::status::ServiceApi;
+use crate::volumes::Resizer;
 use fake_apiserver::{FakeApiServer, Method, RequestRecord};
 use test_support::flux_standin::flux_archive::sha256;
 use test_support::flux_standin::{
@@ -32,6 +33,8 @@ pub struct World {
     pub timeout: Duration,
     /// The kustomize-controller stand-in, whose log says what Flux attempted.
     pub flux: KustomizeController,
+    /// The CSI resizer, driven step by step by the walk.
+    pub resizer: Resizer,
 }
 
 /// One Kustomization the walk follows: the StatefulSet it deploys and its gate.
@@ -92,7 +95,23 @@ pub async fn walk(w: &World, p: &mut Progress) {
             describe(p, &record);
             *before = match revision.expect {
                 Expect::Applied => applied(w, p, t, &published, &record, mark).await,
-                Expect::Grown => grown(w, p, t, &published, &record, before, mark).await,
+                // Each of these leaves the cluster as the resizer left it: what the next
+                // revision compares with.
+                Expect::Grown => {
+                    grown(w, p, t, &published, &record, before, mark, revision.size).await;
+                    grow_in_steps(w, p, t, &published, revision.size).await;
+                    cluster::app(&w.fake, &t.w)
+                }
+                Expect::Infeasible => {
+                    grown(w, p, t, &published, &record, before, mark, revision.size).await;
+                    refused_by_the_driver(w, p, t, &published, revision.size).await;
+                    cluster::app(&w.fake, &t.w)
+                }
+                Expect::Recovered => {
+                    recovered(w, p, t, &published, &record, before, mark, revision.size).await;
+                    grow_in_steps(w, p, t, &published, revision.size).await;
+                    cluster::app(&w.fake, &t.w)
+                }
                 Expect::Refused => {
                     refused(w, p, t, &published, previous.as_ref(), &record, before).await
                 }
@@ -543,6 +562,7 @@ async fn applied(
     app
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn grown(
     w: &World,
     p: &mut Progress,
@@ -551,6 +571,7 @@ async fn grown(
     record: &RevisionRecord,
     before: &App,
     mark: u64,
+    size: &str,
 ) -> App {
     p.check(
         record.state == RevisionState::Converged,
@@ -561,15 +582,15 @@ async fn grown(
         .statefulsets
         .iter()
         .find(|e| e.namespace == APP_NS && e.name == t.statefulset());
-    let decided = entry.is_some_and(|e| {
-        e.outcome == StatefulSetOutcome::Converged
-            && e.templates
-                .iter()
-                .any(|t| t.template == TEMPLATE && t.to == "2Gi")
-    });
+    let grew = entry.and_then(|e| e.templates.iter().find(|t| t.template == TEMPLATE));
+    let decided = entry.is_some_and(|e| e.outcome == StatefulSetOutcome::Converged)
+        && grew.is_some_and(|g| g.to == size);
     p.check(
         decided,
-        "it decided: only the data template grew, 1Gi → 2Gi",
+        &format!(
+            "it decided: only the data template grew, {} → {size}",
+            grew.map(|g| g.from.as_str()).unwrap_or("?")
+        ),
         || format!("{entry:?}"),
     );
     let mut recorded: Vec<String> = entry
@@ -581,22 +602,36 @@ async fn grown(
         &format!("it grew the claims {}", claims(&t.w).join(", ")),
         || format!("recorded {recorded:?}"),
     );
+    let app = recreated_with(w, p, t, before, size, "raised").await;
+    handed_off(w, p, t, published, record, mark).await;
+    app
+}
+
+/// The cluster after a converge that re-created `t`'s StatefulSet with its template at `size`
+/// and `how` (raised, lowered) its claims' requests to it: the same claims, the same pods.
+async fn recreated_with(
+    w: &World,
+    p: &mut Progress,
+    t: &Target,
+    before: &App,
+    size: &str,
+    how: &str,
+) -> App {
     let settled = cluster::until(
         w.timeout,
         || cluster::app(&w.fake, &t.w),
-        |a| {
-            a.claims
-                .values()
-                .all(|c| c.request == "2Gi" && c.capacity == "2Gi")
-                && a.template.as_deref() == Some("2Gi")
-        },
+        |a| a.claims.values().all(|c| c.request == size) && a.template.as_deref() == Some(size),
     )
     .await;
     let ok = settled.is_ok();
     let app = settled.unwrap_or_else(|a| a);
+    let held: Vec<String> = app.claims.values().map(|c| c.capacity.clone()).collect();
     p.check(
         ok,
-        "claims requests are 2Gi (and the resizer brought their capacity to 2Gi)",
+        &format!(
+            "the claims' requests {how} to {size} (the volumes still hold {}: the driver grows them next)",
+            held.first().map(String::as_str).unwrap_or("?")
+        ),
         || format!("{:?}", app.claims),
     );
     let same_claims = app.claims.len() == before.claims.len()
@@ -610,24 +645,16 @@ async fn grown(
         || format!("before {:?}, after {:?}", before.claims, app.claims),
     );
     let new_uid = app.statefulset_uid.clone().unwrap_or_default();
-    let recreated = !new_uid.is_empty()
-        && before.statefulset_uid.as_deref() != Some(new_uid.as_str())
-        && entry.is_some_and(|e| {
-            e.old_uid == before.statefulset_uid && e.new_uid.as_deref() == Some(new_uid.as_str())
-        });
+    let recreated =
+        !new_uid.is_empty() && before.statefulset_uid.as_deref() != Some(new_uid.as_str());
     p.check(
         recreated,
         &format!(
-            "StatefulSet re-created: uid {} → {}, template at 2Gi",
+            "StatefulSet re-created: uid {} → {}, template at {size}",
             short(before.statefulset_uid.as_deref().unwrap_or_default()),
             short(&new_uid)
         ),
-        || {
-            format!(
-                "live uid {new_uid}, record {:?}",
-                entry.map(|e| (&e.old_uid, &e.new_uid))
-            )
-        },
+        || format!("live uid {new_uid}, before {:?}", before.statefulset_uid),
     );
     let kept = app.pods.len() == t.w.replicas
         && app.pods.iter().all(|(name, pod)| {
@@ -640,6 +667,266 @@ async fn grown(
         "its pods were kept: same uids, Running, adopted by the new StatefulSet (nothing restarted)",
         || format!("before {:?}, after {:?}", before.pods, app.pods),
     );
+    app
+}
+
+/// The followed claims of `t` in the record of `published`, once `pred` holds for each.
+async fn volumes_until(
+    w: &World,
+    t: &Target,
+    published: &Published,
+    pred: impl Fn(&Volume) -> bool,
+) -> Result<Vec<Volume>, String> {
+    let volumes = |r: &RevisionRecord| -> Vec<Volume> {
+        r.statefulsets
+            .iter()
+            .find(|e| e.namespace == APP_NS && e.name == t.statefulset())
+            .map(|e| e.volumes.clone())
+            .unwrap_or_default()
+    };
+    w.service
+        .record_until(
+            FLUX_NS,
+            t.kustomization(),
+            &published.revision,
+            w.timeout,
+            |r| {
+                let v = volumes(r);
+                v.len() == t.w.replicas && v.iter().all(&pred)
+            },
+        )
+        .await
+        .map(|r| volumes(&r))
+}
+
+fn listed(volumes: &[Volume]) -> String {
+    volumes
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {} ({} → {})",
+                v.claim,
+                v.state,
+                v.capacity.as_deref().unwrap_or("?"),
+                v.requested.as_deref().unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The Event on `t`'s Kustomization with `reason` (events.k8s.io, as the service records it)
+/// and how often it happened: a repeat of the same reason on the same object is counted in the
+/// first Event's `series` (kube's recorder aggregates them, as client-go's does), so the note
+/// is the first occurrence's.
+fn occurrences(w: &World, t: &Target, reason: &str) -> (u64, Option<(String, String)>) {
+    let found: Vec<serde_json::Value> = w
+        .fake
+        .list("events.k8s.io/v1", "Event", Some(FLUX_NS))
+        .into_iter()
+        .filter(|e| e["regarding"]["name"] == t.kustomization() && e["reason"] == reason)
+        .collect();
+    let count = found
+        .iter()
+        .map(|e| e["series"]["count"].as_u64().unwrap_or(1))
+        .sum();
+    let first = found.first().map(|e| {
+        (
+            e["type"].as_str().unwrap_or_default().to_string(),
+            e["note"].as_str().unwrap_or_default().to_string(),
+        )
+    });
+    (count, first)
+}
+
+/// Waits for one more occurrence of the Event `reason` on `t`'s Kustomization than `before`.
+async fn event(
+    w: &World,
+    p: &mut Progress,
+    t: &Target,
+    published: &Published,
+    reason: &str,
+    before: u64,
+    text: &str,
+) {
+    let seen = cluster::until(
+        w.timeout,
+        || occurrences(w, t, reason),
+        |(count, _)| *count > before,
+    )
+    .await;
+    let ok = seen.is_ok();
+    let (count, first) = seen.unwrap_or_else(|e| e);
+    p.check(
+        ok,
+        &format!(
+            "{text}: Event {reason} ({}) on Kustomization {FLUX_NS}/{}{}",
+            first.as_ref().map(|e| e.0.as_str()).unwrap_or("?"),
+            t.kustomization(),
+            if count > 1 {
+                format!(" (its series counts {count})")
+            } else {
+                String::new()
+            }
+        ),
+        || format!("{count} occurrence(s), {first:?}"),
+    );
+    if let Some((_, note)) = first.filter(|(_, n)| n.contains(&published.revision)) {
+        p.detail(&note);
+    }
+}
+
+/// The driver grows `t`'s claims in steps; the converger follows each (watches of the claims
+/// and their Events) and says so in the record, until every claim holds `size`.
+async fn grow_in_steps(w: &World, p: &mut Progress, t: &Target, published: &Published, size: &str) {
+    let waiting = volumes_until(w, t, published, |v| {
+        matches!(v.state, VolumeState::Requested | VolumeState::Recovered)
+    })
+    .await;
+    p.check(
+        waiting.is_ok(),
+        &format!(
+            "the converger follows the claims until they grow: {}",
+            waiting.as_deref().map(listed).unwrap_or_default()
+        ),
+        || waiting.clone().err().unwrap_or_default(),
+    );
+    let (grown_before, _) = occurrences(w, t, "VolumesGrown");
+    for claim in claims(&t.w) {
+        if let Err(e) = w.resizer.start(APP_NS, &claim).await {
+            p.fail("the resizer started", e.to_string());
+        }
+    }
+    let resizing = volumes_until(w, t, published, |v| v.state == VolumeState::Resizing).await;
+    p.check(
+        resizing.is_ok(),
+        &format!(
+            "the resizer started (ControllerResizeInProgress): the record says {}",
+            resizing.as_deref().map(listed).unwrap_or_default()
+        ),
+        || resizing.clone().err().unwrap_or_default(),
+    );
+    for claim in claims(&t.w) {
+        if let Err(e) = w.resizer.finish(APP_NS, &claim).await {
+            p.fail("the resizer finished", e.to_string());
+        }
+    }
+    let grown = volumes_until(w, t, published, |v| {
+        v.state == VolumeState::Grown && v.capacity.as_deref() == Some(size)
+    })
+    .await;
+    p.check(
+        grown.is_ok(),
+        &format!(
+            "the volumes grew: the record says {}",
+            grown.as_deref().map(listed).unwrap_or_default()
+        ),
+        || grown.clone().err().unwrap_or_default(),
+    );
+    event(
+        w,
+        p,
+        t,
+        published,
+        "VolumesGrown",
+        grown_before,
+        "every claim of the revision grew",
+    )
+    .await;
+}
+
+/// The driver refuses `size` for good: each claim `infeasible`, as loudly as a refusal.
+async fn refused_by_the_driver(
+    w: &World,
+    p: &mut Progress,
+    t: &Target,
+    published: &Published,
+    size: &str,
+) {
+    let (infeasible_before, _) = occurrences(w, t, "VolumeResizeInfeasible");
+    for claim in claims(&t.w) {
+        let why = format!("{size} is more than the volume type's maximum of {DRIVER_MAX}");
+        let refused = async {
+            w.resizer.start(APP_NS, &claim).await?;
+            w.resizer.infeasible(APP_NS, &claim, &why).await
+        };
+        if let Err(e) = refused.await {
+            p.fail("the resizer answered", e.to_string());
+        }
+    }
+    let infeasible = volumes_until(w, t, published, |v| {
+        v.state == VolumeState::Infeasible
+            && v.message.as_deref().is_some_and(|m| m.contains(DRIVER_MAX))
+    })
+    .await;
+    p.check(
+        infeasible.is_ok(),
+        &format!(
+            "the driver refused {size} for good: the record says {}",
+            infeasible.as_deref().map(listed).unwrap_or_default()
+        ),
+        || infeasible.clone().err().unwrap_or_default(),
+    );
+    if let Some(v) = infeasible.as_ref().ok().and_then(|v| v.first()) {
+        p.detail(v.message.as_deref().unwrap_or_default());
+    }
+    event(
+        w,
+        p,
+        t,
+        published,
+        "VolumeResizeInfeasible",
+        infeasible_before,
+        "said as loudly as a refusal",
+    )
+    .await;
+    p.detail("the revision stays converged and applied by Flux: only the volumes have not grown; git must change");
+}
+
+/// A size declared back down after a failed expansion: converged as a recovery.
+#[allow(clippy::too_many_arguments)]
+async fn recovered(
+    w: &World,
+    p: &mut Progress,
+    t: &Target,
+    published: &Published,
+    record: &RevisionRecord,
+    before: &App,
+    mark: u64,
+    size: &str,
+) -> App {
+    p.check(
+        record.state == RevisionState::Converged,
+        "the converger converged the revision as a recovery (a size declared back down is not refused as a shrink here)",
+        || format!("state {}: {:?}", record.state.as_str(), record.statefulsets),
+    );
+    let entry = record
+        .statefulsets
+        .iter()
+        .find(|e| e.namespace == APP_NS && e.name == t.statefulset());
+    let volumes = entry.map(|e| e.volumes.clone()).unwrap_or_default();
+    p.check(
+        volumes.len() == t.w.replicas
+            && volumes
+                .iter()
+                .all(|v| v.state == VolumeState::Recovered && v.requested.as_deref() == Some(size)),
+        &format!("its claims are recovered: {}", listed(&volumes)),
+        || format!("{entry:?}"),
+    );
+    if let Some(v) = volumes.first() {
+        p.detail(v.message.as_deref().unwrap_or_default());
+    }
+    let app = recreated_with(w, p, t, before, size, "lowered").await;
+    event(
+        w,
+        p,
+        t,
+        published,
+        "VolumeResizeRecovered",
+        0,
+        "the recovery is announced",
+    )
+    .await;
     handed_off(w, p, t, published, record, mark).await;
     app
 }

@@ -130,6 +130,18 @@ impl Cluster for TenantCluster {
             .await
     }
 
+    async fn resize_claim_dry_run(
+        &self,
+        namespace: &str,
+        claim: &str,
+        storage: &str,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        self.tenant
+            .resize_claim_dry_run(namespace, claim, storage, resource_version)
+            .await
+    }
+
     async fn orphan_delete(
         &self,
         namespace: &str,

@@ -4,7 +4,8 @@
 //! decided, proven and pre-flighted before any is written.
 //!
 //! Exit codes: 0 done, 3 one or more refused (nothing written for any), 2 bad input,
-//! 1 a failure (a re-run finishes the work).
+//! 1 a failure (a re-run finishes the work); with `--wait-for-volumes`, 4 a claim's expansion
+//! is infeasible and 5 the claims had not grown by the deadline.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use flux_converger::converge::{self, ConvergeError, Options, Outcome, Report, Re
 use flux_converger::journal::{ConfigMapJournal, Intent, Journal, JournalError, Listing};
 use flux_converger::manifest::{Document, Objects, describe, read_documents};
 
-use super::{Exit, KubeArgs, bad_input};
+use super::{Exit, KubeArgs, bad_input, wait_volumes};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -78,6 +79,22 @@ pub struct Args {
     pub journal_namespace: Option<String>,
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// After the converge, follow the claims it grew until each has grown (its capacity
+    /// reached the request), printing one line per state change, at most DURATION (`30m`
+    /// when given alone). Exit 0 when all grew, 4 when one is infeasible, 5 at the deadline.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "30m",
+        value_parser = humantime::parse_duration
+    )]
+    pub wait_for_volumes: Option<Duration>,
+    /// With `--wait-for-volumes`: a claim not grown (nor infeasible) this long after its
+    /// request is reported `stalled` (and still followed).
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = humantime::parse_duration)]
+    pub resize_timeout: Duration,
 }
 
 /// The desired StatefulSets of the file, each with its namespace set; typed and checked by
@@ -262,6 +279,8 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
                 .filter_map(|s| Some((s.metadata.namespace.clone()?, s.metadata.name.clone()?)))
                 .collect(),
         )),
+        // What the claims' status says is all the command knows of their expansions.
+        known_states: Default::default(),
     };
 
     let mut failed = false;
@@ -363,6 +382,7 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         timeout: args.timeout,
     };
     let results = converge::converge_all(&cluster, &journals, &desired, &options).await;
+    let mut targets = Vec::new();
     for (sts, result) in desired.iter().zip(results) {
         let namespace = sts.metadata.namespace.clone().unwrap_or_default();
         let name = sts.metadata.name.clone().unwrap_or_default();
@@ -374,6 +394,9 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
                 }
                 if args.output == Output::Text {
                     print!("{}", report.to_text());
+                }
+                if let Some(target) = wait_volumes::Target::of(sts, &report) {
+                    targets.push((summary.statefulsets.len(), target));
                 }
                 summary.statefulsets.push(Entry::Report(Box::new(report)));
             }
@@ -387,6 +410,42 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         }
     }
 
+    // The volumes are followed only once everything was written: a refused or failed file
+    // has its own exit code, and nothing of it to wait for.
+    let mut waited = Exit::Done;
+    if let Some(deadline) = args
+        .wait_for_volumes
+        .filter(|_| !failed && !refused && !dry_run)
+    {
+        let (at, followed): (Vec<usize>, Vec<wait_volumes::Target>) = targets.into_iter().unzip();
+        // With -o json|yaml stdout carries the document only: the lines go to stderr.
+        let text = args.output == Output::Text;
+        let done = wait_volumes::wait(
+            client.clone(),
+            &followed,
+            deadline,
+            args.resize_timeout,
+            |line| {
+                if text {
+                    println!("{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+            },
+        )
+        .await;
+        for (i, volumes) in at.into_iter().zip(done.volumes) {
+            if let Some(Entry::Report(report)) = summary.statefulsets.get_mut(i) {
+                for v in volumes {
+                    if let Some(slot) = report.volumes.iter_mut().find(|o| o.claim == v.claim) {
+                        *slot = v;
+                    }
+                }
+            }
+        }
+        waited = done.exit;
+    }
+
     match args.output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&summary)?),
         Output::Yaml => print!("{}", serde_saphyr::to_string(&summary)?),
@@ -397,6 +456,6 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     } else if refused {
         Exit::Refused
     } else {
-        Exit::Done
+        waited
     })
 }

@@ -1,5 +1,7 @@
 //! The CLI commands. Each reads its input, calls the library and prints; exit codes are
-//! the contract of docs/cli.md: 0 done/planned, 3 refused, 2 bad input or usage, 1 other failure.
+//! the contract of docs/cli.md: 0 done/planned, 3 refused, 2 bad input or usage, 1 other failure;
+//! `converge --wait-for-volumes` adds 4 (a volume's expansion is infeasible) and 5 (the volumes
+//! did not grow by the deadline).
 
 pub mod artifact_limits;
 pub mod build_limits;
@@ -9,6 +11,7 @@ pub mod listen_addr;
 pub mod plan;
 pub mod render;
 pub mod serve;
+pub mod wait_volumes;
 
 /// Process exit codes (docs/cli.md).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -18,6 +21,10 @@ pub enum Exit {
     Failure = 1,
     BadInput = 2,
     Refused = 3,
+    /// `converge --wait-for-volumes`: a claim's expansion is `infeasible`.
+    VolumeInfeasible = 4,
+    /// `converge --wait-for-volumes`: a claim had not grown by the deadline.
+    VolumesTimedOut = 5,
 }
 
 /// Marks an error as the user's input being wrong (exit 2) rather than a failure (exit 1).

@@ -215,6 +215,11 @@ fn render_text(outcomes: &[Outcome]) -> String {
             plan.resize.is_empty(),
             plan.deferred.is_empty(),
         ) {
+            _ if !plan.recover.is_empty() => writeln!(
+                s,
+                "recover from a failed expansion: lower the failed claims' requests to the \
+                 declared size, orphan-delete and re-apply the StatefulSet"
+            ),
             (false, true, true) => writeln!(s, "nothing to do"),
             (true, _, _) if plan.grown.len() == plan.changes.len() => {
                 writeln!(s, "grow claims, orphan-delete and re-apply the StatefulSet")
@@ -245,6 +250,13 @@ fn render_text(outcomes: &[Outcome]) -> String {
             if let Some(note) = &c.note {
                 let _ = writeln!(s, "    note: {note}");
             }
+        }
+        for r in &plan.recover {
+            let _ = writeln!(
+                s,
+                "  recover claim {} ({}, {}, capacity {}): {} -> {}",
+                r.claim, r.template, r.state, r.capacity, r.from, r.to
+            );
         }
         for r in &plan.resize {
             let _ = writeln!(

@@ -94,6 +94,10 @@ pub struct Args {
     /// How long to wait for Flux to apply a handed-off revision.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_HANDOFF_TIMEOUT")]
     handoff_timeout: Duration,
+    /// A followed claim neither grown nor infeasible this long after its request is reported
+    /// `stalled` (and still followed), with a `VolumeResizeStalled` Event.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_RESIZE_TIMEOUT")]
+    resize_timeout: Duration,
     /// Bounds every API call.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, env = "FLUX_CONVERGER_TIMEOUT")]
     timeout: Duration,
@@ -295,6 +299,7 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
     .workers(args.workers)
     .resync(args.resync)
     .handoff_timeout(args.handoff_timeout)
+    .resize_timeout(args.resize_timeout)
     .leader_elect(args.leader_elect)
     .no_cross_namespace_refs(args.no_cross_namespace_refs)
     .default_service_account(args.default_service_account.clone())

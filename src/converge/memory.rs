@@ -305,6 +305,41 @@ impl Cluster for World {
         Self::after_write(fault, "resize", &object)
     }
 
+    /// Answers as a 1.32 server: the claim exists at the version given. Not a write.
+    async fn resize_claim_dry_run(
+        &self,
+        namespace: &str,
+        claim: &str,
+        _storage: &str,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        let object = format!("PersistentVolumeClaim {namespace}/{claim}");
+        let s = self.lock();
+        let Some(c) = s.claims.iter().find(|c| {
+            c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata.name.as_deref() == Some(claim)
+        }) else {
+            return Err(status(
+                404,
+                "NotFound",
+                "not found",
+                "dry-run resize",
+                &object,
+            ));
+        };
+        let current = c.metadata.resource_version.as_deref().unwrap_or_default();
+        if !resource_version.is_empty() && resource_version != current {
+            return Err(status(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your changes to the latest version and try again",
+                "dry-run resize",
+                &object,
+            ));
+        }
+        Ok(())
+    }
+
     async fn orphan_delete(
         &self,
         namespace: &str,

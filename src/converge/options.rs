@@ -39,6 +39,10 @@ pub struct Options {
     /// is re-created only if its render still has it. `None`: no render at hand (the service
     /// on start), so none is re-created there; the next converge of its Kustomization does it.
     pub renders: Option<Arc<BTreeSet<(String, String)>>>,
+    /// How claims' last expansions ended, as the caller knows besides their status (the
+    /// service's records, which also read the resize Events of servers before 1.32), keyed by
+    /// `namespace/claim`: what decides a recovery (`decide::decide_with`).
+    pub known_states: Arc<std::collections::BTreeMap<String, crate::volume::VolumeState>>,
 }
 
 impl Default for Options {
@@ -53,6 +57,7 @@ impl Default for Options {
             kustomization: None,
             resume_as_operator: false,
             renders: None,
+            known_states: Arc::default(),
         }
     }
 }

@@ -12,7 +12,7 @@ use super::run::Run;
 use super::work::{Planned, Prep, Work};
 use super::{preflight, prove};
 use crate::cluster::Cluster;
-use crate::decide::{Refusal, decide};
+use crate::decide::{KnownStates, Refusal, RefusalCode, decide_with};
 use crate::journal::{Intent, Journal};
 
 impl<C: Cluster, J: Journal> Run<'_, C, J> {
@@ -63,7 +63,8 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         report.timed(Step::Read, t.elapsed());
 
         let t = Instant::now();
-        let decided = decide(desired, Some(&live), &claims, &classes);
+        let known = self.known_states(resuming);
+        let decided = decide_with(desired, Some(&live), &claims, &classes, &known);
         report.timed(Step::Decide, t.elapsed());
         let mut plan = match decided {
             Ok(plan) => plan,
@@ -119,7 +120,16 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             }
         }
 
-        if plan.resize.is_empty() && !plan.recreate {
+        // A recovery lowers requests, which only a server with RecoverVolumeExpansionFailure
+        // (1.32+) takes: ask it for each claim now, while nothing is written.
+        if let Some(verdict) = self.prove_recovery(&plan, &claims, report).await? {
+            return Ok(Prep::Work(verdict));
+        }
+        if !self.options.dry_run {
+            report.volumes = report::volumes(desired, &claims, &plan, jiff::Timestamp::now());
+        }
+
+        if plan.resize.is_empty() && plan.recover.is_empty() && !plan.recreate {
             report.outcome = if accepted {
                 Outcome::AcceptedByServer
             } else {
@@ -167,6 +177,85 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         })))))
     }
 
+    /// What is known of the claims' last expansions besides their status: the caller's
+    /// (the service's records) for this namespace, and, when finishing an intent of a
+    /// recovery, its claims as `recovered` (their requests may already be lowered).
+    fn known_states(&self, resuming: Option<&Intent>) -> KnownStates {
+        let prefix = format!("{}/", self.namespace);
+        let mut known: KnownStates = self
+            .options
+            .known_states
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), *v)))
+            .collect();
+        if let Some(recover) = resuming
+            .and_then(|i| i.plan.get("recover"))
+            .and_then(|r| r.as_array())
+        {
+            for claim in recover.iter().filter_map(|r| r["claim"].as_str()) {
+                known
+                    .entry(claim.to_string())
+                    .or_insert(crate::volume::VolumeState::Recovered);
+            }
+        }
+        known
+    }
+
+    /// The dry run of each lowering a recovery plans: `Some(None)` when the server refuses one
+    /// (the refusal `recovery-unsupported` is in `report`), `None` when all pass.
+    async fn prove_recovery(
+        &self,
+        plan: &crate::decide::Plan,
+        claims: &[k8s_openapi::api::core::v1::PersistentVolumeClaim],
+        report: &mut Report,
+    ) -> Result<Option<Option<Work>>, ConvergeError> {
+        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
+        for r in plan.recover.iter().filter(|r| r.from != r.to) {
+            // Conditional on the version decided on, as the lowering itself will be.
+            let version = claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(r.claim.as_str()))
+                .and_then(|c| c.metadata.resource_version.clone())
+                .unwrap_or_default();
+            let t = Instant::now();
+            let answer = self
+                .cluster
+                .resize_claim_dry_run(ns, &r.claim, r.to.as_str(), &version)
+                .await;
+            report.timed(Step::Prove, t.elapsed());
+            match answer {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(422) => {
+                    let refusal = Refusal {
+                        namespace: ns.to_string(),
+                        name: name.to_string(),
+                        code: RefusalCode::RecoveryUnsupported,
+                        message: format!(
+                            "claim {:?}: its expansion to {} failed ({}), and git declares {} \
+                             (above its capacity {}), but the API server refuses to lower its \
+                             request: \"{}\"; recovering from a failed expansion needs \
+                             Kubernetes 1.32 or later (RecoverVolumeExpansionFailure): nothing \
+                             was written; declare {} again in git and fix what refused the \
+                             expansion, or upgrade the control plane",
+                            r.claim,
+                            r.from,
+                            r.state,
+                            r.to,
+                            r.capacity,
+                            e.server_text(),
+                            r.from
+                        ),
+                    };
+                    report.claims.clear();
+                    refuse(report, &refusal);
+                    return Ok(Some(None));
+                }
+                Err(e) => return Err(self.call_err(Step::Prove)(e)),
+            }
+        }
+        Ok(None)
+    }
+
     /// A proof's dry run that did not pass: a refusal (nothing written), or an error.
     pub(super) fn not_proven(
         &self,
@@ -191,4 +280,6 @@ fn refuse(report: &mut Report, refusal: &Refusal) {
     info!(statefulset = %refusal.name, namespace = %refusal.namespace,
           code = %refusal.code, message = %refusal.message, "refused");
     report.refused(refusal);
+    // Nothing is written for a refused StatefulSet: nothing of it to follow.
+    report.volumes.clear();
 }

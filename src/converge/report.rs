@@ -136,6 +136,10 @@ pub enum ClaimAction {
     Skipped,
     /// Should grow but cannot yet (not Bound).
     Deferred,
+    /// Its failed expansion recovered from: the request lowered to the declared size.
+    Recovered,
+    /// Dry run: would be lowered to the declared size (a recovery).
+    WouldRecover,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -230,6 +234,11 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_by: Option<String>,
     pub steps: Vec<StepTiming>,
+    /// The claims to follow after this converge (docs/converge.md, *Following the volumes*):
+    /// each it grew or recovered, and each other claim asking for more than it holds, where its
+    /// expansion stood when read. Absent when none (and in a dry run, which grows nothing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::volume::Volume>,
 }
 
 impl Report {
@@ -250,6 +259,7 @@ impl Report {
             refused_intent: None,
             held_by: None,
             steps: Vec::new(),
+            volumes: Vec::new(),
         }
     }
 
@@ -399,6 +409,17 @@ impl Report {
                     .unwrap_or_default()
             ));
         }
+        for v in &self.volumes {
+            line(format!(
+                "  volume {}: {}{}",
+                v.claim,
+                v.state,
+                match (&v.requested, &v.capacity) {
+                    (Some(r), Some(c)) => format!(" ({r} requested, {c} held)"),
+                    _ => String::new(),
+                }
+            ));
+        }
         if self.recreated {
             line(format!(
                 "  uid {} -> {}",
@@ -484,7 +505,23 @@ pub fn claim_reports(
     claims_of(desired, claims)
         .into_iter()
         .map(|(claim, template)| {
-            if let Some(r) = plan.resize.iter().find(|r| r.claim == claim) {
+            if let Some(r) = plan.recover.iter().find(|r| r.claim == claim) {
+                ClaimReport {
+                    action: if dry_run {
+                        ClaimAction::WouldRecover
+                    } else {
+                        ClaimAction::Recovered
+                    },
+                    from: Some(r.from.as_str().to_string()),
+                    to: Some(r.to.as_str().to_string()),
+                    reason: Some(format!(
+                        "its expansion failed ({}) and holds {}: request lowered to the declared size",
+                        r.state, r.capacity
+                    )),
+                    claim,
+                    template,
+                }
+            } else if let Some(r) = plan.resize.iter().find(|r| r.claim == claim) {
                 ClaimReport {
                     action: if dry_run {
                         ClaimAction::WouldResize
@@ -516,6 +553,63 @@ pub fn claim_reports(
                     template,
                 }
             }
+        })
+        .collect()
+}
+
+/// The claims to follow once `plan` is written (docs/converge.md, *Following the volumes*):
+/// each claim of the StatefulSet it grows (its request raised to the declared size) or
+/// recovers (lowered to it), and each other Bound claim asking for more than it holds, where
+/// its expansion stands as read at `now`.
+pub fn volumes(
+    desired: &StatefulSet,
+    claims: &[PersistentVolumeClaim],
+    plan: &Plan,
+    now: jiff::Timestamp,
+) -> Vec<crate::volume::Volume> {
+    use crate::volume::{self, Volume, VolumeState};
+    claims_of(desired, claims)
+        .into_iter()
+        .filter_map(|(name, _)| {
+            let claim = claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))?;
+            if let Some(r) = plan.recover.iter().find(|r| r.claim == name) {
+                return Some(Volume {
+                    claim: name.clone(),
+                    requested: Some(r.to.as_str().to_string()),
+                    capacity: Some(r.capacity.as_str().to_string()),
+                    state: VolumeState::Recovered,
+                    message: Some(format!(
+                        "its expansion to {} failed ({}): request lowered to {}, above its \
+                         capacity {}, for the driver to grow it to that",
+                        r.from, r.state, r.to, r.capacity
+                    )),
+                    since: now.to_string(),
+                });
+            }
+            let observed = match plan.resize.iter().find(|r| r.claim == name) {
+                Some(r) => {
+                    let mut raised = claim.clone();
+                    raised
+                        .spec
+                        .get_or_insert_with(Default::default)
+                        .resources
+                        .get_or_insert_with(Default::default)
+                        .requests
+                        .get_or_insert_with(Default::default)
+                        .insert(
+                            "storage".into(),
+                            k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                                r.to.as_str().to_string(),
+                            ),
+                        );
+                    volume::classify(&raised, &[], None)
+                }
+                None if volume::is_growing(claim) => volume::classify(claim, &[], None),
+                None => return None,
+            };
+            Some(Volume::observed(&name, observed, now))
         })
         .collect()
 }

@@ -149,6 +149,7 @@ fn held(mut report: Report, why: &str) -> Report {
     info!(statefulset = %report.name, namespace = %report.namespace, reason = why, "held");
     report.outcome = Outcome::Held;
     report.held_by = Some(why.to_string());
+    report.volumes.clear();
     for c in &mut report.claims {
         if c.action == ClaimAction::Resized {
             c.action = ClaimAction::WouldResize;

@@ -115,6 +115,7 @@ fn opts() -> Options {
         kustomization: None,
         resume_as_operator: false,
         renders: None,
+        known_states: Default::default(),
     }
 }
 

@@ -44,7 +44,6 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         report: &mut Report,
         resuming: Option<&Intent>,
     ) -> Result<(), ConvergeError> {
-        let (ns, name) = (self.namespace.as_str(), self.name.as_str());
         let planned = match work {
             Work::InFlight { uid } => {
                 return self.recreate(desired, &uid, report, true, None).await;
@@ -60,10 +59,24 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             accepted,
         } = *planned;
 
-        if !plan.resize.is_empty() {
+        if !plan.resize.is_empty() || !plan.recover.is_empty() {
             self.fenced(Step::Grow)?;
         }
+        if !plan.recover.is_empty() && resuming.is_none() {
+            // A recovery writes the claims first, and a converge stopped after lowering them
+            // must still know it is one (the live template still declares the failed size):
+            // the intent, not yet `deleting`, says which claims it lowers.
+            let t = Instant::now();
+            self.writing();
+            self.journal
+                .record(&self.intent(desired, &uid, &plan, None, false))
+                .await
+                .map_err(self.journal_err(Step::Record))?;
+            self.intent_kept.store(true, Ordering::SeqCst);
+            report.timed(Step::Record, t.elapsed());
+        }
         let t = Instant::now();
+        self.lower(&plan, &claims, report).await?;
         let grow = Grow {
             desired,
             live: &live,
@@ -89,29 +102,7 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         let window = self.window(Step::Orphan)?;
         if !resuming.is_some_and(|i| i.deleting) {
             let t = Instant::now();
-            let intent = Intent {
-                namespace: ns.to_string(),
-                name: name.to_string(),
-                uid: uid.clone(),
-                desired: desired.clone(),
-                plan: serde_json::to_value(&plan).unwrap_or(serde_json::Value::Null),
-                recorded_at: jiff::Timestamp::now().to_string(),
-                revision: resuming
-                    .and_then(|i| i.revision.clone())
-                    .or_else(|| self.options.revision.clone()),
-                deleting: true,
-                act_as: resuming.and_then(|i| i.act_as.clone()).or_else(|| {
-                    Some(
-                        self.options
-                            .act_as
-                            .clone()
-                            .unwrap_or_else(|| OWN_IDENTITY.to_string()),
-                    )
-                }),
-                kustomization: resuming
-                    .and_then(|i| i.kustomization.clone())
-                    .or_else(|| self.options.kustomization.clone()),
-            };
+            let intent = self.intent(desired, &uid, &plan, resuming, true);
             self.writing();
             self.journal
                 .record(&intent)
@@ -122,6 +113,109 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         }
         self.recreate(desired, &uid, report, false, Some(window))
             .await
+    }
+
+    /// The intent of this converge: the desired object, the uid it deletes, the plan, what
+    /// it applies for and as whom (kept from the intent being finished, if any).
+    fn intent(
+        &self,
+        desired: &StatefulSet,
+        uid: &str,
+        plan: &Plan,
+        resuming: Option<&Intent>,
+        deleting: bool,
+    ) -> Intent {
+        Intent {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: uid.to_string(),
+            desired: desired.clone(),
+            plan: serde_json::to_value(plan).unwrap_or(serde_json::Value::Null),
+            recorded_at: jiff::Timestamp::now().to_string(),
+            revision: resuming
+                .and_then(|i| i.revision.clone())
+                .or_else(|| self.options.revision.clone()),
+            deleting,
+            act_as: resuming.and_then(|i| i.act_as.clone()).or_else(|| {
+                Some(
+                    self.options
+                        .act_as
+                        .clone()
+                        .unwrap_or_else(|| OWN_IDENTITY.to_string()),
+                )
+            }),
+            kustomization: resuming
+                .and_then(|i| i.kustomization.clone())
+                .or_else(|| self.options.kustomization.clone()),
+        }
+    }
+
+    /// Lowers each claim a recovery plans to the declared size, from the version it was
+    /// decided on (its dry run passed in the write-free phase). A 409 means the claim changed
+    /// since: read again, it is lowered from its new version only while it still asks for
+    /// more than the declared size and holds less; otherwise it is left as it is.
+    async fn lower(
+        &self,
+        plan: &Plan,
+        claims: &[PersistentVolumeClaim],
+        report: &mut Report,
+    ) -> Result<(), ConvergeError> {
+        let ns = self.namespace.as_str();
+        for r in plan.recover.iter().filter(|r| r.from != r.to) {
+            let mut version = claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(r.claim.as_str()))
+                .and_then(|c| c.metadata.resource_version.clone())
+                .unwrap_or_default();
+            let mut conflicts = 0;
+            loop {
+                info!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                      from = r.from.as_str(), to = r.to.as_str(), capacity = r.capacity.as_str(),
+                      resource_version = %version, "lowering a failed claim's request (recovery)");
+                self.writing();
+                let lowered = self
+                    .cluster
+                    .resize_claim(ns, &r.claim, r.to.as_str(), &version)
+                    .await;
+                match lowered {
+                    Ok(()) => break,
+                    Err(e) if is_conflict(&e) && conflicts < MAX_CLAIM_CONFLICTS => {}
+                    Err(e) => return Err(self.call_err(Step::Grow)(e)),
+                }
+                conflicts += 1;
+                let fresh = self
+                    .cluster
+                    .get_claim(ns, &r.claim)
+                    .await
+                    .map_err(self.call_err(Step::Grow))?;
+                let still = fresh.as_ref().is_some_and(|c| {
+                    crate::volume::requested(c).is_some_and(|q| q > r.to)
+                        && crate::volume::capacity(c).is_some_and(|q| q < r.to)
+                });
+                match fresh {
+                    Some(c) if still => {
+                        version = c.metadata.resource_version.clone().unwrap_or_default();
+                    }
+                    _ => {
+                        warn!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                              "claim changed meanwhile: no longer one to lower, left as it is");
+                        report.claim_outcome(
+                            &r.claim,
+                            ClaimAction::Skipped,
+                            None,
+                            None,
+                            Some(
+                                "changed by someone else while the converge ran: left as it is"
+                                    .into(),
+                            ),
+                        );
+                        report.volumes.retain(|v| v.claim != r.claim);
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Grows each claim of the plan from the version it was decided on. A 409 means the claim
@@ -182,6 +276,7 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                         None,
                         Some("deleted by someone else while the converge ran".into()),
                     );
+                    report.volumes.retain(|v| v.claim != r.claim);
                     break;
                 };
                 let again = match decide(
@@ -204,6 +299,16 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                     version = fresh.metadata.resource_version.clone().unwrap_or_default();
                     (from, to) = (next.from, next.to);
                     continue;
+                }
+                // What the claim asks for now is what is followed (if anything is).
+                report.volumes.retain(|v| v.claim != r.claim);
+                if crate::volume::is_growing(&fresh) {
+                    report.volumes.push(crate::volume::Volume::observed(
+                        &r.claim,
+                        crate::volume::classify(&fresh, &[], None),
+                        jiff::Timestamp::now(),
+                    ));
+                    report.volumes.sort_by(|a, b| a.claim.cmp(&b.claim));
                 }
                 if let Some(d) = again.deferred.into_iter().next() {
                     report.claim_outcome(

@@ -8,7 +8,8 @@ use jiff::Timestamp;
 
 use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, KustomizationSummary, RevisionRecord,
-    RevisionState, StatefulSetEntry, StatefulSetOutcome, StepError,
+    RevisionState, StatefulSetEntry, StatefulSetOutcome, StepError, Volume, VolumeState,
+    VolumeSummary,
 };
 
 /// A state as shown: `key` is the CSS class and the icon's id (a closed set, never data).
@@ -112,6 +113,82 @@ pub fn flux_badge(outcome: FluxOutcome) -> Badge {
     }
 }
 
+/// A followed claim's state as shown: `infeasible` as loud as a refusal, `error` and
+/// `stalled` as a failure, `grown` as converged, the rest as in progress.
+pub fn volume_badge(state: VolumeState) -> Badge {
+    let key = match state {
+        VolumeState::Grown => "converged",
+        VolumeState::Infeasible => "refused",
+        VolumeState::Error | VolumeState::Stalled => "failed",
+        VolumeState::Resizing
+        | VolumeState::FilesystemPending
+        | VolumeState::Requested
+        | VolumeState::Recovered => "running",
+        VolumeState::Deferred => "superseded",
+    };
+    Badge {
+        key,
+        label: state.as_str(),
+    }
+}
+
+/// The overview's volume column: the worst state among the revision's followed claims, and
+/// how many are in each state (`2 grown · 1 resizing`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumesView {
+    pub badge: Badge,
+    pub counts: String,
+}
+
+impl VolumesView {
+    pub fn of(summary: &VolumeSummary) -> Self {
+        let counts: Vec<(u32, VolumeState)> = vec![
+            (summary.infeasible, VolumeState::Infeasible),
+            (summary.stalled, VolumeState::Stalled),
+            (summary.error, VolumeState::Error),
+            (summary.filesystem_pending, VolumeState::FilesystemPending),
+            (summary.resizing, VolumeState::Resizing),
+            (summary.requested, VolumeState::Requested),
+            (summary.grown, VolumeState::Grown),
+        ];
+        let worst = counts
+            .iter()
+            .find(|(n, _)| *n > 0)
+            .map(|(_, s)| *s)
+            .unwrap_or(VolumeState::Grown);
+        let text: Vec<String> = counts
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, s)| format!("{n} {s}"))
+            .collect();
+        VolumesView {
+            badge: volume_badge(worst),
+            counts: text.join(" · "),
+        }
+    }
+}
+
+/// The followed claims a row must show as loudly as a refusal: each `infeasible` one (the
+/// driver will not grow it; git must change), with the StatefulSet and the driver's words.
+pub fn volume_problems(record: &RevisionRecord) -> Vec<Problem> {
+    record
+        .statefulsets
+        .iter()
+        .flat_map(|set| {
+            set.volumes
+                .iter()
+                .filter(|v| v.state == VolumeState::Infeasible)
+                .map(move |v| Problem {
+                    kind: "refused",
+                    code: "volume infeasible".to_string(),
+                    subject: Some(format!("{}/{} claim {}", set.namespace, set.name, v.claim)),
+                    message: v.message.clone().unwrap_or_default(),
+                    more: 0,
+                })
+        })
+        .collect()
+}
+
 /// The `?state=` key of a `/status` row, from its last record's summary (`last.state`), so
 /// the summary bar counts every row without copying each row's newest record; `none` when it
 /// has not run yet (or the state is one this build does not know).
@@ -179,6 +256,11 @@ pub fn advice(code: &str) -> &'static str {
             "The API server would refuse to create the StatefulSet again (an admission webhook or \
              policy on CREATE, create-only validation), so it was not deleted. Fix what its message \
              names (in git, or the policy); the next revision is tried again."
+        }
+        "recovery-unsupported" => {
+            "Git declares a size back down after a failed expansion, but this API server will not \
+             lower a claim's request (Kubernetes before 1.32). Declare the failed size again in git \
+             and fix what refused the expansion, or upgrade the control plane."
         }
         _ => "Read the message; the revision is retried when the source revision changes.",
     }
@@ -309,6 +391,10 @@ pub struct Row {
     pub warnings: Vec<String>,
     /// Why nothing runs for it (the hold annotation, or `spec.suspend` in reconcile mode).
     pub hold: Option<String>,
+    /// The followed claims of the last record, when it has any.
+    pub volumes: Option<VolumesView>,
+    /// Its infeasible claims, shown as a refusal is.
+    pub volume_problems: Vec<Problem>,
 }
 
 impl Row {
@@ -334,6 +420,8 @@ impl Row {
             problem: last.and_then(problem),
             warnings: last.map(|r| r.warnings.clone()).unwrap_or_default(),
             hold: summary.hold.clone(),
+            volumes: last.and_then(|r| r.volumes.as_ref()).map(VolumesView::of),
+            volume_problems: last.map(volume_problems).unwrap_or_default(),
         }
     }
 
@@ -382,6 +470,56 @@ pub struct SetView {
     pub recreated: Option<(String, String)>,
     pub refusal: Option<RefusalView>,
     pub error: Option<StepView>,
+    /// Its followed claims, one row each.
+    pub volumes: Vec<VolumeView>,
+}
+
+/// One followed claim on the drill-down: capacity → request, its state and the driver's words.
+#[derive(Clone, Debug)]
+pub struct VolumeView {
+    pub claim: String,
+    pub badge: Badge,
+    pub capacity: String,
+    pub requested: String,
+    pub message: Option<String>,
+    pub since: String,
+    /// What an operator does about its state, where there is something to do.
+    pub advice: Option<&'static str>,
+}
+
+/// What to do about a followed claim's state (docs/converge.md, *Following the volumes*).
+pub fn volume_advice(state: VolumeState) -> Option<&'static str> {
+    match state {
+        VolumeState::Infeasible => Some(
+            "The driver refused this size for good. Declare a size it can take in git, above the \
+             claim's capacity: flux-converger lowers the request and re-creates the StatefulSet \
+             (Kubernetes 1.32 and later).",
+        ),
+        VolumeState::FilesystemPending => Some(
+            "The volume grew; the file system grows when a pod next mounts the claim. Restart the \
+             pod that uses it.",
+        ),
+        VolumeState::Stalled => Some(
+            "Not grown within --resize-timeout. Read the claim's Events (kubectl describe pvc) and \
+             the CSI driver's logs; it is still followed.",
+        ),
+        VolumeState::Error => Some("The driver failed and retries; it is still followed."),
+        _ => None,
+    }
+}
+
+impl VolumeView {
+    fn of(v: &Volume) -> Self {
+        VolumeView {
+            claim: v.claim.clone(),
+            badge: volume_badge(v.state),
+            capacity: v.capacity.clone().unwrap_or_else(|| "?".into()),
+            requested: v.requested.clone().unwrap_or_else(|| "?".into()),
+            message: v.message.clone(),
+            since: v.since.clone(),
+            advice: volume_advice(v.state),
+        }
+    }
 }
 
 impl SetView {
@@ -400,6 +538,7 @@ impl SetView {
                 advice: advice(r.code.as_str()),
             }),
             error: entry.error.as_ref().map(StepView::of),
+            volumes: entry.volumes.iter().map(VolumeView::of).collect(),
             entry: entry.clone(),
         }
     }
@@ -480,6 +619,7 @@ mod tests {
 
     fn record(state: RevisionState) -> RevisionRecord {
         RevisionRecord {
+            volumes: Default::default(),
             revision: "main@sha1:abc".into(),
             digest: None,
             trigger: Trigger::Webhook,
@@ -499,6 +639,7 @@ mod tests {
 
     fn set(name: &str, outcome: StatefulSetOutcome) -> StatefulSetEntry {
         StatefulSetEntry {
+            volumes: Default::default(),
             namespace: "apps".into(),
             name: name.into(),
             outcome,

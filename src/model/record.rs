@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::decide::RefusalCode;
+pub use crate::volume::{Volume, VolumeState};
 
 /// How a Kustomization hands a converged revision to Flux (annotation `flux-converger.io/gate`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -184,6 +185,62 @@ pub struct StatefulSetEntry {
     pub refusal: Option<RefusalEntry>,
     #[serde(default)]
     pub error: Option<StepError>,
+    /// The claims followed after the converge (each it grew or recovered, each other claim
+    /// asking for more than it holds), where each expansion stands; kept current by the
+    /// service's claim follower. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+}
+
+/// How many of a revision's followed claims are in each state (`volumes` of a record): what
+/// `/status` rows and the dashboard's overview show. A claim `recovered` and not taken up by
+/// the driver yet counts as `requested`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSummary {
+    pub grown: u32,
+    pub resizing: u32,
+    pub filesystem_pending: u32,
+    pub infeasible: u32,
+    pub error: u32,
+    pub stalled: u32,
+    pub requested: u32,
+}
+
+impl VolumeSummary {
+    /// The summary of `entries`' volumes; `None` when none is followed.
+    pub fn of(entries: &[StatefulSetEntry]) -> Option<Self> {
+        let mut summary = VolumeSummary::default();
+        let mut any = false;
+        for v in entries.iter().flat_map(|e| &e.volumes) {
+            let slot = match v.state {
+                VolumeState::Grown => &mut summary.grown,
+                VolumeState::Resizing => &mut summary.resizing,
+                VolumeState::FilesystemPending => &mut summary.filesystem_pending,
+                VolumeState::Infeasible => &mut summary.infeasible,
+                VolumeState::Error => &mut summary.error,
+                VolumeState::Stalled => &mut summary.stalled,
+                VolumeState::Requested | VolumeState::Recovered => &mut summary.requested,
+                // Not Bound: listed in `deferred`, re-checked by the gate, not followed.
+                VolumeState::Deferred => continue,
+            };
+            *slot += 1;
+            any = true;
+        }
+        any.then_some(summary)
+    }
+
+    /// Whether every followed claim grew.
+    pub fn all_grown(&self) -> bool {
+        self.grown > 0
+            && self.resizing
+                + self.filesystem_pending
+                + self.infeasible
+                + self.error
+                + self.stalled
+                + self.requested
+                == 0
+    }
 }
 
 /// The hand-off to Flux, once done.
@@ -345,6 +402,11 @@ pub struct RevisionRecord {
     /// absent from the JSON, for every record that is not such a repeat.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub attempts: u32,
+    /// How many of its followed claims are in each state (`grown`, `resizing`,
+    /// `filesystemPending`, `infeasible`, `error`, `stalled`, `requested`): the summary of its
+    /// StatefulSets' `volumes`, kept with them. Absent when no claim is followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<VolumeSummary>,
 }
 
 fn one() -> u32 {
@@ -392,6 +454,7 @@ impl RevisionRecord {
             generation,
             gate: Some(gate),
             attempts: 1,
+            volumes: None,
         }
     }
 

@@ -400,6 +400,7 @@ mod tests {
 
     fn record(state: RevisionState, entries: Vec<StatefulSetEntry>) -> RevisionRecord {
         RevisionRecord {
+            volumes: Default::default(),
             revision: "main@sha1:2".into(),
             digest: None,
             trigger: Trigger::Watch,
@@ -419,6 +420,7 @@ mod tests {
 
     fn entry(outcome: StatefulSetOutcome) -> StatefulSetEntry {
         StatefulSetEntry {
+            volumes: Default::default(),
             namespace: "team".into(),
             name: "web".into(),
             outcome,

@@ -43,6 +43,8 @@ pub fn from_report(report: &Report) -> StatefulSetEntry {
             _ => {}
         }
     }
+    entry.volumes = report.volumes.clone();
+    entry.volumes.sort_by(|a, b| a.claim.cmp(&b.claim));
     entry.refusal = report.refusal.as_ref().map(|r| RefusalEntry {
         code: r.code,
         message: r.message.clone(),
@@ -159,6 +161,7 @@ fn empty(namespace: &str, name: &str) -> StatefulSetEntry {
         deferred: Vec::new(),
         refusal: None,
         error: None,
+        volumes: Vec::new(),
     }
 }
 
@@ -279,6 +282,7 @@ mod tests {
                 grown: Vec::new(),
                 resize: Vec::new(),
                 deferred: Vec::new(),
+                recover: Vec::new(),
             });
             let e = from_report(&report);
             assert_eq!(e.outcome, StatefulSetOutcome::Converged, "{outcome:?}");
@@ -307,6 +311,7 @@ mod tests {
             }],
             resize: Vec::new(),
             deferred: Vec::new(),
+            recover: Vec::new(),
         });
         let e = from_report(&report);
         assert_eq!(e.outcome, StatefulSetOutcome::Held);

@@ -23,6 +23,13 @@ pub const ACTION: &str = "Converge";
 pub const REASON_CONVERGED: &str = "Converged";
 pub const REASON_REFUSED: &str = "ConvergeRefused";
 pub const REASON_FAILED: &str = "ConvergeFailed";
+/// The followed volumes' Events (docs/gate.md, Events): a claim the driver will not grow
+/// (Warning), one past `--resize-timeout` (Warning), every claim of the revision grown (Normal,
+/// once), a failed expansion recovered from by a size declared back down (Normal).
+pub const REASON_VOLUME_RESIZE_INFEASIBLE: &str = "VolumeResizeInfeasible";
+pub const REASON_VOLUME_RESIZE_STALLED: &str = "VolumeResizeStalled";
+pub const REASON_VOLUMES_GROWN: &str = "VolumesGrown";
+pub const REASON_VOLUME_RESIZE_RECOVERED: &str = "VolumeResizeRecovered";
 /// Flux's events carry at most this many characters of message (fluxcd/pkg `runtime/events`).
 pub const MAX_MESSAGE: usize = 39_000;
 
@@ -61,6 +68,59 @@ pub enum EventsError {
     BadAddress { addr: String, message: String },
 }
 
+/// What an Event is about: one gated object, as much of it as an Event names. Kept by
+/// whatever publishes about the object after its run ended (the claim follower), so it needs
+/// neither the object nor its type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventTarget {
+    pub kind: crate::model::Kind,
+    /// Its API group (the Flux event's metadata keys are prefixed with it).
+    pub group: String,
+    /// What the Kubernetes Event's `regarding` is (the object's `object_ref`).
+    pub reference: ObjectReference,
+    /// The object's `resourceVersion` when the Event was made (the Flux event carries it).
+    pub resource_version: Option<String>,
+}
+
+impl EventTarget {
+    /// The target `object` is.
+    pub fn of<G: Gated>(object: &G) -> Self {
+        EventTarget {
+            kind: G::KIND,
+            group: G::group(&()).to_string(),
+            reference: object.object_ref(&()),
+            resource_version: object.meta().resource_version.clone(),
+        }
+    }
+
+    /// A target named only by its kind and key (a follow resumed from the records, with no
+    /// object at hand): the Event names it without its uid.
+    pub fn named(kind: crate::model::Kind, key: &crate::model::Key) -> Self {
+        let spec = kind.spec();
+        let (group, api_version) = (spec.group, format!("{}/{}", spec.group, spec.version));
+        EventTarget {
+            kind,
+            group: group.to_string(),
+            reference: ObjectReference {
+                api_version: Some(api_version.to_string()),
+                kind: Some(kind.to_string()),
+                namespace: Some(key.namespace.clone()),
+                name: Some(key.name.clone()),
+                ..ObjectReference::default()
+            },
+            resource_version: None,
+        }
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.reference.namespace.as_deref().unwrap_or_default(),
+            self.reference.name.as_deref().unwrap_or_default()
+        )
+    }
+}
+
 /// fluxcd/pkg `runtime/events.Event` for `event` about `object`, as its controller posts it
 /// (kustomize-controller, helm-controller): metadata keys prefixed with the object's API group
 /// (notification-controller keeps only those, and strips the prefix before forwarding).
@@ -70,17 +130,28 @@ pub fn flux_event<G: Gated>(
     instance: Option<&str>,
     timestamp: jiff::Timestamp,
 ) -> FluxEvent {
-    let group = G::group(&());
+    flux_event_for(&EventTarget::of(kustomization), event, instance, timestamp)
+}
+
+/// [`flux_event`] about a [`EventTarget`].
+pub fn flux_event_for(
+    target: &EventTarget,
+    event: &RevisionEvent,
+    instance: Option<&str>,
+    timestamp: jiff::Timestamp,
+) -> FluxEvent {
+    let group = &target.group;
+    let reference = &target.reference;
     let mut message = event.message.clone();
     crate::records::results::truncate_text(&mut message, MAX_MESSAGE);
     FluxEvent {
         involved_object: InvolvedObject {
-            kind: G::kind(&()).to_string(),
-            namespace: kustomization.meta().namespace.clone().unwrap_or_default(),
-            name: kustomization.meta().name.clone().unwrap_or_default(),
-            uid: kustomization.meta().uid.clone(),
-            api_version: Some(G::api_version(&()).to_string()),
-            resource_version: kustomization.meta().resource_version.clone(),
+            kind: target.kind.to_string(),
+            namespace: reference.namespace.clone().unwrap_or_default(),
+            name: reference.name.clone().unwrap_or_default(),
+            uid: reference.uid.clone(),
+            api_version: reference.api_version.clone(),
+            resource_version: target.resource_version.clone(),
         },
         severity: event.severity.as_str().to_string(),
         // metav1.Time: RFC 3339, whole seconds.
@@ -166,22 +237,23 @@ impl EventSink {
 
     /// Publishes `event` on `kustomization`; failures are logged, not returned.
     pub async fn publish<G: Gated>(&self, kustomization: &G, event: &RevisionEvent) {
+        self.publish_to(&EventTarget::of(kustomization), event)
+            .await;
+    }
+
+    /// Publishes `event` on `target`; failures are logged, not returned.
+    pub async fn publish_to(&self, target: &EventTarget, event: &RevisionEvent) {
         // The one way out for Events and Flux events: no value substituted from a Secret of
         // the Kustomization's namespace goes with them (crate::redact).
         let mut event = event.clone();
         crate::redact::registry()
-            .for_namespace(
-                kustomization
-                    .meta()
-                    .namespace
-                    .as_deref()
-                    .unwrap_or_default(),
-            )
+            .for_namespace(target.reference.namespace.as_deref().unwrap_or_default())
             .redact_in_place(&mut event.message);
         let event = &event;
-        let shown = kustomization.key().to_string();
+        let shown = target.key();
+        let kind = target.kind;
         if let Some(recorder) = &self.recorder {
-            let reference: ObjectReference = kustomization.object_ref(&());
+            let reference: ObjectReference = target.reference.clone();
             let mut note = event.message.clone();
             // The Events API refuses notes over 1 kB.
             crate::records::results::truncate_text(&mut note, 1024);
@@ -201,19 +273,19 @@ impl EventSink {
                 )
                 .await;
             if let Err(e) = published {
-                tracing::warn!(kind = %G::KIND, object = %shown, revision = %event.revision, error = %e,
+                tracing::warn!(kind = %kind, object = %shown, revision = %event.revision, error = %e,
                     "could not record the Kubernetes Event");
             }
         }
         if let Some(notifier) = &self.notifier {
-            let body = flux_event(
-                kustomization,
+            let body = flux_event_for(
+                target,
                 event,
                 self.instance.as_deref(),
                 jiff::Timestamp::now(),
             );
             if let Err(e) = notifier.post(&body).await {
-                tracing::warn!(kind = %G::KIND, object = %shown, revision = %event.revision, url = %notifier.url,
+                tracing::warn!(kind = %kind, object = %shown, revision = %event.revision, url = %notifier.url,
                     error = %e, "could not post the event to notification-controller");
             }
         }
@@ -286,6 +358,42 @@ mod tests {
                 "reportingInstance": "pod-1"
             })
         );
+    }
+
+    /// A follow resumed from the records has no object at hand: its Events still name the
+    /// object as its controller's events do (kind, apiVersion, the group-prefixed revision).
+    #[test]
+    fn a_target_named_by_kind_and_key_has_the_kinds_shape() {
+        use crate::model::{Key, Kind};
+        let event = RevisionEvent {
+            severity: Severity::Error,
+            reason: REASON_VOLUME_RESIZE_INFEASIBLE.into(),
+            message: "claim data-web-0: infeasible".into(),
+            revision: "v3".into(),
+        };
+        let at: jiff::Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        for (kind, api_version, group) in [
+            (
+                Kind::KUSTOMIZATION,
+                "kustomize.toolkit.fluxcd.io/v1",
+                "kustomize.toolkit.fluxcd.io",
+            ),
+            (
+                Kind::HELM_RELEASE,
+                "helm.toolkit.fluxcd.io/v2",
+                "helm.toolkit.fluxcd.io",
+            ),
+        ] {
+            let target = EventTarget::named(kind, &Key::new(kind, "team", "db"));
+            let got = serde_json::to_value(flux_event_for(&target, &event, None, at)).unwrap();
+            assert_eq!(got["involvedObject"]["kind"], kind.as_str());
+            assert_eq!(got["involvedObject"]["apiVersion"], api_version);
+            assert_eq!(got["involvedObject"]["namespace"], "team");
+            assert_eq!(got["involvedObject"]["name"], "db");
+            assert_eq!(got["metadata"][format!("{group}/revision")], "v3");
+            assert_eq!(got["reason"], "VolumeResizeInfeasible");
+            assert_eq!(got["severity"], "error");
+        }
     }
 
     #[tokio::test]

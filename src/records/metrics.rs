@@ -46,8 +46,19 @@ fn step_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+fn resize_histogram() -> Histogram {
+    // 1 s .. ~18 h: a volume grows in seconds on a fast driver, in hours when it waits for a
+    // pod to restart (offline expansion) or for EBS's six hours between modifications.
+    Histogram::new(exponential_buckets(1.0, 2.0, 17))
+}
+
 #[derive(Clone)]
 pub struct Metrics {
+    /// Followed claims by state (`flux_converger_claims{state,kind}`): each claim of the newest
+    /// followed revision of each gated object, as the follower last saw it.
+    pub claims: Family<StateLabel, Gauge>,
+    /// From a claim's request to its `grown` (`flux_converger_volume_resize_seconds{kind}`).
+    pub volume_resize: Family<KindLabel, Histogram, fn() -> Histogram>,
     pub hook_requests: Family<CodeLabel, Counter>,
     pub revisions: Family<StateLabel, Counter>,
     pub claims_grown: Family<KindLabel, Counter>,
@@ -69,6 +80,8 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
+            claims: Family::default(),
+            volume_resize: Family::new_with_constructor(resize_histogram),
             hook_requests: Family::default(),
             revisions: Family::default(),
             claims_grown: Family::default(),
@@ -133,6 +146,16 @@ impl Metrics {
             self.intents_refused.clone(),
         );
         registry.register(
+            "claims",
+            "Followed PersistentVolumeClaims by the state of their expansion",
+            self.claims.clone(),
+        );
+        registry.register(
+            "volume_resize_seconds",
+            "Time from a claim's raised request to its capacity reaching it",
+            self.volume_resize.clone(),
+        );
+        registry.register(
             "render_sandbox_active",
             "1 when kustomize builds run under the Landlock sandbox (--render-sandbox), 0 when unsandboxed",
             self.render_sandbox_active.clone(),
@@ -185,6 +208,31 @@ impl Metrics {
                 kind: kind.to_string(),
             })
             .inc();
+    }
+
+    /// Sets the followed claims of `kind` in each state (every state is set, 0 when none).
+    pub fn claims(
+        &self,
+        kind: Kind,
+        counts: &std::collections::BTreeMap<crate::volume::VolumeState, i64>,
+    ) {
+        for state in crate::volume::VolumeState::ALL {
+            self.claims
+                .get_or_create(&StateLabel {
+                    state: state.as_str().to_string(),
+                    kind: kind.to_string(),
+                })
+                .set(counts.get(&state).copied().unwrap_or(0));
+        }
+    }
+
+    /// A claim of `kind` grew, `seconds` after its request.
+    pub fn volume_resized(&self, kind: Kind, seconds: f64) {
+        self.volume_resize
+            .get_or_create(&KindLabel {
+                kind: kind.to_string(),
+            })
+            .observe(seconds);
     }
 
     /// Records the render sandbox's status (set once, at start).

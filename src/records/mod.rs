@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod results;
 pub mod revision_event;
 pub mod status_cache;
+pub mod volume_event;
 
 use crate::model::{Key, RevisionRecord};
 

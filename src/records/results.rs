@@ -98,10 +98,12 @@ pub fn insert(records: &mut Vec<RevisionRecord>, mut record: RevisionRecord) {
     {
         Some(i) => {
             record.attempts = record.attempts.max(records[i].attempts);
+            keep_newer_volumes(&mut record, &records[i]);
             records[i] = record;
             i
         }
         None => {
+            record.volumes = crate::model::VolumeSummary::of(&record.statefulsets);
             records.insert(0, record);
             0
         }
@@ -114,6 +116,32 @@ pub fn insert(records: &mut Vec<RevisionRecord>, mut record: RevisionRecord) {
         records[at].attempts = records[at].attempts.saturating_add(older.attempts);
     }
     records.truncate(HISTORY);
+}
+
+/// The record's volumes after a write of it: per claim, the newer of what `record` says and
+/// what `stored` (the same record as kept) says, by `since`. Two writers keep the record: the
+/// run that made it (the hand-off, Flux's answer, a re-check) and the claim follower (each
+/// claim's state change); whichever writes a copy it read before the other's write does not
+/// take the other's news back. Then the revision's summary is recomputed from them.
+fn keep_newer_volumes(record: &mut RevisionRecord, stored: &RevisionRecord) {
+    let since = |v: &crate::model::Volume| v.since.parse::<jiff::Timestamp>().ok();
+    for entry in &mut record.statefulsets {
+        let Some(kept) = stored
+            .statefulsets
+            .iter()
+            .find(|e| e.namespace == entry.namespace && e.name == entry.name)
+        else {
+            continue;
+        };
+        for volume in &mut entry.volumes {
+            if let Some(old) = kept.volumes.iter().find(|v| v.claim == volume.claim)
+                && since(old) > since(volume)
+            {
+                *volume = old.clone();
+            }
+        }
+    }
+    record.volumes = crate::model::VolumeSummary::of(&record.statefulsets);
 }
 
 /// Whether `newer` is one more failed attempt at what `older` failed: both failed, on the same
@@ -864,19 +892,81 @@ impl Results {
         let record = crate::redact::registry()
             .for_namespace(namespace)
             .redact_serde(record);
+        self.change(namespace, name, |records| {
+            insert(records, record.clone());
+            true
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Sets the `volumes` of StatefulSet `statefulset` (`namespace/name`) in the record of
+    /// `revision` started at `started_at`, and the record's summary, as one change of what is
+    /// kept (the claim follower's write: it touches nothing else of the record, whatever the
+    /// run that made the record writes meanwhile). `Ok(false)`: no such record or entry, or
+    /// nothing changed; nothing was written.
+    pub async fn set_volumes(
+        &self,
+        namespace: &str,
+        name: &str,
+        revision: &str,
+        started_at: &str,
+        statefulset: (&str, &str),
+        volumes: &[crate::model::Volume],
+    ) -> Result<bool, ResultsError> {
+        self.change(namespace, name, |records| {
+            let Some(record) = records
+                .iter_mut()
+                .find(|r| r.revision == revision && r.started_at == started_at)
+            else {
+                return false;
+            };
+            let Some(entry) = record
+                .statefulsets
+                .iter_mut()
+                .find(|e| e.namespace == statefulset.0 && e.name == statefulset.1)
+            else {
+                return false;
+            };
+            if entry.volumes == volumes {
+                return false;
+            }
+            entry.volumes = volumes.to_vec();
+            record.volumes = crate::model::VolumeSummary::of(&record.statefulsets);
+            true
+        })
+        .await
+    }
+
+    /// Applies `change` to the records of `namespace/name` as kept in memory (under its lock,
+    /// so no other change interleaves) and persists them with optimistic concurrency: on a
+    /// conflict the ConfigMap is read again and `change` applied to what it holds. `change`
+    /// says whether it changed anything; `Ok(false)` when it did not (nothing written).
+    async fn change(
+        &self,
+        namespace: &str,
+        name: &str,
+        change: impl Fn(&mut Vec<RevisionRecord>) -> bool,
+    ) -> Result<bool, ResultsError> {
         let key = (namespace.to_string(), name.to_string());
         let budget = self.inner.budget;
         let merged = |entry: &mut Entry| {
             let mut records = entry.history.records();
-            insert(&mut records, record.clone());
+            if !change(&mut records) {
+                return None;
+            }
             let records = fit(records, budget);
             entry.history = History::encode(&records);
             entry.version = self.bump();
-            (entry.history.clone(), entry.resource_version.clone())
+            Some((entry.history.clone(), entry.resource_version.clone()))
         };
-        let (mut history, mut version) = merged(self.entries().entry(key.clone()).or_default());
+        let Some((mut history, mut version)) =
+            merged(self.entries().entry(key.clone()).or_default())
+        else {
+            return Ok(false);
+        };
         let Some(store) = &self.inner.cluster else {
-            return Ok(());
+            return Ok(true);
         };
         let api = store.api();
         let cm_name = results_configmap_name_of(store.kind, namespace, name);
@@ -937,7 +1027,7 @@ impl Results {
                         }
                     }
                     entry.resource_version = cm.metadata.resource_version;
-                    return Ok(());
+                    return Ok(true);
                 }
                 // 409: someone wrote it since we read it (or it exists already); 404: it was
                 // deleted. Read it again and merge the record into what it holds now.
@@ -971,7 +1061,11 @@ impl Results {
                             pending: std::mem::take(&mut entry.pending),
                         },
                     };
-                    (history, version) = merged(entry);
+                    match merged(entry) {
+                        Some(again) => (history, version) = again,
+                        // What the change was about is not in the stored records (any more).
+                        None => return Ok(false),
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -1024,12 +1118,16 @@ impl Records for Results {
 }
 
 #[cfg(test)]
+mod volume_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{StatefulSetEntry, StatefulSetOutcome, StepError, Trigger};
 
     fn record(revision: &str, started: &str) -> RevisionRecord {
         RevisionRecord {
+            volumes: Default::default(),
             revision: revision.into(),
             digest: None,
             trigger: Trigger::Webhook,
@@ -1231,6 +1329,7 @@ mod tests {
         });
         r.statefulsets = (0..statefulsets)
             .map(|i| StatefulSetEntry {
+                volumes: Default::default(),
                 namespace: "ns".into(),
                 name: format!("sts-{i}"),
                 outcome: StatefulSetOutcome::Failed,
@@ -1333,6 +1432,7 @@ mod tests {
         let records: Vec<RevisionRecord> = (0..20)
             .map(|i| RevisionRecord {
                 statefulsets: vec![StatefulSetEntry {
+                    volumes: Default::default(),
                     namespace: "apps".into(),
                     name: format!("db-{i}"),
                     outcome: StatefulSetOutcome::Converged,

@@ -103,6 +103,7 @@ mod tests {
 
     fn record(state: RevisionState, flux: Option<FluxOutcome>) -> RevisionRecord {
         RevisionRecord {
+            volumes: Default::default(),
             revision: "main@sha1:2".into(),
             digest: None,
             trigger: Trigger::Webhook,
@@ -110,6 +111,7 @@ mod tests {
             finished_at: None,
             state,
             statefulsets: vec![StatefulSetEntry {
+                volumes: Default::default(),
                 namespace: "apps".into(),
                 name: "web".into(),
                 outcome: StatefulSetOutcome::Converged,

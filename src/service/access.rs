@@ -97,9 +97,13 @@ pub const PERMISSIONS: &[Permission] = &[
     p("patch", APPS, "statefulsets", Cluster, Always),
     p("create", APPS, "statefulsets", Cluster, Always),
     p("delete", APPS, "statefulsets", Cluster, Always),
-    // Every claim of a StatefulSet, and growing the smaller ones.
+    // Every claim of a StatefulSet, and growing the smaller ones; then following the claims
+    // grown, and the resizer's Events about them, until they have grown.
     p("list", "", "persistentvolumeclaims", Cluster, Always),
+    p("watch", "", "persistentvolumeclaims", Cluster, Always),
     p("patch", "", "persistentvolumeclaims", Cluster, Always),
+    p("list", "", "events", Cluster, Always),
+    p("watch", "", "events", Cluster, Always),
     // allowVolumeExpansion, from a cache.
     p("list", "storage.k8s.io", "storageclasses", Cluster, Always),
     p("watch", "storage.k8s.io", "storageclasses", Cluster, Always),

@@ -36,6 +36,9 @@ pub struct Config {
     pub workers: usize,
     pub resync: Duration,
     pub handoff_timeout: Duration,
+    /// `--resize-timeout`: a followed claim neither grown nor infeasible this long after its
+    /// request is reported `stalled` (docs/converge.md, *Following the volumes*).
+    pub resize_timeout: Duration,
     pub leader_elect: bool,
     pub no_cross_namespace_refs: bool,
     pub default_service_account: Option<String>,
@@ -110,6 +113,7 @@ impl Config {
                 workers: 2,
                 resync: Duration::from_secs(5 * 60),
                 handoff_timeout: Duration::from_secs(10 * 60),
+                resize_timeout: Duration::from_secs(30 * 60),
                 leader_elect: false,
                 no_cross_namespace_refs: false,
                 default_service_account: None,
@@ -175,6 +179,8 @@ impl ConfigBuilder {
         resync: Duration,
         /// `--handoff-timeout`.
         handoff_timeout: Duration,
+        /// `--resize-timeout`.
+        resize_timeout: Duration,
         /// `--leader-elect`.
         leader_elect: bool,
         /// `--no-cross-namespace-refs`.

@@ -95,6 +95,9 @@ pub struct Gate {
     no_artifact_host: Option<String>,
     /// `--helm-field-manager`: what a Helm release's StatefulSets are re-created with.
     helm_field_manager: String,
+    /// The claim follower every converged revision of every kind is handed to (and what a
+    /// converge asks about the claims' last expansions); `None`: nothing is followed.
+    volumes: Option<crate::service::volumes::VolumeFollower>,
 }
 
 /// What a pass was started with: the mode, the trigger, and (artifact mode) the
@@ -140,7 +143,55 @@ impl Gate {
             artifact_host: None,
             no_artifact_host: None,
             helm_field_manager: crate::helm::manifest::DEFAULT_FIELD_MANAGER.to_string(),
+            volumes: None,
         }
+    }
+
+    /// The claim follower (`service::volumes`): converged revisions of every kind are handed
+    /// to it ([`Gate::follow_volumes`]). Kept out of [`GateConfig`] so that existing literal
+    /// configs stay valid.
+    pub fn with_volumes(mut self, follower: crate::service::volumes::VolumeFollower) -> Self {
+        self.volumes = Some(follower);
+        self
+    }
+
+    /// Hands the record of `key` (of `kind`) just saved in `results` to the claim follower,
+    /// when it converged: its followed claims are then followed to their end state, their
+    /// Events published on `target`. Both lanes call it once their record is final.
+    pub(crate) fn follow_volumes(
+        &self,
+        kind: crate::model::Kind,
+        key: &Key,
+        results: &Results,
+        record: &RevisionRecord,
+        target: crate::records::events::EventTarget,
+    ) {
+        let Some(follower) = &self.volumes else {
+            return;
+        };
+        if record.state != RevisionState::Converged {
+            return;
+        }
+        // What is kept (merged with the follower's own writes), not the copy the run held.
+        let kept = results
+            .history(&key.namespace, &key.name)
+            .into_iter()
+            .find(|r| r.revision == record.revision && r.started_at == record.started_at)
+            .unwrap_or_else(|| record.clone());
+        follower.follow(kind, key, &kept, target, true);
+    }
+
+    /// What the follower knows of the claims' last expansions for `kind`/`key` (empty without
+    /// a follower).
+    pub(crate) fn known_states(
+        &self,
+        kind: crate::model::Kind,
+        key: &Key,
+    ) -> std::collections::BTreeMap<String, crate::volume::VolumeState> {
+        self.volumes
+            .as_ref()
+            .map(|f| f.known_states(kind, key))
+            .unwrap_or_default()
     }
 
     /// The field manager of Helm releases' StatefulSets (`--helm-field-manager`). Kept out of
@@ -605,6 +656,13 @@ impl Gate {
         let name = ks.metadata.name.clone().unwrap_or_default();
         record.finished_at = Some(now());
         self.save(&namespace, &name, &record).await;
+        self.follow_volumes(
+            crate::model::Kind::KUSTOMIZATION,
+            &Key::kustomization(&namespace, &name),
+            &c.results,
+            &record,
+            crate::records::events::EventTarget::of(ks),
+        );
         if publish {
             c.metrics
                 .revision(crate::model::Kind::KUSTOMIZATION, record.state.as_str());

@@ -22,6 +22,7 @@ pub mod leadership;
 mod parts;
 pub mod queue;
 pub mod resume;
+pub mod volumes;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -113,6 +114,10 @@ pub struct Parts {
     /// The HelmReleases' runs (`service::helm`): [`start_with`] gives them their own watch,
     /// queue and workers; `None` gates Kustomizations only.
     pub helm: Option<helm::HelmGate>,
+    /// The claim follower the runs hand their converged revisions to (`service::volumes`):
+    /// [`start_with`] resumes it from the records when this replica leads, stops it when it
+    /// does not and at shutdown; `None` follows nothing.
+    pub volumes: Option<volumes::VolumeFollower>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +158,8 @@ pub struct Running {
     /// The tasks the watches and the observer start: awaited at shutdown, after every window
     /// closed, so no write of theirs is left in flight.
     tasks: Vec<tokio_util::task::TaskTracker>,
+    /// The claim follower, stopped at shutdown (its tasks are among `tasks`).
+    volumes: Option<volumes::VolumeFollower>,
 }
 
 impl Running {
@@ -185,6 +192,7 @@ impl Running {
             windows,
             cut,
             tasks,
+            volumes,
             ..
         } = self;
         queue.close();
@@ -229,6 +237,9 @@ impl Running {
             tracing::info!("every re-apply returned");
         }
         cancel.cancel();
+        if let Some(volumes) = &volumes {
+            volumes.stop();
+        }
         for task in background {
             let _ = task.await;
         }
@@ -286,6 +297,7 @@ pub async fn start_with(
         fence,
         storage,
         helm,
+        volumes,
     } = parts;
     let index = Arc::new(RwLock::new(Index::new(config.default_gate)));
     let queue: Queue<Key> = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -297,6 +309,7 @@ pub async fn start_with(
     let feed_tasks = tokio_util::task::TaskTracker::new();
     let tasks: Vec<_> = std::iter::once(feed_tasks.clone())
         .chain(observer.as_ref().map(|o| o.tasks().clone()))
+        .chain(volumes.as_ref().map(|v| v.tasks().clone()))
         .collect();
     let feed = Feed {
         tasks: feed_tasks,
@@ -424,6 +437,7 @@ pub async fn start_with(
             results.clone(),
             resume,
             helm_lane.clone(),
+            volumes.clone(),
         )),
     ));
 
@@ -531,6 +545,7 @@ pub async fn start_with(
         windows: fence.windows,
         cut,
         tasks,
+        volumes,
     })
 }
 
@@ -575,6 +590,7 @@ async fn lead(
     results: Results,
     resume: Arc<dyn Resume>,
     helm: Option<helm::lane::Lane>,
+    volumes: Option<volumes::VolumeFollower>,
 ) {
     results.loaded().await;
     if let Some(lane) = &helm {
@@ -596,6 +612,10 @@ async fn lead(
                     })
                     .collect();
                 observer.recover(open).await;
+            }
+            // Claims a previous leader followed are followed again from its records.
+            if let Some(volumes) = &volumes {
+                volumes.resume();
             }
             let due = feed.queue_due(Trigger::Startup);
             tracing::info!(
@@ -620,6 +640,10 @@ async fn lead(
             feed.queue.pause(true);
             if let Some(lane) = &helm {
                 lane.queue.pause(true);
+            }
+            // Only the leader follows claims (and writes what they do).
+            if let Some(volumes) = &volumes {
+                volumes.stop();
             }
             tracing::info!("not leading: serving status only");
             if leading.changed().await.is_err() {

@@ -106,6 +106,26 @@ pub fn build_parts(
         client.clone(),
         crate::flux::objects::OWNER_NAME_LABEL,
     );
+    let helm_results = Results::of_kind(
+        client.clone(),
+        config.namespace.clone(),
+        config.call_timeout,
+        shard.clone(),
+        Kind::HELM_RELEASE,
+    );
+    // One follower of the claims for every gated kind (`service::volumes`).
+    let volumes = super::volumes::VolumeFollower::new(super::volumes::FollowerConfig {
+        client: client.clone(),
+        results: vec![
+            (Kind::KUSTOMIZATION, results.clone()),
+            (Kind::HELM_RELEASE, helm_results.clone()),
+        ],
+        events: events.clone(),
+        metrics: metrics.clone(),
+        resize_timeout: config.resize_timeout,
+        call_timeout: config.call_timeout,
+        statefulsets: Some(statefulsets.clone()),
+    });
     let gate = gate::Gate::new(gate::GateConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -122,7 +142,8 @@ pub fn build_parts(
     .with_helm_field_manager(&config.helm_field_manager)
     .with_storage_classes(storage_classes)
     .with_statefulsets(statefulsets)
-    .with_intents(intents.clone());
+    .with_intents(intents.clone())
+    .with_volumes(volumes.clone());
     // The `artifact` gate publishes through the storage; without one, a Kustomization in that
     // mode fails its hand-off naming the missing storage.
     let gate = match (&storage, &config.storage.unavailable) {
@@ -135,13 +156,7 @@ pub fn build_parts(
     let helm = helm::HelmGate::new(
         helm::HelmConfig {
             client: client.clone(),
-            results: Results::of_kind(
-                client.clone(),
-                config.namespace.clone(),
-                config.call_timeout,
-                shard.clone(),
-                Kind::HELM_RELEASE,
-            ),
+            results: helm_results,
             events,
             metrics: metrics.clone(),
             call_timeout: config.call_timeout,
@@ -194,6 +209,7 @@ pub fn build_parts(
         fence,
         storage,
         helm: Some(helm),
+        volumes: Some(volumes),
     };
     let caches = async move {
         tokio::join!(storage_class_watch, intent_watch, statefulset_watch);

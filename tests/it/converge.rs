@@ -141,6 +141,7 @@ fn opts() -> Options {
         kustomization: None,
         resume_as_operator: false,
         renders: None,
+        known_states: Default::default(),
     }
 }
 
@@ -1519,6 +1520,17 @@ impl Cluster for Meddled {
         rv: &str,
     ) -> Result<(), CallError> {
         self.inner.resize_claim(ns, claim, storage, rv).await
+    }
+    async fn resize_claim_dry_run(
+        &self,
+        ns: &str,
+        claim: &str,
+        storage: &str,
+        rv: &str,
+    ) -> Result<(), CallError> {
+        self.inner
+            .resize_claim_dry_run(ns, claim, storage, rv)
+            .await
     }
     async fn orphan_delete(
         &self,

@@ -886,6 +886,7 @@ async fn flux_events_are_posted_to_events_addr_in_fluxs_format() {
 
 fn record(revision: &str, message_len: usize) -> RevisionRecord {
     RevisionRecord {
+        volumes: Default::default(),
         revision: revision.into(),
         digest: None,
         trigger: Trigger::Startup,

@@ -736,6 +736,116 @@ async fn dashboard_rows_show_state_refusal_and_failure() {
     assert!(page.contains(r#"href="/kustomizations/apps/web""#));
 }
 
+/// A revision whose followed claims (issue #40) are grown, resizing and infeasible: the
+/// overview shows a volume column and the infeasible claim as loudly as a refusal; the
+/// drill-down a row per claim with capacity → request, its state and what to do.
+fn with_volumes() -> StandIn {
+    use flux_converger::model::{
+        GateMode, RevisionState, StatefulSetOutcome, Volume, VolumeState, VolumeSummary,
+    };
+    let volume = |claim: &str, capacity: &str, state: VolumeState, message: Option<&str>| Volume {
+        claim: claim.into(),
+        requested: Some("10Gi".into()),
+        capacity: Some(capacity.into()),
+        state,
+        message: message.map(str::to_string),
+        since: "2026-12-01T10:05:00Z".into(),
+    };
+    let mut r = standin::record(
+        "main@sha1:7",
+        RevisionState::Converged,
+        "2026-12-01T10:00:00Z",
+        Some("2026-12-01T10:00:02Z"),
+    );
+    let mut db = standin::set("apps", "db", StatefulSetOutcome::Converged);
+    db.volumes = vec![
+        volume("data-db-0", "10Gi", VolumeState::Grown, None),
+        volume(
+            "data-db-1",
+            "1Gi",
+            VolumeState::Resizing,
+            Some("ControllerResizeInProgress"),
+        ),
+        volume(
+            "data-db-2",
+            "1Gi",
+            VolumeState::Infeasible,
+            Some(
+                "ControllerResizeInfeasible (ControllerResizeError: 10Gi exceeds the volume type's maximum)",
+            ),
+        ),
+    ];
+    r.statefulsets = vec![db];
+    r.volumes = VolumeSummary::of(&r.statefulsets);
+    StandIn::new().with(
+        "apps",
+        "db",
+        GateMode::Suspend,
+        Some("main@sha1:7"),
+        vec![r],
+    )
+}
+
+#[tokio::test]
+async fn dashboard_shows_the_volumes_and_an_infeasible_one_as_a_refusal() {
+    let app = App::new(with_volumes(), HookAuth::default());
+    let (status, page, _) = app.get("/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("<th>Volumes</th>"), "{page}");
+    assert!(
+        page.contains(r#"<td class="volumes"><span class="badge state-refused">"#),
+        "the worst state leads: {page}"
+    );
+    assert!(
+        page.contains("1 infeasible · 1 resizing · 1 grown"),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<tr class="problem volume state-refused">"#),
+        "{page}"
+    );
+    assert!(page.contains(r#"<span class="code">volume infeasible</span> <span class="subject">apps/db claim data-db-2</span>"#), "{page}");
+    assert!(
+        page.contains("exceeds the volume type&#39;s maximum"),
+        "{page}"
+    );
+
+    let (status, page, _) = app.get("/kustomizations/apps/db").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        page.matches(r#"<tr class="volume state-"#).count(),
+        3,
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<td class="claim"><code>data-db-1</code></td>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<span class="sizes">1Gi → 10Gi</span>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains("Declare a size it can take in git"),
+        "the advice: {page}"
+    );
+
+    let (_, body, _) = app.get("/status/apps/db").await;
+    let detail: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(detail["revisions"][0]["volumes"]["infeasible"], 1);
+    assert_eq!(
+        detail["revisions"][0]["statefulsets"][0]["volumes"][2]["state"],
+        "infeasible"
+    );
+    let (_, body, _) = app.get("/status").await;
+    let list: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        list["kustomizations"][0]["last"]["volumes"],
+        json!({"grown": 1, "resizing": 1, "filesystemPending": 0, "infeasible": 1,
+               "error": 0, "stalled": 0, "requested": 0})
+    );
+}
+
 #[tokio::test]
 async fn dashboard_filters_by_state_and_namespace() {
     let app = App::new(seeded(), HookAuth::default());

@@ -746,6 +746,18 @@ async fn service_end_to_end() -> Vec<RbacRequest> {
             .unwrap()["spec"]["resources"]["requests"]["storage"],
         "2Gi"
     );
+    // The resizer grows the claims; the service follows them (its claim and Event watches,
+    // under the shipped roles) until the record says every one grew.
+    // (The stand-in acts as a controller of its own, as Flux's stand-ins do.)
+    let resizer = test_support::resizer::Resizer::new(check::flux_client(&fake), "ebs.csi.aws.com");
+    for i in 0..2 {
+        resizer.finish(NS, &format!("data-web-{i}")).await.unwrap();
+    }
+    while newest(&status(running.addr, "/status/flux-system/apps").await)["volumes"]["grown"]
+        != json!(2)
+    {
+        poll(&fake).await;
+    }
     running.shutdown().await;
     fake.gc_settled().await;
     fake.rbac_requests()

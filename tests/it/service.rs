@@ -121,6 +121,7 @@ impl Runner for StandInRunner {
 
 fn record(revision: &str, state: RevisionState, trigger: Trigger) -> RevisionRecord {
     RevisionRecord {
+        volumes: Default::default(),
         revision: revision.to_string(),
         digest: None,
         trigger,
@@ -257,6 +258,7 @@ impl Harness {
             fence: Default::default(),
             storage: None,
             helm: None,
+            volumes: None,
         };
         start_with(config, self.fake.client(), tuning(), parts)
             .await
@@ -770,6 +772,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             fence: Default::default(),
             storage: None,
             helm: None,
+            volumes: None,
         },
     )
     .await
@@ -1166,10 +1169,24 @@ async fn status_contract(running: &Running, revision: &str) {
             "startedAt",
             "state",
             "trigger",
+            "volumes",
             "warnings"
         ]
     );
     assert_eq!(last["state"], "converged");
+    // The claims it grew, followed (issue #40): the summary of their expansions' states.
+    assert_eq!(
+        keys(&last["volumes"]),
+        [
+            "error",
+            "filesystemPending",
+            "grown",
+            "infeasible",
+            "requested",
+            "resizing",
+            "stalled"
+        ]
+    );
     assert_eq!(
         keys(&last["handoff"]),
         [
@@ -1216,10 +1233,22 @@ async fn status_contract(running: &Running, revision: &str) {
             "oldUid",
             "outcome",
             "refusal",
-            "templates"
+            "templates",
+            "volumes"
         ]
     );
     assert_eq!(sts["outcome"], "converged");
+    assert_eq!(
+        keys(&sts["volumes"][0]),
+        [
+            "capacity",
+            "claim",
+            "message",
+            "requested",
+            "since",
+            "state"
+        ]
+    );
     assert_eq!(
         sts["templates"],
         json!([{"template": "data", "from": "1Gi", "to": "2Gi"}])
@@ -1608,6 +1637,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
             fence: Default::default(),
             storage: None,
             helm: None,
+            volumes: None,
         },
     )
     .await
@@ -1703,6 +1733,9 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
             "1h",
         ])
         .args(["--shutdown-grace", "1s", "--log-format", "json"])
+        // The artifact server's default port (9090) may be taken on the machine running the
+        // tests; this test is about the shutdown, not the port.
+        .args(["--storage-addr", "127.0.0.1:0"])
         .arg("--hook-token-file")
         .arg(&token)
         .env("KUBECONFIG", &served.kubeconfig)
@@ -1723,8 +1756,15 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
         }
     });
     let logged = |what: &str| logs.lock().unwrap().iter().any(|l| l.contains(what));
-    // The first revision is converged and handed off (the gate suspends it again).
-    resuspended(fake).await;
+    // The first revision is converged and handed off (the gate suspends it again). A child
+    // that exits before (it could not start) fails the test with its last lines, not a hang.
+    tokio::select! {
+        () = resuspended(fake) => {}
+        status = child.wait() => panic!(
+            "the service exited before its first hand-off: {status:?}: {:#?}",
+            logs.lock().unwrap().iter().rev().take(10).collect::<Vec<_>>()
+        ),
+    }
     let before = uid(fake, "apps/v1", "StatefulSet", "default", "web");
 
     fake.set_orphan_gc(fake_apiserver::GcMode::Stuck);

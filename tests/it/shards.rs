@@ -310,6 +310,7 @@ async fn two_shards_lead_at_once_and_each_converges_and_shows_only_its_own() {
 
 fn record(revision: &str) -> RevisionRecord {
     RevisionRecord {
+        volumes: Default::default(),
         revision: revision.to_string(),
         digest: None,
         trigger: Trigger::Webhook,

@@ -125,6 +125,17 @@ impl Cluster for Copied {
     ) -> Result<(), CallError> {
         self.inner.resize_claim(ns, claim, storage, version).await
     }
+    async fn resize_claim_dry_run(
+        &self,
+        ns: &str,
+        claim: &str,
+        storage: &str,
+        version: &str,
+    ) -> Result<(), CallError> {
+        self.inner
+            .resize_claim_dry_run(ns, claim, storage, version)
+            .await
+    }
     async fn orphan_delete(
         &self,
         ns: &str,

@@ -13,10 +13,10 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use super::KubeVersion;
 use super::errors::{ApiError, Cause};
 use super::resources::{self, ResourceType};
 use super::store::obj_name;
+use super::version::KubeVersion;
 
 struct Crd {
     rt: ResourceType,

@@ -10,10 +10,10 @@ use axum::body::Body;
 use http::{Method, Response};
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
-use super::handlers::json_response;
 use super::resources::{self, ResourceType};
+use super::response::json_response;
 use super::reviews;
+use super::store::Store;
 
 fn verbs() -> Value {
     json!([
@@ -166,7 +166,7 @@ fn openapi_group_version(group: &str, version: &str) -> Option<Value> {
 }
 
 /// The discovery answer for `path`, if it is a discovery path.
-pub fn answer(fake: &FakeApiServer, method: &Method, path: &str) -> Option<Response<Body>> {
+pub fn answer(store: &Store, method: &Method, path: &str) -> Option<Response<Body>> {
     if method != Method::GET {
         return None;
     }
@@ -188,7 +188,7 @@ pub fn answer(fake: &FakeApiServer, method: &Method, path: &str) -> Option<Respo
     }
     let body = match segs.as_slice() {
         ["version"] => {
-            let v = fake.version();
+            let v = store.lock().version;
             json!({
                 "major": "1",
                 "minor": v.minor().to_string(),

@@ -12,6 +12,9 @@ pub struct ApiError {
     pub body: Value,
 }
 
+/// The answer to a request: the HTTP code and the body, or the error.
+pub type VerbResult = Result<(u16, Value), ApiError>;
+
 /// One field error of an Invalid status (`field.Error` in the real server).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cause {
@@ -36,6 +39,20 @@ impl Cause {
         Cause {
             reason: "FieldValueInvalid",
             message: format!("Invalid value: {value}: {detail}"),
+            field: field.to_string(),
+        }
+    }
+
+    /// `field.NotSupported`: `value` already rendered as the server prints it (a string
+    /// quoted, a `Stringer` such as a `ResourceName` as its text), the supported values quoted.
+    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Self {
+        let listed: Vec<String> = supported.iter().map(|v| format!("{v:?}")).collect();
+        Cause {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {value}: supported values: {}",
+                listed.join(", ")
+            ),
             field: field.to_string(),
         }
     }

@@ -1,5 +1,6 @@
 //! Fault injection and the request log: both wrap every request, before any routing, so a
-//! test can fail or observe any call the client makes.
+//! test can fail or observe any call the client makes. And the other refusal a test installs:
+//! a validating admission webhook that denies creates (`CreateDenial`, answered by `admission`).
 
 use std::time::Duration;
 
@@ -98,4 +99,17 @@ pub fn pick(rules: &mut [(FaultRule, usize)], method: &Method, path: &str) -> Op
         }
     }
     chosen
+}
+
+/// One installed denial: every create of `kind` is answered with it.
+#[derive(Clone, Debug)]
+pub struct CreateDenial {
+    /// The kind denied, e.g. `StatefulSet`.
+    pub kind: String,
+    /// The webhook's name, as its configuration names it (`deny.example.com`).
+    pub webhook: String,
+    /// The webhook's own message.
+    pub message: String,
+    /// The status the webhook answered with (the server raises anything below 400 to 400).
+    pub code: u16,
 }

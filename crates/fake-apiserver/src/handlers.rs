@@ -7,15 +7,20 @@ use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
 use serde_json::Value;
 
-use super::FakeApiServer;
 use super::authz;
+use super::deletion;
 use super::discovery;
 use super::errors::ApiError;
 use super::faults::{self, Fault, RequestRecord};
 use super::query::Query;
-use super::resources::{self, ResourceType};
+use super::request::{Target, content_type, is_dry_run};
+use super::resources;
+use super::response::{error_response, json_response};
 use super::reviews;
+use super::scale;
+use super::store::Store;
 use super::verbs;
+use super::writes;
 
 /// The connection was dropped on purpose (a fault rule): the client sees a transport error.
 #[derive(Debug)]
@@ -28,27 +33,6 @@ impl std::fmt::Display for ConnectionDropped {
 }
 
 impl std::error::Error for ConnectionDropped {}
-
-pub fn json_response(code: u16, body: &Value) -> Response<Body> {
-    Response::builder()
-        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("static response parts are valid")
-}
-
-fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(e.code, &e.body)
-}
-
-/// Where a resource request points.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub rt: ResourceType,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub subresource: Option<String>,
-}
 
 /// `/api/v1/...` or `/apis/{group}/{version}/...` → resource target.
 pub fn route(path: &str) -> Option<Target> {
@@ -90,45 +74,8 @@ pub fn route(path: &str) -> Option<Target> {
     })
 }
 
-pub fn content_type(parts: &http::request::Parts) -> Option<String> {
-    parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|s| s.split(';').next().unwrap_or(s).trim().to_string())
-}
-
-/// The field manager of a write: the query parameter, else the user agent's program name
-/// (`kubectl/v1.32 ...` → `kubectl`), as the real server derives it for updates.
-pub fn field_manager(parts: &http::request::Parts, query: &Query) -> Option<String> {
-    if let Some(m) = query.get("fieldManager") {
-        return Some(m.to_string());
-    }
-    parts
-        .headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .map(|ua| ua.split('/').next().unwrap_or(ua).to_string())
-}
-
-/// Whether a request is a dry run. A DELETE with a body takes every option from the body's
-/// `DeleteOptions`, the query's `dryRun` included (the real server decodes one or the other).
-pub fn is_dry_run(method: &Method, query: &Query, body: &Value) -> bool {
-    if *method == Method::DELETE && body.is_object() {
-        body_dry_run(body)
-    } else {
-        query.dry_run()
-    }
-}
-
-pub fn body_dry_run(body: &Value) -> bool {
-    body.get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|v| v == "All"))
-}
-
 pub async fn handle(
-    fake: FakeApiServer,
+    store: Store,
     parts: http::request::Parts,
     body: Bytes,
 ) -> Result<Response<Body>, ConnectionDropped> {
@@ -157,7 +104,7 @@ pub async fn handle(
         code: None,
     };
     let (id, fault) = {
-        let mut state = fake.lock();
+        let mut state = store.lock();
         state.request_seq += 1;
         record.id = state.request_seq;
         state.requests.push(record);
@@ -167,7 +114,7 @@ pub async fn handle(
         )
     };
     let answered = |resp: Response<Body>| {
-        let mut state = fake.lock();
+        let mut state = store.lock();
         if let Some(r) = state.requests.iter_mut().rev().find(|r| r.id == id) {
             r.code = Some(resp.status().as_u16());
         }
@@ -182,12 +129,12 @@ pub async fn handle(
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::Drop) => return Err(ConnectionDropped),
         Some(Fault::DropAfterWrite) => {
-            let _ = dispatch(&fake, &parts, &path, &query, &body, body_json);
+            let _ = dispatch(&store, &parts, &path, &query, &body, body_json);
             return Err(ConnectionDropped);
         }
         None => {}
     }
-    answered(dispatch(&fake, &parts, &path, &query, &body, body_json))
+    answered(dispatch(&store, &parts, &path, &query, &body, body_json))
 }
 
 /// A path nothing is served at. Built-in group/versions answer a JSON `Status` 404; paths
@@ -217,24 +164,24 @@ fn unrouted(path: &str) -> Response<Body> {
 }
 
 fn dispatch(
-    fake: &FakeApiServer,
+    store: &Store,
     parts: &http::request::Parts,
     path: &str,
     query: &Query,
     raw_body: &Bytes,
     body: Value,
 ) -> Response<Body> {
-    if let Some(resp) = discovery::answer(fake, &parts.method, path) {
+    if let Some(resp) = discovery::answer(store, &parts.method, path) {
         return resp;
     }
     if let Some(target) = reviews::route(path) {
-        if let Err(e) = authz::authorize(&mut fake.lock(), parts, &target, query, &body) {
+        if let Err(e) = authz::authorize(&mut store.lock(), parts, &target, query, &body) {
             return error_response(&e);
         }
         if parts.method != Method::POST {
             return error_response(&ApiError::method_not_allowed());
         }
-        return match reviews::answer(&fake.lock(), parts, &target, &body) {
+        return match reviews::answer(&store.lock(), parts, &target, &body) {
             Ok((code, v)) => json_response(code, &v),
             Err(e) => error_response(&e),
         };
@@ -242,28 +189,36 @@ fn dispatch(
     let Some(target) = route(path) else {
         return unrouted(path);
     };
-    if let Err(e) = authz::authorize(&mut fake.lock(), parts, &target, query, &body) {
+    if let Err(e) = authz::authorize(&mut store.lock(), parts, &target, query, &body) {
         return error_response(&e);
     }
     let result = match (&parts.method, &target.name) {
         (_, Some(name)) if target.subresource.as_deref() == Some("scale") => {
-            super::scale::handle(fake, parts, &target, name, query, raw_body, body)
+            verbs::write(store, |s| {
+                scale::handle(s, parts, &target, name, query, raw_body, body)
+            })
         }
-        (&Method::GET, Some(name)) => verbs::get(fake, &target, name, verbs::as_table(parts)),
+        (&Method::GET, Some(name)) => verbs::get(store, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {
-            return match super::watch::start(fake, &target, query, verbs::as_table(parts)) {
+            return match super::watch::start(store, &target, query, verbs::as_table(parts)) {
                 Ok(r) => r,
                 Err(e) => error_response(&e),
             };
         }
-        (&Method::GET, None) => verbs::list(fake, &target, query, verbs::as_table(parts)),
-        (&Method::POST, None) => verbs::create(fake, parts, &target, query, body),
-        (&Method::PUT, Some(name)) => verbs::update(fake, parts, &target, name, query, body),
-        (&Method::PATCH, Some(name)) => {
-            verbs::patch_object(fake, parts, &target, name, query, raw_body, body)
+        (&Method::GET, None) => verbs::list(store, &target, query, verbs::as_table(parts)),
+        (&Method::POST, None) => {
+            verbs::write(store, |s| writes::create(s, parts, &target, query, body))
         }
-        (&Method::DELETE, Some(name)) => verbs::delete(fake, &target, name, query, &body),
-        (&Method::DELETE, None) => verbs::delete_collection(fake, &target, query, &body),
+        (&Method::PUT, Some(name)) => verbs::write(store, |s| {
+            writes::update(s, parts, &target, name, query, body)
+        }),
+        (&Method::PATCH, Some(name)) => verbs::write(store, |s| {
+            writes::patch_object(s, parts, &target, name, query, raw_body, body)
+        }),
+        (&Method::DELETE, Some(name)) => {
+            verbs::write(store, |s| deletion::delete(s, &target, name, query, &body))
+        }
+        (&Method::DELETE, None) => verbs::delete_collection(store, &target, query, &body),
         _ => Err(ApiError::method_not_allowed()),
     };
     match result {

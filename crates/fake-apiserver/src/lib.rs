@@ -34,43 +34,67 @@
 //! Conformance with a real v1.32.6 (`hack/conformance.sh`, `docs/fake-apiserver.md`):
 //! impersonation authorized against the stored RBAC objects (`authz`; `rbac_requests`,
 //! `authorize_default_as`, `grant`), namespaces as a precondition and a lifecycle
-//! (`namespaces`), paging (`paging`), Flux's CRD schemas (`crd_schema`), the typed apply
-//! check (`typed`), PersistentVolumes bound by `claimRef` (`binder`), `MicroTime`s.
+//! (`admission`, `controllers::namespaces`), paging (`paging`), Flux's CRD schemas
+//! (`crd_schema`), the typed apply check (`typed`), PersistentVolumes bound by `claimRef`
+//! (`controllers::binder`), `MicroTime`s.
 //!
 //! What it does not do (each difference left is listed with its reason in
 //! `docs/fake-apiserver.md`): authentication (any client is the admin unless it impersonates
 //! or `authorize_default_as` is set), admission beyond the plugins named in `semantics`,
 //! protobuf, `scale` on anything but StatefulSets, watch bookmarks, `fieldValidation`, CRD
 //! patterns and CEL rules.
+//!
+//! # Layout
+//!
+//! Layered as a real server is, each layer naming only itself and the ones below
+//! (`hack/module-cycles crates/fake-apiserver/src`; `docs/fake-apiserver.md`, "Layout"):
+//! types (`version`, `errors`, `resources`, `query`, `request`, `identity`, `faults`) → the
+//! store (`store`) → per-resource rules (`semantics`, `crd_schema`, `typed`, `patch`, `table`,
+//! `admission`) → request and authz (`authz`, `reviews`) → the write pipeline (`pipeline`,
+//! `writes`, `deletion`, `apply`, `scale`, each write handing back its `commit`) → the
+//! controllers run after each commit (`controllers`) → HTTP (`handlers`, `verbs`, `watch`,
+//! `paging`, `discovery`, `response`, `serve`) and this file, the face ([`FakeApiServer`]).
 
-mod admission;
-mod apply;
-pub mod authz;
-mod binder;
-mod controller;
-mod crd_schema;
-mod discovery;
+// The layers, lowest first (docs/fake-apiserver.md, "Layout"; `hack/module-cycles` checks that
+// every import points down). 1. Types: the plain data everything names.
 mod errors;
 mod faults;
-mod gc;
-mod handlers;
-mod namespaces;
-mod paging;
-mod patch;
-mod pipeline;
+mod identity;
 pub mod query;
+mod request;
 mod resources;
-mod reviews;
-mod scale;
-pub mod semantics;
-mod serve;
+mod version;
+// 2. The store: the objects, their versions and watch events, behind one lock.
 mod store;
+// 3. Per-resource rules: defaults, validation, admission, schemas, patch and table formats.
+mod admission;
+mod crd_schema;
+mod patch;
+pub mod semantics;
 pub mod table;
 mod typed;
+// 4. Request and authz: who a request is made as, RBAC, the review APIs.
+pub mod authz;
+mod reviews;
+// 5. The write pipeline: each write, dry run or not, hands back what it committed.
+mod apply;
+mod commit;
+mod deletion;
+mod pipeline;
+mod scale;
+mod writes;
+// 6. The controllers, run after each commit by whoever asked for the write.
+mod controllers;
+// 7. HTTP: routing, the verbs, watches, discovery, the listeners; and this file, the face.
+mod discovery;
+mod handlers;
+mod paging;
+mod response;
+mod serve;
 mod verbs;
 mod watch;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::MutexGuard;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -80,8 +104,11 @@ pub use errors::ApiError;
 pub use faults::{Fault, FaultRule, RequestRecord};
 pub use http::Method;
 pub use serve::Served;
+pub use version::{GcMode, KubeVersion};
 
-use store::{Key, State};
+use commit::{Change, Commit};
+use controllers::statefulset;
+use store::{Key, State, Store};
 
 /// `tests/fixtures/<rel>` of the repository (the fixtures are shared with flux-converger's own
 /// tests and `hack/conformance.sh`, so they stay at the root).
@@ -95,57 +122,9 @@ fn obj_namespace_owned(obj: &Value) -> Option<String> {
     store::obj_namespace(obj).map(str::to_string)
 }
 
-/// The Kubernetes version whose behaviour is emulated: each one a server the fixtures and the
-/// conformance recordings were captured from (`tests/fixtures/v1.*`, `tests/fixtures/conformance`).
-/// Ordered, so a rule that started in a version reads `version >= KubeVersion::V1_32`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum KubeVersion {
-    V1_28,
-    V1_32,
-    /// 1.36: the StatefulSet's pod template is validated (its mounts against the pod volumes and
-    /// the claim templates) on create and update, `revisionHistoryLimit` is mutable (1.33),
-    /// `serviceName` must be a DNS label, and several messages read otherwise.
-    V1_36,
-}
-
-impl KubeVersion {
-    /// Every emulated version, oldest first.
-    pub const ALL: [KubeVersion; 3] = [KubeVersion::V1_28, KubeVersion::V1_32, KubeVersion::V1_36];
-
-    pub fn minor(&self) -> u32 {
-        match self {
-            KubeVersion::V1_28 => 28,
-            KubeVersion::V1_32 => 32,
-            KubeVersion::V1_36 => 36,
-        }
-    }
-
-    /// The version whose minor is `minor`, if it is emulated.
-    pub fn of_minor(minor: u32) -> Option<KubeVersion> {
-        Self::ALL.into_iter().find(|v| v.minor() == minor)
-    }
-
-    pub fn git_version(&self) -> &'static str {
-        match self {
-            KubeVersion::V1_28 => "v1.28.0",
-            KubeVersion::V1_32 => "v1.32.6",
-            KubeVersion::V1_36 => "v1.36.2",
-        }
-    }
-}
-
-/// How the simulated garbage collector (and the other finalizer-removing controllers) behave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GcMode {
-    /// Finish deletions this long after they start (the real GC took ~0.15 s).
-    After(Duration),
-    /// Never remove a finalizer: deletions stay pending until the mode changes.
-    Stuck,
-}
-
 #[derive(Clone)]
 pub struct FakeApiServer {
-    state: Arc<Mutex<State>>,
+    store: Store,
 }
 
 impl Default for FakeApiServer {
@@ -165,7 +144,7 @@ impl FakeApiServer {
         // refused, which is fine.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let fake = FakeApiServer {
-            state: Arc::new(Mutex::new(State::new(version))),
+            store: Store::new(version),
         };
         // The namespaces of a fresh cluster, and Flux's (the fake serves Flux's CRDs: it is a
         // cluster with Flux installed).
@@ -191,8 +170,7 @@ impl FakeApiServer {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panicking test thread must not hide the state from the others.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.store.lock()
     }
 
     pub fn version(&self) -> KubeVersion {
@@ -201,33 +179,33 @@ impl FakeApiServer {
 
     /// A client over an in-process tower service (no socket); default namespace `default`.
     pub fn client(&self) -> kube::Client {
-        serve::in_process_client(self.clone())
+        serve::in_process_client(self.store.clone())
     }
 
     /// Serves on `127.0.0.1:0` and writes a kubeconfig for it; both live until the `Served`
     /// is dropped.
     pub async fn serve(&self) -> Served {
-        serve::serve(self.clone(), "127.0.0.1:0")
+        serve::serve(self.store.clone(), "127.0.0.1:0")
             .await
             .expect("the fake API server binds a loopback port")
     }
 
     /// Serves on a given address (`127.0.0.1:8080`, or port 0 for any).
     pub async fn serve_on(&self, listen: &str) -> std::io::Result<Served> {
-        serve::serve(self.clone(), listen).await
+        serve::serve(self.store.clone(), listen).await
     }
 
     /// Serves over TLS on loopback, as a real API server does: a self-signed certificate,
     /// trusted by the kubeconfig written beside it.
     pub async fn serve_tls(&self) -> Served {
-        serve::serve_with(self.clone(), "127.0.0.1:0", true)
+        serve::serve_with(self.store.clone(), "127.0.0.1:0", true)
             .await
             .expect("the fake API server binds a loopback port over TLS")
     }
 
     /// [`FakeApiServer::serve_on`], over TLS when `tls`.
     pub async fn serve_on_with(&self, listen: &str, tls: bool) -> std::io::Result<Served> {
-        serve::serve_with(self.clone(), listen, tls).await
+        serve::serve_with(self.store.clone(), listen, tls).await
     }
 
     /// Stores an object as-is (uid, resourceVersion, creationTimestamp and generation filled
@@ -263,14 +241,16 @@ impl FakeApiServer {
         crd_schema::default_only(&rt, &mut obj);
         let namespace = obj_namespace_owned(&obj);
         if let Some(ns) = namespace.as_deref() {
-            namespaces::ensure_for_seed(&mut state, ns);
+            controllers::namespaces::ensure_for_seed(&mut state, ns);
         }
-        let is_namespace = rt == resources::NAMESPACE;
-        state.seed(rt, obj.clone());
-        if is_namespace {
-            namespaces::after_create(&mut state, &obj);
-        }
-        controller::after_write(self, &mut state, &rt, namespace.as_deref());
+        let change = if rt == resources::NAMESPACE {
+            Change::NamespaceCreated(obj.clone())
+        } else {
+            Change::Stored
+        };
+        state.seed(rt, obj);
+        let commit = Commit::new(&rt, namespace.as_deref(), change);
+        controllers::after_commit(&self.store, &mut state, Some(commit));
     }
 
     /// Seeds a fixture file by its path under `tests/fixtures/` (`"v1.28/live-statefulset.yaml"`).
@@ -324,7 +304,8 @@ impl FakeApiServer {
         change(&mut obj);
         let stored = state.replace(rt, obj);
         let ns = obj_namespace_owned(&stored);
-        controller::after_write(self, &mut state, &rt, ns.as_deref());
+        let commit = Commit::stored(&rt, ns.as_deref());
+        controllers::after_commit(&self.store, &mut state, Some(commit));
         Some(stored)
     }
 
@@ -340,7 +321,8 @@ impl FakeApiServer {
         let rt = resources::by_kind(api_version, kind)?;
         let mut state = self.lock();
         let gone = state.remove(rt, &Key::new(&rt, namespace, name))?;
-        controller::after_write(self, &mut state, &rt, namespace);
+        let commit = Commit::stored(&rt, namespace);
+        controllers::after_commit(&self.store, &mut state, Some(commit));
         Some(gone)
     }
 
@@ -394,7 +376,7 @@ impl FakeApiServer {
     /// never) with `message`, answered `code` (400 when `None`), as
     /// `admission webhook "<webhook>" denied the request: <message>`.
     pub fn deny_creates(&self, kind: &str, webhook: &str, message: &str, code: Option<u16>) {
-        self.lock().create_denials.push(admission::CreateDenial {
+        self.lock().create_denials.push(faults::CreateDenial {
             kind: kind.to_string(),
             webhook: webhook.to_string(),
             message: message.to_string(),
@@ -415,7 +397,7 @@ impl FakeApiServer {
             .list("rbac.authorization.k8s.io/v1", "Role", Some(namespace))
             .len();
         let name = format!("grant-{n}");
-        let subject = match authz::service_account(user) {
+        let subject = match identity::service_account(user) {
             Some((ns, sa)) => json!({"kind": "ServiceAccount", "name": sa, "namespace": ns}),
             None => json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}),
         };
@@ -439,11 +421,12 @@ impl FakeApiServer {
     /// bound token's `extra`, as the real token authenticator answers) with `groups` and
     /// `system:authenticated`. Every other token is answered unauthenticated.
     pub fn add_token(&self, token: &str, user: &str, groups: &[&str]) {
-        let identity = authz::Identity::named(user, groups.iter().map(|g| g.to_string()).collect());
+        let identity =
+            identity::Identity::named(user, groups.iter().map(|g| g.to_string()).collect());
         let mut state = self.lock();
         let uid = state.new_uid();
         let credential = state.new_uid();
-        let extra = match authz::service_account(user) {
+        let extra = match identity::service_account(user) {
             Some(_) => json!({
                 "authentication.kubernetes.io/credential-id": [format!("JTI={credential}")],
             }),
@@ -451,7 +434,7 @@ impl FakeApiServer {
         };
         state.tokens.push((
             token.to_string(),
-            reviews::TokenUser {
+            identity::TokenUser {
                 identity,
                 uid,
                 extra,
@@ -479,7 +462,7 @@ impl FakeApiServer {
         if let GcMode::After(_) = mode {
             let pending = std::mem::take(&mut state.gc_pending);
             for p in pending {
-                gc::schedule(self, &mut state, p);
+                controllers::gc::schedule(&self.store, &mut state, p);
             }
         }
     }
@@ -498,7 +481,7 @@ impl FakeApiServer {
     pub fn enable_statefulset_controller(&self) {
         let mut state = self.lock();
         state.sts_controller = true;
-        controller::after_write(self, &mut state, &resources::STATEFULSET, None);
+        controllers::after_write(&self.store, &mut state, &resources::STATEFULSET, None);
     }
 
     /// Makes pods scheduled, Running and Ready (existing ones now, new ones at creation) once
@@ -509,13 +492,14 @@ impl FakeApiServer {
         state.pods_ready = ready;
         if ready {
             for (i, mut pod) in state.list(&resources::POD, None).into_iter().enumerate() {
-                if !controller::is_ready(&pod) && controller::claims_usable(&state, &pod) {
-                    controller::start_pod(&mut pod, i);
+                if !statefulset::is_ready(&pod) && statefulset::claims_usable(&state, &pod) {
+                    statefulset::start_pod(&mut pod, i);
                     state.replace(resources::POD, pod);
                 }
             }
         }
-        controller::after_write(self, &mut state, &resources::POD, None);
+        let commit = Commit::stored(&resources::POD, None);
+        controllers::after_commit(&self.store, &mut state, Some(commit));
     }
 
     /// Sets `status.phase` of a claim (and, for `Bound`, the binding details and
@@ -581,7 +565,9 @@ impl FakeApiServer {
         Ok(())
     }
 
-    /// Sets a claim's `status.capacity.storage` (what an external resizer does after a grow).
+    /// Sets a claim's `status.capacity.storage` behind every client's back (no event): a
+    /// test's setup only. A resizer at work is played through the API, as the real one writes
+    /// (`test_support::resizer::Resizer`: the `status` subresource and Events).
     pub fn set_pvc_capacity(&self, namespace: &str, name: &str, capacity: &str) {
         let mut state = self.lock();
         let key = Key::new(&resources::PVC, Some(namespace), name);

@@ -1,22 +1,21 @@
 //! The write pipeline every verb goes through, in the real server's order: decode checks,
 //! admission, defaults, validation, preconditions, status subresource rule, managedFields,
 //! generation, no-op detection, then the store (or nothing, on a dry run).
+//!
+//! A write hands back what it committed (`commit`); the caller runs the controllers on it.
 
 use serde_json::{Value, json};
 
 use super::admission;
 use super::apply;
-use super::controller;
+use super::commit::{Change, Commit, WriteResult, Written};
 use super::crd_schema;
 use super::errors::{ApiError, Cause};
-use super::handlers::Target;
-use super::namespaces;
-use super::resources::ResourceType;
+use super::request::Target;
+use super::resources::{self, ResourceType};
 use super::semantics;
 use super::store::{Key, State, now, obj_name, obj_namespace};
-use super::{FakeApiServer, KubeVersion};
-
-pub type VerbResult = Result<(u16, Value), ApiError>;
+use super::version::KubeVersion;
 
 pub fn with_type(rt: &ResourceType, mut obj: Value) -> Value {
     if let Some(m) = obj.as_object_mut() {
@@ -81,13 +80,12 @@ fn random_suffix(state: &mut State) -> String {
 
 /// Creates an object through the full pipeline (admission, defaults, validation).
 pub fn create_object(
-    fake: &FakeApiServer,
     state: &mut State,
     rt: &ResourceType,
     namespace: Option<&str>,
     mut obj: Value,
     opts: &WriteOpts,
-) -> VerbResult {
+) -> WriteResult {
     if !obj.is_object() {
         return Err(ApiError::bad_request(
             "the body of the request is not an object",
@@ -137,7 +135,7 @@ pub fn create_object(
             m.insert("status".into(), s);
         }
     }
-    namespaces::admit_create(state, rt, namespace, &name)?;
+    admission::namespace_lifecycle(state, rt, namespace, &name)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj, state.version);
     crd_schema::admit(rt, &mut obj, state.version)?;
@@ -158,14 +156,19 @@ pub fn create_object(
         apply::record_update(None, &mut obj, manager, None, &rt.api_version(), &now());
     }
     if opts.dry_run {
-        return Ok((201, obj));
+        return Ok(Written::answer(201, obj));
     }
     let stored = state.insert(*rt, obj);
-    if *rt == super::resources::NAMESPACE {
-        namespaces::after_create(state, &stored);
-    }
-    controller::after_write(fake, state, rt, namespace);
-    Ok((201, stored))
+    let change = if *rt == resources::NAMESPACE {
+        Change::NamespaceCreated(stored.clone())
+    } else {
+        Change::Stored
+    };
+    Ok(Written::committed(
+        201,
+        stored,
+        Commit::new(rt, namespace, change),
+    ))
 }
 
 /// What bumps `generation`: everything but `metadata` and `status`; for a custom resource
@@ -196,13 +199,12 @@ fn comparable(obj: &Value) -> Value {
 /// Updates an object through the full pipeline: resourceVersion precondition, status rule,
 /// defaults, validation, admission, generation, no-op detection.
 pub fn update_object(
-    fake: &FakeApiServer,
     state: &mut State,
     rt: &ResourceType,
     old: &Value,
     candidate: Value,
     opts: &WriteOpts,
-) -> VerbResult {
+) -> WriteResult {
     if !candidate.is_object() {
         return Err(ApiError::bad_request(
             "the body of the request is not an object",
@@ -326,7 +328,9 @@ pub fn update_object(
         }
     }
     crd_schema::admit(rt, &mut new, state.version)?;
-    if !on_status {
+    if on_status {
+        semantics::status_update(rt, &mut new, old, state.version)?;
+    } else {
         semantics::default(rt, &mut new, state.version);
         semantics::validate_update(rt, &new, old, state.version, state.claim_template_updates)?;
         semantics::admit_update(state, rt, &new, old)?;
@@ -348,10 +352,10 @@ pub fn update_object(
     new["metadata"]["resourceVersion"] = json!(old_rv);
     if comparable(&new) == comparable(old) {
         // Nothing changed: no write, same resourceVersion, no event.
-        return Ok((200, with_type(rt, old.clone())));
+        return Ok(Written::answer(200, with_type(rt, old.clone())));
     }
     if opts.dry_run {
-        return Ok((200, new));
+        return Ok(Written::answer(200, new));
     }
     let deleting = new["metadata"].get("deletionTimestamp").is_some();
     let no_finalizers = new["metadata"]["finalizers"]
@@ -361,12 +365,13 @@ pub fn update_object(
     if deleting && no_finalizers {
         state.objects.insert(key.clone(), new);
         let gone = state.remove(*rt, &key).unwrap_or_default();
-        return Ok((200, gone));
+        let commit = Commit::new(rt, obj_namespace(&gone), Change::Finalized);
+        return Ok(Written::committed(200, gone, commit));
     }
     let namespace = obj_namespace(&new).map(str::to_string);
     let stored = state.replace(*rt, new);
-    controller::after_write(fake, state, rt, namespace.as_deref());
-    Ok((200, stored))
+    let commit = Commit::stored(rt, namespace.as_deref());
+    Ok(Written::committed(200, stored, commit))
 }
 
 /// An update without a resourceVersion where one is required. The value prints as Go's `%#v`

@@ -11,10 +11,10 @@
 
 use serde_json::{Value, json};
 
-use super::authz::{self, Identity, RbacRequest};
-use super::errors::{ApiError, Cause};
-use super::handlers::Target;
-use super::pipeline::VerbResult;
+use super::authz;
+use super::errors::{ApiError, Cause, VerbResult};
+use super::identity::{Identity, RbacRequest};
+use super::request::Target;
 use super::resources::ResourceType;
 use super::store::State;
 
@@ -60,15 +60,6 @@ pub const ALL: &[ResourceType] = &[
     TOKEN_REVIEW,
     SUBJECT_ACCESS_REVIEW,
 ];
-
-/// Whom a known bearer token authenticates (see `FakeApiServer::add_token`).
-#[derive(Debug, Clone)]
-pub struct TokenUser {
-    pub identity: Identity,
-    pub uid: String,
-    /// `status.user.extra` (a bound service-account token's credential id).
-    pub extra: Value,
-}
 
 /// The audience the real server's service-account tokens carry by default.
 const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";

@@ -1,17 +1,18 @@
 //! The `scale` subresource of StatefulSets (`kubectl scale`): an `autoscaling/v1` Scale view of
-//! `spec.replicas`, written back through the normal update pipeline.
+//! `spec.replicas`, written back through the normal update pipeline (the commit handed back is
+//! the StatefulSet's).
 
 use bytes::Bytes;
 use http::Method;
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
+use super::commit::{WriteResult, Written};
 use super::errors::ApiError;
-use super::handlers::{Target, content_type, field_manager};
 use super::patch;
-use super::pipeline::{Managed, VerbResult, WriteOpts, update_object};
+use super::pipeline::{Managed, WriteOpts, update_object};
 use super::query::Query;
-use super::store::Key;
+use super::request::{Target, content_type, field_manager};
+use super::store::{Key, State};
 
 /// `matchLabels` as the label-selector string the Scale status carries.
 fn selector_string(set: &Value) -> String {
@@ -49,22 +50,21 @@ pub fn scale_of(set: &Value) -> Value {
 }
 
 pub fn handle(
-    fake: &FakeApiServer,
+    state: &mut State,
     parts: &http::request::Parts,
     t: &Target,
     name: &str,
     query: &Query,
     raw: &Bytes,
     body: Value,
-) -> VerbResult {
-    let mut state = fake.lock();
+) -> WriteResult {
     let key = Key::new(&t.rt, t.namespace.as_deref(), name);
     let Some(set) = state.get(&key).cloned() else {
         return Err(ApiError::not_found(&t.rt, name));
     };
     let current = scale_of(&set);
     let wanted = match parts.method {
-        Method::GET => return Ok((200, current)),
+        Method::GET => return Ok(Written::answer(200, current)),
         Method::PUT => body,
         Method::PATCH => {
             let mut doc = current.clone();
@@ -102,6 +102,9 @@ pub fn handle(
         subresource: None,
         require_rv: false,
     };
-    let (code, stored) = update_object(fake, &mut state, &t.rt, &set, candidate, &opts)?;
-    Ok((code, scale_of(&stored)))
+    let written = update_object(state, &t.rt, &set, candidate, &opts)?;
+    Ok(Written {
+        object: scale_of(&written.object),
+        ..written
+    })
 }

@@ -17,8 +17,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-use super::FakeApiServer;
 use super::handlers::{self, ConnectionDropped};
+use super::store::Store;
 
 async fn collect<B>(body: B) -> Result<Bytes, ConnectionDropped>
 where
@@ -30,19 +30,19 @@ where
         .map_err(|_| ConnectionDropped)
 }
 
-pub fn in_process_client(fake: FakeApiServer) -> kube::Client {
+pub fn in_process_client(store: Store) -> kube::Client {
     let service = tower::service_fn(move |req: Request<kube::client::Body>| {
-        let fake = fake.clone();
+        let store = store.clone();
         async move {
             let (parts, body) = req.into_parts();
             let bytes = collect(body).await?;
-            handlers::handle(fake, parts, bytes).await
+            handlers::handle(store, parts, bytes).await
         }
     });
     kube::Client::new(service, "default")
 }
 
-/// A served fake: the listener and the kubeconfig live as long as this value.
+/// A served store: the listener and the kubeconfig live as long as this value.
 pub struct Served {
     pub addr: SocketAddr,
     pub kubeconfig: PathBuf,
@@ -94,7 +94,7 @@ preferences: {{}}
 /// Accepts connections until the returned task is aborted (aborting drops every connection),
 /// over TLS when `tls` is given.
 pub fn spawn_listener_with(
-    fake: FakeApiServer,
+    store: Store,
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
 ) -> JoinHandle<()> {
@@ -105,16 +105,16 @@ pub fn spawn_listener_with(
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let fake = fake.clone();
+            let store = store.clone();
             let tls = tls.clone();
             connections.spawn(async move {
                 let service =
                     hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let fake = fake.clone();
+                        let store = store.clone();
                         async move {
                             let (parts, body) = req.into_parts();
                             let bytes = collect(body).await?;
-                            handlers::handle(fake, parts, bytes).await
+                            handlers::handle(store, parts, bytes).await
                         }
                     });
                 let http = hyper::server::conn::http1::Builder::new();
@@ -136,12 +136,12 @@ pub fn spawn_listener_with(
     })
 }
 
-pub async fn serve(fake: FakeApiServer, listen: &str) -> std::io::Result<Served> {
-    serve_with(fake, listen, false).await
+pub async fn serve(store: Store, listen: &str) -> std::io::Result<Served> {
+    serve_with(store, listen, false).await
 }
 
 /// [`serve`] over TLS (`tls`) or plain HTTP.
-pub async fn serve_with(fake: FakeApiServer, listen: &str, tls: bool) -> std::io::Result<Served> {
+pub async fn serve_with(store: Store, listen: &str, tls: bool) -> std::io::Result<Served> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let dir = tempfile::tempdir()?;
@@ -162,7 +162,7 @@ pub async fn serve_with(fake: FakeApiServer, listen: &str, tls: bool) -> std::io
         std::fs::write(&kubeconfig, kubeconfig_yaml(&url, "default"))?;
         (url, None, None)
     };
-    let task = spawn_listener_with(fake, listener, acceptor);
+    let task = spawn_listener_with(store, listener, acceptor);
     Ok(Served {
         addr,
         kubeconfig,

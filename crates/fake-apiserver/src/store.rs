@@ -4,14 +4,16 @@
 //! the watch that follows it.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::faults::{FaultRule, RequestRecord};
+use super::faults::{CreateDenial, FaultRule, RequestRecord};
+use super::identity::{RbacRequest, TokenUser};
 use super::query::Selectors;
 use super::resources::{self, ResourceType};
-use super::{GcMode, KubeVersion};
+use super::version::{GcMode, KubeVersion};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
@@ -111,6 +113,27 @@ pub struct Pending {
     pub uid: String,
 }
 
+/// The store one fake serves: its `State` behind one lock, shared by the requests, the test
+/// driving the fake and the controllers' timers. Every request and every controller pass holds
+/// the lock throughout, so each is atomic like an etcd transaction.
+#[derive(Clone)]
+pub struct Store {
+    state: Arc<Mutex<State>>,
+}
+
+impl Store {
+    pub fn new(version: KubeVersion) -> Self {
+        Store {
+            state: Arc::new(Mutex::new(State::new(version))),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        // A panicking test thread must not hide the state from the others.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 pub struct State {
     pub version: KubeVersion,
     pub rv: u64,
@@ -136,11 +159,11 @@ pub struct State {
     /// Who requests without impersonation are made as (`None`: the admin, never refused).
     pub default_user: Option<String>,
     /// Every authorization decision, in order (see `authz`).
-    pub rbac_log: Vec<super::authz::RbacRequest>,
+    pub rbac_log: Vec<RbacRequest>,
     /// The bearer tokens a TokenReview authenticates, and as whom (see `reviews`).
-    pub tokens: Vec<(String, super::reviews::TokenUser)>,
+    pub tokens: Vec<(String, TokenUser)>,
     /// Validating admission on CREATE a test installed (see `admission`).
-    pub create_denials: Vec<super::admission::CreateDenial>,
+    pub create_denials: Vec<CreateDenial>,
     /// KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` gate is on (see
     /// `FakeApiServer::enable_claim_template_updates`).
     pub claim_template_updates: bool,

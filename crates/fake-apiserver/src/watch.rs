@@ -2,7 +2,7 @@
 //!
 //! Without a `resourceVersion` (or with `"0"`) the stream starts with an ADDED event per
 //! current object, like the real server; with one, it replays every later event from the
-//! store's history, unless a test compacted it (`FakeApiServer::compact`): then the watch gets
+//! store's history, unless a test compacted it (`Store::compact`): then the watch gets
 //! the real server's single ERROR event (410 Expired). It ends after
 //! `timeoutSeconds` (default 1800 s, like the server's upper bound) or when the client leaves.
 
@@ -16,11 +16,10 @@ use http::{Response, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::FakeApiServer;
 use super::errors::ApiError;
-use super::handlers::Target;
 use super::query::{Query, Selectors};
-use super::store::{Watcher, obj_namespace};
+use super::request::Target;
+use super::store::{Store, Watcher, obj_namespace};
 use super::table;
 
 fn line(v: &Value) -> Bytes {
@@ -31,7 +30,7 @@ fn line(v: &Value) -> Bytes {
 
 /// `as_table`: each event's object is a one-row Table (what `kubectl get -w` asks for).
 pub fn start(
-    fake: &FakeApiServer,
+    store: &Store,
     t: &Target,
     query: &Query,
     as_table: bool,
@@ -49,7 +48,7 @@ pub fn start(
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(1800);
     if let Some(rv) = from {
-        let compacted = fake.lock().compacted_rv;
+        let compacted = store.lock().compacted_rv;
         if rv < compacted {
             // What etcd compaction looks like to a watcher: one ERROR event, then the end.
             let event = json!({"type": "ERROR", "object": {
@@ -66,7 +65,7 @@ pub fn start(
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let initial: Vec<Value> = {
-        let mut state = fake.lock();
+        let mut state = store.lock();
         let ns = t.namespace.clone();
         let in_scope = |o: &Value| {
             ns.as_deref().is_none_or(|n| obj_namespace(o) == Some(n)) && selectors.matches(o)

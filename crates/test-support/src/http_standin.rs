@@ -143,6 +143,7 @@ pub fn record(
     finished: Option<&str>,
 ) -> RevisionRecord {
     RevisionRecord {
+        volumes: Default::default(),
         revision: revision.to_string(),
         digest: Some(format!("sha256:{}", "ab".repeat(32))),
         trigger: Trigger::Webhook,
@@ -162,6 +163,7 @@ pub fn record(
 
 pub fn set(namespace: &str, name: &str, outcome: StatefulSetOutcome) -> StatefulSetEntry {
     StatefulSetEntry {
+        volumes: Default::default(),
         namespace: namespace.to_string(),
         name: name.to_string(),
         outcome,

@@ -14,5 +14,6 @@ pub mod flux_standin;
 pub mod http_standin;
 pub mod intent;
 pub mod rbac_check;
+pub mod resizer;
 pub mod service;
 pub mod web;

@@ -68,6 +68,24 @@ fn merge_entry(old: &mut StatefulSetEntry, now: StatefulSetEntry) {
         old.old_uid = now.old_uid;
         old.new_uid = now.new_uid;
     }
+    // A claim followed again by the re-check is as the re-check read it; the others keep
+    // what the follower last wrote.
+    for volume in now.volumes {
+        match old.volumes.iter_mut().find(|v| v.claim == volume.claim) {
+            // Where it stood, it stands: since then, not since this re-check.
+            Some(v)
+                if (&v.state, &v.requested, &v.capacity, &v.message)
+                    == (
+                        &volume.state,
+                        &volume.requested,
+                        &volume.capacity,
+                        &volume.message,
+                    ) => {}
+            Some(v) => *v = volume,
+            None => old.volumes.push(volume),
+        }
+    }
+    old.volumes.sort_by(|a, b| a.claim.cmp(&b.claim));
     old.deferred = now.deferred;
     old.refusal = now.refusal;
     old.error = now.error;
@@ -114,6 +132,7 @@ mod tests {
 
     fn entry(outcome: StatefulSetOutcome) -> StatefulSetEntry {
         StatefulSetEntry {
+            volumes: Default::default(),
             namespace: "apps".into(),
             name: "web".into(),
             outcome,
@@ -238,6 +257,7 @@ mod tests {
         handoff: Option<(GateMode, HandoffAction)>,
     ) -> RevisionRecord {
         RevisionRecord {
+            volumes: Default::default(),
             revision: "main@sha1:2".into(),
             digest: None,
             trigger: Trigger::Watch,

@@ -97,6 +97,9 @@ impl Gate {
             } else {
                 wanted.owner.qualified()
             }),
+            // How the claims' last expansions ended as the follower saw them (Events of
+            // servers before 1.32 included): what decides a recovery besides their status.
+            known_states: std::sync::Arc::new(self.known_states(wanted.kind, wanted.owner)),
             ..converge::Options::default()
         };
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;

@@ -423,6 +423,13 @@ impl HelmGate {
         let key = hr.key();
         record.finished_at = Some(now());
         self.save(&key, record).await;
+        self.gate.follow_volumes(
+            Kind::HELM_RELEASE,
+            &key,
+            &c.results,
+            record,
+            crate::records::events::EventTarget::of(hr),
+        );
         c.metrics
             .revision(Kind::HELM_RELEASE, record.state.as_str());
         if let Some(event) = revision_event(record) {

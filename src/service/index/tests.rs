@@ -37,6 +37,7 @@ fn git(ns: &str, name: &str) -> SourceKey {
 
 fn record(revision: &str, state: RevisionState) -> RevisionRecord {
     RevisionRecord {
+        volumes: Default::default(),
         revision: revision.into(),
         digest: None,
         trigger: Trigger::Resync,
@@ -270,6 +271,7 @@ fn events_route_to_handled_kustomizations() {
 fn due_given_the_last_record() {
     let mut deferred = record("r1", RevisionState::Converged);
     deferred.statefulsets.push(StatefulSetEntry {
+        volumes: Default::default(),
         namespace: "apps".into(),
         name: "web".into(),
         outcome: StatefulSetOutcome::Deferred,
@@ -519,6 +521,7 @@ fn a_deferred_recheck_waits_while_the_gate_is_open() {
     let key = Key::kustomization("flux-system", "apps");
     let mut last = record("main@sha1:2", RevisionState::Converged);
     last.statefulsets.push(StatefulSetEntry {
+        volumes: Default::default(),
         namespace: "apps".into(),
         name: "web".into(),
         outcome: StatefulSetOutcome::Deferred,

@@ -12,10 +12,10 @@ pub mod statefulset;
 
 use serde_json::{Value, json};
 
-use super::KubeVersion;
 use super::errors::{ApiError, Cause};
 use super::resources::{self, ResourceType};
 use super::store::{Key, State, obj_name};
+use super::version::KubeVersion;
 
 pub fn set_default(obj: &mut Value, key: &str, value: Value) {
     if let Some(m) = obj.as_object_mut() {
@@ -530,6 +530,22 @@ pub fn validate_update(
     causes.extend(label_causes(new));
     causes.extend(config_key_causes(rt, new));
     causes.extend(size_causes(rt, new));
+    invalid(rt, new, causes)
+}
+
+/// A write of the `status` subresource: the type's status strategy (what it drops) and
+/// status validation (422).
+pub fn status_update(
+    rt: &ResourceType,
+    new: &mut Value,
+    old: &Value,
+    version: KubeVersion,
+) -> Result<(), ApiError> {
+    let causes = if *rt == resources::PVC {
+        pvc::status_update(new, old, version)
+    } else {
+        Vec::new()
+    };
     invalid(rt, new, causes)
 }
 

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::super::KubeVersion;
+use super::super::version::KubeVersion;
 use super::set_default;
 
 /// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise.

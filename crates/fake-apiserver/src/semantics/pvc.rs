@@ -4,8 +4,8 @@
 
 use serde_json::{Value, json};
 
-use super::super::KubeVersion;
 use super::super::errors::Cause;
+use super::super::version::KubeVersion;
 use super::quantity::Quantity;
 use super::{canonicalize_resources, semantic_eq, set_default};
 
@@ -53,7 +53,16 @@ fn zero() -> Quantity {
     Quantity::parse("0").expect("zero parses")
 }
 
+/// Whether the emulated server has `RecoverVolumeExpansionFailure` on: beta and on by default
+/// from 1.32 (GA and locked on from 1.34), alpha and off in 1.28. It decides the shrink rule of
+/// a Bound claim's request and whether the status keeps `allocatedResources` and
+/// `allocatedResourceStatuses`.
+pub fn recovers_expansion(version: KubeVersion) -> bool {
+    version.minor() >= 32
+}
+
 pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Cause> {
+    let recovers = recovers_expansion(version);
     let mut causes = Vec::new();
     let mut new_spec = new["spec"].clone();
     let mut old_spec = old["spec"].clone();
@@ -86,18 +95,17 @@ pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Ca
             }
         }
     }
-    if version >= KubeVersion::V1_32
+    if recovers
         && bound
         && let Some(v) = new_spec.get("volumeAttributesClassName")
     {
         old_spec["volumeAttributesClassName"] = v.clone();
     }
     if !semantic_eq(&new_spec, &old_spec) {
-        let what = match version {
-            KubeVersion::V1_28 => "resources.requests",
-            KubeVersion::V1_32 | KubeVersion::V1_36 => {
-                "resources.requests and volumeAttributesClassName"
-            }
+        let what = if recovers {
+            "resources.requests and volumeAttributesClassName"
+        } else {
+            "resources.requests"
         };
         causes.push(Cause::forbidden(
             "spec",
@@ -110,19 +118,20 @@ pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Ca
     let old_size = storage(old, "/spec/resources/requests/storage").unwrap_or_else(zero);
     let new_size = storage(new, "/spec/resources/requests/storage").unwrap_or_else(zero);
     if new_size.cmp(&old_size).is_lt() {
-        match version {
-            KubeVersion::V1_28 => causes.push(Cause::forbidden(
+        if !recovers {
+            causes.push(Cause::forbidden(
                 "spec.resources.requests.storage",
                 "field can not be less than previous value",
-            )),
-            KubeVersion::V1_32 | KubeVersion::V1_36 => {
-                let capacity = storage(old, "/status/capacity/storage").unwrap_or_else(zero);
-                if new_size.cmp(&capacity).is_le() {
-                    causes.push(Cause::forbidden(
-                        "spec.resources.requests.storage",
-                        "field can not be less than status.capacity",
-                    ));
-                }
+            ));
+        } else {
+            // RecoverVolumeExpansionFailure: a request may be lowered, but only to a size still
+            // above what the volume holds.
+            let capacity = storage(old, "/status/capacity/storage").unwrap_or_else(zero);
+            if new_size.cmp(&capacity).is_le() {
+                causes.push(Cause::forbidden(
+                    "spec.resources.requests.storage",
+                    "field can not be less than status.capacity",
+                ));
             }
         }
     }
@@ -154,4 +163,117 @@ pub fn admit_update(new: &Value, old: &Value, class: Option<&Value>) -> Result<(
     } else {
         Err(NOT_EXPANDABLE.into())
     }
+}
+
+/// The `ClaimResourceStatus` values the API server accepts in
+/// `status.allocatedResourceStatuses` (`resizeStatusSet`), in the order `sets.List` prints them.
+pub const RESIZE_STATUSES: [&str; 5] = [
+    "ControllerResizeInProgress",
+    "ControllerResizeInfeasible",
+    "NodeResizeInProgress",
+    "NodeResizeInfeasible",
+    "NodeResizePending",
+];
+
+/// `validatePersistentVolumeClaimResourceKey`: a key is a qualified name, and a native one
+/// (no prefix, or a `kubernetes.io/` one) can only be `storage`.
+fn resource_key_causes(key: &str, field: &str) -> Vec<Cause> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if !name_ok || prefix.is_some_and(str::is_empty) {
+        return vec![Cause::invalid(
+            field,
+            &format!("{key:?}"),
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+        )];
+    }
+    let native = match prefix {
+        None => true,
+        Some(p) => p == "kubernetes.io" || p.ends_with(".kubernetes.io"),
+    };
+    if native && key != "storage" {
+        return vec![Cause::not_supported(
+            field,
+            &format!("{key:?}"),
+            &["storage"],
+        )];
+    }
+    Vec::new()
+}
+
+/// A write of a claim's `status` subresource, as the real server takes it: the status
+/// strategy's `DropDisabledFieldsFromStatus` (without `RecoverVolumeExpansionFailure`, a
+/// status that did not carry `allocatedResources` or `allocatedResourceStatuses` does not get
+/// them: servers before 1.32 drop what the resizer writes there), then
+/// `ValidatePersistentVolumeClaimStatusUpdate` (every `allocatedResourceStatuses` value must be
+/// a `ClaimResourceStatus`, keys must be `storage` or prefixed). Quantities are stored
+/// canonical, as the server re-serialises them.
+pub fn status_update(new: &mut Value, old: &Value, version: KubeVersion) -> Vec<Cause> {
+    for map in ["/status/capacity", "/status/allocatedResources"] {
+        if let Some(m) = new.pointer_mut(map) {
+            super::canonicalize_map(m);
+        }
+    }
+    // Maps and lists left empty (a resizer's patch removing its last entry) are not written:
+    // the Go fields are `omitempty`.
+    if let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) {
+        status.retain(|k, v| {
+            !(matches!(
+                k.as_str(),
+                "allocatedResources" | "allocatedResourceStatuses" | "conditions" | "capacity"
+            ) && (v.is_null()
+                || v.as_object().is_some_and(|m| m.is_empty())
+                || v.as_array().is_some_and(|a| a.is_empty())))
+        });
+    }
+    if !recovers_expansion(version) {
+        for field in ["allocatedResources", "allocatedResourceStatuses"] {
+            let had = old
+                .pointer(&format!("/status/{field}"))
+                .is_some_and(|v| v.as_object().is_some_and(|m| !m.is_empty()));
+            if !had && let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) {
+                status.remove(field);
+            }
+        }
+        return Vec::new();
+    }
+    let mut causes = Vec::new();
+    let path = "status.allocatedResourceStatus";
+    if let Some(statuses) = new
+        .pointer("/status/allocatedResourceStatuses")
+        .and_then(Value::as_object)
+    {
+        for (key, value) in statuses {
+            causes.extend(resource_key_causes(key, path));
+            if !value.as_str().is_some_and(|v| RESIZE_STATUSES.contains(&v)) {
+                // The real server names the key, not the value (`field.NotSupported(path, k, ...)`),
+                // printed as a `ResourceName`'s `String()`: unquoted.
+                causes.push(Cause::not_supported(path, key, &RESIZE_STATUSES));
+            }
+        }
+    }
+    if let Some(allocated) = new
+        .pointer("/status/allocatedResources")
+        .and_then(Value::as_object)
+    {
+        for key in allocated.keys() {
+            causes.extend(resource_key_causes(key, "status.allocatedResources"));
+        }
+    }
+    causes
 }

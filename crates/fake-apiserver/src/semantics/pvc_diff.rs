@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::super::KubeVersion;
+use super::super::version::KubeVersion;
 use super::quantity::Quantity;
 
 #[derive(Clone, Copy, PartialEq)]

@@ -4,8 +4,8 @@
 
 use serde_json::{Value, json};
 
-use super::super::KubeVersion;
 use super::super::errors::Cause;
+use super::super::version::KubeVersion;
 use super::pod::default_template;
 use super::{canonicalize_resources, semantic_eq, set_default};
 

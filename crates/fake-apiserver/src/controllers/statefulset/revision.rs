@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use super::super::query::LabelSelector;
-use super::super::resources;
-use super::super::store::{Key, State, obj_name, obj_uid};
 use super::{HASH_LABEL, adopt, controller_uid, create, owner_ref};
+use crate::query::LabelSelector;
+use crate::resources;
+use crate::store::{Key, State, obj_name, obj_uid};
 
 fn fnv32a(data: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;

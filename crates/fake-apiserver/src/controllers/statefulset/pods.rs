@@ -3,11 +3,11 @@
 
 use serde_json::{Value, json};
 
-use super::super::resources;
-use super::super::semantics::pod::default_pod;
-use super::super::store::{Key, State, now, obj_name};
 use super::claims::claim_templates;
 use super::{HASH_LABEL, owner_ref};
+use crate::resources;
+use crate::semantics::pod::default_pod;
+use crate::store::{Key, State, now, obj_name};
 
 pub fn new_pod(state: &mut State, set: &Value, ordinal: i64, revision: &str) -> Value {
     let ns = set["metadata"]["namespace"].as_str().unwrap_or_default();

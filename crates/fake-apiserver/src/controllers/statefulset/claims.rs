@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use super::super::resources;
-use super::super::semantics;
-use super::super::store::{Key, State, obj_name, obj_uid};
 use super::{create, owner_ref};
+use crate::resources;
+use crate::semantics;
+use crate::store::{Key, State, obj_name, obj_uid};
 
 pub fn claim_templates(set: &Value) -> Vec<Value> {
     set.pointer("/spec/volumeClaimTemplates")

@@ -7,8 +7,8 @@
 
 use serde_json::{Value, json};
 
-use super::resources;
-use super::store::{State, now, obj_name, obj_namespace, obj_uid};
+use crate::resources;
+use crate::store::{State, now, obj_name, obj_namespace, obj_uid};
 
 fn class(obj: &Value) -> &str {
     obj.pointer("/spec/storageClassName")

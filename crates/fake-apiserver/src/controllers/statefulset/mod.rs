@@ -1,5 +1,6 @@
 //! A minimal StatefulSet controller (off unless a test switches it on), run synchronously after
-//! every write that concerns it, so tests see its effects as soon as their write returns.
+//! every commit that concerns it (`controllers::after_write`), so tests see its effects as soon
+//! as their write returns.
 //!
 //! Per StatefulSet: one ControllerRevision per distinct pod template (an orphaned one with the
 //! same template is adopted instead of a new one), the claims `<template>-<set>-<ordinal>` from
@@ -21,48 +22,15 @@ mod revision;
 
 use serde_json::{Value, json};
 
-use super::FakeApiServer;
-use super::apply;
-use super::gc;
-use super::query::LabelSelector;
-use super::resources::{self, ResourceType};
-use super::store::{Key, State, now, obj_name, obj_uid};
+use crate::apply;
+use crate::query::LabelSelector;
+use crate::resources::{self, ResourceType};
+use crate::store::{Key, State, now, obj_name, obj_uid};
 
 pub use pods::{claims_usable, is_ready, start_pod};
 
 const MANAGER: &str = "kube-controller-manager";
 pub const HASH_LABEL: &str = "controller-revision-hash";
-
-/// Called after writes: reconciles the StatefulSets of `namespace` (all for `None` or `""`).
-pub fn after_write(
-    fake: &FakeApiServer,
-    state: &mut State,
-    rt: &ResourceType,
-    namespace: Option<&str>,
-) {
-    if (*rt == resources::PVC || *rt == resources::PERSISTENT_VOLUME) && super::binder::bind(state)
-    {
-        // A claim just bound may let the StatefulSet controller go on.
-        after_write(fake, state, &resources::PVC, namespace);
-        return;
-    }
-    let relevant = [
-        resources::STATEFULSET,
-        resources::POD,
-        resources::PVC,
-        resources::CONTROLLER_REVISION,
-    ];
-    if state.sts_controller && relevant.contains(rt) {
-        let namespace = namespace.filter(|n| !n.is_empty());
-        for set in state.list(&resources::STATEFULSET, namespace) {
-            reconcile(state, &set);
-        }
-    }
-    // Pods may have gone (here or in the write itself): claims waiting for them can go on.
-    if !state.pvc_waiting.is_empty() {
-        gc::recheck_protected(fake, state);
-    }
-}
 
 /// fnv-1a, 32 bits: the hash family the real controller uses for revision names.
 pub fn owner_ref(set: &Value) -> Value {
@@ -101,7 +69,7 @@ pub fn create(state: &mut State, rt: ResourceType, mut obj: Value) {
     state.insert(rt, obj);
 }
 
-fn reconcile(state: &mut State, set: &Value) {
+pub fn reconcile(state: &mut State, set: &Value) {
     let ns = set["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default()

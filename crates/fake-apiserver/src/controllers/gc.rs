@@ -1,10 +1,10 @@
-//! Deletion and the simulated garbage collector.
+//! The simulated garbage collector, run on the commits of deletions (`Change::Collect`).
 //!
-//! `Orphan`/`Foreground` put a finalizer (`orphan`/`foregroundDeletion`) and a
-//! `deletionTimestamp` on the object (bumping `generation`, as the real server does); after the
-//! configured delay the collector strips the ownerReferences to the object from its dependents
-//! (orphan) or deletes them (foreground), removes the finalizer and deletes the object: the
-//! MODIFIED ... DELETED sequence of `watch-orphan-delete.jsonl`. `Background` deletes at once and
+//! A deletion with `Orphan`/`Foreground` left a finalizer (`orphan`/`foregroundDeletion`) and a
+//! `deletionTimestamp` on the object (`deletion`); after the configured delay the collector
+//! strips the ownerReferences to the object from its dependents (orphan) or deletes them
+//! (foreground), removes the finalizer and deletes the object: the MODIFIED ... DELETED
+//! sequence of `watch-orphan-delete.jsonl`. `Background` deletes at once and
 //! the collector deletes the dependents after the delay. The collector also plays the
 //! pvc-protection controller: `kubernetes.io/pvc-protection` goes once no scheduled pod that
 //! is not being deleted mounts the claim (the claim waits, and is looked at again after pod
@@ -13,19 +13,11 @@
 
 use serde_json::{Value, json};
 
-use super::resources::{self, ResourceType};
-use super::store::{Key, Pending, State, now, obj_uid};
-use super::{FakeApiServer, GcMode, controller};
+use crate::deletion::{self, FOREGROUND, ORPHAN, Propagation, finalizers};
+use crate::resources;
+use crate::store::{Pending, State, Store, obj_uid};
+use crate::version::GcMode;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Propagation {
-    Orphan,
-    Background,
-    Foreground,
-}
-
-const ORPHAN: &str = "orphan";
-const FOREGROUND: &str = "foregroundDeletion";
 /// Finalizers the simulated controllers remove.
 const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
@@ -55,128 +47,41 @@ fn claim_in_use(state: &State, namespace: &str, claim: &str) -> bool {
 }
 
 /// Schedules again the claims that waited for their pods, once no pod uses them.
-pub fn recheck_protected(fake: &FakeApiServer, state: &mut State) {
+pub fn recheck_protected(store: &Store, state: &mut State) {
     let waiting = std::mem::take(&mut state.pvc_waiting);
     for p in waiting {
         if claim_in_use(state, &p.key.namespace, &p.key.name) {
             state.pvc_waiting.push(p);
         } else {
-            schedule(fake, state, p);
+            schedule(store, state, p);
         }
     }
-}
-
-fn finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The object a deletion would leave (or remove), without touching the store: the dry run.
-pub fn would_delete(obj: &Value, rt: &ResourceType, policy: Propagation) -> (Value, bool) {
-    let mut f = finalizers(obj);
-    match policy {
-        Propagation::Orphan if !f.iter().any(|x| x == ORPHAN) => f.push(ORPHAN.into()),
-        Propagation::Foreground if !f.iter().any(|x| x == FOREGROUND) => f.push(FOREGROUND.into()),
-        _ => {}
-    }
-    if f.is_empty() {
-        return (obj.clone(), true);
-    }
-    let mut o = obj.clone();
-    mark_deleting(&mut o, rt, f);
-    (o, false)
-}
-
-fn mark_deleting(o: &mut Value, rt: &ResourceType, f: Vec<String>) {
-    if o["metadata"].get("deletionTimestamp").is_none() {
-        o["metadata"]["deletionTimestamp"] = json!(now());
-        o["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-        if rt.has_generation {
-            let g = o["metadata"]["generation"].as_i64().unwrap_or(1);
-            o["metadata"]["generation"] = json!(g + 1);
-        }
-    }
-    o["metadata"]["finalizers"] = json!(f);
-}
-
-/// Starts a deletion. Returns the object as the response shows it and whether it is gone.
-pub fn begin_delete(
-    fake: &FakeApiServer,
-    state: &mut State,
-    rt: &ResourceType,
-    key: &Key,
-    policy: Propagation,
-) -> (Value, bool) {
-    let Some(obj) = state.get(key).cloned() else {
-        return (Value::Null, true);
-    };
-    let uid = obj_uid(&obj).to_string();
-    let (mut next, gone) = would_delete(&obj, rt, policy);
-    if gone {
-        let removed = state.remove(*rt, key).unwrap_or(next);
-        if !state.dependents(&key.namespace, &uid).is_empty() {
-            schedule(
-                fake,
-                state,
-                Pending {
-                    rt: *rt,
-                    key: key.clone(),
-                    uid,
-                },
-            );
-        }
-        controller::after_write(fake, state, rt, Some(&key.namespace));
-        return (removed, true);
-    }
-    if obj["metadata"].get("deletionTimestamp").is_some() && next == obj {
-        // Already deleting with the same finalizers: nothing to write.
-        return (obj, false);
-    }
-    next["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"].clone();
-    let stored = state.replace(*rt, next);
-    schedule(
-        fake,
-        state,
-        Pending {
-            rt: *rt,
-            key: key.clone(),
-            uid,
-        },
-    );
-    controller::after_write(fake, state, rt, Some(&key.namespace));
-    (stored, false)
 }
 
 /// Runs `finish` after the collector's delay, or parks it while the collector is stuck.
-pub fn schedule(fake: &FakeApiServer, state: &mut State, p: Pending) {
+pub fn schedule(store: &Store, state: &mut State, p: Pending) {
     match state.gc {
         GcMode::Stuck => state.gc_pending.push(p),
         GcMode::After(delay) => match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 state.gc_inflight += 1;
-                let fake = fake.clone();
+                let store = store.clone();
                 handle.spawn(async move {
                     tokio::time::sleep(delay).await;
-                    let mut state = fake.lock();
+                    let mut state = store.lock();
                     state.gc_inflight -= 1;
-                    finish(&fake, &mut state, p);
+                    finish(&store, &mut state, p);
                 });
             }
             // No runtime (a synchronous test helper): finish now.
-            Err(_) => finish(fake, state, p),
+            Err(_) => finish(store, state, p),
         },
     }
 }
 
 /// The collector's pass over one object: process the finalizers it knows, then delete the
 /// object once none is left; for an object already gone, delete its remaining dependents.
-pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
+pub fn finish(store: &Store, state: &mut State, p: Pending) {
     if let GcMode::Stuck = state.gc {
         state.gc_pending.push(p);
         return;
@@ -185,7 +90,8 @@ pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
     let Some(obj) = current else {
         // The owner is gone (background deletion): delete what still points at it.
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
-            begin_delete(fake, state, &rt, &key, Propagation::Background);
+            let (_, _, commit) = deletion::begin_delete(state, &rt, &key, Propagation::Background);
+            super::after_commit(store, state, commit);
         }
         return;
     };
@@ -210,7 +116,8 @@ pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
     }
     if f.iter().any(|x| x == FOREGROUND) {
         for (rt, key) in state.dependents(&p.key.namespace, &p.uid) {
-            begin_delete(fake, state, &rt, &key, Propagation::Background);
+            let (_, _, commit) = deletion::begin_delete(state, &rt, &key, Propagation::Background);
+            super::after_commit(store, state, commit);
         }
     }
     let protected = p.rt == resources::PVC
@@ -227,7 +134,7 @@ pub fn finish(fake: &FakeApiServer, state: &mut State, p: Pending) {
     if remaining.is_empty() {
         state.remove(p.rt, &p.key);
         if p.rt == resources::STATEFULSET || p.rt == resources::POD || p.rt == resources::PVC {
-            controller::after_write(fake, state, &p.rt, Some(&p.key.namespace));
+            super::after_write(store, state, &p.rt, Some(&p.key.namespace));
         }
     } else if remaining.len() != f.len() {
         let mut o = obj;
