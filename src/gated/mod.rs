@@ -23,8 +23,7 @@ use gating::Gating;
 /// render, a HelmRelease's from its newest release record.
 #[derive(Clone, Copy, Debug)]
 pub struct Desired<'a> {
-    pub kind: Kind,
-    /// The gated object.
+    /// The gated object (its key names its kind).
     pub owner: &'a Key,
     /// What is converged: the source's revision, or the release's version.
     pub revision: &'a str,
@@ -38,7 +37,6 @@ impl<'a> Desired<'a> {
     /// identity kustomize-controller would apply them with (`user`).
     pub fn of_render(resolved: &'a Resolved, owner: &'a Key, user: Option<&'a str>) -> Self {
         Desired {
-            kind: Kind::KUSTOMIZATION,
             owner,
             revision: &resolved.revision,
             statefulsets: &resolved.rendered.statefulsets,

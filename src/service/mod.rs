@@ -22,6 +22,7 @@ pub mod leadership;
 mod parts;
 pub mod queue;
 pub mod resume;
+pub mod step;
 pub mod volumes;
 pub mod watch;
 

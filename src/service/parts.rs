@@ -126,17 +126,13 @@ pub fn build_parts(
         call_timeout: config.call_timeout,
         statefulsets: Some(statefulsets.clone()),
     });
-    let gate = gate::Gate::new(gate::GateConfig {
+    // One converge step (its caches, journal and fence) for every kind's runs.
+    let step = super::step::ConvergeStep::new(super::step::StepConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),
-        resolver,
-        results: results.clone(),
-        metrics: metrics.clone(),
-        handoff_timeout: config.handoff_timeout,
+        shard: shard.clone(),
         call_timeout: config.call_timeout,
-        default_service_account: config.default_service_account.clone(),
-        events: events.clone(),
-        default_gate: config.default_gate,
+        metrics: metrics.clone(),
         fence: Some(Arc::new(fence.clone())),
     })
     .with_helm_field_manager(&config.helm_field_manager)
@@ -144,6 +140,21 @@ pub fn build_parts(
     .with_statefulsets(statefulsets)
     .with_intents(intents.clone())
     .with_volumes(volumes.clone());
+    let gate = gate::Gate::new(
+        gate::GateConfig {
+            client: client.clone(),
+            namespace: config.namespace.clone(),
+            resolver,
+            results: results.clone(),
+            metrics: metrics.clone(),
+            handoff_timeout: config.handoff_timeout,
+            call_timeout: config.call_timeout,
+            default_service_account: config.default_service_account.clone(),
+            events: events.clone(),
+            default_gate: config.default_gate,
+        },
+        step.clone(),
+    );
     // The `artifact` gate publishes through the storage; without one, a Kustomization in that
     // mode fails its hand-off naming the missing storage.
     let gate = match (&storage, &config.storage.unavailable) {
@@ -164,7 +175,7 @@ pub fn build_parts(
             default_service_account: config.default_service_account.clone(),
             max_decoded_bytes: config.fetch.unpack.max_bytes,
         },
-        gate.clone(),
+        step,
     );
     let resume = JournalResume {
         client: client.clone(),

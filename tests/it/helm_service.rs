@@ -148,7 +148,7 @@ fn change_helmrelease(fake: &FakeApiServer, change: impl FnOnce(&mut Value)) {
 
 /// The HelmRelease runs over `fake`, as the service builds them.
 pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
-    let gate = Gate::new(GateConfig {
+    let gate = Gate::standalone(GateConfig {
         client: fake.client(),
         namespace: SERVICE_NS.into(),
         resolver: Resolver {
@@ -165,7 +165,6 @@ pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
         default_service_account: None,
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         default_gate: GateMode::Off,
-        fence: None,
     });
     HelmGate::new(
         HelmConfig {
@@ -184,7 +183,7 @@ pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
             default_service_account: None,
             max_decoded_bytes: 1 << 20,
         },
-        gate,
+        gate.step().clone(),
     )
 }
 

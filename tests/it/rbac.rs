@@ -527,7 +527,6 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
         default_service_account: None,
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         default_gate: GateMode::Suspend,
-        fence: None,
     };
     let storage_dir = tempfile::tempdir().unwrap();
     let storage = flux_converger::storage::Storage::open(
@@ -541,7 +540,7 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
         FetchOptions::default(),
     )
     .unwrap();
-    let gate = Gate::new(config).with_artifact_host(storage);
+    let gate = Gate::standalone(config).with_artifact_host(storage);
     for name in ["tenant", "own", "artifact"] {
         let flux = play_flux(&fake, name);
         let outcome = gate.run("flux-system", name, Trigger::Webhook).await;

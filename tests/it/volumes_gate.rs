@@ -68,7 +68,7 @@ impl World {
             call_timeout: T,
             statefulsets: None,
         });
-        let gate = Gate::new(GateConfig {
+        let gate = Gate::standalone(GateConfig {
             client: fake.client(),
             namespace: FLUX_NS.into(),
             resolver: Resolver {
@@ -85,9 +85,10 @@ impl World {
             default_service_account: None,
             events,
             default_gate: GateMode::Off,
-            fence: None,
-        })
-        .with_volumes(follower);
+        });
+        let gate = gate
+            .clone()
+            .with_step(gate.step().clone().with_volumes(follower));
         let resizer = Resizer::new(fake.client(), "ebs.csi.aws.com");
         World {
             fake,

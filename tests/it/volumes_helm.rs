@@ -45,7 +45,7 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
         call_timeout: T,
         statefulsets: None,
     });
-    let gate = Gate::new(GateConfig {
+    let gate = Gate::standalone(GateConfig {
         client: fake.client(),
         namespace: SERVICE_NS.into(),
         resolver: Resolver {
@@ -62,9 +62,10 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
         default_service_account: None,
         events: events.clone(),
         default_gate: GateMode::Off,
-        fence: None,
-    })
-    .with_volumes(follower);
+    });
+    let gate = gate
+        .clone()
+        .with_step(gate.step().clone().with_volumes(follower));
     let helm = HelmGate::new(
         HelmConfig {
             client: fake.client(),
@@ -76,7 +77,7 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
             default_service_account: None,
             max_decoded_bytes: 1 << 20,
         },
-        gate,
+        gate.step().clone(),
     );
     assert_eq!(
         helm.run(NS, "web", Trigger::Watch).await,

@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
-use super::gate::Gate;
+use super::step::ConvergeStep;
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::flux::render::RenderedStatefulSet;
 use crate::gated::{Desired, Gated};
@@ -69,8 +69,8 @@ pub struct HelmConfig {
 #[derive(Clone)]
 pub struct HelmGate {
     config: Arc<HelmConfig>,
-    /// The converge step (and its caches, fence and journal), shared with the Kustomizations.
-    gate: Gate,
+    /// The converge step (and its caches, fence and journal), shared with the other kinds.
+    step: ConvergeStep,
     /// Why a HelmRelease is not acted on now (`/status`), by key; nothing is written for it.
     waiting: Arc<Mutex<HashMap<Key, String>>>,
 }
@@ -86,10 +86,10 @@ enum Run {
 }
 
 impl HelmGate {
-    pub fn new(config: HelmConfig, gate: Gate) -> Self {
+    pub fn new(config: HelmConfig, step: ConvergeStep) -> Self {
         HelmGate {
             config: Arc::new(config),
-            gate,
+            step,
             waiting: Arc::default(),
         }
     }
@@ -346,9 +346,8 @@ impl HelmGate {
             "converging release record");
         let user = hr.user(c.default_service_account.as_deref());
         let entries = self
-            .gate
+            .step
             .converge_all(Desired {
-                kind: Kind::HELM_RELEASE,
                 owner: &key,
                 revision: &revision,
                 statefulsets: &rendered,
@@ -423,8 +422,7 @@ impl HelmGate {
         let key = hr.key();
         record.finished_at = Some(now());
         self.save(&key, record).await;
-        self.gate.follow_volumes(
-            Kind::HELM_RELEASE,
+        self.step.follow_volumes(
             &key,
             &c.results,
             record,
