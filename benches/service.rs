@@ -237,17 +237,14 @@ impl Backend for Untracked {
     fn hook(&self, event: &flux_converger::flux::event::Event) -> Vec<String> {
         self.0.hook(event)
     }
-    fn kustomizations(
-        &self,
-        namespace: Option<&str>,
-    ) -> Vec<flux_converger::model::KustomizationSummary> {
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<flux_converger::model::StatusRow> {
         self.0.kustomizations(namespace)
     }
     fn kustomization(
         &self,
         namespace: &str,
         name: &str,
-    ) -> Option<flux_converger::model::KustomizationDetail> {
+    ) -> Option<flux_converger::model::StatusDetail> {
         self.0.kustomization(namespace, name)
     }
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {

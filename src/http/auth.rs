@@ -38,7 +38,7 @@ use super::AppState;
 use super::backend::Backend;
 use super::error::ApiError;
 use crate::flux::event::Event;
-use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
+use crate::model::{RevisionRecord, StatusDetail, StatusRow};
 
 /// How long a TokenReview's or a SubjectAccessReview's answer is used again.
 pub const REVIEW_TTL: Duration = Duration::from_secs(10);
@@ -475,20 +475,20 @@ impl Backend for Filtered {
         self.inner.hook(event)
     }
 
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow> {
         let mut rows = self.inner.kustomizations(namespace);
         rows.retain(|s| self.shows(&s.namespace, &s.name));
         rows
     }
 
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         if !self.shows(namespace, name) {
             return None;
         }
         self.inner.kustomization(namespace, name)
     }
 
-    fn helm_releases(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn helm_releases(&self, namespace: Option<&str>) -> Vec<StatusRow> {
         let mut rows = self.inner.helm_releases(namespace);
         rows.retain(|s| {
             self.visible_helm
@@ -497,7 +497,7 @@ impl Backend for Filtered {
         rows
     }
 
-    fn helm_release(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    fn helm_release(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         if !self
             .visible_helm
             .contains(&(namespace.to_string(), name.to_string()))

@@ -5,16 +5,16 @@ use bytes::Bytes;
 
 use crate::flux::event::Event;
 use crate::model::body::{append_field, array, encode, list_body};
-use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
+use crate::model::{RevisionRecord, StatusDetail, StatusRow};
 
 pub trait Backend: Send + Sync + 'static {
     /// Queues the handled Kustomizations this (already authenticated, parsed) event names and
     /// returns them as `namespace/name`, sorted. Never blocks on cluster I/O.
     fn hook(&self, event: &Event) -> Vec<String>;
     /// Every handled Kustomization (optionally of one namespace), sorted by namespace then name.
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary>;
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow>;
     /// One handled Kustomization with its history; `None` when it is not handled.
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail>;
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail>;
     /// `Ok` once the caches are synced and the results are readable; otherwise why not.
     fn ready(&self) -> Result<(), String>;
     /// A number that changes whenever anything [`Backend::kustomizations`] or
@@ -56,12 +56,12 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Every handled HelmRelease (optionally of one namespace), sorted: `/status`'s
     /// `helmReleases`, rows in the Kustomizations' shape. Default: none.
-    fn helm_releases(&self, _namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn helm_releases(&self, _namespace: Option<&str>) -> Vec<StatusRow> {
         Vec::new()
     }
     /// One handled HelmRelease with its history (`GET /status/helmreleases/{ns}/{name}`);
     /// `None` when it is not handled. Default: none.
-    fn helm_release(&self, _namespace: &str, _name: &str) -> Option<KustomizationDetail> {
+    fn helm_release(&self, _namespace: &str, _name: &str) -> Option<StatusDetail> {
         None
     }
     /// The `GET /status/{ns}/{name}` body; `None` when not handled. Default: encodes

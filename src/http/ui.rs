@@ -515,7 +515,7 @@ pub(super) async fn helm_release(
 }
 
 fn detail_page(
-    detail: Option<crate::model::KustomizationDetail>,
+    detail: Option<crate::model::StatusDetail>,
     kind: &str,
     namespace: &str,
     name: &str,

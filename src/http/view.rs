@@ -7,9 +7,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::model::{
-    FluxOutcome, FluxResult, GateMode, Handoff, KustomizationSummary, RevisionRecord,
-    RevisionState, StatefulSetEntry, StatefulSetOutcome, StepError, Volume, VolumeState,
-    VolumeSummary,
+    FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetEntry,
+    StatefulSetOutcome, StatusRow, StepError, Volume, VolumeState, VolumeSummary,
 };
 
 /// A state as shown: `key` is the CSS class and the icon's id (a closed set, never data).
@@ -192,7 +191,7 @@ pub fn volume_problems(record: &RevisionRecord) -> Vec<Problem> {
 /// The `?state=` key of a `/status` row, from its last record's summary (`last.state`), so
 /// the summary bar counts every row without copying each row's newest record; `none` when it
 /// has not run yet (or the state is one this build does not know).
-pub fn summary_state_key(summary: &KustomizationSummary) -> &'static str {
+pub fn summary_state_key(summary: &StatusRow) -> &'static str {
     summary
         .last
         .as_ref()
@@ -398,7 +397,7 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(summary: &KustomizationSummary, last: Option<&RevisionRecord>) -> Row {
+    pub fn new(summary: &StatusRow, last: Option<&RevisionRecord>) -> Row {
         let at = last.map(|r| {
             r.finished_at
                 .clone()
@@ -803,7 +802,7 @@ mod tests {
 
     #[test]
     fn row_is_behind_when_the_source_moved_on() {
-        let summary = KustomizationSummary {
+        let summary = StatusRow {
             kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: "apps".into(),
@@ -868,7 +867,7 @@ mod tests {
 
     #[test]
     fn summary_state_key_table() {
-        let summary = |last: Option<serde_json::Value>| KustomizationSummary {
+        let summary = |last: Option<serde_json::Value>| StatusRow {
             kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: "apps".into(),

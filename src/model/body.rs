@@ -11,7 +11,7 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, serde_json::Error> {
 }
 
 /// The `GET /status` body, `{"kustomizations":[...]}`, from rows each already encoded
-/// ([`encode`] of a `KustomizationSummary`): byte for byte what encoding the whole list gives.
+/// ([`encode`] of a `StatusRow`): byte for byte what encoding the whole list gives.
 pub fn list_body<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
     const HEAD: &[u8] = b"{\"kustomizations\":[";
     const TAIL: &[u8] = b"]}";
@@ -65,12 +65,12 @@ pub fn array<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{GateMode, KustomizationSummary};
+    use crate::model::{GateMode, StatusRow};
     use serde::Serialize;
 
     #[derive(Serialize)]
     struct StatusList {
-        kustomizations: Vec<KustomizationSummary>,
+        kustomizations: Vec<StatusRow>,
     }
 
     #[test]
@@ -105,7 +105,7 @@ mod tests {
     fn list_body_is_the_encoding_of_the_whole_list_by_table() {
         let row =
             |ns: &str, name: &str, revision: Option<&str>, last: Option<serde_json::Value>| {
-                KustomizationSummary {
+                StatusRow {
                     kind: crate::model::Kind::KUSTOMIZATION,
                     waiting: None,
                     namespace: ns.into(),

@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use super::Records;
 use crate::model::Key;
 use crate::model::body::{encode, list_body};
-use crate::model::{GateMode, KustomizationDetail, KustomizationSummary};
+use crate::model::{GateMode, StatusDetail, StatusRow};
 
 /// What `/status` lists besides the records: the handled objects, each with its gate, its
 /// source's revision and its hold, and a generation that moves whenever any of them does. The
@@ -94,7 +94,7 @@ fn summary_row(
     source_revision: Option<String>,
     hold: Option<String>,
 ) -> Result<Bytes, serde_json::Error> {
-    encode(&KustomizationSummary {
+    encode(&StatusRow {
         kind: crate::model::Kind::KUSTOMIZATION,
         waiting: None,
         namespace: key.namespace.clone(),
@@ -228,7 +228,7 @@ impl StatusCache {
                 Err(e) => return Some(Err(e)),
             },
         };
-        Some(encode(&KustomizationDetail {
+        Some(encode(&StatusDetail {
             kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: key.namespace,

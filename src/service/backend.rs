@@ -8,7 +8,7 @@ use crate::flux::event::Event;
 use crate::http::backend::Backend;
 use crate::model::Key;
 use crate::model::body::append_field;
-use crate::model::{GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord, Trigger};
+use crate::model::{GateMode, RevisionRecord, StatusDetail, StatusRow, Trigger};
 use crate::records::Records;
 use crate::records::status_cache::StatusCache;
 use crate::service::hook_limit::HookLimit;
@@ -81,14 +81,14 @@ impl Backend for ServiceBackend {
         queued
     }
 
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow> {
         let index = self.index();
         index
             .handled_keys(namespace)
             .into_iter()
             .filter_map(|key| {
                 let gate = index.handled(&key)?;
-                Some(KustomizationSummary {
+                Some(StatusRow {
                     kind: crate::model::Kind::KUSTOMIZATION,
                     waiting: None,
                     gate,
@@ -105,7 +105,7 @@ impl Backend for ServiceBackend {
             .collect()
     }
 
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         let key = Key::kustomization(namespace, name);
         let (gate, source_revision, hold) = {
             let index = self.index();
@@ -116,7 +116,7 @@ impl Backend for ServiceBackend {
                 index.hold(&key).map(String::from),
             )
         };
-        Some(KustomizationDetail {
+        Some(StatusDetail {
             kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: key.namespace,
@@ -128,14 +128,14 @@ impl Backend for ServiceBackend {
         })
     }
 
-    fn helm_releases(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn helm_releases(&self, namespace: Option<&str>) -> Vec<StatusRow> {
         self.helm
             .as_ref()
             .map(|lane| lane.summaries(namespace))
             .unwrap_or_default()
     }
 
-    fn helm_release(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    fn helm_release(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         self.helm.as_ref()?.detail(namespace, name)
     }
 

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use fake_apiserver::FakeApiServer;
 use flux_converger::flux::event::Event;
 use flux_converger::http::{AppState, Backend, HookAuth, router};
-use flux_converger::model::{GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord};
+use flux_converger::model::{GateMode, RevisionRecord, StatusDetail, StatusRow};
 use flux_converger::records::{metrics, results};
 use flux_converger::service::index::GATE_ANNOTATION;
 use flux_converger::service::leadership::lease::LEASE_NAME;
@@ -91,11 +91,11 @@ impl Backend for Counting {
     fn hook(&self, event: &Event) -> Vec<String> {
         self.inner.hook(event)
     }
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow> {
         self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner.kustomizations(namespace)
     }
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         self.inner.kustomization(namespace, name)
     }
     fn ready(&self) -> Result<(), String> {

@@ -18,7 +18,7 @@ pub fn hostile_revision() -> String {
 }
 
 pub struct StandIn {
-    details: BTreeMap<(String, String), KustomizationDetail>,
+    details: BTreeMap<(String, String), StatusDetail>,
     /// `Kind/namespace/name` of an event's object → the Kustomizations it queues.
     follows: BTreeMap<String, Vec<String>>,
     pub events: Mutex<Vec<Event>>,
@@ -52,7 +52,7 @@ impl StandIn {
     ) -> Self {
         self.details.insert(
             (namespace.to_string(), name.to_string()),
-            KustomizationDetail {
+            StatusDetail {
                 kind: flux_converger::model::Kind::KUSTOMIZATION,
                 waiting: None,
                 namespace: namespace.to_string(),
@@ -97,11 +97,11 @@ impl Backend for StandIn {
         queued
     }
 
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow> {
         self.details
             .values()
             .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
-            .map(|d| KustomizationSummary {
+            .map(|d| StatusRow {
                 kind: flux_converger::model::Kind::KUSTOMIZATION,
                 waiting: None,
                 namespace: d.namespace.clone(),
@@ -114,7 +114,7 @@ impl Backend for StandIn {
             .collect()
     }
 
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         self.details
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
@@ -447,11 +447,11 @@ impl Backend for Versioned {
     fn hook(&self, event: &Event) -> Vec<String> {
         self.inner().hook(event)
     }
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow> {
         self.lists.fetch_add(1, Ordering::SeqCst);
         self.inner().kustomizations(namespace)
     }
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         self.inner().kustomization(namespace, name)
     }
     fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {

@@ -17,9 +17,7 @@ use tracing::Instrument as _;
 use super::HelmGate;
 use crate::gated::Gated;
 use crate::helm::helmrelease::HelmRelease;
-use crate::model::{
-    GateMode, GateOutcome, Key, Kind, KustomizationDetail, KustomizationSummary, Trigger,
-};
+use crate::model::{GateMode, GateOutcome, Key, Kind, StatusDetail, StatusRow, Trigger};
 use crate::service::leadership::windows::RunWindows;
 use crate::service::queue::Queue;
 
@@ -72,8 +70,8 @@ impl Lane {
 
     /// The opted-in HelmReleases the watch holds (of `namespace`, or all), sorted, as
     /// `/status` lists them: their hold, newest record and why nothing is done now.
-    pub fn summaries(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        let mut rows: Vec<KustomizationSummary> = self
+    pub fn summaries(&self, namespace: Option<&str>) -> Vec<StatusRow> {
+        let mut rows: Vec<StatusRow> = self
             .store
             .state()
             .iter()
@@ -81,7 +79,7 @@ impl Lane {
             .filter(|hr| namespace.is_none_or(|ns| hr.metadata.namespace.as_deref() == Some(ns)))
             .map(|hr| {
                 let key = hr.key();
-                KustomizationSummary {
+                StatusRow {
                     kind: Kind::HELM_RELEASE,
                     gate: GateMode::Reconcile,
                     source_revision: None,
@@ -102,13 +100,13 @@ impl Lane {
     }
 
     /// One opted-in HelmRelease with its history, newest first; `None` when not handled.
-    pub fn detail(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
+    pub fn detail(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
         let hr = self
             .store
             .get(&reflector::ObjectRef::new(name).within(namespace))
             .filter(|hr| opted_in(hr))?;
         let key = hr.key();
-        Some(KustomizationDetail {
+        Some(StatusDetail {
             kind: Kind::HELM_RELEASE,
             gate: GateMode::Reconcile,
             source_revision: None,
