@@ -117,15 +117,12 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
     let mut lists = Router::new()
         .route("/", get(ui::dashboard).layer(Extension(pages)))
         .route("/status", get(status::list));
-    let mut one = Router::new()
-        .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
-        .route("/status/{namespace}/{name}", get(status::one));
-    let mut helm_one = Router::new()
-        .route(
-            "/status/helmreleases/{namespace}/{name}",
-            get(status::helm_release),
-        )
-        .route("/helmreleases/{namespace}/{name}", get(ui::helm_release));
+    let mut one = Router::new().route("/status/{namespace}/{name}", get(status::one));
+    // Any gated kind by its resource (`kustomizations`, `helmreleases`, ...): its page and,
+    // but for a Kustomization's (above), its JSON.
+    let mut kind_one = Router::new()
+        .route("/status/{plural}/{namespace}/{name}", get(status::of_kind))
+        .route("/{plural}/{namespace}/{name}", get(ui::detail));
     if let Some(status_auth) = options.status_auth {
         let guard = auth::Guard {
             auth: status_auth,
@@ -139,15 +136,15 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
             guard.clone(),
             auth::one_guard,
         ));
-        helm_one = helm_one.route_layer(axum::middleware::from_fn_with_state(
+        kind_one = kind_one.route_layer(axum::middleware::from_fn_with_state(
             guard,
-            auth::helm_one_guard,
+            auth::kind_one_guard,
         ));
     }
     let router = open
         .merge(lists)
         .merge(one)
-        .merge(helm_one)
+        .merge(kind_one)
         .fallback(not_found)
         .with_state(state);
     hardened(router)

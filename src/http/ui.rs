@@ -395,8 +395,11 @@ pub(super) async fn dashboard(
 }
 
 fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
-    let mut summaries = state.backend.kustomizations(None);
-    summaries.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    // Every kind the service gates, one row each, told apart by the row's kind.
+    let mut summaries = state.backend.gated(None);
+    summaries.sort_by(|a, b| {
+        (&a.namespace, &a.name, a.kind.as_str()).cmp(&(&b.namespace, &b.name, b.kind.as_str()))
+    });
     let mut namespaces: Vec<String> = summaries.iter().map(|s| s.namespace.clone()).collect();
     namespaces.dedup();
     let namespace = wanted.namespace.as_deref();
@@ -437,7 +440,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
         .take(PAGE_ROWS)
         .map(|s| {
             let last = if s.last.is_some() {
-                state.backend.last_record(&s.namespace, &s.name)
+                state.backend.last_record(s.kind, &s.namespace, &s.name)
             } else {
                 None
             };
@@ -495,23 +498,24 @@ fn badge_of(key: &str) -> Badge {
     state_badge(state)
 }
 
-pub(super) async fn kustomization(
+/// `/{plural}/{ns}/{name}`: one gated object's history, whatever its kind
+/// (`/kustomizations/...`, `/helmreleases/...`).
+pub(super) async fn detail(
     Seen(state): Seen,
-    Path((namespace, name)): Path<(String, String)>,
+    Path((plural, namespace, name)): Path<(String, String, String)>,
 ) -> Response {
-    let detail = state.backend.kustomization(&namespace, &name);
-    let json_href = format!("/status/{namespace}/{name}");
-    detail_page(detail, "Kustomization", &namespace, &name, json_href)
-}
-
-/// `/helmreleases/{ns}/{name}`: a HelmRelease's history, as a Kustomization's page shows it.
-pub(super) async fn helm_release(
-    Seen(state): Seen,
-    Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    let detail = state.backend.helm_release(&namespace, &name);
-    let json_href = format!("/status/helmreleases/{namespace}/{name}");
-    detail_page(detail, "HelmRelease", &namespace, &name, json_href)
+    let Some(kind) = state.backend.kind_of(&plural) else {
+        // No kind of that name: the same answer as any path nothing is served at.
+        return super::error::ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
+            .into_response();
+    };
+    let detail = state.backend.detail(kind, &namespace, &name);
+    let json_href = if kind == crate::model::Kind::KUSTOMIZATION {
+        format!("/status/{namespace}/{name}")
+    } else {
+        format!("/status/{plural}/{namespace}/{name}")
+    };
+    detail_page(detail, kind.as_str(), &namespace, &name, json_href)
 }
 
 fn detail_page(

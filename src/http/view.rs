@@ -372,6 +372,8 @@ impl FluxView {
 /// One row of the dashboard.
 #[derive(Clone, Debug)]
 pub struct Row {
+    /// What kind of gated object it is: its drill-down's path and its label.
+    pub kind: crate::model::Kind,
     pub namespace: String,
     pub name: String,
     pub gate: GateMode,
@@ -404,6 +406,7 @@ impl Row {
                 .unwrap_or_else(|| r.started_at.clone())
         });
         Row {
+            kind: summary.kind,
             namespace: summary.namespace.clone(),
             name: summary.name.clone(),
             gate: summary.gate,
@@ -425,14 +428,19 @@ impl Row {
     }
 
     pub fn href(&self) -> String {
-        detail_href(&self.namespace, &self.name)
+        detail_href_of(self.kind, &self.namespace, &self.name)
     }
 }
 
 /// The drill-down's path. Kubernetes names are DNS labels (no `/`, `?` or `#`); the template
 /// escapes the attribute all the same.
 pub fn detail_href(namespace: &str, name: &str) -> String {
-    format!("/kustomizations/{namespace}/{name}")
+    detail_href_of(crate::model::Kind::KUSTOMIZATION, namespace, name)
+}
+
+/// The drill-down's path of a gated object of any kind: `/<plural>/{namespace}/{name}`.
+pub fn detail_href_of(kind: crate::model::Kind, namespace: &str, name: &str) -> String {
+    format!("/{}/{namespace}/{name}", kind.plural())
 }
 
 #[derive(Clone, Debug)]

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use super::Records;
 use crate::model::Key;
-use crate::model::body::{encode, list_body};
+use crate::model::body::{array, encode};
 use crate::model::{GateMode, StatusDetail, StatusRow};
 
 /// What `/status` lists besides the records: the handled objects, each with its gate, its
@@ -123,8 +123,9 @@ impl StatusCache {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The `GET /status` body: every handled Kustomization (or those of `namespace`), sorted.
-    pub fn list<I: Handled>(
+    /// The rows of `GET /status` as one JSON array: every handled Kustomization (or those of
+    /// `namespace`), sorted.
+    pub fn rows<I: Handled>(
         &self,
         index: &RwLock<I>,
         records: &dyn Records,
@@ -139,7 +140,7 @@ impl StatusCache {
                 .filter(|(k, _, _, _)| namespace.is_none_or(|ns| k.namespace == ns))
                 .map(|(key, gate, revision, hold)| summary_row(records, &key, gate, revision, hold))
                 .collect::<Result<Vec<_>, _>>()?;
-            return Ok(list_body(rows.iter().map(|r| &r[..])));
+            return Ok(Bytes::from(array(rows.iter().map(|r| &r[..]))));
         };
         // Held while rebuilding: concurrent requests wait for one rebuild instead of each
         // doing it.
@@ -189,7 +190,7 @@ impl StatusCache {
             }
             // Forget what is no longer handled.
             state.rows.retain(|k, _| keys.binary_search(k).is_ok());
-            let body = list_body(rows.iter().map(|r| &r[..]));
+            let body = Bytes::from(array(rows.iter().map(|r| &r[..])));
             state.list = Some(List {
                 generations: (generation, records_generation),
                 keys,
@@ -198,13 +199,13 @@ impl StatusCache {
             });
         }
         let Some(list) = &state.list else {
-            return Ok(list_body(std::iter::empty()));
+            return Ok(Bytes::from(array(std::iter::empty())));
         };
         let range = namespace_range(&list.keys, namespace);
         if range.len() == list.keys.len() {
             return Ok(list.all.clone());
         }
-        Ok(list_body(list.rows[range].iter().map(|r| &r[..])))
+        Ok(Bytes::from(array(list.rows[range].iter().map(|r| &r[..]))))
     }
 
     /// The `GET /status/{ns}/{name}` body; `None` when the Kustomization is not handled.
@@ -329,9 +330,9 @@ mod tests {
         let keys = [("a", "one"), ("a", "two"), ("b", "one")];
         let check = |step: &str| {
             for namespace in [None, Some("a"), Some("b"), Some("c")] {
-                let cached = cache.list(&index, &tracked, namespace).unwrap();
+                let cached = cache.rows(&index, &tracked, namespace).unwrap();
                 let fresh = StatusCache::default()
-                    .list(&index, &untracked, namespace)
+                    .rows(&index, &untracked, namespace)
                     .unwrap();
                 assert_eq!(cached, fresh, "{step}: list of {namespace:?}");
             }

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use super::RELEASE_TIMEOUT;
+use super::running::RELEASE_TIMEOUT;
 use crate::flux::render::KustomizeCommand;
 use crate::model::GateMode;
 use crate::service::leadership::LeaseSettings;

@@ -3,7 +3,7 @@
 //! queue, `/status` and the records never name a kind.
 //!
 //! The lane ([`super::lane`]) owns what every kind shares: one queue keyed by [`Key`] (whose
-//! kind routes it back here), the workers, the resync, the pauses while this replica does not
+//! kind routes it back here; each kind is given it when it is made, to push into), the workers, the resync, the pauses while this replica does not
 //! lead, the drain at shutdown, the hook limit and the composition of `/status`. A kind says
 //! what its objects are (its watches and what they push), when one is due, what a run of one
 //! does (through the shared [`super::step::ConvergeStep`]), how its controller's answer is read
@@ -18,7 +18,6 @@ use crate::flux::event::Event;
 use crate::model::body::encode;
 use crate::model::{GateOutcome, Key, Kind, RevisionRecord, StatusDetail, StatusRow, Trigger};
 use crate::records::results::Results;
-use crate::service::queue::Queue;
 
 /// Whether a key the queue hands out runs now.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,8 +48,9 @@ pub trait GatedKind: Send + Sync + 'static {
     fn results(&self) -> &Results;
 
     /// The tasks that keep this kind's view of the cluster current (its watches), each pushing
-    /// into `queue` the keys that became due; run until the service stops.
-    fn watches(&self, client: &kube::Client, queue: &Queue<Key>) -> Vec<BoxFuture<'static, ()>>;
+    /// into the lane's queue (given to the kind when it is made) the keys that became due; run
+    /// until the service stops.
+    fn watches(&self, client: &kube::Client) -> Vec<BoxFuture<'static, ()>>;
 
     /// Other tasks of the service's life (a tick that closes hand-offs past their timeout).
     fn tasks(&self) -> Vec<BoxFuture<'static, ()>> {
@@ -62,14 +62,22 @@ pub trait GatedKind: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// What else keeps it from being ready, once its watches are synced and its records read
+    /// (a Kustomization in the `artifact` gate without a storage to publish to).
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// When this replica takes the lead, once its records are read and before anything is
     /// queued: take over what the last leader left open (hand-offs waiting for an answer).
     fn lead(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
 
-    /// The objects due now, to queue with `trigger` (the resync, the start of a leadership).
-    fn due(&self, trigger: Trigger) -> Vec<Key>;
+    /// Queues into the lane's queue the objects due now with `trigger` (the resync, the start
+    /// of a leadership), doing at a resync what else is due then (forgetting the records of
+    /// objects that are gone); returns how many it queued.
+    fn queue_due(&self, trigger: Trigger) -> BoxFuture<'_, usize>;
 
     /// Whether `key`, handed out by the queue, runs now.
     fn take(&self, key: &Key) -> Take {
@@ -111,13 +119,15 @@ pub trait GatedKind: Send + Sync + 'static {
 
     /// [`GatedKind::rows`] as one encoded JSON array. Default: encodes on every call; a kind
     /// with thousands of objects keeps its rows encoded.
-    fn rows_json(&self, namespace: Option<&str>) -> Result<Vec<u8>, serde_json::Error> {
+    fn rows_json(&self, namespace: Option<&str>) -> Result<Bytes, serde_json::Error> {
         let rows = self
             .rows(namespace)
             .iter()
             .map(encode)
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(crate::model::body::array(rows.iter().map(|r| &r[..])))
+        Ok(Bytes::from(crate::model::body::array(
+            rows.iter().map(|r| &r[..]),
+        )))
     }
 
     /// [`GatedKind::detail`] encoded. Default: encodes on every call.

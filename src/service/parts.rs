@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use super::helmrelease::{HelmConfig, HelmGate, HelmReleases};
 use super::leadership::fence::ServiceFence;
-use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, helm, watch};
+use super::queue::Queue;
+use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, watch};
 use crate::model::Kind;
 use crate::records::results::{Results, Shard};
 
@@ -164,8 +166,8 @@ pub fn build_parts(
     };
     // HelmReleases share the converge step (its caches, fence and journal) and keep their
     // records apart.
-    let helm = helm::HelmGate::new(
-        helm::HelmConfig {
+    let helm = HelmGate::new(
+        HelmConfig {
             client: client.clone(),
             results: helm_results,
             events,
@@ -177,6 +179,13 @@ pub fn build_parts(
         },
         step,
     );
+    // The one queue every kind pushes into; nothing runs before this replica leads.
+    let queue = Queue::new(tuning.backoff, metrics.queue_depth.clone());
+    let helm_releases = Arc::new(HelmReleases::new(
+        helm,
+        queue.clone(),
+        config.watch_label_selector.clone(),
+    ));
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -219,7 +228,8 @@ pub fn build_parts(
         metrics,
         fence,
         storage,
-        helm: Some(helm),
+        queue,
+        kinds: vec![helm_releases],
         volumes: Some(volumes),
     };
     let caches = async move {

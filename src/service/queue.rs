@@ -117,6 +117,15 @@ impl After {
     }
 }
 
+/// How a run's end was taken ([`Queue::complete_after`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completed {
+    /// The wait before a failed run's retry.
+    pub retry_in: Option<Duration>,
+    /// The failure says what the one before it said: not news.
+    pub repeated: bool,
+}
+
 /// How many keys wait where (see [`Queue::waiting`]).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Waiting {
@@ -381,6 +390,20 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
     /// changed (a new revision, a new spec, a webhook) that makes the earlier failure old news.
     pub fn push_now(&self, key: K, trigger: Trigger) {
         self.lock().push(key, trigger, true);
+    }
+
+    /// [`Queue::complete`], as the lane asks it (issue #36 gives it the key's own retry
+    /// schedule; until then the interval is not used).
+    pub fn complete_after(
+        &self,
+        key: &K,
+        outcome: &GateOutcome,
+        _interval: Option<Duration>,
+    ) -> Completed {
+        Completed {
+            retry_in: self.complete(key, outcome),
+            repeated: false,
+        }
     }
 
     /// Records how the run of `key` ended (the gate's outcome, as it returned it) and

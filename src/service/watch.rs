@@ -190,7 +190,7 @@ impl Feed {
     /// `/status` row), each only if the index still does not hold it. Only the leader does:
     /// another replica's watch may lag behind the runs of the leader, whose records it would
     /// then delete.
-    async fn forget_gone(self, keys: Vec<Key>) {
+    pub async fn forget_gone(self, keys: Vec<Key>) {
         if self.queue.is_paused() || !self.readiness.synced() {
             return;
         }

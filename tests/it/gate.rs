@@ -1792,7 +1792,10 @@ mod e2e {
         pred: impl Fn(&RevisionRecord) -> bool,
     ) -> RevisionRecord {
         for _ in 0..6000 {
-            if let Some(detail) = running.backend.kustomization(FLUX_NS, "apps")
+            if let Some(detail) =
+                running
+                    .backend
+                    .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
                 && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
                 && pred(r)
             {
@@ -1802,7 +1805,9 @@ mod e2e {
         }
         panic!(
             "the record of {revision} never got there: {:#?}",
-            running.backend.kustomization(FLUX_NS, "apps")
+            running
+                .backend
+                .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
         );
     }
 
@@ -1847,7 +1852,7 @@ async fn e2e_a_source_moving_while_the_gate_is_open_never_lets_flux_apply_it_unc
 
     let records = running
         .backend
-        .kustomization(FLUX_NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
         .unwrap()
         .revisions;
     let attempts: Vec<_> = flux
@@ -1942,7 +1947,7 @@ async fn e2e_a_revision_flux_fails_is_opened_again_on_its_retry_schedule_until_a
     assert_eq!(tried, [false, true]);
     let records = running
         .backend
-        .kustomization(FLUX_NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
         .unwrap()
         .revisions;
     assert_eq!(records.iter().filter(|r| r.revision == r2).count(), 1);

@@ -19,7 +19,7 @@ use flux_converger::records::events::EventSink;
 use flux_converger::records::metrics::Metrics;
 use flux_converger::records::results::{Results, Shard};
 use flux_converger::service::gate::{Gate, GateConfig};
-use flux_converger::service::helm::{HelmConfig, HelmGate};
+use flux_converger::service::helmrelease::{HelmConfig, HelmGate};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};

@@ -1090,11 +1090,14 @@ fn row_keys(page: &str) -> Vec<(String, String)> {
 #[tokio::test]
 async fn dashboard_pages_past_200_rows_in_a_stable_order() {
     let backend = standin::scaled(1000, 1);
-    let mut everyone: Vec<(String, String)> =
-        flux_converger::http::Backend::kustomizations(&backend, None)
-            .into_iter()
-            .map(|s| (s.namespace, s.name))
-            .collect();
+    let mut everyone: Vec<(String, String)> = flux_converger::http::Backend::rows(
+        &backend,
+        flux_converger::model::Kind::KUSTOMIZATION,
+        None,
+    )
+    .into_iter()
+    .map(|s| (s.namespace, s.name))
+    .collect();
     everyone.sort();
     let app = dashboard_router(Arc::new(backend));
 

@@ -244,6 +244,10 @@ impl Harness {
         let app_metrics = metrics.clone();
         let parts = Parts {
             runner: self.runner.clone(),
+            queue: flux_converger::service::queue::Queue::new(
+                tuning().backoff,
+                metrics.queue_depth.clone(),
+            ),
             results: self.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(move |backend| {
@@ -257,7 +261,7 @@ impl Harness {
             metrics,
             fence: Default::default(),
             storage: None,
-            helm: None,
+            kinds: Vec::new(),
             volumes: None,
         };
         start_with(config, self.fake.client(), tuning(), parts)
@@ -275,7 +279,10 @@ async fn until(mut cond: impl FnMut() -> bool) {
 
 /// Waits until every key queued so far has been handed out and completed.
 async fn settled(running: &Running) {
-    until(|| running.backend.queue.depth() == 0 && running.backend.queue.running() == 0).await;
+    until(|| {
+        running.backend.lane.queue().depth() == 0 && running.backend.lane.queue().running() == 0
+    })
+    .await;
 }
 
 async fn ready(running: &Running) {
@@ -338,7 +345,7 @@ async fn startup_runs_what_is_due_and_only_that() {
     // `/status` lists the handled ones, with the gate in force and the source's revision.
     let listed: Vec<(String, GateMode)> = running
         .backend
-        .kustomizations(None)
+        .rows(flux_converger::model::Kind::KUSTOMIZATION, None)
         .into_iter()
         .map(|s| (s.name, s.gate))
         .collect();
@@ -350,10 +357,15 @@ async fn startup_runs_what_is_due_and_only_that() {
             ("suspended".into(), GateMode::Suspend),
         ]
     );
-    assert!(running.backend.kustomization(NS, "opted-out").is_none());
+    assert!(
+        running
+            .backend
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "opted-out")
+            .is_none()
+    );
     let detail = running
         .backend
-        .kustomization(NS, "finished")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "finished")
         .expect("handled");
     assert_eq!(detail.source_revision.as_deref(), Some("main@sha1:1"));
     assert_eq!(detail.revisions.len(), 1);
@@ -462,7 +474,7 @@ async fn webhook_routes_and_two_events_during_a_run_coalesce() {
     // Hold the runner, move the revision, and let two events arrive while it runs.
     let held = h.runner.hold.write().await;
     set_revision(&h.fake, "repo", "main@sha1:2");
-    until(|| running.backend.queue.running() == 1).await;
+    until(|| running.backend.lane.queue().running() == 1).await;
     let queued = running
         .backend
         .hook(&event("GitRepository", "repo", "stored artifact"));
@@ -472,7 +484,7 @@ async fn webhook_routes_and_two_events_during_a_run_coalesce() {
         .hook(&event("Kustomization", "a", "Reconciliation finished"));
     assert_eq!(queued, vec!["flux-system/a".to_string()]);
     assert_eq!(
-        running.backend.queue.depth(),
+        running.backend.lane.queue().depth(),
         1,
         "both events wait as one follow-up"
     );
@@ -578,10 +590,10 @@ async fn a_failure_is_retried_after_backoff_and_a_webhook_runs_it_now() {
     let running = h.start(config(GateMode::Off)).await;
     ready(&running).await;
     until(|| h.runner.calls().len() == 1).await;
-    until(|| running.backend.queue.failures(&key("a")) == 1).await;
+    until(|| running.backend.lane.queue().failures(&key("a")) == 1).await;
     // The retry waits an hour (this test's backoff); what the resync queues does not cut it.
-    running.backend.queue.push(key("a"), Trigger::Resync);
-    assert_eq!(running.backend.queue.waiting().backing_off, 1);
+    running.backend.lane.queue().push(key("a"), Trigger::Resync);
+    assert_eq!(running.backend.lane.queue().waiting().backing_off, 1);
     assert_eq!(h.runner.calls().len(), 1);
     // An ordinary webhook (the source stored an artifact) does.
     running
@@ -590,7 +602,7 @@ async fn a_failure_is_retried_after_backoff_and_a_webhook_runs_it_now() {
     until(|| h.runner.calls().len() == 2).await;
     settled(&running).await;
     assert_eq!(h.runner.calls()[1].1, Trigger::Webhook);
-    assert_eq!(running.backend.queue.failures(&key("a")), 0);
+    assert_eq!(running.backend.lane.queue().failures(&key("a")), 0);
     running.shutdown().await;
 }
 
@@ -615,7 +627,7 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
     let running = h.start(cfg).await;
     ready(&running).await;
     // The startup run fails; its retry waits an hour (this test's backoff).
-    until(|| running.backend.queue.failures(&key("a")) == 1).await;
+    until(|| running.backend.lane.queue().failures(&key("a")) == 1).await;
     assert_eq!(h.runner.calls().len(), 1);
 
     let wedge = event(
@@ -635,7 +647,8 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
         // Quiet again before the next: an admitted wedge event clears the backoff at once
         // (failures 0), and only its failed run sets it again.
         until(|| {
-            running.backend.queue.running() == 0 && running.backend.queue.failures(&key("a")) == 1
+            running.backend.lane.queue().running() == 0
+                && running.backend.lane.queue().failures(&key("a")) == 1
         })
         .await;
     }
@@ -764,6 +777,10 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
         tuning(),
         Parts {
             runner: second_runner.clone(),
+            queue: flux_converger::service::queue::Queue::new(
+                tuning().backoff,
+                metrics.queue_depth.clone(),
+            ),
             results: h.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
@@ -771,7 +788,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             metrics,
             fence: Default::default(),
             storage: None,
-            helm: None,
+            kinds: Vec::new(),
             volumes: None,
         },
     )
@@ -782,7 +799,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
     assert_eq!(
         second
             .backend
-            .kustomization(NS, "a")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "a")
             .map(|d| d.revisions.len()),
         Some(1)
     );
@@ -953,7 +970,7 @@ async fn serve(fake: &FakeApiServer) -> Running {
 /// The newest record of `revision`, once it is final.
 async fn finished(running: &Running, revision: &str) -> RevisionRecord {
     loop {
-        if let Some(detail) = running.backend.kustomization(NS, "apps")
+        if let Some(detail) = running.backend.detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
             && r.state != RevisionState::Running
             // Converged: once the observer recorded Flux's answer (the gate closed).
@@ -1333,7 +1350,7 @@ async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
     assert!(converger_writes.is_empty(), "{converger_writes:?}");
     let runs = running
         .backend
-        .kustomization(NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
         .unwrap()
         .revisions
         .len();
@@ -1350,7 +1367,7 @@ async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
     assert_eq!(
         running
             .backend
-            .kustomization(NS, "apps")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             .unwrap()
             .revisions
             .len(),
@@ -1535,7 +1552,7 @@ async fn e2e_shutdown_waits_past_its_grace_until_an_orphan_deleted_statefulset_i
     let other = kustomization(NS, "other", "repo", "./apps", Some("suspend"), true);
     create_kustomization(&fake.client(), &other).await.unwrap();
     until(|| dir.path().join("stalled").exists()).await;
-    let queue = running.backend.queue.clone();
+    let queue = running.backend.lane.queue().clone();
     assert_eq!(queue.running(), 2);
 
     // SIGTERM's path. Once the grace has passed, the run outside a window is stopped, and
@@ -1629,6 +1646,10 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
         tuning_as("replica-b"),
         Parts {
             runner: b_runner.clone(),
+            queue: flux_converger::service::queue::Queue::new(
+                tuning().backoff,
+                metrics.queue_depth.clone(),
+            ),
             results: b_runner.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
@@ -1636,7 +1657,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
             metrics,
             fence: Default::default(),
             storage: None,
-            helm: None,
+            kinds: Vec::new(),
             volumes: None,
         },
     )
@@ -2224,7 +2245,7 @@ async fn e2e_a_blocked_cross_namespace_source_is_recorded_once_with_its_revision
     let record = loop {
         if let Some(r) = running
             .backend
-            .kustomization(NS, "apps")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             .and_then(|d| d.revisions.into_iter().next())
             .filter(|r| r.state != RevisionState::Running)
         {
@@ -2249,7 +2270,7 @@ async fn e2e_a_blocked_cross_namespace_source_is_recorded_once_with_its_revision
     settled(&running).await;
     let history = running
         .backend
-        .kustomization(NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
         .expect("handled")
         .revisions;
     assert_eq!(history.len(), 1, "{history:#?}");
@@ -2281,7 +2302,12 @@ async fn e2e_the_results_of_a_deleted_kustomization_are_removed_when_the_watch_s
         kube::Api::namespaced_with(fake.client(), NS, &flux_standin::kustomization_resource());
     api.delete("apps", &Default::default()).await.unwrap();
     until(|| results_configmaps(fake).is_empty()).await;
-    assert!(running.backend.kustomization(NS, "apps").is_none());
+    assert!(
+        running
+            .backend
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
+            .is_none()
+    );
     let status = reqwest::get(format!("http://{}/status", running.addr))
         .await
         .unwrap()
@@ -2331,7 +2357,7 @@ async fn e2e_results_of_a_kustomization_deleted_while_the_service_was_down_go_at
     assert_eq!(
         running
             .backend
-            .kustomization(NS, "apps")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             .expect("handled")
             .revisions
             .len(),

@@ -13,7 +13,7 @@ use flux_converger::records::events::EventSink;
 use flux_converger::records::metrics::Metrics;
 use flux_converger::records::results::{Results, Shard};
 use flux_converger::service::gate::{Gate, GateConfig};
-use flux_converger::service::helm::{HelmConfig, HelmGate};
+use flux_converger::service::helmrelease::{HelmConfig, HelmGate};
 use flux_converger::service::volumes::{FollowerConfig, VolumeFollower};
 use test_support::resizer::Resizer;
 

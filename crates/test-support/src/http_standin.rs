@@ -97,7 +97,11 @@ impl Backend for StandIn {
         queued
     }
 
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow> {
+    /// Kustomizations only (the stand-in holds no other kind).
+    fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<StatusRow> {
+        if kind != Kind::KUSTOMIZATION {
+            return Vec::new();
+        }
         self.details
             .values()
             .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
@@ -114,7 +118,10 @@ impl Backend for StandIn {
             .collect()
     }
 
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
+    fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail> {
+        if kind != Kind::KUSTOMIZATION {
+            return None;
+        }
         self.details
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
@@ -122,7 +129,10 @@ impl Backend for StandIn {
 
     /// As the service's backend does (`Results::last`): the newest record alone, not a copy of
     /// the whole history.
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+    fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        if kind != Kind::KUSTOMIZATION {
+            return None;
+        }
         self.details
             .get(&(namespace.to_string(), name.to_string()))
             .and_then(|d| d.revisions.first().cloned())
@@ -447,15 +457,17 @@ impl Backend for Versioned {
     fn hook(&self, event: &Event) -> Vec<String> {
         self.inner().hook(event)
     }
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<StatusRow> {
-        self.lists.fetch_add(1, Ordering::SeqCst);
-        self.inner().kustomizations(namespace)
+    fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<StatusRow> {
+        if kind == Kind::KUSTOMIZATION {
+            self.lists.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner().rows(kind, namespace)
     }
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<StatusDetail> {
-        self.inner().kustomization(namespace, name)
+    fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail> {
+        self.inner().detail(kind, namespace, name)
     }
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.inner().last_record(namespace, name)
+    fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.inner().last_record(kind, namespace, name)
     }
     fn ready(&self) -> Result<(), String> {
         self.inner().ready()

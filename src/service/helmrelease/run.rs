@@ -1,6 +1,6 @@
-//! The second kind of gated object: a HelmRelease (`helm.toolkit.fluxcd.io/v2`) whose upgrade
-//! helm-controller gave up on because the StatefulSet immutable-field error refused it. One run
-//! reads the HelmRelease and Helm's newest release record, and:
+//! One run of a HelmRelease (`helm.toolkit.fluxcd.io/v2`) whose upgrade helm-controller gave up
+//! on because the StatefulSet immutable-field error refused it. It reads the HelmRelease and
+//! Helm's newest release record, and:
 //!
 //! - when a hand-back is open (the last record handed back a token helm-controller has not
 //!   answered), records helm-controller's answer once it has one: the upgrade it retried, and
@@ -17,8 +17,6 @@
 //! HelmRelease's generation or the newest record's version changes (`helm::act::retry_allowed`).
 //! The release Secrets are only read, never written or annotated: helm-controller digests them.
 
-pub mod lane;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -27,7 +25,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
-use super::step::ConvergeStep;
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::flux::render::RenderedStatefulSet;
 use crate::gated::{Desired, Gated};
@@ -46,6 +43,7 @@ use crate::records::events::EventSink;
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
 use crate::records::revision_event::revision_event;
+use crate::service::step::ConvergeStep;
 
 /// What the HelmRelease runs need; built by the service beside the gate.
 pub struct HelmConfig {
