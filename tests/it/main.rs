@@ -35,6 +35,7 @@ mod service;
 mod shards;
 mod storage;
 mod substitute_table;
+mod toy_kind;
 mod volumes_cli;
 mod volumes_converge;
 mod volumes_gate;
