@@ -98,25 +98,7 @@ async fn accept(
         }
         None => None,
     };
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the body is over {BODY_LIMIT} bytes"),
-        )
-    };
-    let announced = content_length(&parts.headers);
-    if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
-        return Err(too_large());
-    }
-    let lane = match announced {
-        Some(n) if n <= SMALL_BODY as u64 => &lanes.small,
-        _ => &lanes.large,
-    };
-    let _reading = lane
-        .acquire()
-        .await
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
-    let body = read_capped(body, announced).await?;
+    let body = read_body(lanes, &parts.headers, body).await?;
     if let Some((key, signature)) = signature {
         // Hashing 3 MiB takes milliseconds of CPU: on the blocking pool, so a flood of large
         // posts never keeps the async workers (and `/healthz`) waiting.
@@ -139,6 +121,32 @@ async fn accept(
         "webhook accepted"
     );
     Ok(queued)
+}
+
+/// The body of a webhook (`/hook`, `/hook/argocd`), read under [`BODY_LIMIT`] in one of the
+/// two [`BodyLanes`]: an announced `Content-Length` over the cap is 413 before anything is
+/// read.
+pub(super) async fn read_body(
+    lanes: &BodyLanes,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<bytes::Bytes, ApiError> {
+    let announced = content_length(headers);
+    if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is over {BODY_LIMIT} bytes"),
+        ));
+    }
+    let lane = match announced {
+        Some(n) if n <= SMALL_BODY as u64 => &lanes.small,
+        _ => &lanes.large,
+    };
+    let _reading = lane
+        .acquire()
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
+    read_capped(body, announced).await
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {

@@ -5,6 +5,7 @@
 //! see only the [`Backend`] trait, never a `kube::Client`, so every route is tested with a
 //! stand-in backend.
 
+pub mod argocd_hook;
 pub mod auth;
 pub mod backend;
 pub mod edge;
@@ -91,6 +92,8 @@ pub struct HttpConfig {
 pub struct RouterOptions {
     /// `--status-auth=kubernetes`: the reviews `/status` and the dashboard are guarded by.
     pub status_auth: Option<Arc<auth::StatusAuth>>,
+    /// `--argocd-hook-token-file`'s token: `POST /hook/argocd` is served, requiring it.
+    pub argocd_hook_token: Option<String>,
 }
 
 /// Every endpoint of `--listen`, open to whoever reaches it (no `--status-auth`).
@@ -112,8 +115,16 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
         // The handler reads the body itself, under `hook::BODY_LIMIT`.
         .route("/hook", post(hook::hook))
         .route("/healthz", get(probes::healthz))
-        .route("/readyz", get(probes::readyz))
-        .layer(Extension(lanes));
+        .route("/readyz", get(probes::readyz));
+    // Argo CD's notifications, only with their token (they are unsigned).
+    let open = match options.argocd_hook_token {
+        Some(token) => open.route(
+            "/hook/argocd",
+            post(argocd_hook::wake).layer(Extension(argocd_hook::ArgoCdHookToken(token.into()))),
+        ),
+        None => open,
+    }
+    .layer(Extension(lanes));
     let mut lists = Router::new()
         .route("/", get(ui::dashboard).layer(Extension(pages)))
         .route("/status", get(status::list));

@@ -57,11 +57,27 @@ static HELM_RELEASE: KindSpec = KindSpec {
     record_prefix: "flux-converger-helmrelease-results",
 };
 
+/// Argo CD's field manager in every apply mode is `argocd-controller` (ARGOCD.md §2); Argo CD's
+/// own Events are reported by `argocd-application-controller`, but the service's Events on an
+/// Application are its own (`records::events::REPORTING_CONTROLLER`), as on every kind.
+static APPLICATION: KindSpec = KindSpec {
+    name: "Application",
+    group: "argoproj.io",
+    version: "v1alpha1",
+    plural: "applications",
+    status_field: "applications",
+    controller: "argocd-controller",
+    record: "application-results",
+    record_prefix: "flux-converger-application-results",
+};
+
 impl Kind {
     /// `kustomize.toolkit.fluxcd.io/v1` Kustomization: rendered from its source's artifact.
     pub const KUSTOMIZATION: Kind = Kind(&KUSTOMIZATION);
     /// `helm.toolkit.fluxcd.io/v2` HelmRelease: read from Helm's newest release record.
     pub const HELM_RELEASE: Kind = Kind(&HELM_RELEASE);
+    /// `argoproj.io/v1alpha1` Application: its desired StatefulSets from Argo CD's API server.
+    pub const APPLICATION: Kind = Kind(&APPLICATION);
 
     /// A kind from its spec (a kind the crate does not define: a test's stand-in).
     pub const fn new(spec: &'static KindSpec) -> Kind {
@@ -153,6 +169,13 @@ mod tests {
                 "helmreleases",
                 "helmReleases",
             ),
+            (
+                Kind::APPLICATION,
+                "Application",
+                "argocd-controller",
+                "applications",
+                "applications",
+            ),
         ] {
             assert_eq!(kind.to_string(), text);
             assert_eq!(serde_json::to_value(kind).unwrap(), text);
@@ -162,5 +185,6 @@ mod tests {
         }
         assert_ne!(Kind::KUSTOMIZATION, Kind::HELM_RELEASE);
         assert!(Kind::HELM_RELEASE < Kind::KUSTOMIZATION);
+        assert_ne!(Kind::APPLICATION, Kind::HELM_RELEASE);
     }
 }

@@ -16,6 +16,7 @@
 //!   [`backend`]: what `http` reads of the service.
 
 pub mod access;
+pub mod application;
 pub mod backend;
 mod config;
 pub mod gate;

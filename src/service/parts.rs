@@ -115,13 +115,25 @@ pub fn build_parts(
         shard.clone(),
         Kind::HELM_RELEASE,
     );
+    // Applications, with `--argocd-server` (their records apart, as HelmReleases').
+    let app_results = config.argocd.as_ref().map(|_| {
+        Results::of_kind(
+            client.clone(),
+            config.namespace.clone(),
+            config.call_timeout,
+            shard.clone(),
+            Kind::APPLICATION,
+        )
+    });
+    let mut followed = vec![
+        (Kind::KUSTOMIZATION, results.clone()),
+        (Kind::HELM_RELEASE, helm_results.clone()),
+    ];
+    followed.extend(app_results.iter().map(|r| (Kind::APPLICATION, r.clone())));
     // One follower of the claims for every gated kind (`service::volumes`).
     let volumes = super::volumes::VolumeFollower::new(super::volumes::FollowerConfig {
         client: client.clone(),
-        results: vec![
-            (Kind::KUSTOMIZATION, results.clone()),
-            (Kind::HELM_RELEASE, helm_results.clone()),
-        ],
+        results: followed,
         events: events.clone(),
         metrics: metrics.clone(),
         resize_timeout: config.resize_timeout,
@@ -170,14 +182,14 @@ pub fn build_parts(
         HelmConfig {
             client: client.clone(),
             results: helm_results,
-            events,
+            events: events.clone(),
             metrics: metrics.clone(),
             call_timeout: config.call_timeout,
             handoff_timeout: config.handoff_timeout,
             default_service_account: config.default_service_account.clone(),
             max_decoded_bytes: config.fetch.unpack.max_bytes,
         },
-        step,
+        step.clone(),
     );
     // The one queue every kind pushes into; nothing runs before this replica leads.
     let queue = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -186,6 +198,27 @@ pub fn build_parts(
         queue.clone(),
         config.watch_label_selector.clone(),
     ));
+    let mut kinds: Vec<Arc<dyn super::kind::GatedKind>> = vec![helm_releases];
+    if let (Some(argo), Some(app_results)) = (&config.argocd, app_results) {
+        kinds.push(super::application::build(
+            argo,
+            super::application::AppConfig {
+                client: client.clone(),
+                results: app_results,
+                events,
+                metrics: metrics.clone(),
+                call_timeout: config.call_timeout,
+                handoff_timeout: config.handoff_timeout,
+                default_service_account: config.default_service_account.clone(),
+                argocd_namespace: argo.own_namespace().to_string(),
+                api: super::application::api(argo, config)?,
+                max_body: config.fetch.unpack.max_bytes,
+            },
+            step,
+            queue.clone(),
+            config.watch_label_selector.clone(),
+        ));
+    }
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -194,6 +227,10 @@ pub fn build_parts(
         fence: Some(Arc::new(fence.clone())),
         shard,
         default_service_account: config.default_service_account.clone(),
+        argocd_namespace: config
+            .argocd
+            .as_ref()
+            .map(|a| a.own_namespace().to_string()),
         intents: Some(intents),
         refused_gauge: Some(metrics.intents_refused.clone()),
     };
@@ -209,6 +246,7 @@ pub fn build_parts(
                 })),
             )),
         },
+        argocd_hook_token: config.argocd.as_ref().and_then(|a| a.hook_token.clone()),
     };
     let parts = Parts {
         runner: Arc::new(gate),
@@ -229,7 +267,7 @@ pub fn build_parts(
         fence,
         storage,
         queue,
-        kinds: vec![helm_releases],
+        kinds,
         volumes: Some(volumes),
     };
     let caches = async move {

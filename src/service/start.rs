@@ -170,6 +170,7 @@ pub async fn start_with(
                 impersonating: config.default_service_account.is_some(),
                 status_auth: config.http.status_auth == crate::http::StatusAuthMode::Kubernetes,
                 helm_releases: false,
+                argocd: config.argocd.is_some(),
             },
             index,
             readiness,

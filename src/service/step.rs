@@ -12,7 +12,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
-use crate::cluster::WatchedStatefulSets;
+use crate::cluster::{WatchedStatefulSets, WritesAs};
 use crate::cluster::tenant::{self, TenantCluster};
 use crate::commands;
 use crate::converge::fence::SharedFence;
@@ -153,6 +153,17 @@ impl ConvergeStep {
     /// of one leaves the others untouched (`held`) instead of applying half a revision that
     /// is then never handed off.
     pub async fn converge_all(&self, wanted: Desired<'_>) -> Vec<StatefulSetEntry> {
+        self.converge_all_as(wanted, WritesAs::new()).await
+    }
+
+    /// [`ConvergeStep::converge_all`], with the StatefulSets `writes` names proven and
+    /// re-created as it says (an Argo CD Application's: `argocd-controller`, by create or by
+    /// server-side apply) instead of by their metadata's controller.
+    pub async fn converge_all_as(
+        &self,
+        wanted: Desired<'_>,
+        writes: WritesAs,
+    ) -> Vec<StatefulSetEntry> {
         let c = &self.config;
         let user = wanted.user.map(str::to_string);
         let tenant_client = match &user {
@@ -203,6 +214,9 @@ impl ConvergeStep {
         }
         let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout)
             .with_helm_field_manager(&self.helm_field_manager);
+        if !writes.is_empty() {
+            cluster = cluster.with_writes_as(writes);
+        }
         if let Some(store) = &self.storage_classes {
             cluster = cluster.with_storage_classes(store.clone());
         }
@@ -221,7 +235,7 @@ impl ConvergeStep {
             act_as: user.clone(),
             in_place: self.in_place.clone(),
             // The object the intent came from, whose identity a resume checks: `ns/name` of a
-            // Kustomization, `HelmRelease/ns/name` of a HelmRelease.
+            // Kustomization, `Kind/ns/name` of another kind (`HelmRelease/...`, `Application/...`).
             kustomization: Some(if wanted.owner.kind == Kind::KUSTOMIZATION {
                 wanted.owner.to_string()
             } else {

@@ -2501,6 +2501,7 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         fence: None,
         shard: Default::default(),
         default_service_account: None,
+        argocd_namespace: None,
         intents: None,
         refused_gauge: None,
     };
@@ -2690,6 +2691,7 @@ fn service_resume(
         fence: None,
         shard: Default::default(),
         default_service_account: None,
+        argocd_namespace: None,
         intents: cache,
         refused_gauge: gauge,
     }

@@ -670,7 +670,7 @@ async fn e2e_the_service_converges_a_wedged_helmrelease_and_reports_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
     use flux_converger::journal::{Intent, OWN_IDENTITY};
-    use flux_converger::service::resume::cluster_for_intent;
+    use flux_converger::service::resume::{Owners, cluster_for_intent};
     let fake = world().await;
     let desired: StatefulSet =
         serde_json::from_value(fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap())
@@ -690,7 +690,7 @@ async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
     let resume = |i: Intent| {
         let client = fake.client();
         async move {
-            cluster_for_intent(&client, &i, None, Duration::from_secs(5))
+            cluster_for_intent(&client, &i, &Owners::default(), Duration::from_secs(5))
                 .await
                 .map(|_| ())
         }

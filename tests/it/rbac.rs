@@ -817,6 +817,7 @@ fn every_check() -> Vec<Asked> {
         impersonating: true,
         status_auth: true,
         helm_releases: true,
+        argocd: true,
     })
 }
 
