@@ -7,6 +7,7 @@
 //! `cargo test --test it <module>::` runs one area.
 
 mod argocd;
+mod argocd_service;
 mod argocd_standin;
 mod artifact;
 mod converge;

@@ -1835,7 +1835,7 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
 
 /// Every log line of this test binary from the first call on (a global subscriber: the
 /// service's tasks run on the runtime's worker threads, which a thread-local one would miss).
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+pub(crate) fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
     static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let logs = Arc::new(Mutex::new(Vec::new()));

@@ -31,7 +31,7 @@ use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
 
 use crate::argocd::act::{self, Act, Failure, Fingerprint, IMMUTABLE_ERROR, Memory};
-use crate::argocd::api::ArgoCdApi;
+use crate::argocd::api::{ApiError, ArgoCdApi};
 use crate::argocd::application::{Application, REFRESH_ANNOTATION, Revision};
 use crate::argocd::managed::{self, TargetStatefulSet};
 use crate::argocd::operation::{self, HandBack, HandBackRefused};
@@ -389,6 +389,12 @@ impl AppGate {
             .await
         {
             Ok(body) => body,
+            // An answer over the cap is refused (as an oversized one `managed` reads).
+            Err(e @ ApiError::TooLarge { .. }) => {
+                out.state = RevisionState::Refused;
+                out.error = Some(StepError::new("managed-resources", e.to_string()));
+                return self.finish(app, &mut out).await;
+            }
             Err(e) => {
                 tracing::warn!(application = %key, error = %e, reason = e.label(),
                     "reading the managed resources from Argo CD's API server failed");
