@@ -28,7 +28,11 @@ pub struct ArgoCdArgs {
     pub argocd_namespaces: Vec<String>,
     /// File holding the bearer token `POST /hook/argocd` requires (Argo CD's notifications);
     /// without it that route is not served.
-    #[arg(long, value_name = "FILE", env = "FLUX_CONVERGER_ARGOCD_HOOK_TOKEN_FILE")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "FLUX_CONVERGER_ARGOCD_HOOK_TOKEN_FILE"
+    )]
     pub argocd_hook_token_file: Option<PathBuf>,
 }
 
@@ -84,7 +88,10 @@ impl ArgoCdArgs {
             None => None,
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
-                    format!("--argocd-hook-token-file {}: cannot read: {e}", path.display())
+                    format!(
+                        "--argocd-hook-token-file {}: cannot read: {e}",
+                        path.display()
+                    )
                 })?;
                 let token = text.trim_end_matches(['\r', '\n']).to_string();
                 if token.is_empty() {
@@ -161,7 +168,12 @@ mod tests {
         assert!(c.hook_token.is_none());
         // Comma-separated or repeated; the first is Argo CD's own.
         for args in [
-            vec!["--argocd-namespaces", "argocd,team-a", "--argocd-namespaces", "team-b"],
+            vec![
+                "--argocd-namespaces",
+                "argocd,team-a",
+                "--argocd-namespaces",
+                "team-b",
+            ],
             vec!["--argocd-namespaces=argocd,team-a,team-b"],
         ] {
             let mut all = vec!["--argocd-server", server, "--argocd-token-file", &token];
@@ -182,14 +194,27 @@ mod tests {
         assert_eq!(c.hook_token.as_deref(), Some("h00k"));
         assert!(!format!("{c:?}").contains("h00k"), "{c:?}");
         for (args, words) in [
-            (vec!["--argocd-token-file", token.as_str()], "needs --argocd-server"),
+            (
+                vec!["--argocd-token-file", token.as_str()],
+                "needs --argocd-server",
+            ),
             (vec!["--argocd-server", server], "needs --argocd-token-file"),
             (
-                vec!["--argocd-server", server, "--argocd-token-file", "/nonexistent"],
+                vec![
+                    "--argocd-server",
+                    server,
+                    "--argocd-token-file",
+                    "/nonexistent",
+                ],
                 "cannot read",
             ),
             (
-                vec!["--argocd-server", server, "--argocd-token-file", empty.as_str()],
+                vec![
+                    "--argocd-server",
+                    server,
+                    "--argocd-token-file",
+                    empty.as_str(),
+                ],
                 "is empty",
             ),
             (

@@ -71,7 +71,10 @@ impl std::fmt::Debug for ArgoCdConfig {
             .field("server", &self.server)
             .field("token_file", &self.token_file)
             .field("ca_file", &self.ca_file)
-            .field("hook_token", &self.hook_token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "hook_token",
+                &self.hook_token.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }

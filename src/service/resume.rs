@@ -261,16 +261,12 @@ pub async fn cluster_for_intent(
         let writes = [((intent.namespace.clone(), intent.name.clone()), write_as)].into();
         return tenant_cluster(service, intent, call_timeout).map(|c| c.with_writes_as(writes));
     }
-    let kustomization = crate::flux::objects::get_kustomization_within(
-        service,
-        namespace,
-        name,
-        call_timeout,
-    )
-    .await
-    .map_err(|e| {
-        format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
-    })?;
+    let kustomization =
+        crate::flux::objects::get_kustomization_within(service, namespace, name, call_timeout)
+            .await
+            .map_err(|e| {
+                format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
+            })?;
     let current = crate::gated::Gated::user(&kustomization, owners.default_service_account);
     check_identity(intent, current.as_deref())?;
     tenant_cluster(service, intent, call_timeout)
@@ -303,8 +299,14 @@ mod tests {
     fn owners_are_named_as_the_step_records_them() {
         for (text, expected) in [
             ("team/apps", Some((Kind::KUSTOMIZATION, "team", "apps"))),
-            ("HelmRelease/demo/web", Some((Kind::HELM_RELEASE, "demo", "web"))),
-            ("Application/argocd/db", Some((Kind::APPLICATION, "argocd", "db"))),
+            (
+                "HelmRelease/demo/web",
+                Some((Kind::HELM_RELEASE, "demo", "web")),
+            ),
+            (
+                "Application/argocd/db",
+                Some((Kind::APPLICATION, "argocd", "db")),
+            ),
             ("ConfigMap/toys/db", None),
             ("team", None),
             ("a/b/c/d", None),
@@ -329,9 +331,12 @@ mod tests {
             act_as: Some(OWN_IDENTITY.into()),
             kustomization: Some("Application/argocd/db".into()),
         };
-        let refused = check_identity(&intent, Some("system:serviceaccount:apps:deployer"))
-            .unwrap_err();
-        assert!(refused.contains("Application argocd/db acts as"), "{refused}");
+        let refused =
+            check_identity(&intent, Some("system:serviceaccount:apps:deployer")).unwrap_err();
+        assert!(
+            refused.contains("Application argocd/db acts as"),
+            "{refused}"
+        );
     }
 
     #[test]

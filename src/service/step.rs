@@ -12,8 +12,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 
-use crate::cluster::{WatchedStatefulSets, WritesAs};
 use crate::cluster::tenant::{self, TenantCluster};
+use crate::cluster::{WatchedStatefulSets, WritesAs};
 use crate::commands;
 use crate::converge::fence::SharedFence;
 use crate::converge::prove::InPlaceMemory;

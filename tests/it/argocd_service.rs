@@ -50,10 +50,12 @@ fn cluster() -> FakeApiServer {
     );
     fake.enable_statefulset_controller();
     fake.set_pods_ready(true);
-    fake.seed(json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+    fake.seed(
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
         "metadata": {"name": "default", "namespace": ARGO_NS},
         "spec": {"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}],
-                 "clusterResourceWhitelist": [{"group": "*", "kind": "*"}]}}));
+                 "clusterResourceWhitelist": [{"group": "*", "kind": "*"}]}}),
+    );
     fake
 }
 
@@ -257,7 +259,9 @@ async fn a_failure_shape_through_the_service(shape: Shape) {
     let fake = cluster();
     let repo = Repo::default();
     publish(&repo, REV_A, "1Gi");
-    let server = ArgoCdServer::start_with(&token, repo.clone()).await.unwrap();
+    let server = ArgoCdServer::start_with(&token, repo.clone())
+        .await
+        .unwrap();
     let (annotations, sync_policy, options) = match shape {
         Shape::ClientSideApply => (
             json!({}),
@@ -282,7 +286,10 @@ async fn a_failure_shape_through_the_service(shape: Shape) {
     create_application(&fake, annotations, sync_policy).await;
     let controller = ArgoCdController::start(fake.client(), repo.clone(), ArgoCdOptions::default());
     if shape == Shape::ServerSideDiff {
-        let app = wait_app(&fake, "the first comparison", |a| a.sync_status() == "OutOfSync").await;
+        let app = wait_app(&fake, "the first comparison", |a| {
+            a.sync_status() == "OutOfSync"
+        })
+        .await;
         let patch =
             flux_converger::argocd::operation::hand_back(&app, &app.sync_revision(), "by-hand")
                 .unwrap();
@@ -383,7 +390,8 @@ async fn a_failure_shape_through_the_service(shape: Shape) {
         .filter(|s| s.phase == "Succeeded" && s.completed)
         .count();
     assert_eq!(
-        handbacks, 2,
+        handbacks,
+        2,
         "the first sync and the hand-back's: {:#?}",
         controller.states()
     );
@@ -401,7 +409,11 @@ async fn a_failure_shape_through_the_service(shape: Shape) {
         live["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"],
         "db:apps/StatefulSet:apps/db"
     );
-    let operation = if options.is_empty() { "Update" } else { "Apply" };
+    let operation = if options.is_empty() {
+        "Update"
+    } else {
+        "Apply"
+    };
     assert_eq!(
         managers(&live),
         vec![("argocd-controller".to_string(), operation.to_string())],
@@ -630,7 +642,10 @@ async fn in_any_other_state_nothing_is_written() {
         ),
         (
             "an operation in flight",
-            |a| a["operation"] = json!({"sync": {"revision": REV_B}, "initiatedBy": {"username": "admin"}}),
+            |a| {
+                a["operation"] =
+                    json!({"sync": {"revision": REV_B}, "initiatedBy": {"username": "admin"}})
+            },
             "an operation is in flight",
         ),
         (
@@ -638,7 +653,9 @@ async fn in_any_other_state_nothing_is_written() {
             |a| {
                 let s = &mut a["status"]["operationState"];
                 s["phase"] = json!("Running");
-                s["message"] = json!("one or more objects failed to apply, reason: StatefulSet.apps \"db\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden. Retrying attempt #1 at 3:04PM.");
+                s["message"] = json!(
+                    "one or more objects failed to apply, reason: StatefulSet.apps \"db\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden. Retrying attempt #1 at 3:04PM."
+                );
                 s["retryCount"] = json!(1);
                 a["operation"] = s["operation"].clone();
             },
@@ -648,8 +665,11 @@ async fn in_any_other_state_nothing_is_written() {
             "a different failure",
             |a| {
                 let s = &mut a["status"]["operationState"];
-                s["message"] = json!("one or more objects failed to apply, reason: admission webhook denied the request");
-                s["syncResult"]["resources"][1]["message"] = json!("admission webhook denied the request");
+                s["message"] = json!(
+                    "one or more objects failed to apply, reason: admission webhook denied the request"
+                );
+                s["syncResult"]["resources"][1]["message"] =
+                    json!("admission webhook denied the request");
             },
             "not on the StatefulSet immutable-field error",
         ),
@@ -702,7 +722,11 @@ async fn a_moved_revision_asks_a_refresh_once_and_writes_nothing_else() {
     let world = stopped(|a| a["status"]["sync"]["revision"] = json!(REV_C)).await;
     let gate = world.gate();
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
-    assert!(waiting(&gate).contains("asked it to refresh"), "{}", waiting(&gate));
+    assert!(
+        waiting(&gate).contains("asked it to refresh"),
+        "{}",
+        waiting(&gate)
+    );
     assert_eq!(
         world.app()["metadata"]["annotations"]["argocd.argoproj.io/refresh"],
         "normal"
@@ -751,11 +775,19 @@ async fn a_shrink_is_refused_once_and_nothing_is_written() {
     let refusal = record.statefulsets[0].refusal.as_ref().expect("a refusal");
     assert_eq!(refusal.code.as_str(), "shrink", "{record:#?}");
     assert!(record.handoff.is_none());
-    assert!(world.cluster_writes().is_empty(), "{:?}", world.cluster_writes());
+    assert!(
+        world.cluster_writes().is_empty(),
+        "{:?}",
+        world.cluster_writes()
+    );
     assert!(world.app().get("operation").is_none_or(Value::is_null));
     world.fake.clear_requests();
     assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Refused));
-    assert!(world.fake.writes().is_empty(), "refused again: {:?}", world.fake.writes());
+    assert!(
+        world.fake.writes().is_empty(),
+        "refused again: {:?}",
+        world.fake.writes()
+    );
     assert_eq!(gate.results().history(ARGO_NS, "db").len(), 1);
 }
 
@@ -785,7 +817,11 @@ async fn the_api_servers_answer_is_checked_before_anything_is_written() {
     let record = gate.results().last(ARGO_NS, "db").unwrap();
     assert_eq!(record.state, RevisionState::Failed);
     assert_eq!(record.error.as_ref().unwrap().step, "managed-resources");
-    assert!(world.cluster_writes().is_empty(), "{:?}", world.cluster_writes());
+    assert!(
+        world.cluster_writes().is_empty(),
+        "{:?}",
+        world.cluster_writes()
+    );
     let kept = serde_json::to_string(&record).unwrap();
     assert!(!kept.contains("not-the-token") && !kept.contains("stand-in-token"));
 
@@ -807,7 +843,12 @@ async fn the_api_servers_answer_is_checked_before_anything_is_written() {
     assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Refused));
     let record = gate.results().last(ARGO_NS, "db").unwrap();
     assert!(
-        record.error.as_ref().unwrap().message.contains("cap (--max-unpacked-size)"),
+        record
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("cap (--max-unpacked-size)"),
         "{record:#?}"
     );
     assert!(world.cluster_writes().is_empty());
@@ -849,7 +890,11 @@ async fn the_api_servers_answer_is_checked_before_anything_is_written() {
             .contains("namespace apps is not permitted in project 'default'"),
         "{record:#?}"
     );
-    assert!(world.cluster_writes().is_empty(), "{:?}", world.cluster_writes());
+    assert!(
+        world.cluster_writes().is_empty(),
+        "{:?}",
+        world.cluster_writes()
+    );
 }
 
 /// The run converges the fixture's stop and hands back as Argo CD's own API writes a sync: an
@@ -861,7 +906,10 @@ async fn the_api_servers_answer_is_checked_before_anything_is_written() {
 async fn the_hand_back_and_a_second_identical_failure() {
     let world = stopped(|_| {}).await;
     let gate = world.gate();
-    assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Converged));
+    assert_eq!(
+        run(&gate).await,
+        GateOutcome::Done(RevisionState::Converged)
+    );
     let updates: Vec<_> = world
         .fake
         .writes()
@@ -872,7 +920,14 @@ async fn the_hand_back_and_a_second_identical_failure() {
     assert_eq!(updates[0].method, Method::PUT);
     assert_eq!(updates[0].field_manager.as_deref(), Some("flux-converger"));
     let app = world.app();
-    let nonce = gate.results().last(ARGO_NS, "db").unwrap().handoff.unwrap().requested_at.unwrap();
+    let nonce = gate
+        .results()
+        .last(ARGO_NS, "db")
+        .unwrap()
+        .handoff
+        .unwrap()
+        .requested_at
+        .unwrap();
     assert_eq!(
         app["operation"],
         json!({"sync": {"revision": REV_B, "syncOptions": ["CreateNamespace=true"], "syncStrategy": {"hook": {}}},
@@ -883,27 +938,44 @@ async fn the_hand_back_and_a_second_identical_failure() {
     assert!(app["status"]["operationState"].is_null(), "{app:#}");
     // Waiting for Argo CD: nothing more written.
     world.fake.clear_requests();
-    assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Converged));
+    assert_eq!(
+        run(&gate).await,
+        GateOutcome::Done(RevisionState::Converged)
+    );
     assert!(world.cluster_writes().is_empty());
 
     // Argo CD's sync fails again on the same error.
     let failed = fixture_application()["status"]["operationState"].clone();
     world
         .fake
-        .modify("argoproj.io/v1alpha1", "Application", Some(ARGO_NS), "db", |a| {
-            a.as_object_mut().unwrap().remove("operation");
-            let mut state = failed.clone();
-            state["operation"] = json!({"sync": {"revision": REV_B},
+        .modify(
+            "argoproj.io/v1alpha1",
+            "Application",
+            Some(ARGO_NS),
+            "db",
+            |a| {
+                a.as_object_mut().unwrap().remove("operation");
+                let mut state = failed.clone();
+                state["operation"] = json!({"sync": {"revision": REV_B},
                 "initiatedBy": {"username": "flux-converger"},
                 "info": [{"name": "flux-converger", "value": nonce}]});
-            a["status"]["operationState"] = state;
-        })
+                a["status"]["operationState"] = state;
+            },
+        )
         .unwrap();
-    assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Converged));
+    assert_eq!(
+        run(&gate).await,
+        GateOutcome::Done(RevisionState::Converged)
+    );
     let record = gate.results().last(ARGO_NS, "db").unwrap();
     let flux = record.flux.as_ref().unwrap();
     assert_eq!(flux.outcome.as_str(), "failed");
-    assert!(flux.message.as_deref().unwrap().starts_with("Failed: one or more objects"));
+    assert!(
+        flux.message
+            .as_deref()
+            .unwrap()
+            .starts_with("Failed: one or more objects")
+    );
     world.fake.clear_requests();
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
     assert!(
@@ -915,16 +987,284 @@ async fn the_hand_back_and_a_second_identical_failure() {
     // A changed spec (not a status write, which moves the generation too) is a new attempt.
     world
         .fake
-        .modify("argoproj.io/v1alpha1", "Application", Some(ARGO_NS), "db", |a| {
-            a["status"]["reconciledAt"] = json!("2026-08-22T11:00:00Z");
-        })
+        .modify(
+            "argoproj.io/v1alpha1",
+            "Application",
+            Some(ARGO_NS),
+            "db",
+            |a| {
+                a["status"]["reconciledAt"] = json!("2026-08-22T11:00:00Z");
+            },
+        )
         .unwrap();
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
     world
         .fake
-        .modify("argoproj.io/v1alpha1", "Application", Some(ARGO_NS), "db", |a| {
-            a["spec"]["syncPolicy"]["syncOptions"] = json!(["CreateNamespace=true", "Validate=false"]);
-        })
+        .modify(
+            "argoproj.io/v1alpha1",
+            "Application",
+            Some(ARGO_NS),
+            "db",
+            |a| {
+                a["spec"]["syncPolicy"]["syncOptions"] =
+                    json!(["CreateNamespace=true", "Validate=false"]);
+            },
+        )
         .unwrap();
-    assert_eq!(run(&gate).await, GateOutcome::Done(RevisionState::Converged));
+    assert_eq!(
+        run(&gate).await,
+        GateOutcome::Done(RevisionState::Converged)
+    );
+}
+
+/// `POST /hook/argocd` (Argo CD's notifications) only wakes an Application up: the bearer token
+/// first (401 without it), the body under `/hook`'s cap (413) and read as an Application's name
+/// (400 otherwise); a handled one is queued and re-read, another is answered with nothing
+/// queued. `--status-auth=kubernetes` shows an Application's results to whoever may `get` it
+/// (`applications.argoproj.io`) and to no one else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_argocd_hook_wakes_an_application_and_status_auth_reads_it_per_application() {
+    use flux_converger::http::{HttpConfig, StatusAuthMode};
+    let world = stopped(|a| a["status"]["sync"]["status"] = json!("Synced")).await;
+    let fake = &world.fake;
+    fake.add_token("reader-token", "reader", &[]);
+    fake.add_token("other-token", "other", &[]);
+    fake.grant(
+        ARGO_NS,
+        "reader",
+        json!([{"apiGroups": ["argoproj.io"], "resources": ["applications"], "verbs": ["get"]}]),
+    );
+    fake.grant(
+        ARGO_NS,
+        "other",
+        json!([{"apiGroups": ["kustomize.toolkit.fluxcd.io"], "resources": ["kustomizations"], "verbs": ["get"]}]),
+    );
+    let hook_token = "h00k-t0ken";
+    let flags = flags(&world.server, "stand-in-token", hook_token);
+    let config = test_support::service::config(SERVICE_NS)
+        .argocd(Some(flags.config.clone()))
+        .http(HttpConfig {
+            status_auth: StatusAuthMode::Kubernetes,
+            ..HttpConfig::default()
+        })
+        .build();
+    let running = start_tuned(config, fake.client(), tuning("argocd-hook"))
+        .await
+        .expect("the service starts");
+    let base = format!("http://{}", running.addr);
+    let http = reqwest::Client::new();
+    let status = |token: &'static str, path: String| {
+        let http = http.clone();
+        async move {
+            let r = http.get(path).bearer_auth(token).send().await.unwrap();
+            let code = r.status().as_u16();
+            (
+                code,
+                serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let mut rows = Value::Null;
+    for _ in 0..500 {
+        let (_, body) = status("reader-token", format!("{base}/status")).await;
+        rows = body["applications"].clone();
+        if rows[0]["waiting"].is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rows[0]["name"], "db", "{rows}");
+    assert!(
+        rows[0]["waiting"].as_str().unwrap().contains("Synced now"),
+        "{rows}"
+    );
+    let (code, _) = status(
+        "reader-token",
+        format!("{base}/status/applications/{ARGO_NS}/db"),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, body) = status("other-token", format!("{base}/status")).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["applications"], json!([]), "{body}");
+    let (code, body) = status(
+        "other-token",
+        format!("{base}/status/applications/{ARGO_NS}/db"),
+    )
+    .await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("applications.argoproj.io \"db\" is forbidden"),
+        "{body}"
+    );
+
+    let post = |token: Option<&'static str>, body: String| {
+        let http = http.clone();
+        let url = format!("{base}/hook/argocd");
+        async move {
+            let mut request = http.post(url).body(body);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let r = request.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let named = |name: &str| {
+        json!({"kind": "Application", "namespace": ARGO_NS, "name": name, "uid": "0b6f3c2a"})
+            .to_string()
+    };
+    assert_eq!(post(None, named("db")).await.0, 401);
+    assert_eq!(post(Some("wrong"), named("db")).await.0, 401);
+    assert_eq!(post(Some(hook_token), "not json".into()).await.0, 400);
+    let kind = json!({"kind": "Kustomization", "namespace": ARGO_NS, "name": "db"}).to_string();
+    assert_eq!(post(Some(hook_token), kind).await.0, 400);
+    let huge = " ".repeat(3 * 1024 * 1024 + 1);
+    assert_eq!(post(Some(hook_token), huge).await.0, 413);
+    let (code, body) = post(Some(hook_token), named("absent")).await;
+    assert_eq!((code, body.as_str()), (202, r#"{"queued":[]}"#));
+    fake.clear_requests();
+    let (code, body) = post(Some(hook_token), named("db")).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (202, r#"{"queued":["Application/argocd/db"]}"#)
+    );
+    // Re-read by its run.
+    until("the Application re-read", || {
+        fake.requests().iter().any(|r| {
+            r.method == Method::GET
+                && r.path.ends_with("/namespaces/argocd/applications/db")
+                && !r.watch
+        })
+    })
+    .await;
+    running.shutdown().await;
+
+    // Without a hook token the route is not served.
+    let config = test_support::service::config(SERVICE_NS)
+        .argocd(Some(ArgoCdConfig {
+            hook_token: None,
+            ..flags.config.clone()
+        }))
+        .build();
+    let running = start_tuned(config, fake.client(), tuning("argocd-no-hook"))
+        .await
+        .expect("the service starts");
+    let r = http
+        .post(format!("http://{}/hook/argocd", running.addr))
+        .bearer_auth(hook_token)
+        .body(named("db"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    running.shutdown().await;
+}
+
+/// An intent an Application's converge left (`Application/argocd/db`) resumes only as the
+/// identity Argo CD would sync that Application with now (its AppProject's
+/// `destinationServiceAccounts` with impersonation on in `argocd-cm`, else the service's own),
+/// and re-creates its StatefulSet as Argo CD writes it (client-side: a create by
+/// `argocd-controller`, recorded as `Update`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_intent_resumes_only_as_its_applications_identity() {
+    use flux_converger::cluster::Cluster as _;
+    use flux_converger::journal::{Intent, OWN_IDENTITY};
+    use flux_converger::service::resume::{Owners, cluster_for_intent};
+    let world = stopped(|_| {}).await;
+    let fake = &world.fake;
+    let desired: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(
+        flux_converger::argocd::recreate::with_last_applied(&tracked_sts("2Gi")),
+    )
+    .unwrap();
+    let intent = |act_as: &str| Intent {
+        namespace: NS.into(),
+        name: "db".into(),
+        uid: "u".into(),
+        desired: desired.clone(),
+        plan: json!({}),
+        recorded_at: "2026-08-22T10:31:00Z".into(),
+        revision: Some(REV_B.into()),
+        deleting: true,
+        act_as: Some(act_as.into()),
+        kustomization: Some("Application/argocd/db".into()),
+    };
+    let owners = Owners {
+        default_service_account: None,
+        argocd_namespace: Some(ARGO_NS),
+    };
+    let resume = |i: Intent, owners: Owners<'static>| {
+        let client = fake.client();
+        async move { cluster_for_intent(&client, &i, &owners, T).await }
+    };
+    let tenant = "system:serviceaccount:apps:deployer";
+    assert!(resume(intent(OWN_IDENTITY), owners).await.is_ok());
+    let refused = resume(intent(tenant), owners).await.err().unwrap();
+    assert!(
+        refused.contains("Application argocd/db acts as \"-\""),
+        "{refused}"
+    );
+    let refused = resume(intent(OWN_IDENTITY), Owners::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(refused.contains("without --argocd-server"), "{refused}");
+
+    fake.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "argocd-cm", "namespace": ARGO_NS},
+        "data": {"application.sync.impersonation.enabled": "true"}}));
+    fake.modify(
+        "argoproj.io/v1alpha1",
+        "AppProject",
+        Some(ARGO_NS),
+        "default",
+        |p| {
+            p["spec"]["destinationServiceAccounts"] =
+                json!([{"server": "*", "namespace": "apps", "defaultServiceAccount": "deployer"}]);
+        },
+    )
+    .unwrap();
+    let refused = resume(intent(OWN_IDENTITY), owners).await.err().unwrap();
+    assert!(
+        refused.contains("never resumes as the service"),
+        "{refused}"
+    );
+    let cluster = resume(intent(tenant), owners)
+        .await
+        .expect("resumed as the tenant");
+
+    // Its re-create is Argo CD's: a create by argocd-controller, as the tenant.
+    fake.grant(
+        NS,
+        tenant,
+        json!([{"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["create"]}]),
+    );
+    fake.remove("apps/v1", "StatefulSet", Some(NS), "db");
+    let created = cluster.apply(&desired).await.unwrap();
+    let managers: Vec<(String, String)> = created
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        managers,
+        vec![("argocd-controller".into(), "Update".into())]
+    );
+    let create = fake
+        .writes()
+        .into_iter()
+        .rev()
+        .find(|w| w.method == Method::POST && w.path.ends_with("/statefulsets"))
+        .expect("a create");
+    assert_eq!(create.impersonate_user.as_deref(), Some(tenant));
 }

@@ -275,10 +275,8 @@ impl ArgoCdServer {
 
     /// Answers `body` as is (a malformed answer) for the Application's managed resources.
     pub fn set_answer(&self, app_namespace: &str, app: &str, body: &str) {
-        lock(&self.state.answers).insert(
-            (app_namespace.to_owned(), app.to_owned()),
-            body.to_owned(),
-        );
+        lock(&self.state.answers)
+            .insert((app_namespace.to_owned(), app.to_owned()), body.to_owned());
     }
 
     /// Every request so far, oldest first.

@@ -197,8 +197,7 @@ impl AppGate {
         let c = &self.config;
         let api: Api<Application> = Api::namespaced(c.client.clone(), &key.namespace);
         let shown = format!("Application {key}");
-        let app = match with_deadline(c.call_timeout, "get", &shown, api.get_opt(&key.name)).await
-        {
+        let app = match with_deadline(c.call_timeout, "get", &shown, api.get_opt(&key.name)).await {
             Ok(Some(app)) => app,
             Ok(None) => return Run::Outcome(GateOutcome::NotHandled),
             Err(e) => return call_failed(e),
@@ -231,7 +230,8 @@ impl AppGate {
             Act::Refresh { failed, compared } => {
                 return match self.refresh(key).await {
                     Ok(()) => {
-                        lock(&self.refreshed).insert(key.clone(), (failed.clone(), compared.clone()));
+                        lock(&self.refreshed)
+                            .insert(key.clone(), (failed.clone(), compared.clone()));
                         Run::Waiting(format!(
                             "the sync failed at revision {failed}, Argo CD compares {compared}: asked it to refresh ({REFRESH_ANNOTATION}: normal)"
                         ))
@@ -259,7 +259,8 @@ impl AppGate {
     async fn refresh(&self, key: &Key) -> Result<(), CallError> {
         let c = &self.config;
         let api: Api<Application> = Api::namespaced(c.client.clone(), &key.namespace);
-        let patch = serde_json::json!({"metadata": {"annotations": {REFRESH_ANNOTATION: "normal"}}});
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {REFRESH_ANNOTATION: "normal"}}});
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PatchParams::default()
@@ -331,7 +332,12 @@ impl AppGate {
 
     /// Reads what Argo CD applies for the failed revision, converges it as the identity Argo CD
     /// syncs with, then hands back.
-    async fn converge(&self, app: &Application, failure: &Failure, trigger: Trigger) -> GateOutcome {
+    async fn converge(
+        &self,
+        app: &Application,
+        failure: &Failure,
+        trigger: Trigger,
+    ) -> GateOutcome {
         let c = &self.config;
         let key = app.key();
         let revision = failure.revision.to_string();
@@ -502,7 +508,13 @@ impl AppGate {
 
     async fn project(&self, app: &Application) -> Result<Option<AppProject>, CallError> {
         let c = &self.config;
-        read_project(&c.client, &c.argocd_namespace, app.project(), c.call_timeout).await
+        read_project(
+            &c.client,
+            &c.argocd_namespace,
+            app.project(),
+            c.call_timeout,
+        )
+        .await
     }
 
     async fn impersonation(&self) -> Result<Impersonation, CallError> {
@@ -679,7 +691,12 @@ pub async fn identity_now(
     let project = read_project(client, argocd_namespace, app.project(), call_timeout)
         .await
         .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("AppProject {argocd_namespace}/{} does not exist", app.project()))?;
+        .ok_or_else(|| {
+            format!(
+                "AppProject {argocd_namespace}/{} does not exist",
+                app.project()
+            )
+        })?;
     let impersonation = read_impersonation(client, argocd_namespace, call_timeout)
         .await
         .map_err(|e| e.to_string())?;
@@ -736,7 +753,9 @@ fn failed_again(record: &RevisionRecord) -> bool {
     record.flux.as_ref().is_some_and(|f| {
         f.outcome == FluxOutcome::Failed
             && (record.warnings.iter().any(|w| w == FAILED_AGAIN)
-                || f.message.as_deref().is_some_and(|m| m.contains(IMMUTABLE_ERROR)))
+                || f.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains(IMMUTABLE_ERROR)))
     })
 }
 
@@ -817,7 +836,10 @@ mod tests {
         assert!(!same_attempt(&r, &changed), "a changed spec");
         let mut generation_only = a.clone();
         generation_only.metadata.generation = Some(42);
-        assert!(same_attempt(&r, &generation_only), "the generation is no signal");
+        assert!(
+            same_attempt(&r, &generation_only),
+            "the generation is no signal"
+        );
         let other = FluxResult {
             message: Some("Failed: something else".into()),
             ..failed
