@@ -27,18 +27,18 @@ use test_support::argocd_standin::{
     ArgoCdController, ArgoCdOptions, ArgoCdServer, Repo, application_resource, statefulset,
 };
 
-const ARGO_NS: &str = "argocd";
-const NS: &str = "apps";
-const SERVICE_NS: &str = "flux-system";
-const REV_A: &str = "1c9d7e5f3a1b0c2d4e6f8a9b7c5d3e1f0a2b4c6d";
-const REV_B: &str = "8e1f0c5b2d7a4f6e9c3b1a0d5e7f9a2c4b6d8e0f";
-const REV_C: &str = "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeed";
+pub(crate) const ARGO_NS: &str = "argocd";
+pub(crate) const NS: &str = "apps";
+pub(crate) const SERVICE_NS: &str = "flux-system";
+pub(crate) const REV_A: &str = "1c9d7e5f3a1b0c2d4e6f8a9b7c5d3e1f0a2b4c6d";
+pub(crate) const REV_B: &str = "8e1f0c5b2d7a4f6e9c3b1a0d5e7f9a2c4b6d8e0f";
+pub(crate) const REV_C: &str = "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeed";
 const WAIT: Duration = Duration::from_secs(30);
 const T: Duration = Duration::from_secs(5);
 
 /// The cluster Argo CD deploys to: the namespaces, an expandable StorageClass, the StatefulSet
 /// controller (claims, pods, adoption), the `default` AppProject Argo CD creates.
-fn cluster() -> FakeApiServer {
+pub(crate) fn cluster() -> FakeApiServer {
     flux_converger::tls::install_crypto_provider();
     let fake = FakeApiServer::with_version(KubeVersion::V1_32);
     for ns in [ARGO_NS, NS, SERVICE_NS] {
@@ -64,7 +64,7 @@ fn config_map() -> Value {
            "data": {"mode": "primary"}})
 }
 
-fn publish(repo: &Repo, revision: &str, size: &str) {
+pub(crate) fn publish(repo: &Repo, revision: &str, size: &str) {
     let mut sts = statefulset(NS, "db", size);
     sts["spec"]["replicas"] = json!(2);
     repo.publish(ARGO_NS, "db", revision, NS, &[config_map(), sts]);
@@ -74,9 +74,13 @@ fn apps(fake: &FakeApiServer) -> Api<Application> {
     Api::namespaced(fake.client(), ARGO_NS)
 }
 
-async fn create_application(fake: &FakeApiServer, annotations: Value, sync_policy: Value) {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(fake.client(), ARGO_NS, &application_resource());
+/// Creates the opted-in Application `argocd/db` as `client` (Argo CD's user, not the service).
+pub(crate) async fn create_application(
+    client: kube::Client,
+    annotations: Value,
+    sync_policy: Value,
+) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client, ARGO_NS, &application_resource());
     let mut annotations = annotations;
     annotations["flux-converger.io/gate"] = json!("reconcile");
     let app: DynamicObject = serde_json::from_value(json!({
@@ -117,11 +121,11 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn synced_at(app: &Application, revision: &str) -> bool {
+pub(crate) fn synced_at(app: &Application, revision: &str) -> bool {
     app.sync_status() == "Synced" && app.sync_revision().revision == revision
 }
 
-fn completed(app: &Application) -> bool {
+pub(crate) fn completed(app: &Application) -> bool {
     !app.operation_requested() && app.operation_state().is_some_and(|s| s.completed())
 }
 
@@ -173,7 +177,7 @@ fn managers(sts: &Value) -> Vec<(String, String)> {
 }
 
 /// Binds the claims the StatefulSet controller made (the provisioner's part).
-async fn bind_claims(fake: &FakeApiServer) {
+pub(crate) async fn bind_claims(fake: &FakeApiServer) {
     until("two claims", || {
         (0..2).all(|i| {
             fake.get(
@@ -193,12 +197,12 @@ async fn bind_claims(fake: &FakeApiServer) {
 }
 
 /// Files holding the Argo CD token and the hook's, and the lane's flags naming them.
-struct Flags {
-    dir: tempfile::TempDir,
-    config: ArgoCdConfig,
+pub(crate) struct Flags {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) config: ArgoCdConfig,
 }
 
-fn flags(server: &ArgoCdServer, token: &str, hook_token: &str) -> Flags {
+pub(crate) fn flags(server: &ArgoCdServer, token: &str, hook_token: &str) -> Flags {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
@@ -214,7 +218,7 @@ fn flags(server: &ArgoCdServer, token: &str, hook_token: &str) -> Flags {
     }
 }
 
-fn tuning(name: &str) -> Tuning {
+pub(crate) fn tuning(name: &str) -> Tuning {
     Tuning {
         lease: LeaseSettings::new(name),
         backoff: BackoffPolicy {
@@ -283,7 +287,7 @@ async fn a_failure_shape_through_the_service(shape: Shape) {
             vec!["ServerSideApply=true".to_string()],
         ),
     };
-    create_application(&fake, annotations, sync_policy).await;
+    create_application(fake.client(), annotations, sync_policy).await;
     let controller = ArgoCdController::start(fake.client(), repo.clone(), ArgoCdOptions::default());
     if shape == Shape::ServerSideDiff {
         let app = wait_app(&fake, "the first comparison", |a| {
@@ -494,9 +498,9 @@ async fn server_side_diff_is_converged_and_handed_back_through_the_service() {
 /// The world after Argo CD stopped on the grown StatefulSet under client-side apply (the
 /// fixture Application: revision [`REV_B`] failed after its retries), with `db` live at 1Gi,
 /// its claims Bound and its pods running; the API server stand-in serves [`REV_B`]'s targets.
-struct Stopped {
-    fake: FakeApiServer,
-    server: ArgoCdServer,
+pub(crate) struct Stopped {
+    pub(crate) fake: FakeApiServer,
+    pub(crate) server: ArgoCdServer,
     _dir: tempfile::TempDir,
     token_file: std::path::PathBuf,
 }
@@ -514,7 +518,7 @@ fn fixture_application() -> Value {
     app
 }
 
-async fn stopped(edit: impl FnOnce(&mut Value)) -> Stopped {
+pub(crate) async fn stopped(edit: impl FnOnce(&mut Value)) -> Stopped {
     let fake = cluster();
     let repo = Repo::default();
     publish(&repo, REV_A, "1Gi");
@@ -547,7 +551,7 @@ async fn stopped(edit: impl FnOnce(&mut Value)) -> Stopped {
 
 impl Stopped {
     /// The Application runs as the service builds them, over this world.
-    fn gate(&self) -> AppGate {
+    pub(crate) fn gate(&self) -> AppGate {
         self.gate_with(&self.server.url, &self.token_file, 1 << 20)
     }
 
@@ -608,7 +612,7 @@ impl Stopped {
     }
 }
 
-async fn run(gate: &AppGate) -> GateOutcome {
+pub(crate) async fn run(gate: &AppGate) -> GateOutcome {
     gate.run(ARGO_NS, "db", Trigger::Watch).await
 }
 
@@ -1113,10 +1117,8 @@ async fn the_argocd_hook_wakes_an_application_and_status_auth_reads_it_per_appli
             (r.status().as_u16(), r.text().await.unwrap())
         }
     };
-    let named = |name: &str| {
-        json!({"kind": "Application", "namespace": ARGO_NS, "name": name, "uid": "0b6f3c2a"})
-            .to_string()
-    };
+    // The body Argo CD's notifications post with the shipped template.
+    let named = |name: &str| crate::manifests::notification_body(ARGO_NS, name, "0b6f3c2a");
     assert_eq!(post(None, named("db")).await.0, 401);
     assert_eq!(post(Some("wrong"), named("db")).await.0, 401);
     assert_eq!(post(Some(hook_token), "not json".into()).await.0, 400);

@@ -569,6 +569,122 @@ async fn helm_release() -> Vec<RbacRequest> {
     fake.rbac_requests()
 }
 
+/// An Argo CD Application (the opt-in component `manifests/argocd` installed) through the whole
+/// service (`service::start` with `--argocd-*`, as `serve` runs it) under the shipped roles
+/// alone, next to Argo CD's stand-ins (the application-controller runs as the stand-ins' own
+/// identity, as Flux's do): Argo CD syncs `argocd/db` at 1Gi, git grows it, the sync stops on
+/// the immutable-field error after its retry; the service (watching Applications and
+/// AppProjects, reading the AppProject and `argocd-cm` for the identity) converges and hands it
+/// back (the sync operation, an update), and Argo CD's sync succeeds with the nonce. The test
+/// reads the Application from the fake's store, never through the API as the service.
+async fn argocd_application() -> Vec<RbacRequest> {
+    use crate::argocd_service as argo;
+    use flux_converger::argocd::application::Application;
+    use test_support::argocd_standin::{ArgoCdController, ArgoCdOptions, ArgoCdServer, Repo};
+    let fake = argo::cluster();
+    check::install(&fake);
+    let argocd = check::flux_client(&fake);
+    let repo = Repo::default();
+    argo::publish(&repo, argo::REV_A, "1Gi");
+    let token = "argocd-token";
+    let server = ArgoCdServer::start_with(token, repo.clone()).await.unwrap();
+    argo::create_application(
+        argocd.clone(),
+        json!({}),
+        json!({"automated": {"prune": true, "selfHeal": true}, "retry": {"limit": 1}}),
+    )
+    .await;
+    let _controller = ArgoCdController::start(argocd, repo.clone(), ArgoCdOptions::default());
+    let app = |fake: &FakeApiServer| -> Application {
+        serde_json::from_value(
+            fake.get(
+                "argoproj.io/v1alpha1",
+                "Application",
+                Some(argo::ARGO_NS),
+                "db",
+            )
+            .expect("the Application"),
+        )
+        .expect("an Application")
+    };
+    while !(argo::completed(&app(&fake)) && argo::synced_at(&app(&fake), argo::REV_A)) {
+        poll(&fake).await;
+    }
+    argo::bind_claims(&fake).await;
+
+    let flags = argo::flags(&server, token, "hook-token");
+    let running = flux_converger::service::start(
+        service_config().argocd(Some(flags.config.clone())).build(),
+        fake.client(),
+    )
+    .await
+    .expect("the service starts under the shipped RBAC with manifests/argocd");
+    loop {
+        let (code, body) = readyz(running.addr).await;
+        if code == 200 {
+            break;
+        }
+        assert!(!body.contains("missing permissions"), "{body}");
+        poll(&fake).await;
+    }
+    argo::publish(&repo, argo::REV_B, "2Gi");
+    let handed_back = |a: &Application| {
+        argo::completed(a)
+            && argo::synced_at(a, argo::REV_B)
+            && a.operation_state()
+                .is_some_and(|s| s.info("flux-converger").is_some())
+    };
+    while !handed_back(&app(&fake)) {
+        poll(&fake).await;
+    }
+    let applied = |d: &Value| d["revisions"][0]["flux"]["outcome"] == json!("applied");
+    while !applied(
+        &status(
+            running.addr,
+            &format!("/status/applications/{}/db", argo::ARGO_NS),
+        )
+        .await,
+    ) {
+        poll(&fake).await;
+    }
+    assert_eq!(
+        fake.get("v1", "PersistentVolumeClaim", Some(argo::NS), "data-db-1")
+            .unwrap()["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+    running.shutdown().await;
+    drop(flags.dir);
+    fake.gc_settled().await;
+    fake.rbac_requests()
+}
+
+/// An Application whose compared revision moved on since its sync failed, run under the
+/// shipped roles: the one write is the refresh annotation Argo CD removes once done (a patch).
+async fn argocd_refresh() -> Vec<RbacRequest> {
+    use crate::argocd_service as argo;
+    let world = argo::stopped(|a| a["status"]["sync"]["revision"] = json!(argo::REV_C)).await;
+    check::install(&world.fake);
+    let gate = world.gate();
+    assert_eq!(
+        argo::run(&gate).await,
+        flux_converger::model::GateOutcome::NotHandled
+    );
+    let app = world
+        .fake
+        .get(
+            "argoproj.io/v1alpha1",
+            "Application",
+            Some(argo::ARGO_NS),
+            "db",
+        )
+        .unwrap();
+    assert_eq!(
+        app["metadata"]["annotations"]["argocd.argoproj.io/refresh"],
+        "normal"
+    );
+    world.fake.rbac_requests()
+}
+
 fn web_yaml(size: &str) -> String {
     serde_saphyr::to_string(&statefulset(size)).unwrap()
 }
@@ -803,11 +919,17 @@ fn covers(p: &Permission, a: &Access) -> bool {
     p.verb == a.verb
         && p.group == a.group
         && p.resource == a.resource
+        && p.name.is_none_or(|n| a.name.as_deref() == Some(n))
         && match p.scope {
             Scope::Cluster => true,
             Scope::Own => a.namespace.as_deref() == Some(check::NAMESPACE),
+            Scope::ArgoCdOwn => a.namespace.as_deref() == Some(ARGOCD_NAMESPACE),
         }
 }
+
+/// Argo CD's own namespace in these flows (`--argocd-namespaces`' default, where
+/// manifests/argocd grants the read of `argocd-cm`).
+const ARGOCD_NAMESPACE: &str = "argocd";
 
 /// Everything the access check can ask, every flag on.
 fn every_check() -> Vec<Asked> {
@@ -817,18 +939,18 @@ fn every_check() -> Vec<Asked> {
         impersonating: true,
         status_auth: true,
         helm_releases: true,
-        argocd: true,
+        argocd: Some(ARGOCD_NAMESPACE.into()),
     })
 }
 
-/// A permission the check asks, as RBAC would see it (no name; `None`: every namespace).
+/// A permission the check asks, as RBAC would see it (`None`: every namespace, any object).
 fn asked_access(a: &Asked) -> Access {
     Access {
         verb: a.verb.into(),
         group: a.group.into(),
         resource: a.resource.into(),
         namespace: a.namespace.clone(),
-        name: None,
+        name: a.name.map(str::to_string),
     }
 }
 
@@ -872,10 +994,18 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         .into_iter()
         .filter(|a| a.resource == "selfsubjectaccessreviews")
         .collect();
+    let expected = access::needed(&Needs {
+        namespace: check::NAMESPACE.into(),
+        leader_elect: true,
+        impersonating: false,
+        status_auth: false,
+        helm_releases: false,
+        argocd: None,
+    });
     assert_eq!(
         asked.len(),
-        every_check().len() - 4,
-        "one review per permission (no impersonation, status auth or HelmRelease records here)"
+        expected.len(),
+        "one review per permission (no impersonation, status auth, HelmRelease records or Argo CD here)"
     );
     running.shutdown().await;
 }
@@ -1009,6 +1139,8 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(records_and_events().await);
     requests.extend(gate_both_modes().await);
     requests.extend(helm_release().await);
+    requests.extend(argocd_application().await);
+    requests.extend(argocd_refresh().await);
     requests.extend(service_end_to_end().await);
     requests.extend(status_auth_reads().await);
     let accesses = check::converger_accesses(&requests);
