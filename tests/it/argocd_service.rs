@@ -1270,3 +1270,71 @@ async fn an_application_intent_resumes_only_as_its_applications_identity() {
         .expect("a create");
     assert_eq!(create.impersonate_user.as_deref(), Some(tenant));
 }
+
+/// `--watch-label-selector` applies to Applications as to the other kinds: the watch asks the
+/// API server for the selected ones only, so an opted-in Application outside the selector is
+/// neither shown nor run, and `/hook/argocd` naming it queues nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_label_selector_applies_to_applications() {
+    let world = stopped(|a| {
+        a["metadata"]["labels"] = json!({"sharding.fluxcd.io/key": "shard1"});
+        a["status"]["sync"]["status"] = json!("Synced");
+    })
+    .await;
+    let fake = &world.fake;
+    let mut other = fixture_application();
+    other["metadata"]["name"] = json!("other");
+    other["metadata"]["labels"] = json!({"sharding.fluxcd.io/key": "shard2"});
+    fake.seed(other);
+    let hook_token = "h00k-t0ken";
+    let flags = flags(&world.server, "stand-in-token", hook_token);
+    let config = test_support::service::config(SERVICE_NS)
+        .argocd(Some(flags.config.clone()))
+        .watch_label_selector(Some("sharding.fluxcd.io/key=shard1".into()))
+        .build();
+    let running = start_tuned(config, fake.client(), tuning("argocd-shard"))
+        .await
+        .expect("the service starts");
+    let base = format!("http://{}", running.addr);
+    let mut rows = Value::Null;
+    for _ in 0..500 {
+        let (_, status) = get_json(format!("{base}/status")).await;
+        rows = status["applications"].clone();
+        if rows[0]["waiting"].is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["db"], "{rows}");
+    let (code, _) = get_json(format!("{base}/status/applications/{ARGO_NS}/other")).await;
+    assert_eq!(code, 404);
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/hook/argocd"))
+        .bearer_auth(hook_token)
+        .body(crate::manifests::notification_body(ARGO_NS, "other", "u"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 202);
+    assert_eq!(answer.text().await.unwrap(), r#"{"queued":[]}"#);
+    let listed_by_selector = fake.requests().iter().any(|r| {
+        r.method == Method::GET
+            && r.path.ends_with("/namespaces/argocd/applications")
+            && r.query.contains("labelSelector=sharding.fluxcd.io%2Fkey%3Dshard1")
+    });
+    assert!(listed_by_selector, "the Applications are listed by the selector");
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/applications/other") && !r.watch),
+        "the Application outside the selector was read"
+    );
+    running.shutdown().await;
+}
