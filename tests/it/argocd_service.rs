@@ -1326,9 +1326,13 @@ async fn the_watch_label_selector_applies_to_applications() {
     let listed_by_selector = fake.requests().iter().any(|r| {
         r.method == Method::GET
             && r.path.ends_with("/namespaces/argocd/applications")
-            && r.query.contains("labelSelector=sharding.fluxcd.io%2Fkey%3Dshard1")
+            && r.query
+                .contains("labelSelector=sharding.fluxcd.io%2Fkey%3Dshard1")
     });
-    assert!(listed_by_selector, "the Applications are listed by the selector");
+    assert!(
+        listed_by_selector,
+        "the Applications are listed by the selector"
+    );
     assert!(
         !fake
             .requests()

@@ -48,7 +48,7 @@ use crate::records::entry;
 use crate::records::events::{EventSink, EventTarget};
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
-use crate::records::revision_event::revision_event;
+use crate::records::revision_event::revision_event_answered_by;
 use crate::service::step::ConvergeStep;
 
 /// Argo CD's settings ConfigMap, in its own namespace: whether sync impersonation is on.
@@ -610,7 +610,7 @@ impl AppGate {
         self.step
             .follow_volumes(&key, &c.results, record, EventTarget::of(app));
         c.metrics.revision(Kind::APPLICATION, record.state.as_str());
-        if let Some(event) = revision_event(record) {
+        if let Some(event) = revision_event_answered_by(record, "Argo CD") {
             c.events.publish(app, &event).await;
         }
         tracing::info!(application = %key, revision = %record.revision,
