@@ -592,7 +592,7 @@ fn describe(p: &Progress, record: &RevisionRecord) {
             "StatefulSet {}/{}: {}",
             e.namespace,
             e.name,
-            serde_json::to_value(&e.outcome)
+            serde_json::to_value(e.outcome)
                 .ok()
                 .and_then(|v| v.as_str().map(String::from))
                 .unwrap_or_default()
