@@ -62,7 +62,7 @@ async fn accept(
     bearer_matches(request.headers(), &token.0)
         .map_err(|why| ApiError::new(StatusCode::UNAUTHORIZED, why))?;
     let (parts, body) = request.into_parts();
-    let body = read_body(lanes, &parts.headers, body).await?;
+    let (body, _lane) = read_body(lanes, &parts.headers, body).await?;
     let wake: Wake = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
