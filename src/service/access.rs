@@ -31,9 +31,6 @@ pub enum Scope {
     Cluster,
     /// In the service's own namespace (`--namespace`): its records and its Lease.
     Own,
-    /// In Argo CD's own namespace (the first of `--argocd-namespaces`): `argocd-cm`, read by
-    /// name (manifests/argocd/role.yaml).
-    ArgoCdOwn,
 }
 
 /// When the code sends it.
@@ -63,8 +60,6 @@ pub struct Permission {
     /// `""` is the core group.
     pub group: &'static str,
     pub resource: &'static str,
-    /// The one object it is needed on (a rule with `resourceNames`); `None`: any.
-    pub name: Option<&'static str>,
     pub scope: Scope,
     pub when: When,
 }
@@ -80,28 +75,12 @@ const fn p(
         verb,
         group,
         resource,
-        name: None,
         scope,
         when,
     }
 }
 
-/// [`p`] on one named object only.
-const fn named(
-    verb: &'static str,
-    group: &'static str,
-    resource: &'static str,
-    name: &'static str,
-    scope: Scope,
-    when: When,
-) -> Permission {
-    Permission {
-        name: Some(name),
-        ..p(verb, group, resource, scope, when)
-    }
-}
-
-use Scope::{ArgoCdOwn, Cluster, Own};
+use Scope::{Cluster, Own};
 use When::{Always, ArgoCd, HelmReleases, Impersonating, LeaderElect, StatusAuth};
 
 const APPS: &str = "apps";
@@ -196,8 +175,8 @@ pub const PERMISSIONS: &[Permission] = &[
     // Argo CD's Applications (watched in --argocd-namespaces; read by each run), the refresh
     // annotation (patch) and the hand-back's sync operation (an update carrying the
     // resourceVersion read, as Argo CD's own API writes it); their AppProjects (watched: a
-    // changed one runs its Applications again; read by each converge); `argocd-cm`, in Argo
-    // CD's own namespace, says whether sync impersonation is on (read by each converge).
+    // changed one runs its Applications again; read by each converge). `argocd-cm` is read
+    // with the `get configmaps` above.
     p("get", ARGOCD, "applications", Cluster, ArgoCd),
     p("list", ARGOCD, "applications", Cluster, ArgoCd),
     p("watch", ARGOCD, "applications", Cluster, ArgoCd),
@@ -206,7 +185,6 @@ pub const PERMISSIONS: &[Permission] = &[
     p("get", ARGOCD, "appprojects", Cluster, ArgoCd),
     p("list", ARGOCD, "appprojects", Cluster, ArgoCd),
     p("watch", ARGOCD, "appprojects", Cluster, ArgoCd),
-    named("get", "", "configmaps", "argocd-cm", ArgoCdOwn, ArgoCd),
     // A Kustomization's service account, as kustomize-controller acts as it.
     p("impersonate", "", "serviceaccounts", Cluster, Impersonating),
     // `--status-auth=kubernetes`: who holds a bearer token, and whether they may get a
@@ -238,9 +216,8 @@ pub struct Needs {
     pub status_auth: bool,
     /// The opt-in component for HelmReleases is installed (never assumed at start).
     pub helm_releases: bool,
-    /// The Argo CD lane runs (`--argocd-server`): its component must be installed. Argo CD's
-    /// own namespace, where [`Scope::ArgoCdOwn`] permissions are asked.
-    pub argocd: Option<String>,
+    /// The Argo CD lane runs (`--argocd-server`): its component must be installed.
+    pub argocd: bool,
 }
 
 /// A permission asked in one namespace (`None`: cluster-wide).
@@ -249,21 +226,16 @@ pub struct Asked {
     pub verb: &'static str,
     pub group: &'static str,
     pub resource: &'static str,
-    /// On this object only (`None`: any).
-    pub name: Option<&'static str>,
     pub namespace: Option<String>,
 }
 
 impl fmt::Display for Asked {
-    /// `create statefulsets.apps cluster-wide`, `get configmaps in flux-system`,
-    /// `get configmaps/argocd-cm in argocd`: what `kubectl auth can-i` takes.
+    /// `create statefulsets.apps cluster-wide`, `get configmaps in flux-system`: what
+    /// `kubectl auth can-i` takes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.verb, self.resource)?;
         if !self.group.is_empty() {
             write!(f, ".{}", self.group)?;
-        }
-        if let Some(name) = self.name {
-            write!(f, "/{name}")?;
         }
         match &self.namespace {
             Some(ns) => write!(f, " in {ns}"),
@@ -282,17 +254,15 @@ pub fn needed(needs: &Needs) -> Vec<Asked> {
             Impersonating => needs.impersonating,
             StatusAuth => needs.status_auth,
             HelmReleases => needs.helm_releases,
-            ArgoCd => needs.argocd.is_some(),
+            ArgoCd => needs.argocd,
         })
         .map(|p| Asked {
             verb: p.verb,
             group: p.group,
             resource: p.resource,
-            name: p.name,
             namespace: match p.scope {
                 Cluster => None,
                 Own => Some(needs.namespace.clone()),
-                ArgoCdOwn => needs.argocd.clone(),
             },
         })
         .collect()
@@ -331,7 +301,6 @@ pub async fn review(
                         .to_string(),
                 ),
                 subresource: asked.resource.split_once('/').map(|(_, s)| s.to_string()),
-                name: asked.name.map(str::to_string),
                 namespace: asked.namespace.clone(),
                 ..Default::default()
             }),
@@ -472,7 +441,7 @@ mod tests {
             impersonating,
             status_auth: false,
             helm_releases: false,
-            argocd: None,
+            argocd: false,
         }
     }
 
@@ -517,28 +486,27 @@ mod tests {
     }
 
     #[test]
-    fn the_argocd_lane_asks_for_applications_appprojects_and_argocd_cm() {
-        let asked = |argocd: Option<&str>| -> Vec<String> {
+    fn the_argocd_lane_asks_for_applications_and_appprojects() {
+        let asked = |argocd: bool| -> Vec<String> {
             needed(&Needs {
-                argocd: argocd.map(String::from),
+                argocd,
                 ..needs(false, false)
             })
             .iter()
-            .filter(|a| a.group == ARGOCD || a.name.is_some())
+            .filter(|a| a.group == ARGOCD)
             .map(ToString::to_string)
             .collect()
         };
-        assert!(asked(None).is_empty());
-        let with = asked(Some("gitops"));
+        assert!(asked(false).is_empty());
+        let with = asked(true);
         for want in [
             "update applications.argoproj.io cluster-wide",
             "patch applications.argoproj.io cluster-wide",
             "watch appprojects.argoproj.io cluster-wide",
-            "get configmaps/argocd-cm in gitops",
         ] {
             assert!(with.iter().any(|t| t == want), "{want} not in {with:?}");
         }
-        assert_eq!(with.len(), 9);
+        assert_eq!(with.len(), 8);
     }
 
     #[test]
@@ -562,8 +530,7 @@ mod tests {
         let mut all = PERMISSIONS.to_vec();
         all.sort();
         all.dedup_by(|a, b| {
-            (a.verb, a.group, a.resource, a.name, a.scope)
-                == (b.verb, b.group, b.resource, b.name, b.scope)
+            (a.verb, a.group, a.resource, a.scope) == (b.verb, b.group, b.resource, b.scope)
         });
         assert_eq!(all.len(), PERMISSIONS.len());
     }

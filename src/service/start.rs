@@ -170,10 +170,7 @@ pub async fn start_with(
                 impersonating: config.default_service_account.is_some(),
                 status_auth: config.http.status_auth == crate::http::StatusAuthMode::Kubernetes,
                 helm_releases: false,
-                argocd: config
-                    .argocd
-                    .as_ref()
-                    .map(|a| a.own_namespace().to_string()),
+                argocd: config.argocd.is_some(),
             },
             index,
             readiness,
