@@ -1539,8 +1539,8 @@ pub(crate) fn notification_body(namespace: &str, name: &str, uid: &str) -> Strin
 }
 
 /// The component adds exactly its RBAC (applications get/list/watch/update/patch and
-/// appprojects get/list/watch cluster-wide, `argocd-cm` read by name in `argocd`) bound to the
-/// install's service account, and changes nothing else but the Deployment (the `--argocd-*`
+/// appprojects get/list/watch, cluster-wide; `argocd-cm` is read with the install's own `get
+/// configmaps`) bound to the install's service account, and changes nothing else but the Deployment (the `--argocd-*`
 /// flags, the token Secret mounted as the HMAC key is) and the NetworkPolicy (Argo CD's
 /// notifications in, its API server out). The token Secret and the notifications snippet are
 /// shapes to copy, never applied.
@@ -1554,8 +1554,6 @@ fn argocd_component_grants_the_argocd_lane_and_wires_its_flags() {
         [
             "ClusterRole/flux-converger-argocd",
             "ClusterRoleBinding/flux-converger-argocd",
-            "Role/flux-converger-argocd-cm",
-            "RoleBinding/flux-converger-argocd-cm",
         ]
         .map(String::from)
         .into()
@@ -1576,24 +1574,29 @@ fn argocd_component_grants_the_argocd_lane_and_wires_its_flags() {
              "verbs": ["get", "list", "watch"]},
         ])
     );
-    let role = find(&objects, "Role", "flux-converger-argocd-cm");
-    assert_eq!(role["metadata"]["namespace"], "argocd");
+    let b = find(&objects, "ClusterRoleBinding", "flux-converger-argocd");
     assert_eq!(
-        role["rules"],
-        json!([{"apiGroups": [""], "resources": ["configmaps"],
-                "resourceNames": ["argocd-cm"], "verbs": ["get"]}])
+        b["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "flux-converger", "namespace": "flux-system"}])
     );
-    let sa =
-        json!([{"kind": "ServiceAccount", "name": "flux-converger", "namespace": "flux-system"}]);
-    for (kind, name, role_kind) in [
-        ("ClusterRoleBinding", "flux-converger-argocd", "ClusterRole"),
-        ("RoleBinding", "flux-converger-argocd-cm", "Role"),
-    ] {
-        let b = find(&objects, kind, name);
-        assert_eq!(b["subjects"], sa, "{name}");
-        assert_eq!(b["roleRef"]["kind"], role_kind, "{name}");
-        assert_eq!(b["roleRef"]["name"], name, "{name}");
-    }
+    assert_eq!(
+        b["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "flux-converger-argocd"})
+    );
+    // `argocd-cm` is read with the install's own cluster-wide `get configmaps`.
+    assert!(
+        rules("ClusterRole", "flux-converger")
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["apiGroups"] == json!([""])
+                && r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!("configmaps"))
+                && r["verbs"].as_array().unwrap().contains(&json!("get"))
+                && r["resourceNames"].is_null())
+    );
 
     // The Deployment: hardened still (every flag one `serve` takes), the install's args kept,
     // the token files on the mounted Secret whose keys secret.yaml shows.

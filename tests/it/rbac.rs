@@ -919,17 +919,11 @@ fn covers(p: &Permission, a: &Access) -> bool {
     p.verb == a.verb
         && p.group == a.group
         && p.resource == a.resource
-        && p.name.is_none_or(|n| a.name.as_deref() == Some(n))
         && match p.scope {
             Scope::Cluster => true,
             Scope::Own => a.namespace.as_deref() == Some(check::NAMESPACE),
-            Scope::ArgoCdOwn => a.namespace.as_deref() == Some(ARGOCD_NAMESPACE),
         }
 }
-
-/// Argo CD's own namespace in these flows (`--argocd-namespaces`' default, where
-/// manifests/argocd grants the read of `argocd-cm`).
-const ARGOCD_NAMESPACE: &str = "argocd";
 
 /// Everything the access check can ask, every flag on.
 fn every_check() -> Vec<Asked> {
@@ -939,18 +933,18 @@ fn every_check() -> Vec<Asked> {
         impersonating: true,
         status_auth: true,
         helm_releases: true,
-        argocd: Some(ARGOCD_NAMESPACE.into()),
+        argocd: true,
     })
 }
 
-/// A permission the check asks, as RBAC would see it (`None`: every namespace, any object).
+/// A permission the check asks, as RBAC would see it (no name; `None`: every namespace).
 fn asked_access(a: &Asked) -> Access {
     Access {
         verb: a.verb.into(),
         group: a.group.into(),
         resource: a.resource.into(),
         namespace: a.namespace.clone(),
-        name: a.name.map(str::to_string),
+        name: None,
     }
 }
 
@@ -1000,12 +994,49 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         impersonating: false,
         status_auth: false,
         helm_releases: false,
-        argocd: None,
+        argocd: false,
     });
     assert_eq!(
         asked.len(),
         expected.len(),
         "one review per permission (no impersonation, status auth, HelmRelease records or Argo CD here)"
+    );
+    running.shutdown().await;
+}
+
+/// `--argocd-server` on an install without the Argo CD component (manifests/argocd): the service
+/// starts, but `/readyz` stays 503 naming every permission the component grants, before any
+/// Application is run. (`argocd-cm` is read with the install's own `get configmaps`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_argocd_lane_without_its_component_is_not_ready_and_names_it() {
+    use crate::argocd_service as argo;
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    fake.remove(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        None,
+        "flux-converger-argocd",
+    );
+    let server = test_support::argocd_standin::ArgoCdServer::start_with("t", Default::default())
+        .await
+        .unwrap();
+    let flags = argo::flags(&server, "t", "h");
+    let running = flux_converger::service::start(
+        service_config().argocd(Some(flags.config.clone())).build(),
+        fake.client(),
+    )
+    .await
+    .expect("the service starts");
+    let (code, body) = checked(running.addr).await;
+    assert_eq!(code, 503);
+    assert_eq!(
+        body,
+        "not ready: missing permissions: get applications.argoproj.io cluster-wide, \
+         list applications.argoproj.io cluster-wide, watch applications.argoproj.io cluster-wide, \
+         update applications.argoproj.io cluster-wide, patch applications.argoproj.io cluster-wide, \
+         get appprojects.argoproj.io cluster-wide, list appprojects.argoproj.io cluster-wide, \
+         watch appprojects.argoproj.io cluster-wide\n"
     );
     running.shutdown().await;
 }
