@@ -176,7 +176,7 @@ pub const PERMISSIONS: &[Permission] = &[
     // annotation (patch) and the hand-back's sync operation (an update carrying the
     // resourceVersion read, as Argo CD's own API writes it); their AppProjects (watched: a
     // changed one runs its Applications again; read by each converge). `argocd-cm` is read
-    // with the `get configmaps` above.
+    // with the cluster-wide `get configmaps` above (postBuild.substituteFrom's).
     p("get", ARGOCD, "applications", Cluster, ArgoCd),
     p("list", ARGOCD, "applications", Cluster, ArgoCd),
     p("watch", ARGOCD, "applications", Cluster, ArgoCd),
