@@ -3,8 +3,10 @@
 //! objects, and its metrics. Written by the gate, read by `/status` through `http::backend`.
 
 pub mod artifact_status;
+pub mod codec;
 pub mod entry;
 pub mod events;
+pub mod history;
 pub mod metrics;
 pub mod results;
 pub mod revision_event;
