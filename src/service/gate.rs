@@ -13,6 +13,7 @@
 //! kustomize-controller does; the render, the intents, the results, the hand-off and the
 //! Events use the service's own identity.
 
+pub mod error;
 pub mod handoff;
 pub mod modes;
 pub mod observe;
@@ -441,7 +442,12 @@ impl Gate {
             "handoff",
             t.elapsed().as_secs_f64(),
         );
-        if let Err(message) = handed {
+        if let Err(error) = handed {
+            c.metrics.error(
+                crate::model::Kind::KUSTOMIZATION,
+                &format!("handoff_{}", error.metric_label()),
+            );
+            let message = error.to_string();
             record.state = RevisionState::Failed;
             record.error = Some(StepError::new("handoff", message.clone()));
             self.report_not_published(target, &record).await;

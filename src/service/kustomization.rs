@@ -19,6 +19,7 @@ use super::index::{self, Index};
 use super::kind::{GatedKind, Route, Take};
 use super::watch::{Feed, Readiness, SOURCE_KINDS};
 use crate::flux::event::Event;
+use crate::http::backend::NotReady;
 use crate::model::{
     GateMode, GateOutcome, Key, Kind, RevisionRecord, StatusDetail, StatusRow, Trigger,
 };
@@ -151,7 +152,7 @@ impl GatedKind for Kustomizations {
         self.feed.readiness.unsynced()
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         if let Some(why) = &self.storage_unavailable {
             let index = self.read();
             let artifact = index
@@ -160,9 +161,10 @@ impl GatedKind for Kustomizations {
                 .filter(|key| index.handled(key) == Some(GateMode::Artifact))
                 .count();
             if artifact > 0 {
-                return Err(format!(
-                    "no artifact storage ({why}) and {artifact} Kustomization(s) use the artifact gate"
-                ));
+                return Err(NotReady::NoStorage {
+                    why: why.clone(),
+                    count: artifact,
+                });
             }
         }
         Ok(())

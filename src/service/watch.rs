@@ -20,6 +20,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
 use crate::flux::objects::{Kustomization, SourceKind};
+use crate::http::backend::NotReady;
 use crate::model::Key;
 use crate::model::Trigger;
 use crate::records::Records;
@@ -103,14 +104,11 @@ impl Readiness {
     /// `Ok` once the access check found every permission granted, with whether that answer
     /// was given with the synced Kustomizations known (one read, so both halves agree); else
     /// why not.
-    pub fn access(&self) -> Result<bool, String> {
+    pub fn access(&self) -> Result<bool, NotReady> {
         match &*self.inner.access.read().unwrap_or_else(|e| e.into_inner()) {
-            None => Err("access not checked yet".to_string()),
+            None => Err(NotReady::AccessNotChecked),
             Some(answer) if answer.missing.is_empty() => Ok(answer.final_answer),
-            Some(answer) => Err(format!(
-                "missing permissions: {}",
-                answer.missing.join(", ")
-            )),
+            Some(answer) => Err(NotReady::MissingPermissions(answer.missing.clone())),
         }
     }
 

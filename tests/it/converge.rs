@@ -2936,11 +2936,14 @@ async fn forged_intents_are_left_in_place_not_resumed_and_reported() {
 struct NoWindow;
 
 impl flux_converger::converge::fence::Fence for NoWindow {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), flux_converger::converge::fence::Fenced> {
         Ok(())
     }
-    fn open_window(&self) -> Result<flux_converger::converge::fence::Window, String> {
-        Err("shutting down".into())
+    fn open_window(
+        &self,
+    ) -> Result<flux_converger::converge::fence::Window, flux_converger::converge::fence::Fenced>
+    {
+        Err(flux_converger::converge::fence::Fenced::Stopping)
     }
 }
 

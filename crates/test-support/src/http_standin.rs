@@ -138,9 +138,9 @@ impl Backend for StandIn {
             .and_then(|d| d.revisions.first().cloned())
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         match &self.not_ready {
-            Some(why) => Err(why.clone()),
+            Some(why) => Err(flux_converger::http::backend::NotReady::Other(why.clone())),
             None => Ok(()),
         }
     }
@@ -469,7 +469,7 @@ impl Backend for Versioned {
     fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.inner().last_record(kind, namespace, name)
     }
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         self.inner().ready()
     }
     fn version(&self) -> Option<u64> {
