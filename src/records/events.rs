@@ -23,6 +23,11 @@ pub const ACTION: &str = "Converge";
 pub const REASON_CONVERGED: &str = "Converged";
 pub const REASON_REFUSED: &str = "ConvergeRefused";
 pub const REASON_FAILED: &str = "ConvergeFailed";
+/// The gated object's controller answered a hand-off (`records::answer_event`): applied it
+/// (Normal), failed it, or did not answer in time (Warning).
+pub const REASON_HANDOFF_APPLIED: &str = "HandoffApplied";
+pub const REASON_HANDOFF_FAILED: &str = "HandoffFailed";
+pub const REASON_HANDOFF_TIMEOUT: &str = "HandoffTimeout";
 /// The followed volumes' Events (docs/gate.md, Events): a claim the driver will not grow
 /// (Warning), one past `--resize-timeout` (Warning), every claim of the revision grown (Normal,
 /// once), a failed expansion recovered from by a size declared back down (Normal).

@@ -86,6 +86,15 @@ pub fn is_repeat(newer: &RevisionRecord, older: &RevisionRecord) -> bool {
         && newer.generation == older.generation
 }
 
+/// Whether `newer` is the same failure as `older` once more ([`is_repeat`], failing the same
+/// way: the same error and the same StatefulSet entries). Not news: it only counts as one
+/// more attempt (`Results::note`).
+pub fn is_same_failure(newer: &RevisionRecord, older: &RevisionRecord) -> bool {
+    is_repeat(newer, older)
+        && newer.error == older.error
+        && newer.statefulsets == older.statefulsets
+}
+
 /// Cuts `text` to at most `max` bytes (on a character boundary), saying how much was cut.
 pub fn truncate_text(text: &mut String, max: usize) {
     if text.len() <= max {

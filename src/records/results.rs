@@ -29,7 +29,9 @@ pub use super::codec::{
     to_configmap,
 };
 use super::codec::{configmap, scope};
-pub use super::history::{BUDGET, FIRST_CAP, HISTORY, fit, insert, is_repeat, truncate_text};
+pub use super::history::{
+    BUDGET, FIRST_CAP, HISTORY, fit, insert, is_repeat, is_same_failure, truncate_text,
+};
 /// Optimistic-concurrency retries before a put gives up.
 const ATTEMPTS: usize = 5;
 
@@ -60,7 +62,7 @@ impl From<CallError> for ResultsError {
 /// Returns the heap pages the load freed (the list's pages and objects, the records parsed to
 /// be encoded) to the system: glibc keeps freed memory in its arenas, so without
 /// this the load's peak stays resident for the life of the process.
-fn release_free_memory() {
+pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointer from us.
     unsafe {
@@ -612,6 +614,25 @@ impl Results {
             .collect();
         keys.sort();
         keys
+    }
+
+    /// Inserts or replaces (same `revision` and `startedAt`) the record in memory only: what
+    /// `/status` and the dashboard of this replica show, written to the ConfigMap with the next
+    /// [`Results::put`] of this history. For what is not news (one more failed attempt,
+    /// folded into the record before it as `attempts`): with a thousand sources failing, a
+    /// write per attempt was most of the service's requests.
+    pub fn note(&self, namespace: &str, name: &str, record: RevisionRecord) {
+        let record = crate::redact::registry()
+            .for_namespace(namespace)
+            .redact_serde(record);
+        let mut entries = self.entries();
+        let entry = entries
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default();
+        let mut records = entry.history.records();
+        insert(&mut records, record);
+        entry.history = History::encode(&fit(records, self.inner.budget));
+        entry.version = self.bump();
     }
 
     /// Inserts or replaces (same `revision` and `startedAt`) the record and persists the

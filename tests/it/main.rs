@@ -14,6 +14,7 @@ mod dashboard_browser;
 mod decide_table;
 mod fake_apiserver;
 mod fake_claim_status;
+mod fleet;
 mod flux_standin;
 mod gate;
 mod gate_artifact;

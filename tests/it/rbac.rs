@@ -834,8 +834,9 @@ fn asked_access(a: &Asked) -> Access {
 /// The service under an install whose ClusterRole lacks `create` on StatefulSets (the shipped
 /// one before the re-apply was known to be a create): it starts, but `/readyz` stays 503 and
 /// names the missing permission, before any revision could orphan-delete a StatefulSet.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
+/// Checked with two rules reviews (its namespace and cluster-wide) and one access review: the
+/// permission the rules do not show, asked on its own before it is reported.
+async fn lacking_create_statefulsets() -> Vec<RbacRequest> {
     let fake = FakeApiServer::new();
     check::install(&fake);
     fake.modify(
@@ -866,17 +867,30 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         body,
         "not ready: missing permissions: create statefulsets.apps cluster-wide\n"
     );
-    // Asked as itself, under its own identity, and only asked: the review is no write.
-    let asked: Vec<Access> = check::converger_accesses(&fake.rbac_requests())
-        .into_iter()
-        .filter(|a| a.resource == "selfsubjectaccessreviews")
-        .collect();
+    // Asked as itself, under its own identity, and only asked: the reviews are no write.
+    let reviews = |resource: &str| -> Vec<Access> {
+        check::converger_accesses(&fake.rbac_requests())
+            .into_iter()
+            .filter(|a| a.resource == resource)
+            .collect()
+    };
     assert_eq!(
-        asked.len(),
-        every_check().len() - 4,
-        "one review per permission (no impersonation, status auth or HelmRelease records here)"
+        reviews("selfsubjectrulesreviews").len(),
+        2,
+        "one rules review per namespace asked about: flux-system, and cluster-wide"
+    );
+    assert_eq!(
+        reviews("selfsubjectaccessreviews").len(),
+        1,
+        "one access review: the permission the rules do not show"
     );
     running.shutdown().await;
+    fake.rbac_requests()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
+    lacking_create_statefulsets().await;
 }
 
 /// `/readyz` until the access check has answered: its body then.
@@ -891,14 +905,17 @@ async fn checked(addr: std::net::SocketAddr) -> (u16, String) {
 }
 
 /// A review the API server does not answer says nothing about the permission: it is asked
-/// again, and the service becomes ready without ever reporting it missing.
+/// again, and the service becomes ready without ever reporting it missing. Run as the admin
+/// (`system:masters`), whose rights no rules review shows (that group is no RBAC rule on a
+/// real server either): every permission is then confirmed by an access review, so both
+/// kinds of review meet a fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_that_fails_is_retried_not_reported_missing() {
     let fake = FakeApiServer::new();
-    check::install(&fake);
-    for (nth, action) in [
-        (0, Fault::Drop),
+    for (path, nth, action) in [
+        ("/selfsubjectrulesreviews", 0, Fault::Drop),
         (
+            "/selfsubjectaccessreviews",
             1,
             Fault::Status {
                 code: 503,
@@ -909,7 +926,7 @@ async fn a_review_that_fails_is_retried_not_reported_missing() {
     ] {
         fake.add_fault(FaultRule {
             method: Some(Method::POST),
-            path_contains: "/selfsubjectaccessreviews".into(),
+            path_contains: path.into(),
             nth,
             action,
         });
@@ -921,9 +938,19 @@ async fn a_review_that_fails_is_retried_not_reported_missing() {
     let failed = fake
         .requests()
         .iter()
-        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews") && r.code != Some(201))
+        .filter(|r| r.path.contains("/selfsubject") && r.code != Some(201))
         .count();
     assert_eq!(failed, 2, "both faults were met and retried");
+    let confirmed = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews") && r.code == Some(201))
+        .count();
+    assert_eq!(
+        confirmed,
+        every_check().len() - 4,
+        "each permission confirmed once (no impersonation, status auth or HelmRelease records here)"
+    );
     running.shutdown().await;
 }
 
@@ -942,12 +969,14 @@ async fn a_kustomization_with_a_service_account_makes_impersonate_needed() {
         action: Fault::Delay(Duration::from_millis(1000)),
     });
     for nth in 0..80 {
-        fake.add_fault(FaultRule {
-            method: Some(Method::POST),
-            path_contains: "/selfsubjectaccessreviews".into(),
-            nth,
-            action: Fault::Delay(Duration::from_millis(100)),
-        });
+        for path in ["/selfsubjectaccessreviews", "/selfsubjectrulesreviews"] {
+            fake.add_fault(FaultRule {
+                method: Some(Method::POST),
+                path_contains: path.into(),
+                nth,
+                action: Fault::Delay(Duration::from_millis(100)),
+            });
+        }
     }
     fake.seed(json!({
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
@@ -1010,6 +1039,8 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(helm_release().await);
     requests.extend(service_end_to_end().await);
     requests.extend(status_auth_reads().await);
+    // The access review is sent only for what the rules reviews do not show.
+    requests.extend(lacking_create_statefulsets().await);
     let accesses = check::converger_accesses(&requests);
     let grants = check::installed_grants();
 
@@ -1047,7 +1078,7 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     // review calls themselves aside), and the shipped roles grant all of it.
     let uncovered: Vec<&Access> = accesses
         .iter()
-        .filter(|a| a.resource != "selfsubjectaccessreviews")
+        .filter(|a| !a.resource.starts_with("selfsubject"))
         .filter(|a| !PERMISSIONS.iter().any(|p| covers(p, a)))
         .collect();
     assert!(

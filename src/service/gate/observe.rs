@@ -156,40 +156,9 @@ pub fn retry_delay(
     base.saturating_mul(1u32 << doublings).min(cap)
 }
 
-/// A Go `time.Duration` string as Flux's CRDs carry them (`1m30s`, `10m0s`, `500ms`, `1h`).
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
-    }
-    if text == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut rest = text;
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += number * seconds;
-    }
-    Duration::try_from_secs_f64(total).ok()
-}
+/// Flux's durations (`1m30s`): read where the Kustomization's fields are
+/// ([`crate::flux::objects::parse_go_duration`]).
+pub use crate::flux::objects::parse_go_duration;
 
 fn now() -> String {
     jiff::Timestamp::now().to_string()
