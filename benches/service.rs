@@ -332,6 +332,7 @@ async fn run() {
         lease: LeaseSettings::new("bench"),
         backoff: BackoffPolicy::default(),
         shutdown_grace: Duration::from_secs(5),
+        restart_retry: Duration::from_secs(10),
     };
     let records = results.clone();
     let parts = Parts {

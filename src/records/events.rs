@@ -35,6 +35,12 @@ pub const REASON_VOLUME_RESIZE_INFEASIBLE: &str = "VolumeResizeInfeasible";
 pub const REASON_VOLUME_RESIZE_STALLED: &str = "VolumeResizeStalled";
 pub const REASON_VOLUMES_GROWN: &str = "VolumesGrown";
 pub const REASON_VOLUME_RESIZE_RECOVERED: &str = "VolumeResizeRecovered";
+/// A claim's move to another VolumeAttributesClass the driver refused for good (Warning).
+pub const REASON_VOLUME_MODIFY_INFEASIBLE: &str = "VolumeModifyInfeasible";
+/// A pod evicted to finish its claims' file system resize (`restart-for-resize`, Normal), and
+/// an eviction a PodDisruptionBudget holds back for now (Normal: it is retried).
+pub const REASON_VOLUME_RESTARTED: &str = "VolumeRestarted";
+pub const REASON_VOLUME_RESTART_BLOCKED: &str = "VolumeRestartBlocked";
 /// Flux's events carry at most this many characters of message (fluxcd/pkg `runtime/events`).
 pub const MAX_MESSAGE: usize = 39_000;
 

@@ -57,7 +57,13 @@ pub fn insert(records: &mut Vec<RevisionRecord>, mut record: RevisionRecord) {
 /// claim's state change); whichever writes a copy it read before the other's write does not
 /// take the other's news back. Then the revision's summary is recomputed from them.
 fn keep_newer_volumes(record: &mut RevisionRecord, stored: &RevisionRecord) {
-    let since = |v: &crate::model::Volume| v.since.parse::<jiff::Timestamp>().ok();
+    // The newest of a claim's changes: its state's, its class move's; then one that records
+    // a restart over one that does not (the restart is written before its eviction).
+    let since = |v: &crate::model::Volume| {
+        let at = |s: &str| s.parse::<jiff::Timestamp>().ok();
+        let newest = at(&v.since).max(v.attributes.as_ref().and_then(|a| at(&a.since)));
+        (newest, v.restart.is_some())
+    };
     for entry in &mut record.statefulsets {
         let Some(kept) = stored
             .statefulsets

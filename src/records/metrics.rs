@@ -236,19 +236,31 @@ impl Metrics {
             .inc();
     }
 
-    /// Sets the followed claims of `kind` in each state (every state is set, 0 when none).
+    /// Sets the followed claims of `kind` in each state (every state is set, 0 when none):
+    /// by their size's state (`counts`), and those moved to another VolumeAttributesClass by
+    /// their move's (`moves`: `modified`, `modifying`, and `infeasible`, added to the claims
+    /// whose size is infeasible: a claim is counted once in each of its two states).
     pub fn claims(
         &self,
         kind: Kind,
         counts: &std::collections::BTreeMap<crate::volume::VolumeState, i64>,
+        moves: &std::collections::BTreeMap<crate::volume::ModifyState, i64>,
     ) {
-        for state in crate::volume::VolumeState::ALL {
+        use crate::volume::{ModifyState, VolumeState};
+        let mut labels: std::collections::BTreeMap<&'static str, i64> = VolumeState::ALL
+            .iter()
+            .map(|s| (s.as_str(), counts.get(s).copied().unwrap_or(0)))
+            .collect();
+        for state in ModifyState::ALL {
+            *labels.entry(state.as_str()).or_default() += moves.get(&state).copied().unwrap_or(0);
+        }
+        for (state, n) in labels {
             self.claims
                 .get_or_create(&StateLabel {
-                    state: state.as_str().to_string(),
+                    state: state.to_string(),
                     kind: kind.to_string(),
                 })
-                .set(counts.get(&state).copied().unwrap_or(0));
+                .set(n);
         }
     }
 

@@ -119,6 +119,18 @@ pub const PERMISSIONS: &[Permission] = &[
     // allowVolumeExpansion, from a cache.
     p("list", "storage.k8s.io", "storageclasses", Cluster, Always),
     p("watch", "storage.k8s.io", "storageclasses", Cluster, Always),
+    // The VolumeAttributesClass a template moves to must exist (read when a class moves).
+    p(
+        "get",
+        "storage.k8s.io",
+        "volumeattributesclasses",
+        Cluster,
+        Always,
+    ),
+    // `restart-for-resize` (opt-in per StatefulSet): its pods watched, evicted one at a time.
+    p("list", "", "pods", Cluster, Always),
+    p("watch", "", "pods", Cluster, Always),
+    p("create", "", "pods/eviction", Cluster, Always),
     // postBuild.substituteFrom.
     p("get", "", "configmaps", Cluster, Always),
     p("get", "", "secrets", Cluster, Always),

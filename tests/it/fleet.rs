@@ -20,6 +20,7 @@ fn tuning(backoff: BackoffPolicy) -> Tuning {
         lease: LeaseSettings::new(format!("test-{}", rand::random::<u32>())),
         backoff,
         shutdown_grace: Duration::from_secs(5),
+        restart_retry: Duration::from_secs(10),
     }
 }
 

@@ -619,6 +619,7 @@ async fn e2e_the_service_converges_a_wedged_helmrelease_and_reports_it() {
             jitter: 0.0,
         },
         shutdown_grace: Duration::from_secs(30),
+        restart_retry: Duration::from_secs(10),
     };
     let config = test_support::service::config(SERVICE_NS)
         .handoff_timeout(Duration::from_secs(60))

@@ -793,6 +793,8 @@ fn with_volumes() -> StandIn {
         state,
         message: message.map(str::to_string),
         since: "2026-12-01T10:05:00Z".into(),
+        attributes: None,
+        restart: None,
     };
     let mut r = standin::record(
         "main@sha1:7",

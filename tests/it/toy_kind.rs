@@ -323,6 +323,7 @@ async fn a_third_kind_is_gated_through_the_lane_by_implementing_the_trait_alone(
         lease: flux_converger::service::leadership::LeaseSettings::new("toy"),
         backoff: Default::default(),
         shutdown_grace: Duration::from_secs(5),
+        restart_retry: Duration::from_secs(10),
     };
     let (registry, metrics) = metrics::registry();
     let queue = Queue::new(tuning.backoff, metrics.queue_depth.clone());
