@@ -62,6 +62,11 @@ struct Inner {
     tasks: TaskTracker,
 }
 
+/// Whether a gate open in `mode` closes when its source moves on (the mode's own rule).
+fn closes_when_moved(mode: GateMode) -> bool {
+    super::modes::of(mode).is_some_and(|m| m.closes_when_the_source_moves())
+}
+
 fn now() -> String {
     jiff::Timestamp::now().to_string()
 }
@@ -185,7 +190,9 @@ impl Observer {
         let closing: Vec<_> = keys
             .iter()
             .filter_map(|key| {
-                let close = self.transition(key, |state| state::on_source(state, revision))?;
+                let close = self.transition(key, |state| {
+                    state::on_source(state, revision, closes_when_moved)
+                })?;
                 Some((key.clone(), close))
             })
             .collect();
@@ -205,7 +212,7 @@ impl Observer {
         // Only the open gate: a re-open waiting for the older revision finds the source moved
         // on when it is due, and says so on its record.
         let close = self.transition(key, |state| {
-            let step = state::on_source(state.clone(), Some(revision));
+            let step = state::on_source(state.clone(), Some(revision), closes_when_moved);
             if step.close.is_some() {
                 step
             } else {

@@ -14,7 +14,6 @@ use tokio::time::Instant;
 pub use crate::flux::objects::parse_go_duration;
 use crate::model::{FluxOutcome, FluxResult, GateMode};
 use crate::service::gate::handoff::Since;
-use crate::service::gate::modes;
 
 /// The longest wait between two openings for the same revision, unless Flux's own interval is
 /// longer (then that).
@@ -205,11 +204,15 @@ pub fn on_object(
 /// A source event: the source now publishes `revision` (`None`: no artifact). A gate open in
 /// a mode that closes when the source moves, for another revision, closes at once; a re-open
 /// waiting for another revision is dropped (the new revision is converged first).
-pub fn on_source(state: Option<GateState>, revision: Option<&str>) -> Step {
+/// `closes_when_moved` says which modes close (the mode's own rule, `gate::modes`).
+pub fn on_source(
+    state: Option<GateState>,
+    revision: Option<&str>,
+    closes_when_moved: impl Fn(GateMode) -> bool,
+) -> Step {
     match state {
         Some(GateState::Open(open))
-            if modes::of(open.mode).is_some_and(|m| m.closes_when_the_source_moves())
-                && Some(open.revision.as_str()) != revision =>
+            if closes_when_moved(open.mode) && Some(open.revision.as_str()) != revision =>
         {
             Step::closing(None, open, Closing::SourceMoved(revision.map(String::from)))
         }

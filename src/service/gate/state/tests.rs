@@ -310,7 +310,7 @@ fn a_source_event_by_table() {
         (None, Some("main@sha1:3"), Step::stay(None)),
     ] {
         assert_eq!(
-            on_source(state.clone(), revision),
+            on_source(state.clone(), revision, |mode| mode == GateMode::Suspend),
             expected,
             "{state:?} {revision:?}"
         );
