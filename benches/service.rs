@@ -254,7 +254,7 @@ impl Backend for Untracked {
     fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.0.last_record(kind, namespace, name)
     }
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         self.0.ready()
     }
 }
@@ -332,6 +332,7 @@ async fn run() {
         lease: LeaseSettings::new("bench"),
         backoff: BackoffPolicy::default(),
         shutdown_grace: Duration::from_secs(5),
+        restart_retry: Duration::from_secs(10),
     };
     let records = results.clone();
     let parts = Parts {

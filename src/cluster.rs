@@ -20,10 +20,15 @@ use kube::api::{
 use kube::runtime::reflector::Store;
 use serde::Serialize;
 
+mod attribute_classes;
+mod claim_patch;
 pub mod claims;
+pub mod pods;
 mod synced;
 pub mod tenant;
 mod watched;
+pub use attribute_classes::ATTRIBUTE_CLASS_GROUP;
+pub use claim_patch::ClaimPatch;
 pub use synced::Synced;
 pub use watched::{TRUST_WAIT, WatchedStatefulSets};
 
@@ -131,6 +136,23 @@ pub trait Cluster: Send + Sync {
         storage: &str,
         resource_version: &str,
     ) -> impl Future<Output = Result<(), CallError>> + Send;
+    /// Patches a claim's request and/or VolumeAttributesClass ([`ClaimPatch`]) in one merge
+    /// patch (field manager `flux-converger`), only if the claim is still at
+    /// `resource_version`: otherwise a 409 Conflict ([`is_conflict`]).
+    fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &ClaimPatch,
+        resource_version: &str,
+    ) -> impl Future<Output = Result<(), CallError>> + Send;
+    /// Whether the server serves the VolumeAttributesClass API (discovery of
+    /// `storage.k8s.io`: `v1`, else `v1beta1`, else `v1alpha1`) and which of `names` exist
+    /// there. Read as the service: classes are cluster-scoped, which tenants may not read.
+    fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> impl Future<Output = Result<crate::decide::AttributeClasses, CallError>> + Send;
     /// [`Cluster::resize_claim`] with `dryRun=All`: whether the server would take the claim's
     /// new request (a recovery asks this of every claim it lowers before the first write).
     fn resize_claim_dry_run(
@@ -610,45 +632,6 @@ impl KubeCluster {
     }
 }
 
-impl KubeCluster {
-    /// The merge patch of a claim's `spec.resources.requests.storage`, conditional on the
-    /// version read, for real or (`dry_run`) as a question.
-    async fn patch_claim_request(
-        &self,
-        namespace: &str,
-        claim: &str,
-        storage: &str,
-        resource_version: &str,
-        dry_run: bool,
-    ) -> Result<(), CallError> {
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
-        // A resourceVersion in a merge patch is a precondition: the server answers 409 if the
-        // claim changed since it was read (since Kubernetes 1.32 a request may be lowered, so
-        // an unconditional patch could undo someone else's raise).
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": resource_version},
-            "spec": {"resources": {"requests": {"storage": storage}}},
-        });
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            dry_run,
-            ..PatchParams::default()
-        };
-        with_deadline(
-            self.call_timeout,
-            if dry_run {
-                "dry-run merge patch of spec.resources.requests.storage of"
-            } else {
-                "merge patch of spec.resources.requests.storage of"
-            },
-            &format!("PersistentVolumeClaim {namespace}/{claim}"),
-            api.patch(claim, &params, &Patch::Merge(&patch)),
-        )
-        .await
-        .map(|_| ())
-    }
-}
-
 impl Cluster for KubeCluster {
     fn watched_statefulset(&self, namespace: &str, name: &str) -> Option<StatefulSet> {
         self.statefulsets.as_ref()?.get(namespace, name)
@@ -741,8 +724,30 @@ impl Cluster for KubeCluster {
         storage: &str,
         resource_version: &str,
     ) -> Result<(), CallError> {
-        self.patch_claim_request(namespace, claim, storage, resource_version, false)
+        let patch = ClaimPatch {
+            storage: Some(storage.to_string()),
+            attributes_class: None,
+        };
+        self.patch_claim_request(namespace, claim, &patch, resource_version, false)
             .await
+    }
+
+    async fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &ClaimPatch,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        self.patch_claim_request(namespace, claim, patch, resource_version, false)
+            .await
+    }
+
+    async fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<crate::decide::AttributeClasses, CallError> {
+        self.served_attribute_classes(names).await
     }
 
     async fn resize_claim_dry_run(
@@ -752,7 +757,11 @@ impl Cluster for KubeCluster {
         storage: &str,
         resource_version: &str,
     ) -> Result<(), CallError> {
-        self.patch_claim_request(namespace, claim, storage, resource_version, true)
+        let patch = ClaimPatch {
+            storage: Some(storage.to_string()),
+            attributes_class: None,
+        };
+        self.patch_claim_request(namespace, claim, &patch, resource_version, true)
             .await
     }
 
@@ -932,6 +941,25 @@ impl<T: Cluster> Cluster for &T {
         (**self)
             .resize_claim_dry_run(namespace, claim, storage, resource_version)
             .await
+    }
+
+    async fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &ClaimPatch,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        (**self)
+            .patch_claim(namespace, claim, patch, resource_version)
+            .await
+    }
+
+    async fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<crate::decide::AttributeClasses, CallError> {
+        (**self).attribute_classes(names).await
     }
 
     async fn orphan_delete(

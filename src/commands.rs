@@ -111,7 +111,7 @@ pub fn script(items: &[Planned<'_>], wait_timeout: Duration) -> Result<String, C
     for (i, o, plan) in &planned {
         let ns = shell_quote(&plan.namespace);
         let _ = writeln!(s, "\n# StatefulSet {}/{}", plan.namespace, plan.name);
-        if plan.resize.is_empty() && !plan.recreate {
+        if plan.resize.is_empty() && plan.modify.is_empty() && !plan.recreate {
             let _ = writeln!(s, "# nothing to do");
         }
         for g in &plan.grown {
@@ -165,6 +165,26 @@ pub fn script(items: &[Planned<'_>], wait_timeout: Duration) -> Result<String, C
                 s,
                 "kubectl patch pvc {} -n {ns} --type json -p {}",
                 shell_quote(&r.claim),
+                shell_quote(&patch.to_string())
+            );
+        }
+        if !plan.modify.is_empty() {
+            let _ = writeln!(
+                s,
+                "# move each claim to its template's VolumeAttributesClass, only from the class planned on (the patch's test fails otherwise)"
+            );
+        }
+        for m in &plan.modify {
+            let path = "/spec/volumeAttributesClassName";
+            // A JSON patch `test` of null passes on an absent field, as the API server applies it.
+            let patch = serde_json::json!([
+                {"op": "test", "path": path, "value": m.from},
+                {"op": "add", "path": path, "value": m.to},
+            ]);
+            let _ = writeln!(
+                s,
+                "kubectl patch pvc {} -n {ns} --type json -p {}",
+                shell_quote(&m.claim),
                 shell_quote(&patch.to_string())
             );
         }

@@ -8,10 +8,15 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use crate::quantity::Quantity;
-use crate::volume::{self, VolumeState};
+use crate::volume::VolumeState;
+
+mod compare;
+mod recovery;
+
+use compare::{UNSET, first_difference, immutable_spec, other_immutable_spec, split_template};
+use recovery::{Recovery, recovery};
 
 /// What converging one StatefulSet takes. Serialises to the `plan -o json` contract.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -35,6 +40,16 @@ pub struct Plan {
     /// *Recovering from a failed expansion*). Absent from the JSON when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub recover: Vec<ClaimRecovery>,
+    /// Claims whose `spec.volumeAttributesClassName` is patched to the class their template
+    /// declares (issue #38: the VolumeAttributesClass a template moved to), in claim-name
+    /// order. Absent from the JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub modify: Vec<ClaimModify>,
+    /// The VolumeAttributesClasses this plan moves templates or claims (deferred ones too) to:
+    /// what must exist, on a server serving the API, before anything is written (checked
+    /// when the decision is given [`AttributeClasses`]). Not part of the JSON.
+    #[serde(skip)]
+    pub attribute_classes: std::collections::BTreeSet<String>,
 }
 
 /// The kinds of immutable change a re-create carries (the `plan -o json` `changes[].class`).
@@ -49,6 +64,8 @@ pub enum ChangeClass {
     /// A template's `metadata.labels` or `metadata.annotations`.
     ClaimMetadata,
     TemplateAdded,
+    /// A template's `spec.volumeAttributesClassName` moved to another class (or got one).
+    VolumeAttributesClass,
 }
 
 impl ChangeClass {
@@ -59,6 +76,7 @@ impl ChangeClass {
             ChangeClass::RevisionHistoryLimit => "revision-history-limit",
             ChangeClass::ClaimMetadata => "claim-metadata",
             ChangeClass::TemplateAdded => "template-added",
+            ChangeClass::VolumeAttributesClass => "volume-attributes-class",
         }
     }
 }
@@ -113,6 +131,35 @@ pub struct ClaimRecovery {
     pub state: VolumeState,
 }
 
+/// One claim moved to the VolumeAttributesClass its template declares: `from` is its class as
+/// read (`None`: it has none), `to` the declared one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClaimModify {
+    pub claim: String,
+    pub template: String,
+    pub from: Option<String>,
+    pub to: String,
+}
+
+/// What is known of the server's VolumeAttributesClasses when deciding: a class a template
+/// moves to must exist, on a server that serves the API, before anything is written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AttributeClasses {
+    /// Not looked up: the decision does not check the declared classes (a decision made again
+    /// on one claim re-read after a conflict, by a run that checked them before writing).
+    #[default]
+    Unchecked,
+    /// The server serves no VolumeAttributesClass API (discovery: neither
+    /// `storage.k8s.io/v1`, from 1.34, nor `v1beta1`, 1.31 to 1.33 with the feature gate).
+    Unsupported,
+    /// The API is served at `api_version`; `names` are the classes that exist (of those asked
+    /// about, or all of them).
+    Served {
+        api_version: String,
+        names: std::collections::BTreeSet<String>,
+    },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct DeferredClaim {
     pub claim: String,
@@ -147,6 +194,13 @@ pub enum RefusalCode {
     /// A recovery from a failed expansion needs the API server to lower a claim's request
     /// (Kubernetes 1.32+, RecoverVolumeExpansionFailure), and it refused: nothing is written.
     RecoveryUnsupported,
+    /// A template's `volumeAttributesClassName` removed (set → unset): the API server never
+    /// lets a claim's class go back to none once the driver applied one.
+    VolumeAttributesClassRemoved,
+    /// The VolumeAttributesClass a template moves to does not exist.
+    VolumeAttributesClassMissing,
+    /// The API server serves no VolumeAttributesClass API: a claim's class cannot change.
+    VolumeAttributesClassUnsupported,
 }
 
 /// Why a StatefulSet will not be converged. Nothing has been written when one exists.
@@ -174,6 +228,9 @@ impl RefusalCode {
             RefusalCode::Rejected => "rejected",
             RefusalCode::CreateRefused => "create-refused",
             RefusalCode::RecoveryUnsupported => "recovery-unsupported",
+            RefusalCode::VolumeAttributesClassRemoved => "volume-attributes-class-removed",
+            RefusalCode::VolumeAttributesClassMissing => "volume-attributes-class-missing",
+            RefusalCode::VolumeAttributesClassUnsupported => "volume-attributes-class-unsupported",
         }
     }
 }
@@ -207,6 +264,10 @@ pub const MUTABLE_SPEC_FIELDS: [&str; 6] = [
 pub const UNBOUND_RULE: &str =
     "spec is immutable after creation except resources.requests for bound claims";
 
+/// The same rule on servers that know VolumeAttributesClass (1.29 and later, fixture
+/// `v1.32/error-pvc-unbound-immutable.json`): a claim's class changes only once it is Bound.
+pub const UNBOUND_CLASS_RULE: &str = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims";
+
 const FORBIDDEN: &str = "the API server forbids updates to statefulset spec for fields other than \
      'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' \
      and 'minReadySeconds'";
@@ -237,6 +298,18 @@ pub fn decide(
     decide_with(desired, live, claims, classes, &BTreeMap::new())
 }
 
+/// What a claim's `spec.volumeAttributesClassName` says, `""` read as none.
+pub fn claim_attributes_class(claim: &PersistentVolumeClaim) -> Option<&str> {
+    spec_attributes_class(claim.spec.as_ref())
+}
+
+fn spec_attributes_class(
+    spec: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaimSpec>,
+) -> Option<&str> {
+    spec.and_then(|s| s.volume_attributes_class_name.as_deref())
+        .filter(|c| !c.is_empty())
+}
+
 /// How each claim's last expansion ended, as known besides its status (the service's records,
 /// which also read the resize Events of servers before 1.32), by claim name.
 pub type KnownStates = BTreeMap<String, VolumeState>;
@@ -252,6 +325,30 @@ pub fn decide_with(
     claims: &[PersistentVolumeClaim],
     classes: &[StorageClass],
     known: &KnownStates,
+) -> Result<Plan, Refusal> {
+    decide_in(
+        desired,
+        live,
+        claims,
+        classes,
+        known,
+        &AttributeClasses::Unchecked,
+    )
+}
+
+/// [`decide_with`], with what is known of the server's VolumeAttributesClasses: a template
+/// whose `volumeAttributesClassName` moves to another class is carried (each claim of it that
+/// has another class is patched, once Bound), unless the class is removed
+/// (`volume-attributes-class-removed`), the server serves no such API
+/// (`volume-attributes-class-unsupported`) or the class does not exist
+/// (`volume-attributes-class-missing`). A claim already of the declared class is left alone.
+pub fn decide_in(
+    desired: &StatefulSet,
+    live: Option<&StatefulSet>,
+    claims: &[PersistentVolumeClaim],
+    classes: &[StorageClass],
+    known: &KnownStates,
+    attribute_classes: &AttributeClasses,
 ) -> Result<Plan, Refusal> {
     let name = desired.metadata.name.clone().unwrap_or_default();
     let namespace = [desired, live.unwrap_or(desired)]
@@ -273,6 +370,8 @@ pub fn decide_with(
         resize: Vec::new(),
         deferred: Vec::new(),
         recover: Vec::new(),
+        modify: Vec::new(),
+        attribute_classes: std::collections::BTreeSet::new(),
     };
     let Some(live) = live else {
         return Ok(plan);
@@ -347,8 +446,11 @@ pub fn decide_with(
     check_template_names(&desired_templates, &live_templates)
         .map_err(|(code, m)| refuse(code, m))?;
 
-    // Target size per template kept, in template order.
-    let mut targets: Vec<(&str, Quantity)> = Vec::with_capacity(desired_templates.len());
+    // Target size and class per template kept, in template order.
+    let mut targets: Vec<(&str, Quantity, Option<&str>)> =
+        Vec::with_capacity(desired_templates.len());
+    // The classes templates move to, which must exist before anything is written.
+    let mut moved_to: Vec<(String, String)> = Vec::new();
     for d in &desired_templates {
         let template = template_name(d);
         let to = template_storage(d).map_err(|m| {
@@ -379,6 +481,40 @@ pub fn decide_with(
                 format!("template {template:?}: {}; {what}", diff.describe()),
             ));
         }
+        let (live_class, declared_class) = (
+            spec_attributes_class(l.spec.as_ref()),
+            spec_attributes_class(d.spec.as_ref()),
+        );
+        match (live_class, declared_class) {
+            (Some(from), None) => {
+                return Err(refuse(
+                    RefusalCode::VolumeAttributesClassRemoved,
+                    format!(
+                        "template {template:?}: spec.volumeAttributesClassName would be removed \
+                         (live {from:?}, desired {UNSET}); the API server never lets a claim's \
+                         VolumeAttributesClass go back to none once the driver applied one: \
+                         keep a class in git (moving to another class is carried)"
+                    ),
+                ));
+            }
+            (from, Some(to)) if from != Some(to) => {
+                plan.changes.push(Change {
+                    class: ChangeClass::VolumeAttributesClass,
+                    field: format!(
+                        "spec.volumeClaimTemplates[{template}].spec.volumeAttributesClassName"
+                    ),
+                    live: from.map_or_else(|| UNSET.to_owned(), |c| format!("{c:?}")),
+                    declared: format!("{to:?}"),
+                    note: Some(format!(
+                        "each existing claim {template}-{name}-N of another class is patched to \
+                         {to:?} once Bound (the driver then modifies its volume in place); \
+                         claims created from now on get it from the template"
+                    )),
+                });
+                moved_to.push((to.to_owned(), format!("template {template:?}")));
+            }
+            _ => {}
+        }
         if let Some(diff) = first_difference("metadata", Some(&live_meta), Some(&desired_meta)) {
             plan.changes.push(Change {
                 field: format!("spec.volumeClaimTemplates[{template}].{}", diff.path),
@@ -407,7 +543,7 @@ pub fn decide_with(
             match recovery(template, &name, &to, in_namespace, known) {
                 Recovery::Recover(recovered) => {
                     plan.recover.extend(recovered);
-                    targets.push((template, to));
+                    targets.push((template, to, declared_class));
                     continue;
                 }
                 Recovery::Shrink(why) => {
@@ -441,7 +577,7 @@ pub fn decide_with(
                 to: to.clone(),
             });
         }
-        targets.push((template, to));
+        targets.push((template, to, declared_class));
     }
 
     for claim in claims {
@@ -456,15 +592,19 @@ pub fn decide_with(
         let Some(claim_name) = claim.metadata.name.as_deref() else {
             continue;
         };
-        let Some((template, to)) = targets
+        let Some((template, to, declared_class)) = targets
             .iter()
-            .find(|(t, _)| is_claim_of(claim_name, t, &name))
+            .find(|(t, _, _)| is_claim_of(claim_name, t, &name))
         else {
             continue;
         };
         let from = claim_storage(claim)
             .map_err(|m| refuse(RefusalCode::Rejected, format!("claim {claim_name:?}: {m}")))?;
-        if from >= *to {
+        let grows = from < *to;
+        let class_from = claim_attributes_class(claim);
+        // A class is only ever moved to, never taken away from a claim.
+        let moves = declared_class.filter(|to| class_from != Some(*to));
+        if !grows && moves.is_none() {
             continue;
         }
         let phase = claim
@@ -478,13 +618,42 @@ pub fn decide_with(
             } else {
                 format!("is {phase}")
             };
+            let (what, rule) = match (grows, moves) {
+                (_, None) => (format!("grow from {from} to {to}"), UNBOUND_RULE),
+                (false, Some(c)) => (
+                    format!(
+                        "move from {} to the VolumeAttributesClass {c:?}",
+                        class_from.map_or_else(|| "no class".to_owned(), |f| format!("{f:?}"))
+                    ),
+                    UNBOUND_CLASS_RULE,
+                ),
+                (_, Some(c)) => (
+                    format!("grow from {from} to {to} and move to the VolumeAttributesClass {c:?}"),
+                    UNBOUND_CLASS_RULE,
+                ),
+            };
+            if let Some(c) = moves {
+                moved_to.push((c.to_owned(), format!("claim {claim_name:?}")));
+            }
             plan.deferred.push(DeferredClaim {
                 claim: claim_name.to_owned(),
                 reason: format!(
-                    "claim {state}, not Bound, so it cannot grow from {from} to {to} yet: \
-                     the API server answers {UNBOUND_RULE:?}"
+                    "claim {state}, not Bound, so it cannot {what} yet: the API server answers \
+                     {rule:?}"
                 ),
             });
+            continue;
+        }
+        if let Some(c) = moves {
+            moved_to.push((c.to_owned(), format!("claim {claim_name:?}")));
+            plan.modify.push(ClaimModify {
+                claim: claim_name.to_owned(),
+                template: (*template).to_owned(),
+                from: class_from.map(str::to_owned),
+                to: c.to_owned(),
+            });
+        }
+        if !grows {
             continue;
         }
         let storage_class = expandable_class(claim, classes).map_err(|why| {
@@ -504,104 +673,55 @@ pub fn decide_with(
             to: to.clone(),
         });
     }
+    if let Some((code, message)) = check_attribute_classes(&moved_to, attribute_classes) {
+        return Err(refuse(code, message));
+    }
+    plan.attribute_classes = moved_to.into_iter().map(|(class, _)| class).collect();
     // A recovery re-creates too: the live template declares the failed size, which Flux's
     // apply cannot change in place.
     plan.recreate = !plan.changes.is_empty() || !plan.recover.is_empty();
     plan.resize.sort_by(|a, b| a.claim.cmp(&b.claim));
     plan.deferred.sort_by(|a, b| a.claim.cmp(&b.claim));
+    plan.modify.sort_by(|a, b| a.claim.cmp(&b.claim));
     Ok(plan)
 }
 
-/// What a template declared below its live size is.
-enum Recovery {
-    /// A recovery: these claims are lowered to the declared size.
-    Recover(Vec<ClaimRecovery>),
-    /// A shrink, refused; with why it is not a recovery when one of its claims failed to grow
-    /// (otherwise the refusal reads as it always has).
-    Shrink(Option<String>),
-}
-
-/// How the claim's last expansion ended: what its status says when that is `grown` (the
-/// capacity is the truth), else a failure `known` from elsewhere, else its status.
-fn last_expansion(claim: &PersistentVolumeClaim, known: &KnownStates) -> VolumeState {
-    let own = volume::classify(claim, &[], None).state;
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    match known.get(name) {
-        Some(state) if state.is_failed() && own != VolumeState::Grown => *state,
-        _ => own,
-    }
-}
-
-/// Whether declaring `template` at `to` (below its live size) recovers from failed expansions:
-/// every claim of the template whose request is above `to` must be Bound, have failed to grow
-/// (`infeasible` or `error`) and hold less than `to`.
-fn recovery<'a>(
-    template: &str,
-    statefulset: &str,
-    to: &Quantity,
-    claims: impl Iterator<Item = &'a PersistentVolumeClaim>,
-    known: &KnownStates,
-) -> Recovery {
-    let mut recovered = Vec::new();
-    let mut not = Vec::new();
-    let mut any_failed = false;
-    for claim in claims {
-        let Some(name) = claim.metadata.name.as_deref() else {
-            continue;
-        };
-        if !is_claim_of(name, template, statefulset) {
-            continue;
-        }
-        let Ok(from) = claim_storage(claim) else {
-            continue;
-        };
-        if from == *to && known.get(name) == Some(&VolumeState::Recovered) {
-            // Lowered by this recovery already (a converge stopped before its re-create):
-            // part of it, nothing left to lower.
-            any_failed = true;
-            recovered.push(ClaimRecovery {
-                claim: name.to_owned(),
-                template: template.to_owned(),
-                capacity: volume::capacity(claim).unwrap_or_else(|| from.clone()),
-                from: from.clone(),
-                to: to.clone(),
-                state: VolumeState::Recovered,
-            });
-            continue;
-        }
-        if from <= *to {
-            continue;
-        }
-        let state = last_expansion(claim, known);
-        any_failed |= state.is_failed();
-        let capacity = volume::capacity(claim);
-        match (&capacity, state.is_failed()) {
-            (_, false) => not.push(format!(
-                "claim {name:?} asks for {from} and its expansion has not failed (it is {state})"
-            )),
-            (None, true) => not.push(format!("claim {name:?} has no capacity (not Bound)")),
-            (Some(c), true) if c >= to => not.push(format!(
-                "the declared {to} is not above claim {name:?}'s capacity {c}, and a request \
-                 may not be lowered to its capacity or below"
-            )),
-            (Some(c), true) => recovered.push(ClaimRecovery {
-                claim: name.to_owned(),
-                template: template.to_owned(),
-                capacity: c.clone(),
-                from,
-                to: to.clone(),
-                state,
+/// Whether every VolumeAttributesClass moved to (`(class, by whom)`) can be moved to: the server
+/// serves the API and the class exists. `None` when it can, or when nothing is known.
+fn check_attribute_classes(
+    moved_to: &[(String, String)],
+    known: &AttributeClasses,
+) -> Option<(RefusalCode, String)> {
+    let (class, by) = moved_to.first()?;
+    match known {
+        AttributeClasses::Unchecked => None,
+        AttributeClasses::Unsupported => Some((
+            RefusalCode::VolumeAttributesClassUnsupported,
+            format!(
+                "{by} moves to the VolumeAttributesClass {class:?}, but the API server serves \
+                 no VolumeAttributesClass API (storage.k8s.io/v1 from Kubernetes 1.34; \
+                 storage.k8s.io/v1beta1 in 1.31 to 1.33 only with the VolumeAttributesClass \
+                 feature gate and --runtime-config=storage.k8s.io/v1beta1=true), so no claim's \
+                 class can change on it: nothing was written; revert volumeAttributesClassName \
+                 in git, or turn the feature on in the control plane"
+            ),
+        )),
+        AttributeClasses::Served { api_version, names } => moved_to
+            .iter()
+            .find(|(class, _)| !names.contains(class))
+            .map(|(class, by)| {
+                (
+                    RefusalCode::VolumeAttributesClassMissing,
+                    format!(
+                        "{by} moves to the VolumeAttributesClass {class:?}, which does not exist \
+                         ({api_version}, cluster-scoped): a claim patched to it would wait \
+                         (modifyVolumeStatus Pending) and new claims would not provision: \
+                         nothing was written; create the class first, or declare an existing \
+                         one in git"
+                    ),
+                )
             }),
-        }
     }
-    if !any_failed {
-        return Recovery::Shrink(None);
-    }
-    if !not.is_empty() {
-        return Recovery::Shrink(Some(not.join("; ")));
-    }
-    recovered.sort_by(|a, b| a.claim.cmp(&b.claim));
-    Recovery::Recover(recovered)
 }
 
 /// Whether `live` declares, for every volumeClaimTemplate of `desired`, the same storage
@@ -778,229 +898,4 @@ fn template_refusal(path: &str) -> (RefusalCode, &'static str) {
              a template can be converged: revert this field in git",
         )
     }
-}
-
-/// Printed for a value that is absent.
-const UNSET: &str = "<unset>";
-
-/// The spec fields an update may not change, with the server's defaults applied, so a desired
-/// object that leaves a field to its default equals the live object that shows it.
-fn immutable_spec(sts: &StatefulSet) -> Value {
-    let mut spec = sts
-        .spec
-        .as_ref()
-        .and_then(|s| serde_json::to_value(s).ok())
-        .unwrap_or_else(|| Value::Object(Map::new()));
-    if let Value::Object(m) = &mut spec {
-        for f in MUTABLE_SPEC_FIELDS.iter().chain(&["volumeClaimTemplates"]) {
-            m.remove(*f);
-        }
-        default_field(m, "podManagementPolicy", Value::from("OrderedReady"));
-        default_field(m, "revisionHistoryLimit", Value::from(10));
-        if m.get("serviceName").is_some_and(|v| v == "") {
-            m.remove("serviceName");
-        }
-    }
-    strip_empty(&mut spec);
-    spec
-}
-
-/// [`immutable_spec`] without the fields that have a refusal code of their own (`selector`,
-/// `serviceName`) and those a re-create carries (`podManagementPolicy`,
-/// `revisionHistoryLimit`).
-fn other_immutable_spec(sts: &StatefulSet) -> Value {
-    let mut spec = immutable_spec(sts);
-    if let Value::Object(m) = &mut spec {
-        for f in [
-            "selector",
-            "serviceName",
-            "podManagementPolicy",
-            "revisionHistoryLimit",
-        ] {
-            m.remove(f);
-        }
-    }
-    spec
-}
-
-/// A normalised template split into everything but its labels and annotations (must not
-/// change), and those (carried by a re-create).
-fn split_template(t: &PersistentVolumeClaim) -> (Value, Value) {
-    let mut fields = normalised_template(t);
-    let mut meta = Map::new();
-    if let Some(Value::Object(m)) = fields.get_mut("metadata") {
-        for key in ["labels", "annotations"] {
-            if let Some(v) = m.remove(key) {
-                meta.insert(key.to_owned(), v);
-            }
-        }
-    }
-    strip_empty(&mut fields);
-    (fields, Value::Object(meta))
-}
-
-/// A volumeClaimTemplate without what the server adds (`apiVersion`, `kind`, `status`,
-/// `metadata.creationTimestamp`, `volumeMode: Filesystem`, the mirrored data source) and
-/// without the storage request, which is compared by value on its own.
-fn normalised_template(t: &PersistentVolumeClaim) -> Value {
-    let mut v = serde_json::to_value(t).unwrap_or_else(|_| Value::Object(Map::new()));
-    if let Value::Object(m) = &mut v {
-        for f in ["apiVersion", "kind", "status"] {
-            m.remove(f);
-        }
-        if let Some(Value::Object(meta)) = m.get_mut("metadata") {
-            meta.remove("creationTimestamp");
-        }
-        if let Some(Value::Object(spec)) = m.get_mut("spec") {
-            default_field(spec, "volumeMode", Value::from("Filesystem"));
-            mirror_data_source(spec);
-            if let Some(Value::Object(requests)) = spec
-                .get_mut("resources")
-                .and_then(|r| r.get_mut("requests"))
-            {
-                requests.remove("storage");
-            }
-        }
-    }
-    strip_empty(&mut v);
-    v
-}
-
-fn default_field(m: &mut Map<String, Value>, key: &str, default: Value) {
-    if m.get(key).is_none_or(Value::is_null) {
-        m.insert(key.to_owned(), default);
-    }
-}
-
-/// The API server fills `dataSourceRef` from `dataSource` and back (for a ref without
-/// namespace); doing the same on both sides makes either spelling compare equal.
-fn mirror_data_source(spec: &mut Map<String, Value>) {
-    let source = spec.get("dataSource").filter(|v| !v.is_null()).cloned();
-    let reference = spec.get("dataSourceRef").filter(|v| !v.is_null()).cloned();
-    match (source, reference) {
-        (Some(s), None) => {
-            spec.insert("dataSourceRef".into(), s);
-        }
-        (None, Some(r)) if r.get("namespace").is_none_or(|n| n.is_null() || n == "") => {
-            let mut s = r;
-            if let Value::Object(o) = &mut s {
-                o.remove("namespace");
-            }
-            spec.insert("dataSource".into(), s);
-        }
-        _ => {}
-    }
-}
-
-/// Removes nulls, empty maps and empty lists: the API server treats them as absent.
-fn strip_empty(v: &mut Value) {
-    match v {
-        Value::Object(m) => {
-            m.values_mut().for_each(strip_empty);
-            m.retain(|_, v| !is_empty(v));
-        }
-        Value::Array(items) => items.iter_mut().for_each(strip_empty),
-        _ => {}
-    }
-}
-
-fn is_empty(v: &Value) -> bool {
-    match v {
-        Value::Null => true,
-        Value::Object(m) => m.is_empty(),
-        Value::Array(a) => a.is_empty(),
-        _ => false,
-    }
-}
-
-struct Difference {
-    path: String,
-    live: Option<Value>,
-    desired: Option<Value>,
-}
-
-fn show(v: &Option<Value>) -> String {
-    match v {
-        None => UNSET.to_owned(),
-        Some(v) => v.to_string(),
-    }
-}
-
-impl Difference {
-    fn change(&self, class: ChangeClass, note: Option<String>) -> Change {
-        Change {
-            class,
-            field: self.path.clone(),
-            live: show(&self.live),
-            declared: show(&self.desired),
-            note,
-        }
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{} differs: live {}, desired {}",
-            self.path,
-            show(&self.live),
-            show(&self.desired)
-        )
-    }
-}
-
-/// The first field (in key order) where `live` and `desired` differ; quantities under
-/// `resources.requests`/`resources.limits` compare by value.
-fn first_difference(
-    path: &str,
-    live: Option<&Value>,
-    desired: Option<&Value>,
-) -> Option<Difference> {
-    let child = |key: &str| {
-        if path.is_empty() {
-            key.to_owned()
-        } else {
-            format!("{path}.{key}")
-        }
-    };
-    let empty = Map::new();
-    let map_or_absent = |v: Option<&Value>| matches!(v, None | Some(Value::Object(_)));
-    match (live, desired) {
-        // An absent map on one side: descend anyway, so the message names the leaf.
-        (Some(Value::Object(_)), _) | (_, Some(Value::Object(_)))
-            if map_or_absent(live) && map_or_absent(desired) =>
-        {
-            let l = live.and_then(Value::as_object).unwrap_or(&empty);
-            let d = desired.and_then(Value::as_object).unwrap_or(&empty);
-            let mut keys: Vec<&String> = l.keys().chain(d.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            keys.into_iter()
-                .find_map(|k| first_difference(&child(k), l.get(k), d.get(k)))
-        }
-        (Some(Value::Array(l)), Some(Value::Array(d))) if l.len() == d.len() => l
-            .iter()
-            .zip(d)
-            .enumerate()
-            .find_map(|(i, (l, d))| first_difference(&format!("{path}[{i}]"), Some(l), Some(d))),
-        (l, d) if l == d => None,
-        (Some(Value::String(l)), Some(Value::String(d)))
-            if is_quantity_path(path)
-                && matches!((Quantity::parse(l), Quantity::parse(d)), (Ok(a), Ok(b)) if a == b) =>
-        {
-            None
-        }
-        (l, d) => Some(Difference {
-            path: path.to_owned(),
-            live: l.cloned(),
-            desired: d.cloned(),
-        }),
-    }
-}
-
-fn is_quantity_path(path: &str) -> bool {
-    let mut parts = path.rsplit('.');
-    let _key = parts.next();
-    matches!(
-        (parts.next(), parts.next()),
-        (Some("requests" | "limits"), Some("resources"))
-    )
 }

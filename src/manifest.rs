@@ -183,6 +183,8 @@ pub struct Objects {
     pub statefulsets: Vec<Located<StatefulSet>>,
     pub claims: Vec<PersistentVolumeClaim>,
     pub classes: Vec<StorageClass>,
+    /// The VolumeAttributesClasses (`storage.k8s.io/v1` or `v1beta1`), `(apiVersion, name)`.
+    pub attribute_classes: Vec<(String, String)>,
 }
 
 /// A typed object with where it came from.
@@ -194,8 +196,8 @@ pub struct Located<T> {
 }
 
 impl Objects {
-    /// Types the StatefulSets (`apps/v1`), PersistentVolumeClaims (`v1`) and StorageClasses
-    /// (`storage.k8s.io/*`) of `docs`; other kinds are ignored. Namespaced objects without a
+    /// Types the StatefulSets (`apps/v1`), PersistentVolumeClaims (`v1`), StorageClasses and
+    /// VolumeAttributesClasses (`storage.k8s.io/*`) of `docs`; other kinds are ignored. Namespaced objects without a
     /// namespace take `default_namespace`. Every object must have a name, every quantity the
     /// decision reads must parse, and no object may appear twice.
     pub fn from_documents(
@@ -222,7 +224,11 @@ impl Objects {
             let wanted = match (api_version, kind) {
                 ("apps/v1", "StatefulSet") => true,
                 ("v1", "PersistentVolumeClaim") => true,
-                (v, "StorageClass") if v.starts_with("storage.k8s.io/") => true,
+                (v, "StorageClass" | "VolumeAttributesClass")
+                    if v.starts_with("storage.k8s.io/") =>
+                {
+                    true
+                }
                 _ => false,
             };
             if !wanted {
@@ -230,7 +236,7 @@ impl Objects {
             }
             let mut value = doc.object.clone();
             quantities_as_strings(&mut value);
-            if kind != "StorageClass" {
+            if kind != "StorageClass" && kind != "VolumeAttributesClass" {
                 default_namespace_of(&mut value, default_namespace);
             }
             let name = value
@@ -270,6 +276,9 @@ impl Objects {
                     check_claim(&pvc).map_err(|(f, m)| object_error(doc, &value, &f, &m))?;
                     out.claims.push(pvc);
                 }
+                "VolumeAttributesClass" => out
+                    .attribute_classes
+                    .push((api_version.to_owned(), name.to_owned())),
                 _ => out.classes.push(typed(doc, &value)?),
             }
         }

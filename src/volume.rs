@@ -36,6 +36,15 @@ pub mod condition {
     pub const FILE_SYSTEM_RESIZE_PENDING: &str = "FileSystemResizePending";
     pub const CONTROLLER_RESIZE_ERROR: &str = "ControllerResizeError";
     pub const NODE_RESIZE_ERROR: &str = "NodeResizeError";
+    pub const MODIFY_VOLUME_ERROR: &str = "ModifyVolumeError";
+    pub const MODIFYING_VOLUME: &str = "ModifyingVolume";
+}
+
+/// `PersistentVolumeClaimModifyVolumeStatus` values (`status.modifyVolumeStatus.status`).
+pub mod modify_status {
+    pub const PENDING: &str = "Pending";
+    pub const IN_PROGRESS: &str = "InProgress";
+    pub const INFEASIBLE: &str = "Infeasible";
 }
 
 /// The reasons of the Events the external-resizer, the expand controller and the kubelet
@@ -47,6 +56,19 @@ pub mod reason {
     pub const EXTERNAL_EXPANDING: &str = "ExternalExpanding";
     pub const VOLUME_RESIZE_SUCCESSFUL: &str = "VolumeResizeSuccessful";
     pub const FILE_SYSTEM_RESIZE_SUCCESSFUL: &str = "FileSystemResizeSuccessful";
+
+    /// The external-resizer's modify path (`pkg/util`: `VolumeModify`, `VolumeModifyFailed`,
+    /// `VolumeModifySuccess`).
+    pub const VOLUME_MODIFY: &str = "VolumeModify";
+    pub const VOLUME_MODIFY_FAILED: &str = "VolumeModifyFailed";
+    pub const VOLUME_MODIFY_SUCCESSFUL: &str = "VolumeModifySuccessful";
+
+    /// Every reason [`super::classify_attributes`] reads.
+    pub const MODIFY: [&str; 3] = [
+        VOLUME_MODIFY,
+        VOLUME_MODIFY_FAILED,
+        VOLUME_MODIFY_SUCCESSFUL,
+    ];
 
     /// Every reason [`super::classify`] reads.
     pub const ALL: [&str; 6] = [
@@ -85,10 +107,14 @@ pub enum VolumeState {
     /// Its failed expansion was recovered from (the request lowered to what git declares,
     /// above the capacity): followed again from here.
     Recovered,
+    /// It was `filesystem-pending` and its pod was evicted (the StatefulSet opted in with
+    /// `flux-converger.io/restart-for-resize: "true"`): the node grows the file system when
+    /// the pod's successor mounts it; followed until `grown`.
+    Restarted,
 }
 
 impl VolumeState {
-    pub const ALL: [VolumeState; 9] = [
+    pub const ALL: [VolumeState; 10] = [
         VolumeState::Grown,
         VolumeState::Infeasible,
         VolumeState::Error,
@@ -98,6 +124,7 @@ impl VolumeState {
         VolumeState::Deferred,
         VolumeState::Stalled,
         VolumeState::Recovered,
+        VolumeState::Restarted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -111,6 +138,7 @@ impl VolumeState {
             VolumeState::Deferred => "deferred",
             VolumeState::Stalled => "stalled",
             VolumeState::Recovered => "recovered",
+            VolumeState::Restarted => "restarted",
         }
     }
 
@@ -139,6 +167,102 @@ impl PartialEq<&str> for VolumeState {
     }
 }
 
+/// Where a claim's move to another VolumeAttributesClass stands (`attributes.state`), read
+/// from its status as the external-resizer writes it (`k8s.io/api/core/v1`:
+/// `currentVolumeAttributesClassName`, `modifyVolumeStatus`, the `ModifyVolumeError`
+/// condition). The order of the variants is the precedence of the signals, first wins.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModifyState {
+    /// `status.currentVolumeAttributesClassName` is the declared class: done (an end state).
+    Modified,
+    /// The driver refused the class for good (`modifyVolumeStatus.status: Infeasible`): an
+    /// end state; declaring another class in git is the way out.
+    Infeasible,
+    /// Asked for (`Pending`: the class is not there yet; `InProgress`; or no word yet); a
+    /// `ModifyVolumeError` condition beside it is the driver retrying.
+    Modifying,
+}
+
+impl ModifyState {
+    pub const ALL: [ModifyState; 3] = [
+        ModifyState::Modified,
+        ModifyState::Infeasible,
+        ModifyState::Modifying,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModifyState::Modified => "modified",
+            ModifyState::Infeasible => "infeasible",
+            ModifyState::Modifying => "modifying",
+        }
+    }
+
+    /// `modified` and `infeasible`.
+    pub fn is_end(self) -> bool {
+        matches!(self, ModifyState::Modified | ModifyState::Infeasible)
+    }
+}
+
+impl std::fmt::Display for ModifyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with the wire spelling, as the JSON of a record reads.
+impl PartialEq<&str> for ModifyState {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A claim's move to the VolumeAttributesClass its template declares, beside its size (the
+/// `attributes` of a followed claim): the class, the one the driver last applied, where the
+/// move stands, the driver's words, and since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attributes {
+    /// The declared class (`spec.volumeAttributesClassName` as patched).
+    pub class: String,
+    /// `status.currentVolumeAttributesClassName`: the class the volume has now.
+    #[serde(default)]
+    pub current: Option<String>,
+    pub state: ModifyState,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// RFC 3339: when the move entered `state`.
+    pub since: String,
+}
+
+impl Attributes {
+    /// A move to `class` just asked for, from `current`.
+    pub fn asked(class: &str, current: Option<String>, since: jiff::Timestamp) -> Self {
+        Attributes {
+            class: class.to_string(),
+            current,
+            state: ModifyState::Modifying,
+            message: None,
+            since: since.to_string(),
+        }
+    }
+}
+
+/// The pod a `filesystem-pending` claim's restart evicts (`restart` of a followed claim):
+/// written into the record before the eviction is sent, so whoever leads next knows which pod
+/// (by uid) this restart is about, and never evicts its successor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Restart {
+    pub pod: String,
+    /// The pod's uid when the restart was decided: the eviction's precondition.
+    pub uid: String,
+    /// RFC 3339: when the eviction was accepted; absent while it is only decided (or a
+    /// PodDisruptionBudget holds it back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evicted_at: Option<String>,
+}
+
 /// One followed claim as the records keep it (`volumes` of a StatefulSet entry, the CLI's
 /// `-o json`): what it asks for, what it holds, where its expansion stands, the driver's words,
 /// and since when.
@@ -156,6 +280,12 @@ pub struct Volume {
     pub message: Option<String>,
     /// RFC 3339: when the claim entered `state`.
     pub since: String,
+    /// Its move to another VolumeAttributesClass, when the converge asked for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<Attributes>,
+    /// The pod evicted (or to evict) to finish its file system resize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<Restart>,
 }
 
 impl Volume {
@@ -168,7 +298,15 @@ impl Volume {
             state: observed.state,
             message: observed.message,
             since: since.to_string(),
+            attributes: None,
+            restart: None,
         }
+    }
+
+    /// Whether nothing more will happen to it without a change: its size at an end state, and
+    /// its class move (if any) too.
+    pub fn is_end(&self) -> bool {
+        self.state.is_end() && self.attributes.as_ref().is_none_or(|a| a.state.is_end())
     }
 }
 
@@ -411,6 +549,98 @@ pub fn classify(
     observed(VolumeState::Requested, None)
 }
 
+/// `status.currentVolumeAttributesClassName` of a claim.
+pub fn current_attributes_class(claim: &PersistentVolumeClaim) -> Option<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.current_volume_attributes_class_name.clone())
+        .filter(|c| !c.is_empty())
+}
+
+/// Where `claim`'s move to the VolumeAttributesClass `class` stands, from its status and the
+/// modify Events about it since `not_before` (see [`ModifyState`]): the state, the driver's
+/// words, the class it has now.
+pub fn classify_attributes(
+    claim: &PersistentVolumeClaim,
+    class: &str,
+    events: &[ResizeEvent],
+    not_before: Option<jiff::Timestamp>,
+) -> (ModifyState, Option<String>, Option<String>) {
+    let current = current_attributes_class(claim);
+    if current.as_deref() == Some(class) {
+        return (ModifyState::Modified, None, current);
+    }
+    let status = claim.status.as_ref();
+    let condition = |kind: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == kind && c.status == "True"))
+            .and_then(|c| c.message.as_deref())
+            .map(one_line)
+            .filter(|m| !m.is_empty())
+    };
+    let not_before = not_before.and_then(|t| jiff::Timestamp::from_second(t.as_second()).ok());
+    let newest_failure = events
+        .iter()
+        .filter(|e| e.reason == reason::VOLUME_MODIFY_FAILED)
+        .filter(|e| not_before.is_none_or(|t| e.at >= t))
+        .max_by_key(|e| e.at)
+        .map(|e| one_line(&e.message));
+    let with_failure = |head: String| match &newest_failure {
+        Some(event) if !head.contains(event.as_str()) => {
+            format!("{head}; newest VolumeModifyFailed Event: {event}")
+        }
+        _ => head,
+    };
+    let modify = status
+        .and_then(|s| s.modify_volume_status.as_ref())
+        .filter(|m| m.target_volume_attributes_class_name.as_deref() == Some(class));
+    let error = condition(condition::MODIFY_VOLUME_ERROR);
+    match modify.map(|m| m.status.as_str()) {
+        Some(modify_status::INFEASIBLE) => {
+            let said = error
+                .or_else(|| condition(condition::MODIFYING_VOLUME))
+                .map(|m| format!("Infeasible ({}: {m})", condition::MODIFY_VOLUME_ERROR))
+                .unwrap_or_else(|| "Infeasible".to_string());
+            (
+                ModifyState::Infeasible,
+                Some(format!(
+                    "{}: the driver will not apply the VolumeAttributesClass {class:?} to this \
+                     volume; declare another class in git",
+                    with_failure(said)
+                )),
+                current,
+            )
+        }
+        Some(modify_status::PENDING) => (
+            ModifyState::Modifying,
+            Some(with_failure(format!(
+                "Pending: the VolumeAttributesClass {class:?} cannot be applied yet (does it \
+                 exist?)"
+            ))),
+            current,
+        ),
+        Some(_) => {
+            let message = match error {
+                Some(m) => Some(with_failure(format!(
+                    "{}: {m}; the driver retries",
+                    condition::MODIFY_VOLUME_ERROR
+                ))),
+                None => condition(condition::MODIFYING_VOLUME).or(Some("InProgress".to_string())),
+            };
+            (ModifyState::Modifying, message, current)
+        }
+        None => (
+            ModifyState::Modifying,
+            newest_failure
+                .clone()
+                .map(|e| format!("VolumeModifyFailed: {e}")),
+            current,
+        ),
+    }
+}
+
 /// `observed` past the resize timeout: a claim not at an end state (nor deferred) `timeout`
 /// after its request is `stalled`, with what it was doing kept in the message.
 pub fn past_timeout(
@@ -443,6 +673,7 @@ pub fn past_timeout(
 }
 
 pub mod follow;
+pub mod restart;
 
 #[cfg(test)]
 mod tests;

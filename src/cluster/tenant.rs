@@ -137,6 +137,26 @@ impl Cluster for TenantCluster {
             .await
     }
 
+    async fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &crate::cluster::ClaimPatch,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
+        self.tenant
+            .patch_claim(namespace, claim, patch, resource_version)
+            .await
+    }
+
+    /// The service's read: VolumeAttributesClasses are cluster-scoped, like StorageClasses.
+    async fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<crate::decide::AttributeClasses, CallError> {
+        self.service.attribute_classes(names).await
+    }
+
     async fn resize_claim_dry_run(
         &self,
         namespace: &str,

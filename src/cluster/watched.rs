@@ -13,9 +13,10 @@
 //!   that uid, and only while the watch has listed and not failed since; past
 //!   [`TRUST_WAIT`] without an answer the server is asked, as without the watch.
 //!
-//! Objects are kept without their pod template, managed fields, annotations and status: what
-//! a decision reads is the immutable spec and the templates, and a pod template can be most
-//! of a StatefulSet's bytes.
+//! Objects are kept without their pod template, managed fields, annotations (but the one that
+//! opts in to restarting pods for a resize, `flux-converger.io/restart-for-resize`, which the
+//! claim follower reads) and status: what a decision reads is the immutable spec and the
+//! templates, and a pod template can be most of a StatefulSet's bytes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -54,8 +55,14 @@ pub struct WatchedStatefulSets {
 
 /// Drops what no decision reads (see the module doc).
 fn slim(sts: &mut StatefulSet) {
+    use crate::volume::restart::ANNOTATION;
     sts.metadata.managed_fields = None;
-    sts.metadata.annotations = None;
+    sts.metadata.annotations = sts
+        .metadata
+        .annotations
+        .take()
+        .and_then(|mut a| a.remove_entry(ANNOTATION))
+        .map(|kept| std::collections::BTreeMap::from([kept]));
     sts.status = None;
     if let Some(spec) = sts.spec.as_mut() {
         spec.template = PodTemplateSpec::default();

@@ -41,13 +41,21 @@ pub enum DryRun {
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// YAML file with the desired StatefulSet(s) (other kinds are ignored); `-` for stdin.
+    /// Required unless `--migrate-intents` is given alone.
     #[arg(
         short = 'f',
         long = "filename",
         visible_alias = "desired",
-        value_name = "FILE"
+        value_name = "FILE",
+        required_unless_present = "migrate_intents"
     )]
-    pub filename: String,
+    pub filename: Option<String>,
+    /// First move the intents versions before issue 27 kept as ConfigMaps into Secrets, in
+    /// the journal namespaces (`--journal-namespace`, else those of the file's StatefulSets,
+    /// else the current namespace); `serve` does it when it starts leading. Without it the
+    /// command does not look for them: that was one request more on every run.
+    #[arg(long)]
+    pub migrate_intents: bool,
     /// `server`: decide and prove with a server-side dry run, write nothing. `--dry-run` alone
     /// means `server`, as in kubectl.
     #[arg(
@@ -131,6 +139,37 @@ fn desired_statefulsets(
         )));
     }
     Ok(objects.statefulsets.into_iter().map(|l| l.object).collect())
+}
+
+/// `--migrate-intents`: moves the intent ConfigMaps of earlier versions of each journal
+/// namespace into Secrets (`SecretJournal::migrate_legacy`), saying each on stdout, or on
+/// stderr when stdout carries `-o json|yaml`. Nothing was written when it fails.
+async fn migrate_intents<'a>(
+    client: &kube::Client,
+    namespaces: impl IntoIterator<Item = &'a str>,
+    timeout: Duration,
+    quiet_stdout: bool,
+) -> anyhow::Result<()> {
+    for namespace in namespaces {
+        let journal = ConfigMapJournal::new(client.clone(), namespace, timeout);
+        let migrated = journal.migrate_legacy().await.with_context(|| {
+            format!(
+                "cannot move the legacy intent ConfigMaps of namespace {namespace} into Secrets (run converge --migrate-intents again)"
+            )
+        })?;
+        for moved in &migrated.moved {
+            let line = format!("moved legacy intent {moved} into a Secret of the same name");
+            if quiet_stdout {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        }
+        if migrated.moved.is_empty() && !quiet_stdout {
+            println!("no legacy intent ConfigMap in namespace {namespace}");
+        }
+    }
+    Ok(())
 }
 
 /// The journal of each StatefulSet: its own namespace's, or `--journal-namespace`'s, so one
@@ -235,13 +274,24 @@ fn failure(namespace: &str, name: &str, e: &ConvergeError) -> Failure {
 
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
     let dry_run = args.dry_run == DryRun::Server;
+    let Some(filename) = args.filename.clone() else {
+        // `--migrate-intents` alone (clap requires one of the two).
+        let client = kube.client().await?;
+        let namespace = args
+            .journal_namespace
+            .clone()
+            .or(kube.namespace.clone())
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        migrate_intents(&client, [namespace.as_str()], args.timeout, false).await?;
+        return Ok(Exit::Done);
+    };
     // Bad input is decided before any client is built: a bad file is exit 2 even where no
     // kubeconfig exists. The namespace of objects without one needs the context, read after.
-    let docs = read_documents(&args.filename).map_err(bad_input)?;
-    desired_statefulsets(&args.filename, &docs, kube.namespace.as_deref(), "default")?;
+    let docs = read_documents(&filename).map_err(bad_input)?;
+    desired_statefulsets(&filename, &docs, kube.namespace.as_deref(), "default")?;
     let client = kube.client().await?;
     let desired = desired_statefulsets(
-        &args.filename,
+        &filename,
         &docs,
         kube.namespace.as_deref(),
         client.default_namespace(),
@@ -302,18 +352,22 @@ pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
         }
     };
 
+    // Asked for: intents earlier versions kept in ConfigMaps become Secrets first.
+    if args.migrate_intents && !dry_run {
+        migrate_intents(
+            &client,
+            journal_namespaces.iter().copied(),
+            args.timeout,
+            args.output != Output::Text,
+        )
+        .await?;
+    }
+
     // On start, finish what earlier runs left unfinished, whichever StatefulSet it was for.
     let mut settled = BTreeSet::new();
     for journal_namespace in journal_namespaces.iter().filter(|_| !dry_run) {
         let journal = journal_in(journal_namespace);
         let wrote = !summary.resumed.is_empty();
-        // Intents earlier versions kept in ConfigMaps become Secrets first.
-        journal.migrate_legacy().await.with_context(|| {
-            format!(
-                "cannot move the legacy intent ConfigMaps of namespace {journal_namespace} into Secrets ({}run converge again)",
-                if wrote { "" } else { "nothing was written: " }
-            )
-        })?;
         // The operator finishes every intent as themselves, whoever recorded it.
         let resumed = converge::resume_all(
             |_: &Intent| std::future::ready(Ok::<_, String>(&cluster)),

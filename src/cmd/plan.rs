@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use flux_converger::commands::{self, Planned};
-use flux_converger::decide::{ChangeClass, Plan, Refusal, decide};
+use flux_converger::decide::{
+    AttributeClasses, ChangeClass, KnownStates, Plan, Refusal, decide_in,
+};
 use flux_converger::manifest::{Objects, read_documents};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
@@ -30,8 +32,9 @@ pub struct Args {
         value_name = "FILE"
     )]
     filename: String,
-    /// The cluster state: what `kubectl get statefulsets,persistentvolumeclaims,storageclasses
-    /// -A -o yaml` prints, or multi-document YAML (`-` reads stdin).
+    /// The cluster state: what `kubectl get
+    /// statefulsets,persistentvolumeclaims,storageclasses,volumeattributesclasses -A -o yaml`
+    /// prints, or multi-document YAML (`-` reads stdin).
     #[arg(long, value_name = "FILE")]
     cluster_state: String,
     /// Output format.
@@ -115,6 +118,18 @@ fn plan_all(desired: Objects, cluster: &Objects) -> Vec<Outcome> {
         .iter()
         .map(|s| (key(&s.object), &s.object))
         .collect();
+    // Offline, the VolumeAttributesClasses that exist are those of the cluster state.
+    let attribute_classes = AttributeClasses::Served {
+        api_version: cluster
+            .attribute_classes
+            .first()
+            .map_or_else(|| "storage.k8s.io/v1".to_owned(), |(v, _)| v.clone()),
+        names: cluster
+            .attribute_classes
+            .iter()
+            .map(|(_, n)| n.clone())
+            .collect(),
+    };
     let mut claims_by_namespace: HashMap<&str, Vec<PersistentVolumeClaim>> = HashMap::new();
     for c in &cluster.claims {
         let ns = c.metadata.namespace.as_deref().unwrap_or_default();
@@ -130,7 +145,14 @@ fn plan_all(desired: Objects, cluster: &Objects) -> Vec<Outcome> {
                 .get(k.0.as_str())
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let result = decide(&d.object, live, claims, &cluster.classes);
+            let result = decide_in(
+                &d.object,
+                live,
+                claims,
+                &cluster.classes,
+                &KnownStates::new(),
+                &attribute_classes,
+            );
             match &result {
                 Ok(p) => tracing::debug!(
                     statefulset = %format!("{}/{}", p.namespace, p.name),
@@ -212,7 +234,7 @@ fn render_text(outcomes: &[Outcome]) -> String {
         }
         let _ = match (
             plan.recreate,
-            plan.resize.is_empty(),
+            plan.resize.is_empty() && plan.modify.is_empty(),
             plan.deferred.is_empty(),
         ) {
             _ if !plan.recover.is_empty() => writeln!(
@@ -228,6 +250,11 @@ fn render_text(outcomes: &[Outcome]) -> String {
                 s,
                 "orphan-delete and re-apply the StatefulSet to carry its immutable changes \
                  (pods and claims kept; claims grown first where a template grew)"
+            ),
+            (false, _, _) if plan.resize.is_empty() => writeln!(
+                s,
+                "move lagging claims to their template's VolumeAttributesClass only (the \
+                 StatefulSet already declares it)"
             ),
             (false, _, _) => writeln!(
                 s,
@@ -263,6 +290,18 @@ fn render_text(outcomes: &[Outcome]) -> String {
                 s,
                 "  grow claim {} ({}, class {}): {} -> {}",
                 r.claim, r.template, r.storage_class, r.from, r.to
+            );
+        }
+        for m in &plan.modify {
+            let _ = writeln!(
+                s,
+                "  move claim {} ({}) to VolumeAttributesClass {:?}: from {}",
+                m.claim,
+                m.template,
+                m.to,
+                m.from
+                    .as_deref()
+                    .map_or_else(|| "none".to_owned(), |f| format!("{f:?}"))
             );
         }
         for d in &plan.deferred {

@@ -401,7 +401,21 @@ async fn terminated() {
     }
 }
 
+/// Large buffers (a page of a list, a response body: above 128 KiB) are always given their
+/// own mapping, returned to the system when freed. glibc otherwise raises its mmap threshold
+/// after the first such buffer is freed (up to 32 MiB) and takes the next ones from its heap,
+/// where what they leave behind stays resident: at 10,000 Kustomizations the start's lists
+/// left ~3 MB more resident, peak and idle (`hack/fleet-memory.sh`).
+fn fix_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets one of glibc's allocation parameters; it takes no pointer.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
 pub async fn run(args: Args, kube: KubeArgs) -> anyhow::Result<Exit> {
+    fix_mmap_threshold();
     let mut config = config(&args, &kube)?;
     settle_storage(&mut config.storage, args.storage_path.is_some())?;
     let client = kube.client().await?;

@@ -1,7 +1,8 @@
-//! `converge --wait-for-volumes`: after the converge, follow the claims it grew (or recovered)
-//! until every one is `grown`, one line per state change, through the same watches and the
-//! same classification as the service (`cluster::claims`, `volume::follow`). Exit 0 when all
-//! grew, 4 when one is `infeasible` (its end: git must change), 5 at the deadline.
+//! `converge --wait-for-volumes`: after the converge, follow the claims it grew (or recovered,
+//! or moved to another VolumeAttributesClass) until every one is `grown` (and `modified`), one
+//! line per state change, through the same watches and the same classification as the service
+//! (`cluster::claims`, `volume::follow`). Exit 0 when all grew, 4 when one is `infeasible` (its
+//! size or its class move: its end, git must change), 5 at the deadline.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use flux_converger::cluster::claims::{self, Update};
 use flux_converger::converge::{ClaimAction, Report};
 use flux_converger::volume::follow::Tracker;
-use flux_converger::volume::{Volume, VolumeState};
+use flux_converger::volume::{ModifyState, Volume, VolumeState};
 
 use super::Exit;
 
@@ -30,7 +31,12 @@ impl Target {
         let grown: Vec<&str> = report
             .claims
             .iter()
-            .filter(|c| matches!(c.action, ClaimAction::Resized | ClaimAction::Recovered))
+            .filter(|c| {
+                matches!(
+                    c.action,
+                    ClaimAction::Resized | ClaimAction::Recovered | ClaimAction::Modified
+                )
+            })
             .map(|c| c.claim.as_str())
             .collect();
         let volumes: Vec<Volume> = report
@@ -65,8 +71,20 @@ fn line(target: &Target, v: &Volume) -> String {
         .as_deref()
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
+    let class = v
+        .attributes
+        .as_ref()
+        .map(|a| {
+            let said = a
+                .message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            format!("; VolumeAttributesClass {}: {}{said}", a.class, a.state)
+        })
+        .unwrap_or_default();
     format!(
-        "StatefulSet {}/{}: claim {}: {}{sizes}{message}",
+        "StatefulSet {}/{}: claim {}: {}{sizes}{message}{class}",
         target.namespace, target.name, v.claim, v.state
     )
 }
@@ -174,10 +192,12 @@ pub async fn wait(
 
 /// 4 when any claim is `infeasible`, else `otherwise` (0 when all grew, 5 at the deadline).
 fn outcome(trackers: &[Tracker], otherwise: Exit) -> Exit {
-    let infeasible = trackers
-        .iter()
-        .flat_map(Tracker::volumes)
-        .any(|v| v.state == VolumeState::Infeasible);
+    let infeasible = trackers.iter().flat_map(Tracker::volumes).any(|v| {
+        v.state == VolumeState::Infeasible
+            || v.attributes
+                .as_ref()
+                .is_some_and(|a| a.state == ModifyState::Infeasible)
+    });
     if infeasible {
         Exit::VolumeInfeasible
     } else {

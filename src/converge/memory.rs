@@ -41,6 +41,8 @@ pub struct State {
     pub create_error: Option<CallError>,
     /// Every object the pre-flight sent.
     pub preflighted: Vec<StatefulSet>,
+    /// What the server says of its VolumeAttributesClasses.
+    pub attribute_classes: crate::decide::AttributeClasses,
     next_uid: u64,
 }
 
@@ -270,6 +272,29 @@ impl Cluster for World {
         storage: &str,
         resource_version: &str,
     ) -> Result<(), CallError> {
+        let patch = crate::cluster::ClaimPatch {
+            storage: Some(storage.to_string()),
+            attributes_class: None,
+        };
+        self.patch_claim(namespace, claim, &patch, resource_version)
+            .await
+    }
+
+    async fn attribute_classes(
+        &self,
+        _names: &std::collections::BTreeSet<String>,
+    ) -> Result<crate::decide::AttributeClasses, CallError> {
+        self.read("discover attribute classes");
+        Ok(self.lock().attribute_classes.clone())
+    }
+
+    async fn patch_claim(
+        &self,
+        namespace: &str,
+        claim: &str,
+        patch: &crate::cluster::ClaimPatch,
+        resource_version: &str,
+    ) -> Result<(), CallError> {
         let object = format!("PersistentVolumeClaim {namespace}/{claim}");
         let fault = self.write("resize", &object)?;
         {
@@ -293,14 +318,18 @@ impl Cluster for World {
                 ));
             }
             c.metadata.resource_version = Some(next_version);
-            let requests = c
-                .spec
-                .get_or_insert_with(Default::default)
-                .resources
-                .get_or_insert_with(Default::default)
-                .requests
-                .get_or_insert_with(Default::default);
-            requests.insert("storage".into(), K8sQuantity(storage.to_string()));
+            let spec = c.spec.get_or_insert_with(Default::default);
+            if let Some(storage) = &patch.storage {
+                let requests = spec
+                    .resources
+                    .get_or_insert_with(Default::default)
+                    .requests
+                    .get_or_insert_with(Default::default);
+                requests.insert("storage".into(), K8sQuantity(storage.clone()));
+            }
+            if let Some(class) = &patch.attributes_class {
+                spec.volume_attributes_class_name = Some(class.clone());
+            }
         }
         Self::after_write(fault, "resize", &object)
     }

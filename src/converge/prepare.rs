@@ -12,7 +12,7 @@ use super::run::Run;
 use super::work::{Planned, Prep, Work};
 use super::{preflight, prove};
 use crate::cluster::Cluster;
-use crate::decide::{KnownStates, Refusal, RefusalCode, decide_with};
+use crate::decide::{AttributeClasses, KnownStates, Refusal, RefusalCode, decide_in};
 use crate::journal::{Intent, Journal};
 
 impl<C: Cluster, J: Journal> Run<'_, C, J> {
@@ -64,8 +64,31 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
 
         let t = Instant::now();
         let known = self.known_states(resuming);
-        let decided = decide_with(desired, Some(&live), &claims, &classes, &known);
+        let unchecked = AttributeClasses::Unchecked;
+        let mut decided = decide_in(desired, Some(&live), &claims, &classes, &known, &unchecked);
         report.timed(Step::Decide, t.elapsed());
+        // A move to another VolumeAttributesClass: whether the server serves the API and the
+        // class exists is read now (discovery, then the class), before anything is written,
+        // and decided on. Nothing is read when no class moves.
+        if let Ok(plan) = &decided
+            && !plan.attribute_classes.is_empty()
+        {
+            let t = Instant::now();
+            let known_classes = self
+                .cluster
+                .attribute_classes(&plan.attribute_classes)
+                .await
+                .map_err(self.call_err(Step::Read))?;
+            report.timed(Step::Read, t.elapsed());
+            decided = decide_in(
+                desired,
+                Some(&live),
+                &claims,
+                &classes,
+                &known,
+                &known_classes,
+            );
+        }
         let mut plan = match decided {
             Ok(plan) => plan,
             // A refusal stands only on the object as read from the server.
@@ -129,7 +152,11 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             report.volumes = report::volumes(desired, &claims, &plan, jiff::Timestamp::now());
         }
 
-        if plan.resize.is_empty() && plan.recover.is_empty() && !plan.recreate {
+        if plan.resize.is_empty()
+            && plan.recover.is_empty()
+            && plan.modify.is_empty()
+            && !plan.recreate
+        {
             report.outcome = if accepted {
                 Outcome::AcceptedByServer
             } else {

@@ -164,6 +164,7 @@ fn class_bit(class: ChangeClass) -> u8 {
         ChangeClass::RevisionHistoryLimit => 1 << 2,
         ChangeClass::ClaimMetadata => 1 << 3,
         ChangeClass::TemplateAdded => 1 << 4,
+        ChangeClass::VolumeAttributesClass => 1 << 5,
     }
 }
 

@@ -140,6 +140,18 @@ pub enum ClaimAction {
     Recovered,
     /// Dry run: would be lowered to the declared size (a recovery).
     WouldRecover,
+    /// Moved to its template's VolumeAttributesClass (and not grown: a claim grown and moved is
+    /// `resized`, with `volumeAttributesClass`).
+    Modified,
+    /// Dry run: would be moved to its template's VolumeAttributesClass.
+    WouldModify,
+}
+
+/// A claim's VolumeAttributesClass change: `from` its class as read (`None`: none).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClassChange {
+    pub from: Option<String>,
+    pub to: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -154,6 +166,9 @@ pub struct ClaimReport {
     pub to: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The VolumeAttributesClass it is (or would be) moved to, when its template moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume_attributes_class: Option<ClassChange>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -283,6 +298,14 @@ impl Report {
         }
     }
 
+    /// The claim's VolumeAttributesClass was not changed by this converge (it was not asked
+    /// for after all, or someone else moved it first).
+    pub(crate) fn class_left(&mut self, claim: &str) {
+        if let Some(c) = self.claims.iter_mut().find(|c| c.claim == claim) {
+            c.volume_attributes_class = None;
+        }
+    }
+
     /// Adds a step's duration; consecutive parts of one step (the reads) add up.
     pub(crate) fn timed(&mut self, step: Step, took: Duration) {
         let millis = took.as_secs_f64() * 1000.0;
@@ -395,7 +418,7 @@ impl Report {
         }
         for c in &self.claims {
             line(format!(
-                "  claim {}: {}{}{}",
+                "  claim {}: {}{}{}{}",
                 c.claim,
                 serde_plain(&c.action),
                 match (&c.from, &c.to) {
@@ -403,6 +426,14 @@ impl Report {
                     (Some(f), None) => format!(" (at {f})"),
                     _ => String::new(),
                 },
+                c.volume_attributes_class
+                    .as_ref()
+                    .map(|v| format!(
+                        ", VolumeAttributesClass {} -> {}",
+                        v.from.as_deref().unwrap_or("none"),
+                        v.to
+                    ))
+                    .unwrap_or_default(),
                 c.reason
                     .as_deref()
                     .map(|r| format!(": {r}"))
@@ -411,13 +442,17 @@ impl Report {
         }
         for v in &self.volumes {
             line(format!(
-                "  volume {}: {}{}",
+                "  volume {}: {}{}{}",
                 v.claim,
                 v.state,
                 match (&v.requested, &v.capacity) {
                     (Some(r), Some(c)) => format!(" ({r} requested, {c} held)"),
                     _ => String::new(),
-                }
+                },
+                v.attributes
+                    .as_ref()
+                    .map(|a| format!("; VolumeAttributesClass {}: {}", a.class, a.state))
+                    .unwrap_or_default()
             ));
         }
         if self.recreated {
@@ -502,10 +537,20 @@ pub fn claim_reports(
             })
             .map(|q| q.0.clone())
     };
+    let class_change = |claim: &str| {
+        plan.modify
+            .iter()
+            .find(|m| m.claim == claim)
+            .map(|m| ClassChange {
+                from: m.from.clone(),
+                to: m.to.clone(),
+            })
+    };
     claims_of(desired, claims)
         .into_iter()
         .map(|(claim, template)| {
-            if let Some(r) = plan.recover.iter().find(|r| r.claim == claim) {
+            let volume_attributes_class = class_change(&claim);
+            let report = if let Some(r) = plan.recover.iter().find(|r| r.claim == claim) {
                 ClaimReport {
                     action: if dry_run {
                         ClaimAction::WouldRecover
@@ -520,6 +565,7 @@ pub fn claim_reports(
                     )),
                     claim,
                     template,
+                    volume_attributes_class: None,
                 }
             } else if let Some(r) = plan.resize.iter().find(|r| r.claim == claim) {
                 ClaimReport {
@@ -533,6 +579,7 @@ pub fn claim_reports(
                     reason: None,
                     claim,
                     template,
+                    volume_attributes_class: None,
                 }
             } else if let Some(d) = plan.deferred.iter().find(|d| d.claim == claim) {
                 ClaimReport {
@@ -542,6 +589,21 @@ pub fn claim_reports(
                     reason: Some(d.reason.clone()),
                     claim,
                     template,
+                    volume_attributes_class: None,
+                }
+            } else if volume_attributes_class.is_some() {
+                ClaimReport {
+                    action: if dry_run {
+                        ClaimAction::WouldModify
+                    } else {
+                        ClaimAction::Modified
+                    },
+                    from: size_of(&claim),
+                    to: None,
+                    reason: None,
+                    claim,
+                    template,
+                    volume_attributes_class: None,
                 }
             } else {
                 ClaimReport {
@@ -551,16 +613,21 @@ pub fn claim_reports(
                     reason: Some("already at or above the declared size".to_string()),
                     claim,
                     template,
+                    volume_attributes_class: None,
                 }
+            };
+            ClaimReport {
+                volume_attributes_class,
+                ..report
             }
         })
         .collect()
 }
 
 /// The claims to follow once `plan` is written (docs/converge.md, *Following the volumes*):
-/// each claim of the StatefulSet it grows (its request raised to the declared size) or
-/// recovers (lowered to it), and each other Bound claim asking for more than it holds, where
-/// its expansion stands as read at `now`.
+/// each claim of the StatefulSet it grows (its request raised to the declared size), recovers
+/// (lowered to it) or moves to another VolumeAttributesClass (with its `attributes`), and each
+/// other Bound claim asking for more than it holds, where its expansion stands as read at `now`.
 pub fn volumes(
     desired: &StatefulSet,
     claims: &[PersistentVolumeClaim],
@@ -586,8 +653,13 @@ pub fn volumes(
                         r.from, r.state, r.to, r.capacity
                     )),
                     since: now.to_string(),
+                    attributes: None,
+                    restart: None,
                 });
             }
+            let attributes = plan.modify.iter().find(|m| m.claim == name).map(|m| {
+                volume::Attributes::asked(&m.to, volume::current_attributes_class(claim), now)
+            });
             let observed = match plan.resize.iter().find(|r| r.claim == name) {
                 Some(r) => {
                     let mut raised = claim.clone();
@@ -606,10 +678,15 @@ pub fn volumes(
                         );
                     volume::classify(&raised, &[], None)
                 }
-                None if volume::is_growing(claim) => volume::classify(claim, &[], None),
+                None if volume::is_growing(claim) || attributes.is_some() => {
+                    volume::classify(claim, &[], None)
+                }
                 None => return None,
             };
-            Some(Volume::observed(&name, observed, now))
+            Some(Volume {
+                attributes,
+                ..Volume::observed(&name, observed, now)
+            })
         })
         .collect()
 }

@@ -154,6 +154,9 @@ fn held(mut report: Report, why: &str) -> Report {
         if c.action == ClaimAction::Resized {
             c.action = ClaimAction::WouldResize;
         }
+        if c.action == ClaimAction::Modified {
+            c.action = ClaimAction::WouldModify;
+        }
     }
     report
 }

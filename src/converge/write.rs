@@ -13,7 +13,7 @@ use super::fence;
 use super::report::{ClaimAction, Outcome, Report, Step};
 use super::run::Run;
 use super::work::{Grow, Planned, Work};
-use crate::cluster::{Cluster, DeleteOutcome, WaitOutcome, is_conflict};
+use crate::cluster::{ClaimPatch, Cluster, DeleteOutcome, WaitOutcome, is_conflict};
 use crate::decide::{Plan, decide, declares_desired_sizes};
 use crate::journal::{Intent, Journal, OWN_IDENTITY};
 
@@ -59,7 +59,7 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
             accepted,
         } = *planned;
 
-        if !plan.resize.is_empty() || !plan.recover.is_empty() {
+        if !plan.resize.is_empty() || !plan.recover.is_empty() || !plan.modify.is_empty() {
             self.fenced(Step::Grow)?;
         }
         if !plan.recover.is_empty() && resuming.is_none() {
@@ -218,9 +218,11 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         Ok(())
     }
 
-    /// Grows each claim of the plan from the version it was decided on. A 409 means the claim
-    /// changed since the read (an operator, a volume autoscaler): it is read again and decided
-    /// again, so a request raised meanwhile is left as it is, never lowered.
+    /// Grows each claim of the plan, and moves each to its template's VolumeAttributesClass,
+    /// from the version it was decided on: one merge patch per claim, both changes together
+    /// when it has both. A 409 means the claim changed since the read (an operator, a volume
+    /// autoscaler): it is read again and decided again, so a request raised meanwhile is left
+    /// as it is, never lowered, and a class someone else moved it to is not moved back.
     pub(super) async fn grow(
         &self,
         on: &Grow<'_>,
@@ -228,33 +230,55 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
         report: &mut Report,
     ) -> Result<(), ConvergeError> {
         let ns = self.namespace.as_str();
-        for r in &plan.resize {
+        let mut names: Vec<&str> = plan
+            .resize
+            .iter()
+            .map(|r| r.claim.as_str())
+            .chain(plan.modify.iter().map(|m| m.claim.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for claim in names {
+            let resize = plan.resize.iter().find(|r| r.claim == claim);
+            let modify = plan.modify.iter().find(|m| m.claim == claim);
             let mut version = on
                 .claims
                 .iter()
-                .find(|c| c.metadata.name.as_deref() == Some(r.claim.as_str()))
+                .find(|c| c.metadata.name.as_deref() == Some(claim))
                 .and_then(|c| c.metadata.resource_version.clone())
                 .unwrap_or_default();
-            let (mut from, mut to) = (r.from.clone(), r.to.clone());
+            let mut sizes = resize.map(|r| (r.from.clone(), r.to.clone()));
+            let mut class = modify.map(|m| m.to.clone());
             let mut conflicts = 0;
             loop {
-                info!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
-                      from = from.as_str(), to = to.as_str(), resource_version = %version,
-                      "growing claim");
+                let patch = ClaimPatch {
+                    storage: sizes.as_ref().map(|(_, to)| to.as_str().to_string()),
+                    attributes_class: class.clone(),
+                };
+                info!(statefulset = %self.name, namespace = %ns, claim,
+                      from = sizes.as_ref().map(|(f, _)| f.as_str()).unwrap_or_default(),
+                      to = sizes.as_ref().map(|(_, t)| t.as_str()).unwrap_or_default(),
+                      volume_attributes_class = class.as_deref().unwrap_or_default(),
+                      resource_version = %version, "growing claim");
                 self.writing();
-                let grown = self
-                    .cluster
-                    .resize_claim(ns, &r.claim, to.as_str(), &version)
-                    .await;
-                let conflict = match grown {
+                let patched = self.cluster.patch_claim(ns, claim, &patch, &version).await;
+                let conflict = match patched {
                     Ok(()) => {
-                        report.claim_outcome(
-                            &r.claim,
-                            ClaimAction::Resized,
-                            Some(from.as_str().to_string()),
-                            Some(to.as_str().to_string()),
-                            None,
-                        );
+                        match &sizes {
+                            Some((from, to)) => report.claim_outcome(
+                                claim,
+                                ClaimAction::Resized,
+                                Some(from.as_str().to_string()),
+                                Some(to.as_str().to_string()),
+                                None,
+                            ),
+                            None => {
+                                report.claim_outcome(claim, ClaimAction::Modified, None, None, None)
+                            }
+                        }
+                        if class.is_none() {
+                            report.class_left(claim);
+                        }
                         break;
                     }
                     Err(e) if is_conflict(&e) && conflicts < MAX_CLAIM_CONFLICTS => e,
@@ -263,20 +287,21 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                 conflicts += 1;
                 let fresh = self
                     .cluster
-                    .get_claim(ns, &r.claim)
+                    .get_claim(ns, claim)
                     .await
                     .map_err(self.call_err(Step::Grow))?;
                 let Some(fresh) = fresh else {
-                    warn!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                    warn!(statefulset = %self.name, namespace = %ns, claim,
                           "claim deleted by someone else meanwhile: not growing it");
                     report.claim_outcome(
-                        &r.claim,
+                        claim,
                         ClaimAction::Skipped,
                         None,
                         None,
                         Some("deleted by someone else while the converge ran".into()),
                     );
-                    report.volumes.retain(|v| v.claim != r.claim);
+                    report.class_left(claim);
+                    report.volumes.retain(|v| v.claim != claim);
                     break;
                 };
                 let again = match decide(
@@ -287,43 +312,52 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                 ) {
                     Ok(again) => again,
                     Err(refusal) => {
-                        warn!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                        warn!(statefulset = %self.name, namespace = %ns, claim,
                               message = %refusal.message, "claim changed meanwhile and is now refused");
                         return Err(self.call_err(Step::Grow)(conflict));
                     }
                 };
                 let now = claim_request(&fresh);
-                if let Some(next) = again.resize.into_iter().next() {
-                    info!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                let next_size = again.resize.into_iter().next();
+                let next_class = again.modify.into_iter().next();
+                if next_size.is_some() || next_class.is_some() {
+                    info!(statefulset = %self.name, namespace = %ns, claim,
                           "claim changed meanwhile: decided again on the version read now");
                     version = fresh.metadata.resource_version.clone().unwrap_or_default();
-                    (from, to) = (next.from, next.to);
+                    sizes = next_size.map(|r| (r.from, r.to));
+                    class = next_class.map(|m| m.to);
                     continue;
                 }
                 // What the claim asks for now is what is followed (if anything is).
-                report.volumes.retain(|v| v.claim != r.claim);
-                if crate::volume::is_growing(&fresh) {
-                    report.volumes.push(crate::volume::Volume::observed(
-                        &r.claim,
-                        crate::volume::classify(&fresh, &[], None),
-                        jiff::Timestamp::now(),
-                    ));
+                let attributes = report
+                    .volumes
+                    .iter()
+                    .find(|v| v.claim == claim)
+                    .and_then(|v| v.attributes.clone());
+                report.volumes.retain(|v| v.claim != claim);
+                if crate::volume::is_growing(&fresh) || attributes.is_some() {
+                    report.volumes.push(crate::volume::Volume {
+                        attributes,
+                        ..crate::volume::Volume::observed(
+                            claim,
+                            crate::volume::classify(&fresh, &[], None),
+                            jiff::Timestamp::now(),
+                        )
+                    });
                     report.volumes.sort_by(|a, b| a.claim.cmp(&b.claim));
                 }
+                let to = sizes
+                    .as_ref()
+                    .map(|(_, to)| to.to_string())
+                    .unwrap_or_default();
                 if let Some(d) = again.deferred.into_iter().next() {
-                    report.claim_outcome(
-                        &r.claim,
-                        ClaimAction::Deferred,
-                        now,
-                        None,
-                        Some(d.reason),
-                    );
-                } else {
-                    info!(statefulset = %self.name, namespace = %ns, claim = %r.claim,
+                    report.claim_outcome(claim, ClaimAction::Deferred, now, None, Some(d.reason));
+                } else if sizes.is_some() {
+                    info!(statefulset = %self.name, namespace = %ns, claim,
                           request = now.as_deref().unwrap_or_default(),
                           "claim raised by someone else meanwhile: left as it is");
                     report.claim_outcome(
-                        &r.claim,
+                        claim,
                         ClaimAction::Skipped,
                         now,
                         None,
@@ -332,7 +366,22 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                              left as it is, never lowered"
                         )),
                     );
+                } else {
+                    info!(statefulset = %self.name, namespace = %ns, claim,
+                          "claim moved to the declared VolumeAttributesClass by someone else meanwhile: left as it is");
+                    report.claim_outcome(
+                        claim,
+                        ClaimAction::Skipped,
+                        now,
+                        None,
+                        Some(
+                            "moved to the declared VolumeAttributesClass by someone else while \
+                             the converge ran: left as it is"
+                                .into(),
+                        ),
+                    );
                 }
+                report.class_left(claim);
                 break;
             }
         }

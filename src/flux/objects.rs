@@ -12,6 +12,7 @@
 
 pub mod error;
 pub mod kustomization;
+pub mod lean;
 pub mod read;
 pub mod sources;
 pub mod status;

@@ -503,7 +503,7 @@ impl Backend for Filtered {
         self.inner.detail(kind, namespace, name)
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), super::backend::NotReady> {
         self.inner.ready()
     }
 

@@ -9,6 +9,33 @@ use crate::flux::event::Event;
 use crate::model::body::{array, encode, object};
 use crate::model::{Key, Kind, RevisionRecord, StatusDetail, StatusRow};
 
+/// Why a replica is not ready (`/readyz` answers 503 with it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The access check has not answered yet.
+    #[error("access not checked yet")]
+    AccessNotChecked,
+    /// The service lacks permissions it needs (by name).
+    #[error("missing permissions: {}", .0.join(", "))]
+    MissingPermissions(Vec<String>),
+    /// Watches that have not listed everything once (by resource).
+    #[error("caches not synced: {}", .0.join(", "))]
+    NotSynced(Vec<&'static str>),
+    /// A kind's records have not been read yet.
+    #[error("results not read yet")]
+    ResultsNotRead,
+    /// The access check answered before the Kustomizations were listed, so it may lack
+    /// `impersonate`.
+    #[error("access not checked for the Kustomizations' service accounts yet")]
+    AccessNotFinal,
+    /// Kustomizations use the `artifact` gate and there is no storage to publish to.
+    #[error("no artifact storage ({why}) and {count} Kustomization(s) use the artifact gate")]
+    NoStorage { why: String, count: usize },
+    /// Any other reason a backend gives (a test's stand-in).
+    #[error("{0}")]
+    Other(String),
+}
+
 pub trait Backend: Send + Sync + 'static {
     /// Queues the handled objects this (already authenticated, parsed) event names and returns
     /// them (`namespace/name` of a Kustomization, `Kind/namespace/name` of another kind),
@@ -31,7 +58,7 @@ pub trait Backend: Send + Sync + 'static {
     /// One handled object of `kind` with its history; `None` when it is not handled.
     fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail>;
     /// `Ok` once the caches are synced and the results are readable; otherwise why not.
-    fn ready(&self) -> Result<(), String>;
+    fn ready(&self) -> Result<(), NotReady>;
     /// A number that changes whenever anything [`Backend::rows`] or [`Backend::last_record`]
     /// answer may have changed (a record, a gate, a source revision, the handled set), so the
     /// dashboard renders a page once per change instead of once per request. Read it before

@@ -7,8 +7,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::model::{
-    FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StatefulSetEntry,
-    StatefulSetOutcome, StatusRow, StepError, Volume, VolumeState, VolumeSummary,
+    FluxOutcome, FluxResult, GateMode, Handoff, ModifyState, RevisionRecord, RevisionState,
+    StatefulSetEntry, StatefulSetOutcome, StatusRow, StepError, Volume, VolumeState, VolumeSummary,
 };
 
 /// A state as shown: `key` is the CSS class and the icon's id (a closed set, never data).
@@ -122,7 +122,8 @@ pub fn volume_badge(state: VolumeState) -> Badge {
         VolumeState::Resizing
         | VolumeState::FilesystemPending
         | VolumeState::Requested
-        | VolumeState::Recovered => "running",
+        | VolumeState::Recovered
+        | VolumeState::Restarted => "running",
         VolumeState::Deferred => "superseded",
     };
     Badge {
@@ -139,29 +140,83 @@ pub struct VolumesView {
     pub counts: String,
 }
 
+/// A claim's move to another VolumeAttributesClass as shown: `infeasible` as loud as a
+/// refusal, `modified` as converged, `modifying` in progress.
+pub fn modify_badge(state: ModifyState) -> Badge {
+    Badge {
+        key: match state {
+            ModifyState::Modified => "converged",
+            ModifyState::Infeasible => "refused",
+            ModifyState::Modifying => "running",
+        },
+        label: state.as_str(),
+    }
+}
+
 impl VolumesView {
     pub fn of(summary: &VolumeSummary) -> Self {
-        let counts: Vec<(u32, VolumeState)> = vec![
-            (summary.infeasible, VolumeState::Infeasible),
-            (summary.stalled, VolumeState::Stalled),
-            (summary.error, VolumeState::Error),
-            (summary.filesystem_pending, VolumeState::FilesystemPending),
-            (summary.resizing, VolumeState::Resizing),
-            (summary.requested, VolumeState::Requested),
-            (summary.grown, VolumeState::Grown),
+        // Worst first: what the badge shows.
+        let counts: Vec<(u32, &'static str, Badge)> = vec![
+            (
+                summary.infeasible,
+                "infeasible",
+                volume_badge(VolumeState::Infeasible),
+            ),
+            (
+                summary.modify_infeasible,
+                "modify-infeasible",
+                modify_badge(ModifyState::Infeasible),
+            ),
+            (
+                summary.stalled,
+                "stalled",
+                volume_badge(VolumeState::Stalled),
+            ),
+            (summary.error, "error", volume_badge(VolumeState::Error)),
+            (
+                summary.filesystem_pending,
+                "filesystem-pending",
+                volume_badge(VolumeState::FilesystemPending),
+            ),
+            (
+                summary.restarted,
+                "restarted",
+                volume_badge(VolumeState::Restarted),
+            ),
+            (
+                summary.resizing,
+                "resizing",
+                volume_badge(VolumeState::Resizing),
+            ),
+            (
+                summary.requested,
+                "requested",
+                volume_badge(VolumeState::Requested),
+            ),
+            (
+                summary.modifying,
+                "modifying",
+                modify_badge(ModifyState::Modifying),
+            ),
+            (summary.grown, "grown", volume_badge(VolumeState::Grown)),
+            (
+                summary.modified,
+                "modified",
+                modify_badge(ModifyState::Modified),
+            ),
         ];
         let worst = counts
             .iter()
-            .find(|(n, _)| *n > 0)
-            .map(|(_, s)| *s)
-            .unwrap_or(VolumeState::Grown);
+            .find(|(n, _, _)| *n > 0)
+            .map(|(_, _, b)| *b)
+            .unwrap_or_else(|| volume_badge(VolumeState::Grown));
         let text: Vec<String> = counts
             .iter()
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, s)| format!("{n} {s}"))
+            .filter(|(n, _, _)| *n > 0)
+            .map(|(n, s, _)| format!("{n} {s}"))
             .collect();
         VolumesView {
-            badge: volume_badge(worst),
+            badge: worst,
             counts: text.join(" · "),
         }
     }
@@ -174,7 +229,8 @@ pub fn volume_problems(record: &RevisionRecord) -> Vec<Problem> {
         .statefulsets
         .iter()
         .flat_map(|set| {
-            set.volumes
+            let size = set
+                .volumes
                 .iter()
                 .filter(|v| v.state == VolumeState::Infeasible)
                 .map(move |v| Problem {
@@ -183,7 +239,18 @@ pub fn volume_problems(record: &RevisionRecord) -> Vec<Problem> {
                     subject: Some(format!("{}/{} claim {}", set.namespace, set.name, v.claim)),
                     message: v.message.clone().unwrap_or_default(),
                     more: 0,
+                });
+            let class = set.volumes.iter().filter_map(move |v| {
+                let a = v.attributes.as_ref()?;
+                (a.state == ModifyState::Infeasible).then(|| Problem {
+                    kind: "refused",
+                    code: "volume modify infeasible".to_string(),
+                    subject: Some(format!("{}/{} claim {}", set.namespace, set.name, v.claim)),
+                    message: a.message.clone().unwrap_or_default(),
+                    more: 0,
                 })
+            });
+            size.chain(class)
         })
         .collect()
 }
@@ -260,6 +327,20 @@ pub fn advice(code: &str) -> &'static str {
             "Git declares a size back down after a failed expansion, but this API server will not \
              lower a claim's request (Kubernetes before 1.32). Declare the failed size again in git \
              and fix what refused the expansion, or upgrade the control plane."
+        }
+        "volume-attributes-class-removed" => {
+            "A volumeClaimTemplate's volumeAttributesClassName was removed: a claim's class never goes \
+             back to none once applied. Keep a class in git (moving to another class is carried)."
+        }
+        "volume-attributes-class-missing" => {
+            "The VolumeAttributesClass git moves to does not exist. Create it (cluster-scoped, with \
+             the CSI driver's parameters), or declare an existing class; the next revision is tried \
+             again."
+        }
+        "volume-attributes-class-unsupported" => {
+            "This API server serves no VolumeAttributesClass API (GA in 1.34; 1.31 to 1.33 only \
+             with the feature gate and the beta API enabled). Revert volumeAttributesClassName in \
+             git, or enable the feature in the control plane."
         }
         _ => "Read the message; the revision is retried when the source revision changes.",
     }
@@ -492,6 +573,20 @@ pub struct VolumeView {
     pub since: String,
     /// What an operator does about its state, where there is something to do.
     pub advice: Option<&'static str>,
+    /// Its move to another VolumeAttributesClass, when one was asked for.
+    pub attributes: Option<AttributesView>,
+    /// The pod restarted for it (`restart-for-resize`), when one was.
+    pub restart: Option<String>,
+}
+
+/// A claim's class move on the drill-down: current → declared class, its state, the words.
+#[derive(Clone, Debug)]
+pub struct AttributesView {
+    pub badge: Badge,
+    pub current: String,
+    pub class: String,
+    pub message: Option<String>,
+    pub advice: Option<&'static str>,
 }
 
 /// What to do about a followed claim's state (docs/converge.md, *Following the volumes*).
@@ -511,6 +606,10 @@ pub fn volume_advice(state: VolumeState) -> Option<&'static str> {
              the CSI driver's logs; it is still followed.",
         ),
         VolumeState::Error => Some("The driver failed and retries; it is still followed."),
+        VolumeState::Restarted => Some(
+            "Its pod was evicted (flux-converger.io/restart-for-resize): the file system grows when \
+             the new pod mounts the claim.",
+        ),
         _ => None,
     }
 }
@@ -525,6 +624,20 @@ impl VolumeView {
             message: v.message.clone(),
             since: v.since.clone(),
             advice: volume_advice(v.state),
+            attributes: v.attributes.as_ref().map(|a| AttributesView {
+                badge: modify_badge(a.state),
+                current: a.current.clone().unwrap_or_else(|| "none".into()),
+                class: a.class.clone(),
+                message: a.message.clone(),
+                advice: (a.state == ModifyState::Infeasible).then_some(
+                    "The driver refused this VolumeAttributesClass for good. Declare another class \
+                     in git; the claim is patched to it.",
+                ),
+            }),
+            restart: v.restart.as_ref().map(|r| match &r.evicted_at {
+                Some(at) => format!("pod {} evicted at {at}", r.pod),
+                None => format!("pod {} to be evicted", r.pod),
+            }),
         }
     }
 }
@@ -619,327 +732,4 @@ impl RevisionView {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::RefusalCode;
-    use crate::model::{RefusalEntry, Trigger};
-
-    fn record(state: RevisionState) -> RevisionRecord {
-        RevisionRecord {
-            volumes: Default::default(),
-            revision: "main@sha1:abc".into(),
-            digest: None,
-            trigger: Trigger::Webhook,
-            started_at: "2026-11-30T08:00:00Z".into(),
-            finished_at: Some("2026-11-30T08:00:03Z".into()),
-            state,
-            statefulsets: Vec::new(),
-            handoff: None,
-            flux: None,
-            warnings: Vec::new(),
-            error: None,
-            generation: None,
-            gate: None,
-            attempts: 1,
-        }
-    }
-
-    fn set(name: &str, outcome: StatefulSetOutcome) -> StatefulSetEntry {
-        StatefulSetEntry {
-            volumes: Default::default(),
-            namespace: "apps".into(),
-            name: name.into(),
-            outcome,
-            old_uid: None,
-            new_uid: None,
-            templates: Vec::new(),
-            changes: Vec::new(),
-            claims: Vec::new(),
-            deferred: Vec::new(),
-            refusal: None,
-            error: None,
-        }
-    }
-
-    fn refused(name: &str, code: RefusalCode) -> StatefulSetEntry {
-        StatefulSetEntry {
-            refusal: Some(RefusalEntry {
-                code,
-                message: format!("{name} refused"),
-            }),
-            ..set(name, StatefulSetOutcome::Refused)
-        }
-    }
-
-    fn failed(name: &str, step: &str) -> StatefulSetEntry {
-        StatefulSetEntry {
-            error: Some(StepError {
-                step: step.into(),
-                message: format!("{name} failed"),
-                hint: None,
-            }),
-            ..set(name, StatefulSetOutcome::Failed)
-        }
-    }
-
-    #[test]
-    fn problem_table() {
-        let run_error = StepError::new("resolve", "no artifact");
-        type Want = Option<(
-            &'static str,
-            &'static str,
-            Option<&'static str>,
-            &'static str,
-            usize,
-        )>;
-        let cases: Vec<(&str, RevisionRecord, Want)> = vec![
-            ("converged", record(RevisionState::Converged), None),
-            ("running", record(RevisionState::Running), None),
-            ("superseded", record(RevisionState::Superseded), None),
-            (
-                "refused, first of two",
-                RevisionRecord {
-                    statefulsets: vec![
-                        set("ok", StatefulSetOutcome::Converged),
-                        refused("db", RefusalCode::Shrink),
-                        refused("cache", RefusalCode::NotExpandable),
-                    ],
-                    ..record(RevisionState::Refused)
-                },
-                Some(("refused", "shrink", Some("apps/db"), "db refused", 1)),
-            ),
-            (
-                "refused without entries",
-                record(RevisionState::Refused),
-                None,
-            ),
-            (
-                "failed in a StatefulSet",
-                RevisionRecord {
-                    statefulsets: vec![failed("db", "grow")],
-                    ..record(RevisionState::Failed)
-                },
-                Some(("failed", "step grow", Some("apps/db"), "db failed", 0)),
-            ),
-            (
-                "failed after one held: the failed one is shown",
-                RevisionRecord {
-                    statefulsets: vec![failed("a-db", "held"), failed("b-cache", "preflight")]
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, mut e)| {
-                            if i == 0 {
-                                e.outcome = StatefulSetOutcome::Held;
-                            }
-                            e
-                        })
-                        .collect(),
-                    ..record(RevisionState::Failed)
-                },
-                Some((
-                    "failed",
-                    "step preflight",
-                    Some("apps/b-cache"),
-                    "b-cache failed",
-                    0,
-                )),
-            ),
-            (
-                "failed before the StatefulSets",
-                RevisionRecord {
-                    error: Some(run_error.clone()),
-                    statefulsets: vec![failed("db", "orphan")],
-                    ..record(RevisionState::Failed)
-                },
-                Some(("failed", "step resolve", None, "no artifact", 1)),
-            ),
-        ];
-        for (case, record, want) in cases {
-            let got = problem(&record);
-            let got = got.as_ref().map(|p| {
-                (
-                    p.kind,
-                    p.code.as_str(),
-                    p.subject.as_deref(),
-                    p.message.as_str(),
-                    p.more,
-                )
-            });
-            assert_eq!(got, want, "{case}");
-        }
-    }
-
-    #[test]
-    fn ago_table() {
-        let now: Timestamp = "2026-11-30T08:00:00Z".parse().expect("timestamp");
-        let cases = [
-            ("2026-11-30T08:00:00Z", Some("just now")),
-            ("2026-11-30T08:00:10Z", Some("just now")),
-            ("2026-11-30T07:59:18Z", Some("42s ago")),
-            ("2026-11-30T07:55:00Z", Some("5m ago")),
-            ("2026-11-30T05:00:00Z", Some("3h ago")),
-            ("2026-11-28T08:00:00Z", Some("2d ago")),
-            ("2026-11-30T09:00:00+01:00", Some("just now")),
-            ("yesterday", None),
-        ];
-        for (at, want) in cases {
-            assert_eq!(ago(at, now).as_deref(), want, "{at}");
-        }
-    }
-
-    #[test]
-    fn took_table() {
-        let cases = [
-            (
-                "2026-11-30T08:00:00Z",
-                "2026-11-30T08:00:00.250Z",
-                Some("250ms"),
-            ),
-            ("2026-11-30T08:00:00Z", "2026-11-30T08:00:03Z", Some("3s")),
-            (
-                "2026-11-30T08:00:00Z",
-                "2026-11-30T08:03:04.2Z",
-                Some("3m 5s"),
-            ),
-            ("2026-11-30T08:00:00Z", "later", None),
-        ];
-        for (started, finished, want) in cases {
-            assert_eq!(took(started, finished).as_deref(), want, "{finished}");
-        }
-    }
-
-    #[test]
-    fn row_is_behind_when_the_source_moved_on() {
-        let summary = StatusRow {
-            kind: crate::model::Kind::KUSTOMIZATION,
-            waiting: None,
-            namespace: "apps".into(),
-            name: "web".into(),
-            gate: GateMode::Suspend,
-            source_revision: Some("main@sha1:def".into()),
-            last: None,
-            hold: None,
-        };
-        let last = record(RevisionState::Converged);
-        let row = Row::new(&summary, Some(&last));
-        assert!(row.behind);
-        assert_eq!(row.badge.key, "converged");
-        assert_eq!(row.at.as_deref(), Some("2026-11-30T08:00:03Z"));
-        assert_eq!(row.href(), "/kustomizations/apps/web");
-        let never = Row::new(&summary, None);
-        assert!(!never.behind);
-        assert_eq!(never.badge.key, "none");
-    }
-
-    #[test]
-    fn page_numbers_table() {
-        let cases: [(usize, usize, &[Option<usize>]); 7] = [
-            (1, 0, &[]),
-            (1, 1, &[Some(1)]),
-            (2, 5, &[Some(1), Some(2), Some(3), Some(4), Some(5)]),
-            (1, 8, &[Some(1), Some(2), Some(3), None, Some(8)]),
-            (
-                5,
-                10,
-                &[
-                    Some(1),
-                    None,
-                    Some(3),
-                    Some(4),
-                    Some(5),
-                    Some(6),
-                    Some(7),
-                    None,
-                    Some(10),
-                ],
-            ),
-            (10, 10, &[Some(1), None, Some(8), Some(9), Some(10)]),
-            (
-                4,
-                7,
-                &[
-                    Some(1),
-                    Some(2),
-                    Some(3),
-                    Some(4),
-                    Some(5),
-                    Some(6),
-                    Some(7),
-                ],
-            ),
-        ];
-        for (current, last, want) in cases {
-            assert_eq!(page_numbers(current, last), want, "{current} of {last}");
-        }
-    }
-
-    #[test]
-    fn summary_state_key_table() {
-        let summary = |last: Option<serde_json::Value>| StatusRow {
-            kind: crate::model::Kind::KUSTOMIZATION,
-            waiting: None,
-            namespace: "apps".into(),
-            name: "web".into(),
-            gate: GateMode::Suspend,
-            source_revision: None,
-            last,
-            hold: None,
-        };
-        for (state, want) in [
-            (RevisionState::Converged, "converged"),
-            (RevisionState::Refused, "refused"),
-            (RevisionState::Failed, "failed"),
-            (RevisionState::Running, "running"),
-            (RevisionState::Superseded, "superseded"),
-        ] {
-            let last = record(state).summary();
-            assert_eq!(summary_state_key(&summary(Some(last))), want);
-            // The same key the row's badge gets from the whole record.
-            assert_eq!(state_badge(Some(state)).key, want);
-        }
-        assert_eq!(summary_state_key(&summary(None)), "none");
-        assert_eq!(
-            summary_state_key(&summary(Some(serde_json::json!({"state": "retired"})))),
-            "none"
-        );
-    }
-
-    #[test]
-    fn a_held_statefulset_has_its_own_badge() {
-        let held = outcome_badge(StatefulSetOutcome::Held);
-        assert_eq!(held.label, "held");
-        assert_eq!(held.key, "superseded");
-    }
-
-    #[test]
-    fn every_refusal_code_has_its_own_advice() {
-        let codes = [
-            "shrink",
-            "not-expandable",
-            "selector-changed",
-            "service-name-changed",
-            "storage-class-changed",
-            "template-removed",
-            "other-immutable",
-            "rejected",
-            "create-refused",
-        ];
-        let fallback = advice("something-new");
-        for code in codes {
-            assert_ne!(advice(code), fallback, "{code}");
-        }
-    }
-
-    #[test]
-    fn set_view_shows_recreation_only_when_the_uid_changed() {
-        let mut entry = set("db", StatefulSetOutcome::Converged);
-        entry.old_uid = Some("u1".into());
-        entry.new_uid = Some("u2".into());
-        assert_eq!(
-            SetView::of(&entry).recreated,
-            Some(("u1".into(), "u2".into()))
-        );
-        entry.new_uid = Some("u1".into());
-        assert_eq!(SetView::of(&entry).recreated, None);
-    }
-}
+mod tests;

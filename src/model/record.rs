@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::decide::RefusalCode;
-pub use crate::volume::{Volume, VolumeState};
+pub use crate::volume::{Attributes, ModifyState, Restart, Volume, VolumeState};
 
 /// How a Kustomization hands a converged revision to Flux (annotation `flux-converger.io/gate`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -194,7 +194,9 @@ pub struct StatefulSetEntry {
 
 /// How many of a revision's followed claims are in each state (`volumes` of a record): what
 /// `/status` rows and the dashboard's overview show. A claim `recovered` and not taken up by
-/// the driver yet counts as `requested`.
+/// the driver yet counts as `requested`. Beside the size states, the claims moved to another
+/// VolumeAttributesClass by their `attributes.state` (`modified`, `modifying`,
+/// `modifyInfeasible`), and those whose pod was restarted (`restarted`): each absent when 0.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeSummary {
@@ -205,6 +207,18 @@ pub struct VolumeSummary {
     pub error: u32,
     pub stalled: u32,
     pub requested: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarted: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub modified: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub modifying: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub modify_infeasible: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl VolumeSummary {
@@ -221,11 +235,19 @@ impl VolumeSummary {
                 VolumeState::Error => &mut summary.error,
                 VolumeState::Stalled => &mut summary.stalled,
                 VolumeState::Requested | VolumeState::Recovered => &mut summary.requested,
+                VolumeState::Restarted => &mut summary.restarted,
                 // Not Bound: listed in `deferred`, re-checked by the gate, not followed.
                 VolumeState::Deferred => continue,
             };
             *slot += 1;
             any = true;
+            if let Some(a) = &v.attributes {
+                *match a.state {
+                    crate::volume::ModifyState::Modified => &mut summary.modified,
+                    crate::volume::ModifyState::Modifying => &mut summary.modifying,
+                    crate::volume::ModifyState::Infeasible => &mut summary.modify_infeasible,
+                } += 1;
+            }
         }
         any.then_some(summary)
     }
@@ -239,6 +261,7 @@ impl VolumeSummary {
                 + self.error
                 + self.stalled
                 + self.requested
+                + self.restarted
                 == 0
     }
 }

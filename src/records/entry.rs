@@ -283,6 +283,8 @@ mod tests {
                 resize: Vec::new(),
                 deferred: Vec::new(),
                 recover: Vec::new(),
+                modify: Vec::new(),
+                attribute_classes: Default::default(),
             });
             let e = from_report(&report);
             assert_eq!(e.outcome, StatefulSetOutcome::Converged, "{outcome:?}");
@@ -312,6 +314,8 @@ mod tests {
             resize: Vec::new(),
             deferred: Vec::new(),
             recover: Vec::new(),
+            modify: Vec::new(),
+            attribute_classes: Default::default(),
         });
         let e = from_report(&report);
         assert_eq!(e.outcome, StatefulSetOutcome::Held);

@@ -23,6 +23,11 @@ pub const ACTION: &str = "Converge";
 pub const REASON_CONVERGED: &str = "Converged";
 pub const REASON_REFUSED: &str = "ConvergeRefused";
 pub const REASON_FAILED: &str = "ConvergeFailed";
+/// The gated object's controller answered a hand-off (`records::answer_event`): applied it
+/// (Normal), failed it, or did not answer in time (Warning).
+pub const REASON_HANDOFF_APPLIED: &str = "HandoffApplied";
+pub const REASON_HANDOFF_FAILED: &str = "HandoffFailed";
+pub const REASON_HANDOFF_TIMEOUT: &str = "HandoffTimeout";
 /// The followed volumes' Events (docs/gate.md, Events): a claim the driver will not grow
 /// (Warning), one past `--resize-timeout` (Warning), every claim of the revision grown (Normal,
 /// once), a failed expansion recovered from by a size declared back down (Normal).
@@ -30,6 +35,12 @@ pub const REASON_VOLUME_RESIZE_INFEASIBLE: &str = "VolumeResizeInfeasible";
 pub const REASON_VOLUME_RESIZE_STALLED: &str = "VolumeResizeStalled";
 pub const REASON_VOLUMES_GROWN: &str = "VolumesGrown";
 pub const REASON_VOLUME_RESIZE_RECOVERED: &str = "VolumeResizeRecovered";
+/// A claim's move to another VolumeAttributesClass the driver refused for good (Warning).
+pub const REASON_VOLUME_MODIFY_INFEASIBLE: &str = "VolumeModifyInfeasible";
+/// A pod evicted to finish its claims' file system resize (`restart-for-resize`, Normal), and
+/// an eviction a PodDisruptionBudget holds back for now (Normal: it is retried).
+pub const REASON_VOLUME_RESTARTED: &str = "VolumeRestarted";
+pub const REASON_VOLUME_RESTART_BLOCKED: &str = "VolumeRestartBlocked";
 /// Flux's events carry at most this many characters of message (fluxcd/pkg `runtime/events`).
 pub const MAX_MESSAGE: usize = 39_000;
 

@@ -2,9 +2,12 @@
 //! (persisted in the cluster, followed by every replica), the Events it publishes on the gated
 //! objects, and its metrics. Written by the gate, read by `/status` through `http::backend`.
 
+pub mod answer_event;
 pub mod artifact_status;
+pub mod codec;
 pub mod entry;
 pub mod events;
+pub mod history;
 pub mod metrics;
 pub mod results;
 pub mod revision_event;

@@ -4,10 +4,11 @@
 //! change in, an Event (or none) out.
 
 use super::events::{
-    REASON_VOLUME_RESIZE_INFEASIBLE, REASON_VOLUME_RESIZE_RECOVERED, REASON_VOLUME_RESIZE_STALLED,
-    REASON_VOLUMES_GROWN, RevisionEvent, Severity,
+    REASON_VOLUME_MODIFY_INFEASIBLE, REASON_VOLUME_RESIZE_INFEASIBLE,
+    REASON_VOLUME_RESIZE_RECOVERED, REASON_VOLUME_RESIZE_STALLED, REASON_VOLUME_RESTART_BLOCKED,
+    REASON_VOLUME_RESTARTED, REASON_VOLUMES_GROWN, RevisionEvent, Severity,
 };
-use crate::model::{Volume, VolumeState};
+use crate::model::{ModifyState, Volume, VolumeState};
 
 fn sizes(v: &Volume) -> String {
     match (&v.requested, &v.capacity) {
@@ -54,6 +55,66 @@ pub fn change_event(revision: &str, statefulset: &str, volume: &Volume) -> Optio
         ),
         revision: revision.to_string(),
     })
+}
+
+/// The Event of a claim of `statefulset` whose move to another VolumeAttributesClass entered
+/// its `attributes.state`, when an operator must hear of it: `infeasible` (Warning,
+/// `VolumeModifyInfeasible`).
+pub fn modify_event(revision: &str, statefulset: &str, volume: &Volume) -> Option<RevisionEvent> {
+    let a = volume.attributes.as_ref()?;
+    if a.state != ModifyState::Infeasible {
+        return None;
+    }
+    let said = a
+        .message
+        .as_deref()
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    Some(RevisionEvent {
+        severity: Severity::Error,
+        reason: REASON_VOLUME_MODIFY_INFEASIBLE.to_string(),
+        message: format!(
+            "revision {revision}: StatefulSet {statefulset}: claim {} (VolumeAttributesClass {}, \
+             has {}): the driver will not apply it{said}",
+            volume.claim,
+            a.class,
+            a.current.as_deref().unwrap_or("none"),
+        ),
+        revision: revision.to_string(),
+    })
+}
+
+/// The Event of a pod of `statefulset` restarted (`blocked`: `None`) or held back by a
+/// PodDisruptionBudget (`Some`: the server's words) so the node finishes `claims`' file system
+/// resize (`flux-converger.io/restart-for-resize`).
+pub fn restart_event(
+    revision: &str,
+    statefulset: &str,
+    pod: &str,
+    claims: &[String],
+    blocked: Option<&str>,
+) -> RevisionEvent {
+    let (reason, what) = match blocked {
+        None => (
+            REASON_VOLUME_RESTARTED,
+            "evicted so the node grows the file system when its successor mounts".to_string(),
+        ),
+        Some(why) => (
+            REASON_VOLUME_RESTART_BLOCKED,
+            format!("not evicted yet, retried: {why}; to finish the file system resize of"),
+        ),
+    };
+    RevisionEvent {
+        severity: Severity::Info,
+        reason: reason.to_string(),
+        message: format!(
+            "revision {revision}: StatefulSet {statefulset}: pod {pod} {what} claim{} {} \
+             (flux-converger.io/restart-for-resize)",
+            if claims.len() == 1 { "" } else { "s" },
+            claims.join(", ")
+        ),
+        revision: revision.to_string(),
+    }
 }
 
 /// `VolumesGrown`, once every followed claim of the revision grew: `statefulsets` are
@@ -109,6 +170,8 @@ mod tests {
             state,
             message: message.map(str::to_string),
             since: "2026-12-01T10:00:00Z".into(),
+            attributes: None,
+            restart: None,
         }
     }
 

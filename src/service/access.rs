@@ -1,8 +1,18 @@
 //! The start-up access check: before an install with too few rights orphan-deletes a
-//! StatefulSet it then cannot re-create, `serve` asks the API server (one
-//! SelfSubjectAccessReview per permission) whether its own identity may do everything the code
-//! sends, and keeps `/readyz` at 503 naming each permission it lacks. The check cannot prove a
-//! tenant's rights (those are asked at each converge's pre-flight); it proves the install's.
+//! StatefulSet it then cannot re-create, `serve` asks the API server whether its own identity
+//! may do everything the code sends, and keeps `/readyz` at 503 naming each permission it
+//! lacks. The check cannot prove a tenant's rights (those are asked at each converge's
+//! pre-flight); it proves the install's.
+//!
+//! How it asks: one SelfSubjectRulesReview per namespace it needs rights in (`--namespace`,
+//! and [`CLUSTER_WIDE`] for the cluster-wide ones), whose RBAC rules are matched here as the
+//! RBAC authorizer matches them ([`rules_cover`]); only a permission those rules do not show
+//! is asked on its own with a SelfSubjectAccessReview, since a rules review lists RBAC's rules
+//! alone (`system:masters`, a webhook or another authorizer may still allow it). A correct
+//! install is so checked with two requests instead of one review per permission (some fifty).
+//! The rules are kept for the check's second pass (once the Kustomizations are known, one
+//! naming a service account needs `impersonate`); a permission found missing is asked again,
+//! rules and all, every minute.
 //!
 //! [`PERMISSIONS`] is the one list of what the service sends under its own identity.
 //! `tests/it/rbac.rs` holds it against the shipped roles and against the request log of every
@@ -16,7 +26,8 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, ResourceRule, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
 };
 use kube::Api;
 use kube::api::PostParams;
@@ -90,7 +101,8 @@ const FLUX_SOURCE: &str = "source.toolkit.fluxcd.io";
 const ARGOCD: &str = "argoproj.io";
 
 /// Everything the service sends as itself (manifests/clusterrole.yaml and role.yaml grant
-/// exactly these, plus `create selfsubjectaccessreviews` for this check).
+/// exactly these, plus `create` on `selfsubjectrulesreviews` and `selfsubjectaccessreviews`
+/// for this check).
 pub const PERMISSIONS: &[Permission] = &[
     // Decide, prove, orphan-delete and wait, re-apply (a server-side apply that re-creates the
     // orphan-deleted object is authorised as `create`); `list` + `watch` also feed the watch of
@@ -111,6 +123,18 @@ pub const PERMISSIONS: &[Permission] = &[
     // allowVolumeExpansion, from a cache.
     p("list", "storage.k8s.io", "storageclasses", Cluster, Always),
     p("watch", "storage.k8s.io", "storageclasses", Cluster, Always),
+    // The VolumeAttributesClass a template moves to must exist (read when a class moves).
+    p(
+        "get",
+        "storage.k8s.io",
+        "volumeattributesclasses",
+        Cluster,
+        Always,
+    ),
+    // `restart-for-resize` (opt-in per StatefulSet): its pods watched, evicted one at a time.
+    p("list", "", "pods", Cluster, Always),
+    p("watch", "", "pods", Cluster, Always),
+    p("create", "", "pods/eviction", Cluster, Always),
     // postBuild.substituteFrom.
     p("get", "", "configmaps", Cluster, Always),
     p("get", "", "secrets", Cluster, Always),
@@ -278,6 +302,102 @@ pub enum AccessError {
     },
     #[error("SelfSubjectAccessReview for {asked}: no answer within {timeout:?}")]
     Timeout { asked: String, timeout: Duration },
+    #[error("SelfSubjectRulesReview in {namespace}: {source}")]
+    Rules {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("SelfSubjectRulesReview in {namespace}: no answer within {timeout:?}")]
+    RulesTimeout {
+        namespace: String,
+        timeout: Duration,
+    },
+}
+
+/// The namespace a rules review is asked in to learn the cluster-wide grants: no namespace can
+/// have this name (a dot is not allowed in one), so no RoleBinding lives there and the rules
+/// answered are the ClusterRoleBindings' alone, which is what "cluster-wide" means (a
+/// SelfSubjectAccessReview without a namespace counts the same bindings). A rules review
+/// needs a namespace: the real server answers 400 `no namespace on request` without one.
+pub const CLUSTER_WIDE: &str = "flux-converger.cluster-wide";
+
+/// The namespace whose rules review answers for `asked`.
+fn rules_namespace(asked: &Asked) -> &str {
+    asked.namespace.as_deref().unwrap_or(CLUSTER_WIDE)
+}
+
+/// Whether RBAC rules allow `asked` (no object name), matched as the RBAC authorizer matches
+/// a rule (`rbac.RuleAllows`): the verb or `*`; the group or `*`; the resource, `*`, or
+/// `resource/subresource` exactly, or `*/subresource`; and a rule naming objects
+/// (`resourceNames`) never covers a request that names none. Pure, so table-tested.
+pub fn rules_cover(rules: &[ResourceRule], asked: &Asked) -> bool {
+    let subresource = asked.resource.split_once('/').map(|(_, s)| s);
+    rules.iter().any(|rule| {
+        let has = |list: &[String], want: &str| list.iter().any(|x| x == "*" || x == want);
+        let groups = rule.api_groups.as_deref().unwrap_or_default();
+        let resources = rule.resources.as_deref().unwrap_or_default();
+        let resource_ok = resources.iter().any(|r| {
+            r == "*"
+                || r == asked.resource
+                || subresource.is_some_and(|sub| r.strip_prefix("*/") == Some(sub))
+        });
+        has(&rule.verbs, asked.verb)
+            && has(groups, asked.group)
+            && resource_ok
+            && rule.resource_names.as_ref().is_none_or(Vec::is_empty)
+    })
+}
+
+/// The RBAC rules of this process's identity in `namespace` (one SelfSubjectRulesReview).
+pub async fn rules(
+    client: &kube::Client,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<Vec<ResourceRule>, AccessError> {
+    let request = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec {
+            namespace: Some(namespace.to_string()),
+        },
+        ..Default::default()
+    };
+    let api: Api<SelfSubjectRulesReview> = Api::all(client.clone());
+    let answer = tokio::time::timeout(timeout, api.create(&PostParams::default(), &request))
+        .await
+        .map_err(|_| AccessError::RulesTimeout {
+            namespace: namespace.to_string(),
+            timeout,
+        })?
+        .map_err(|source| AccessError::Rules {
+            namespace: namespace.to_string(),
+            source,
+        })?;
+    let status = answer.status.unwrap_or_default();
+    if let Some(error) = status.evaluation_error.filter(|e| !e.is_empty()) {
+        // Some bindings could not be read (a role they name is missing): the rules answered
+        // are still granted; what they lack is asked one by one.
+        tracing::debug!(namespace, %error, "the rules review could not evaluate every binding");
+    }
+    Ok(status.resource_rules)
+}
+
+/// [`rules`] until it answers (a failed call says nothing about the permissions).
+async fn rules_until_answered(
+    client: &kube::Client,
+    namespace: &str,
+    timeout: Duration,
+) -> Vec<ResourceRule> {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match rules(client, namespace, timeout).await {
+            Ok(rules) => return rules,
+            Err(error) => {
+                tracing::warn!(%error, "checking the service's access; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
 }
 
 /// Asks the API server whether this process's identity may do `asked`.
@@ -345,11 +465,11 @@ pub async fn review_until_answered(
 /// How often permissions found missing are asked again, so a fixed install becomes ready
 /// without a restart.
 const RECHECK: Duration = Duration::from_secs(60);
-/// Reviews in flight at once at start (some forty in all).
+/// Access reviews in flight at once (one per permission the rules reviews do not show).
 const CONCURRENT_REVIEWS: usize = 8;
 
 /// The check as `serve` runs it, for as long as it matters: asks every permission that
-/// applies, logs one ERROR per missing one and keeps `/readyz` at 503 naming them, re-asks the
+/// applies (rules reviews first, see the module's comment), logs one ERROR per missing one and keeps `/readyz` at 503 naming them, re-asks the
 /// missing ones every [`RECHECK`]; once the watches have synced it asks again with the
 /// Kustomizations known (one naming a service account needs `impersonate`), then ends.
 pub async fn check(
@@ -361,6 +481,10 @@ pub async fn check(
 ) {
     let mut granted: BTreeSet<Asked> = BTreeSet::new();
     let mut reported: BTreeSet<Asked> = BTreeSet::new();
+    // The rules reviews' answers, by namespace: kept while every permission asked is granted
+    // (the second pass asks only what the Kustomizations added), asked again after a miss.
+    let mut known_rules: std::collections::HashMap<String, Vec<ResourceRule>> =
+        std::collections::HashMap::new();
     loop {
         let synced = readiness.synced();
         let impersonating = base.impersonating
@@ -376,7 +500,21 @@ pub async fn check(
             .into_iter()
             .filter(|a| !granted.contains(a))
             .collect();
-        let answers: Vec<(Asked, bool)> = futures::stream::iter(to_ask)
+        // One rules review per namespace asked about (kept for the next pass), then an access
+        // review for each permission the rules do not show.
+        let namespaces: BTreeSet<&str> = to_ask.iter().map(rules_namespace).collect();
+        for namespace in namespaces {
+            if !known_rules.contains_key(namespace) {
+                let rules = rules_until_answered(&client, namespace, timeout).await;
+                known_rules.insert(namespace.to_string(), rules);
+            }
+        }
+        let (shown, unshown): (Vec<Asked>, Vec<Asked>) = to_ask.into_iter().partition(|asked| {
+            known_rules
+                .get(rules_namespace(asked))
+                .is_some_and(|rules| rules_cover(rules, asked))
+        });
+        let confirmed: Vec<(Asked, bool)> = futures::stream::iter(unshown)
             .map(|asked| {
                 let client = client.clone();
                 async move {
@@ -387,6 +525,10 @@ pub async fn check(
             .buffered(CONCURRENT_REVIEWS)
             .collect()
             .await;
+        let answers = shown
+            .into_iter()
+            .map(|asked| (asked, true))
+            .chain(confirmed);
         let mut missing = Vec::new();
         for (asked, allowed) in answers {
             let namespace = asked.namespace.as_deref().unwrap_or("*");
@@ -418,6 +560,8 @@ pub async fn check(
         readiness.set_missing_access(missing, synced);
         if !complete {
             tokio::time::sleep(RECHECK).await;
+            // A fixed install shows in fresh rules.
+            known_rules.clear();
         } else if synced {
             tracing::info!(
                 permissions = granted.len(),
@@ -523,6 +667,133 @@ mod tests {
         ] {
             assert!(text.iter().any(|t| t == want), "{want} not in {text:?}");
         }
+    }
+
+    #[test]
+    fn rules_cover_as_the_rbac_authorizer_matches_by_table() {
+        let rule = |verbs: &[&str], groups: &[&str], resources: &[&str], names: &[&str]| {
+            let list = |l: &[&str]| Some(l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            ResourceRule {
+                verbs: verbs.iter().map(|s| s.to_string()).collect(),
+                api_groups: list(groups),
+                resources: list(resources),
+                resource_names: (!names.is_empty()).then(|| list(names)).flatten(),
+            }
+        };
+        let asked = |verb: &'static str, group: &'static str, resource: &'static str| Asked {
+            verb,
+            group,
+            resource,
+            namespace: None,
+        };
+        let sts = asked("create", "apps", "statefulsets");
+        let status = asked(
+            "patch",
+            "source.toolkit.fluxcd.io",
+            "externalartifacts/status",
+        );
+        let cm = asked("get", "", "configmaps");
+        // (rules, asked, covered)
+        let table = [
+            (
+                vec![rule(&["create"], &["apps"], &["statefulsets"], &[])],
+                &sts,
+                true,
+            ),
+            (vec![rule(&["*"], &["*"], &["*"], &[])], &sts, true),
+            (
+                vec![rule(&["get", "patch"], &["apps"], &["statefulsets"], &[])],
+                &sts,
+                false,
+            ),
+            (
+                vec![rule(&["create"], &[""], &["statefulsets"], &[])],
+                &sts,
+                false,
+            ),
+            (
+                vec![rule(&["create"], &["apps"], &["deployments"], &[])],
+                &sts,
+                false,
+            ),
+            // A rule naming objects never covers a request naming none.
+            (
+                vec![rule(&["create"], &["apps"], &["statefulsets"], &["web"])],
+                &sts,
+                false,
+            ),
+            // Two rules, the second covers.
+            (
+                vec![
+                    rule(&["get"], &["apps"], &["statefulsets"], &[]),
+                    rule(&["create"], &["apps"], &["statefulsets"], &[]),
+                ],
+                &sts,
+                true,
+            ),
+            // Subresources: exactly, or `*/sub`; the resource alone does not.
+            (
+                vec![rule(
+                    &["patch"],
+                    &["source.toolkit.fluxcd.io"],
+                    &["externalartifacts/status"],
+                    &[],
+                )],
+                &status,
+                true,
+            ),
+            (
+                vec![rule(
+                    &["patch"],
+                    &["source.toolkit.fluxcd.io"],
+                    &["*/status"],
+                    &[],
+                )],
+                &status,
+                true,
+            ),
+            (
+                vec![rule(
+                    &["patch"],
+                    &["source.toolkit.fluxcd.io"],
+                    &["externalartifacts"],
+                    &[],
+                )],
+                &status,
+                false,
+            ),
+            (
+                vec![rule(
+                    &["patch"],
+                    &["source.toolkit.fluxcd.io"],
+                    &["*/scale"],
+                    &[],
+                )],
+                &status,
+                false,
+            ),
+            // The core group is the empty string.
+            (
+                vec![rule(&["get"], &[""], &["configmaps", "secrets"], &[])],
+                &cm,
+                true,
+            ),
+            (vec![], &cm, false),
+        ];
+        for (rules, asked, covered) in table {
+            assert_eq!(
+                rules_cover(&rules, asked),
+                covered,
+                "{asked} under {rules:?}"
+            );
+        }
+        // Cluster-wide permissions are asked where no RoleBinding can be.
+        assert_eq!(rules_namespace(&sts), CLUSTER_WIDE);
+        let own = Asked {
+            namespace: Some("flux-system".into()),
+            ..cm.clone()
+        };
+        assert_eq!(rules_namespace(&own), "flux-system");
     }
 
     #[test]

@@ -213,9 +213,10 @@ async fn watch(
     if let Some(selector) = &label_selector {
         config = config.labels(selector);
     }
-    let mut stream = reflector(writer, watcher(api, config))
-        .default_backoff()
-        .boxed();
+    // The store keeps every Application: without its managedFields, which nothing reads.
+    let stream =
+        watcher(api, config).modify(|app| kube::ResourceExt::managed_fields_mut(app).clear());
+    let mut stream = reflector(writer, stream).default_backoff().boxed();
     let mut absent_logged = false;
     loop {
         match stream.try_next().await {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::flux::event::Event;
-use crate::http::backend::Backend;
+use crate::http::backend::{Backend, NotReady};
 use crate::model::{Key, Kind, RevisionRecord, StatusDetail, StatusRow};
 use crate::service::lane::Lane;
 use crate::service::watch::Readiness;
@@ -92,21 +92,19 @@ impl Backend for ServiceBackend {
         )
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         // First: a missing permission is often why a cache never syncs.
         let access_final = self.readiness.access()?;
         let unsynced = self.lane.unsynced();
         if !unsynced.is_empty() {
-            return Err(format!("caches not synced: {}", unsynced.join(", ")));
+            return Err(NotReady::NotSynced(unsynced));
         }
         if self.lane.kinds().iter().any(|k| !k.results().is_loaded()) {
-            return Err("results not read yet".to_string());
+            return Err(NotReady::ResultsNotRead);
         }
         // Last: an answer given before the Kustomizations were listed may lack `impersonate`.
         if !access_final {
-            return Err(
-                "access not checked for the Kustomizations' service accounts yet".to_string(),
-            );
+            return Err(NotReady::AccessNotFinal);
         }
         for kind in self.lane.kinds() {
             kind.ready()?;

@@ -71,6 +71,9 @@ pub struct Tuning {
     /// wait and call timeouts); any other run cut short is finished from its journal or run
     /// again by the next leader. The manifests' `terminationGracePeriodSeconds` covers both.
     pub shutdown_grace: Duration,
+    /// `restart-for-resize`: the first wait before an eviction a PodDisruptionBudget (or a
+    /// failure) held back is tried again; it doubles up to five minutes.
+    pub restart_retry: Duration,
 }
 
 impl Tuning {
@@ -90,6 +93,7 @@ impl Default for Tuning {
             lease: LeaseSettings::new(crate::service::leadership::default_identity()),
             backoff: BackoffPolicy::default(),
             shutdown_grace: Duration::from_secs(25),
+            restart_retry: Duration::from_secs(10),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! kustomize-controller does; the render, the intents, the results, the hand-off and the
 //! Events use the service's own identity.
 
+pub mod error;
 pub mod handoff;
 pub mod modes;
 pub mod observe;
@@ -23,7 +24,7 @@ pub mod state;
 use std::time::{Duration, Instant};
 
 use crate::flux::objects::{self, Kustomization, ObjectsError};
-use crate::flux::render::resolve::{ResolveError, Resolver};
+use crate::flux::render::resolve::{ResolveError, Resolver, Unresolved};
 use crate::gated::{Desired, Gated};
 pub use crate::model::GateOutcome;
 use crate::model::Key;
@@ -99,6 +100,14 @@ enum Pass {
 
 fn now() -> String {
     jiff::Timestamp::now().to_string()
+}
+
+/// `record` as the failure its attempt would be: what [`crate::records::results::is_repeat`]
+/// compares with the last record to tell a retry of a failed revision.
+fn failed_like(record: &RevisionRecord) -> RevisionRecord {
+    let mut failed = record.clone();
+    failed.state = RevisionState::Failed;
+    failed
 }
 
 fn ks_name(namespace: &str, name: &str) -> String {
@@ -216,7 +225,7 @@ impl Gate {
                 Err(outcome) => return outcome,
             };
             match self
-                .pass(namespace, name, handler, trigger, target.as_ref())
+                .pass(namespace, name, handler, trigger, target.as_ref(), ks)
                 .await
             {
                 Pass::Finished(outcome) => return outcome,
@@ -235,6 +244,7 @@ impl Gate {
         handler: &dyn modes::Mode,
         trigger: Trigger,
         target: Option<&publish::Target>,
+        ks: Kustomization,
     ) -> Pass {
         let mode = handler.mode();
         let c = &self.config;
@@ -243,10 +253,10 @@ impl Gate {
         let started_at = now();
         let t = Instant::now();
         // Artifact mode renders the upstream's artifact: the ExternalArtifact holds only what
-        // was converged already.
+        // was converged already. The Kustomization is the one `run` read: one read per attempt.
         let resolved = c
             .resolver
-            .resolve_from_within(namespace, name, target.map(|t| &t.upstream), c.call_timeout)
+            .resolve_read(ks.clone(), target.map(|t| &t.upstream), c.call_timeout)
             .await;
         c.metrics.step(
             crate::model::Kind::KUSTOMIZATION,
@@ -258,8 +268,7 @@ impl Gate {
             Err(e) => {
                 return Pass::Finished(
                     self.unresolved(
-                        namespace,
-                        name,
+                        &ks,
                         Attempt {
                             mode,
                             trigger,
@@ -306,7 +315,17 @@ impl Gate {
                         .as_ref()
                         .and_then(|a| a.digest.clone()),
                 );
-                self.save(namespace, name, &record).await;
+                // A retry of a revision that failed at this generation is shown `running` but
+                // not written: what is stored (the failure) is what a restart must retry, and
+                // the attempt writes once, at its end, if it ends otherwise.
+                let retry = c.results.last(namespace, name).is_some_and(|last| {
+                    crate::records::results::is_repeat(&failed_like(&record), &last)
+                });
+                if retry {
+                    self.note(namespace, name, &record);
+                } else {
+                    self.save(namespace, name, &record).await;
+                }
                 record
             }
         };
@@ -441,7 +460,12 @@ impl Gate {
             "handoff",
             t.elapsed().as_secs_f64(),
         );
-        if let Err(message) = handed {
+        if let Err(error) = handed {
+            c.metrics.error(
+                crate::model::Kind::KUSTOMIZATION,
+                &format!("handoff_{}", error.metric_label()),
+            );
+            let message = error.to_string();
             record.state = RevisionState::Failed;
             record.error = Some(StepError::new("handoff", message.clone()));
             self.report_not_published(target, &record).await;
@@ -475,11 +499,10 @@ impl Gate {
     /// blocked, a render Flux would fail too) is refused, the rest failed (retried).
     async fn unresolved(
         &self,
-        namespace: &str,
-        name: &str,
+        ks: &Kustomization,
         attempt: Attempt<'_>,
         started_at: String,
-        error: ResolveError,
+        unresolved: Unresolved,
     ) -> GateOutcome {
         let Attempt {
             mode,
@@ -487,6 +510,9 @@ impl Gate {
             target,
         } = attempt;
         let c = &self.config;
+        let namespace = ks.metadata.namespace.as_deref().unwrap_or_default();
+        let name = ks.metadata.name.as_deref().unwrap_or_default();
+        let Unresolved { error, source } = unresolved;
         match &error {
             ResolveError::Objects(ObjectsError::NotFound { kind, .. })
                 if kind == "Kustomization" =>
@@ -509,27 +535,24 @@ impl Gate {
             }
             _ => {}
         }
-        let Ok(ks) =
-            objects::get_kustomization_within(&c.client, namespace, name, c.call_timeout).await
-        else {
-            return GateOutcome::Failed {
-                message: error.to_string(),
-            };
-        };
-        // The revision the refusal or failure is about, read with the service's own identity
-        // even when the policy blocks the reference: `--no-cross-namespace-refs` is
-        // kustomize-controller's rule for what a Kustomization may apply from, not for what
-        // the service may read to record. With the revision recorded, the index does not
-        // find the same refusal due again at the next resync.
-        let source = match target {
-            Some(t) => {
-                let (kind, ns, n) = &t.upstream;
-                objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+        // The revision the refusal or failure is about: the source as the resolve read it,
+        // else read now with the service's own identity even when the policy blocks the
+        // reference: `--no-cross-namespace-refs` is kustomize-controller's rule for what a
+        // Kustomization may apply from, not for what the service may read to record. With the
+        // revision recorded, the index does not find the same refusal due again at the next
+        // resync.
+        let source = match source {
+            Some(source) => source.status.artifact,
+            None => match target {
+                Some(t) => {
+                    let (kind, ns, n) = &t.upstream;
+                    objects::read_source_within(&c.client, *kind, ns, n, c.call_timeout).await
+                }
+                None => objects::get_source_within(&c.client, ks, true, c.call_timeout).await,
             }
-            None => objects::get_source_within(&c.client, &ks, true, c.call_timeout).await,
-        }
-        .ok()
-        .and_then(|s| s.status.artifact);
+            .ok()
+            .and_then(|s| s.status.artifact),
+        };
         let refused = error.is_bad_input();
         let state = if refused {
             RevisionState::Refused
@@ -555,7 +578,7 @@ impl Gate {
             }
         };
         self.report_not_published(target, &record).await;
-        self.finish(&ks, record, outcome).await
+        self.finish(ks, record, outcome).await
     }
 
     /// Writes the final record, counts it, and publishes its event; returns `outcome`.
@@ -580,7 +603,18 @@ impl Gate {
         let namespace = ks.metadata.namespace.clone().unwrap_or_default();
         let name = ks.metadata.name.clone().unwrap_or_default();
         record.finished_at = Some(now());
-        self.save(&namespace, &name, &record).await;
+        // The same failure again (same revision, generation, error and StatefulSets) is one
+        // more attempt, not news: counted in memory (the leader's `/status` shows it), written
+        // with the next record that is news, and no Event. Each attempt cost a ConfigMap
+        // write and an Event with a thousand sources failing.
+        let repeat = self
+            .previous(&namespace, &name, &record)
+            .is_some_and(|previous| crate::records::results::is_same_failure(&record, &previous));
+        if repeat {
+            self.note(&namespace, &name, &record);
+        } else {
+            self.save(&namespace, &name, &record).await;
+        }
         self.step.follow_volumes(
             &Key::kustomization(&namespace, &name),
             &c.results,
@@ -590,9 +624,12 @@ impl Gate {
         if publish {
             c.metrics
                 .revision(crate::model::Kind::KUSTOMIZATION, record.state.as_str());
-            if let Some(event) = revision_event(&record) {
-                c.events.publish(ks, &event).await;
-            }
+        }
+        if publish
+            && !repeat
+            && let Some(event) = revision_event(&record)
+        {
+            c.events.publish(ks, &event).await;
         }
         // A failure is logged once, by the worker, with its attempt and its retry.
         if record.state == RevisionState::Failed {
@@ -622,6 +659,26 @@ impl Gate {
             "the service stopped while handling this revision; it is handled again",
         ));
         self.save(namespace, name, &stale).await;
+    }
+
+    /// The newest record before this attempt's own (`running`, when it was noted).
+    fn previous(
+        &self,
+        namespace: &str,
+        name: &str,
+        record: &RevisionRecord,
+    ) -> Option<RevisionRecord> {
+        let results = &self.config.results;
+        let last = results.last(namespace, name)?;
+        if last.revision == record.revision && last.started_at == record.started_at {
+            return results.history(namespace, name).into_iter().nth(1);
+        }
+        Some(last)
+    }
+
+    /// Keeps `record` in memory only ([`Results::note`]): written with the next record saved.
+    fn note(&self, namespace: &str, name: &str, record: &RevisionRecord) {
+        self.config.results.note(namespace, name, record.clone());
     }
 
     async fn save(&self, namespace: &str, name: &str, record: &RevisionRecord) {

@@ -8,6 +8,8 @@
 
 pub mod run;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -41,6 +43,9 @@ pub struct HelmReleases {
     writer: std::sync::Mutex<Option<reflector::store::Writer<HelmRelease>>>,
     /// `--watch-label-selector`.
     label_selector: Option<String>,
+    /// Bumped by every event of the watch: with the records' generation, what the dashboard's
+    /// kept pages compare ([`GatedKind::version`]).
+    events: Arc<AtomicU64>,
 }
 
 impl HelmReleases {
@@ -52,6 +57,7 @@ impl HelmReleases {
             store,
             writer: std::sync::Mutex::new(Some(writer)),
             label_selector,
+            events: Default::default(),
         }
     }
 
@@ -102,18 +108,24 @@ async fn watch(
     client: Client,
     label_selector: Option<String>,
     queue: Queue<Key>,
+    events: Arc<AtomicU64>,
 ) {
     let api: Api<HelmRelease> = Api::all(client);
     let mut config = watcher::Config::default();
     if let Some(selector) = &label_selector {
         config = config.labels(selector);
     }
-    let mut stream = reflector(writer, watcher(api, config))
-        .default_backoff()
-        .boxed();
+    // The store keeps every HelmRelease: without its managedFields, which nothing reads.
+    let stream =
+        watcher(api, config).modify(|hr| kube::ResourceExt::managed_fields_mut(hr).clear());
+    let mut stream = reflector(writer, stream).default_backoff().boxed();
     let mut absent_logged = false;
     loop {
-        match stream.try_next().await {
+        let next = stream.try_next().await;
+        if matches!(next, Ok(Some(_))) {
+            events.fetch_add(1, Ordering::AcqRel);
+        }
+        match next {
             Ok(Some(watcher::Event::Apply(hr) | watcher::Event::InitApply(hr))) => {
                 if opted_in(&hr) {
                     queue.push(hr.key(), Trigger::Watch);
@@ -156,6 +168,7 @@ impl GatedKind for HelmReleases {
             client.clone(),
             self.label_selector.clone(),
             self.queue.clone(),
+            self.events.clone(),
         ))]
     }
 
@@ -231,8 +244,11 @@ impl GatedKind for HelmReleases {
         self.gate.results().last(namespace, name)
     }
 
+    /// Changes whenever a HelmRelease or its records may have changed what `/status` and the
+    /// dashboard show.
     fn version(&self) -> u64 {
-        self.gate.results().generation()
+        let events = self.events.load(Ordering::Acquire);
+        self.gate.results().generation().wrapping_add(events)
     }
 
     fn retry_interval(&self, _key: &Key) -> Option<Duration> {

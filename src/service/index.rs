@@ -4,8 +4,10 @@
 //! a cluster, so every rule is pinned by a table test without an API server.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::flux::event::Event;
 use crate::flux::objects::{Kustomization, SourceKind};
@@ -20,12 +22,25 @@ pub use crate::gated::gating::GATE_ANNOTATION;
 /// field list after it varies with the Kubernetes version, so only the prefix is matched).
 pub const WEDGE_MESSAGE: &str = "updates to statefulset spec for fields other than";
 
-/// A source object, by kind, namespace and name.
+/// A source object, by kind, namespace and name. The names are shared (`Arc<str>`): the
+/// index holds one source under up to three keys (a Kustomization's entry, the readers of the
+/// source, its revision), and with 10,000 Kustomizations each reading its own source the
+/// copies were a third of the index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SourceKey {
     pub kind: SourceKind,
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+impl SourceKey {
+    pub fn new(kind: SourceKind, namespace: &str, name: &str) -> Self {
+        SourceKey {
+            kind,
+            namespace: Arc::from(namespace),
+            name: Arc::from(name),
+        }
+    }
 }
 
 /// What the index keeps of one Kustomization.
@@ -51,6 +66,12 @@ pub struct Entry {
     /// It names a `spec.serviceAccountName`: its runs impersonate (the access check asks for
     /// `impersonate`).
     pub impersonates: bool,
+    /// How long kustomize-controller waits before retrying it after a failure
+    /// (`spec.retryInterval`, else `spec.interval`): the queue waits as long after a failed run.
+    pub retry: Option<Duration>,
+    /// The relist that last listed it ([`Index::begin_relist`]): what the end of a relist
+    /// removes is what it did not list.
+    listed: u32,
 }
 
 impl Entry {
@@ -104,13 +125,22 @@ pub struct Applied {
     pub changed: bool,
 }
 
+/// What the index keeps of one source: its revision, and the relist that last listed it.
+#[derive(Clone, Debug)]
+struct Published {
+    revision: Option<Box<str>>,
+    listed: u32,
+}
+
 /// Handled Kustomizations, their sources, and the source revisions.
 #[derive(Debug)]
 pub struct Index {
     default_gate: GateMode,
     kustomizations: BTreeMap<Key, Entry>,
-    revisions: HashMap<SourceKey, Option<String>>,
-    by_source: HashMap<SourceKey, BTreeSet<Key>>,
+    revisions: HashMap<SourceKey, Published>,
+    /// The Kustomizations reading each source, sorted: most sources have one or two readers,
+    /// so a `Vec` (one small allocation) rather than a B-tree set (a whole node for one key).
+    by_source: HashMap<SourceKey, Vec<Key>>,
     /// ExternalArtifact → the upstream its `spec.sourceRef` names: a Kustomization in
     /// `artifact` mode is due on the upstream's revisions (what it converges), not on the
     /// ExternalArtifact's (what the service itself published).
@@ -118,6 +148,10 @@ pub struct Index {
     /// Bumped by every change `/status` shows (a gate, a source, a revision, a Kustomization
     /// added or gone), never by an update that changes none of them.
     generation: u64,
+    /// The Kustomizations' relist in progress (or the last one): see [`Index::begin_relist`].
+    relist: u32,
+    /// The last number handed to a source watch's relist ([`Index::begin_source_relist`]).
+    source_relist: u32,
 }
 
 impl Index {
@@ -129,7 +163,38 @@ impl Index {
             by_source: HashMap::new(),
             upstreams: HashMap::new(),
             generation: 0,
+            relist: 0,
+            source_relist: 0,
         }
+    }
+
+    /// The same source under the names the index already holds for it (one copy of each).
+    fn interned(&self, source: SourceKey) -> SourceKey {
+        if let Some((known, _)) = self.revisions.get_key_value(&source) {
+            return known.clone();
+        }
+        if let Some((known, _)) = self.by_source.get_key_value(&source) {
+            return known.clone();
+        }
+        source
+    }
+
+    /// Starts a relist of the Kustomizations (their watch's Init): what it lists is applied
+    /// as it arrives ([`Index::apply_kustomization`] stamps it with the number returned), and
+    /// [`Index::end_kustomization_relist`] then removes what it did not list. Nothing is held
+    /// aside while the list runs: the first list of 10,000 Kustomizations was most of the
+    /// process's peak when it was collected whole until `InitDone`.
+    pub fn begin_relist(&mut self) -> u32 {
+        self.relist = self.relist.wrapping_add(1);
+        self.relist
+    }
+
+    /// Starts a relist of one source watch (its Init), as [`Index::begin_relist`] does for the
+    /// Kustomizations: a number of its own (several source watches list at once), passed to
+    /// [`Index::apply_listed_source`] and [`Index::end_source_relist`].
+    pub fn begin_source_relist(&mut self) -> u32 {
+        self.source_relist = self.source_relist.wrapping_add(1);
+        self.source_relist
     }
 
     /// See the field: what `/status`'s cache compares.
@@ -144,6 +209,8 @@ impl Index {
     /// Adds or updates a Kustomization.
     pub fn apply_kustomization(&mut self, ks: &Kustomization) -> Option<(Key, Applied)> {
         let (key, mut entry) = entry_of(ks, self.default_gate)?;
+        entry.source = entry.source.map(|s| self.interned(s));
+        entry.listed = self.relist;
         let changed = match self.kustomizations.get(&key) {
             Some(old) => {
                 entry.finished_spec = old.finished_spec;
@@ -160,10 +227,10 @@ impl Index {
         let handled = entry.handled();
         self.unlink(&key);
         if let Some(source) = &entry.source {
-            self.by_source
-                .entry(source.clone())
-                .or_default()
-                .insert(key.clone());
+            let readers = self.by_source.entry(source.clone()).or_default();
+            if let Err(at) = readers.binary_search(&key) {
+                readers.insert(at, key.clone());
+            }
         }
         self.kustomizations.insert(key.clone(), entry);
         Some((key, Applied { handled, changed }))
@@ -176,27 +243,40 @@ impl Index {
         }
     }
 
-    /// Replaces every Kustomization (a watch's relist: Init … InitDone), keeping what this
+    /// Ends a relist of Kustomizations begun with `relist` ([`Index::begin_relist`]):
+    /// removes every Kustomization it did not list (deleted while the watch was down). Those
+    /// it listed kept what this process remembers about their finished runs.
+    pub fn end_kustomization_relist(&mut self, relist: u32) {
+        let gone: Vec<Key> = self
+            .kustomizations
+            .iter()
+            .filter(|(_, e)| e.listed != relist)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &gone {
+            self.delete_kustomization(key);
+        }
+        self.by_source.shrink_to_fit();
+        self.generation += 1;
+    }
+
+    /// Replaces every Kustomization with `all` (a whole relist at once), keeping what this
     /// process remembers about finished runs of the ones still there.
     pub fn reset_kustomizations<'a>(&mut self, all: impl IntoIterator<Item = &'a Kustomization>) {
-        let old = std::mem::take(&mut self.kustomizations);
-        self.by_source.clear();
-        self.generation += 1;
+        let relist = self.begin_relist();
         for ks in all {
-            if let Some((key, _)) = self.apply_kustomization(ks)
-                && let (Some(entry), Some(previous)) =
-                    (self.kustomizations.get_mut(&key), old.get(&key))
-            {
-                entry.finished_spec = previous.finished_spec;
-            }
+            self.apply_kustomization(ks);
         }
+        self.end_kustomization_relist(relist);
     }
 
     fn unlink(&mut self, key: &Key) {
         if let Some(source) = self.kustomizations.get(key).and_then(|e| e.source.clone())
             && let Some(keys) = self.by_source.get_mut(&source)
         {
-            keys.remove(key);
+            if let Ok(at) = keys.binary_search(key) {
+                keys.remove(at);
+            }
             if keys.is_empty() {
                 self.by_source.remove(&source);
             }
@@ -208,7 +288,21 @@ impl Index {
     /// in artifact mode reading an ExternalArtifact: its revision is what the service
     /// published), and those in artifact mode whose ExternalArtifact names it as upstream.
     pub fn apply_source(&mut self, source: SourceKey, revision: Option<String>) -> Vec<Key> {
-        let changed = self.revisions.get(&source) != Some(&revision);
+        // Between relists: the stamp it had (a new one gets its watch's next relist's).
+        let relist = self.revisions.get(&source).map_or(0, |p| p.listed);
+        self.apply_listed_source(source, revision, relist)
+    }
+
+    /// [`Index::apply_source`] as listed by relist `relist` ([`Index::begin_source_relist`]).
+    pub fn apply_listed_source(
+        &mut self,
+        source: SourceKey,
+        revision: Option<String>,
+        relist: u32,
+    ) -> Vec<Key> {
+        let source = self.interned(source);
+        let revision: Option<Box<str>> = revision.map(String::into_boxed_str);
+        let changed = self.revisions.get(&source).map(|p| &p.revision) != Some(&revision);
         let keys = if changed {
             self.generation += 1;
             let mut keys: Vec<Key> = self
@@ -233,7 +327,13 @@ impl Index {
         } else {
             Vec::new()
         };
-        self.revisions.insert(source, revision);
+        self.revisions.insert(
+            source,
+            Published {
+                revision,
+                listed: relist,
+            },
+        );
         keys
     }
 
@@ -259,10 +359,35 @@ impl Index {
             .collect()
     }
 
-    /// Replaces every ExternalArtifact's upstream (a relist of ExternalArtifacts).
-    pub fn reset_upstreams(&mut self, all: impl IntoIterator<Item = (SourceKey, SourceKey)>) {
-        self.upstreams = all.into_iter().collect();
+    /// Replaces the upstreams of the ExternalArtifacts of `namespace` (every namespace:
+    /// `None`) with `all` (a relist of ExternalArtifacts).
+    pub fn reset_upstreams(
+        &mut self,
+        namespace: Option<&str>,
+        all: impl IntoIterator<Item = (SourceKey, SourceKey)>,
+    ) {
+        self.upstreams
+            .retain(|k, _| namespace.is_some_and(|ns| *k.namespace != *ns));
+        let all: Vec<(SourceKey, SourceKey)> = all
+            .into_iter()
+            .map(|(artifact, up)| (self.interned(artifact), self.interned(up)))
+            .collect();
+        self.upstreams.extend(all);
         self.generation += 1;
+    }
+
+    /// The sources the handled Kustomizations read: their `sourceRef`, and for the artifact
+    /// gate reading an ExternalArtifact, the upstream it names too (what it renders).
+    pub fn read_sources(&self) -> impl Iterator<Item = &SourceKey> {
+        self.kustomizations
+            .values()
+            .filter(|e| e.handled())
+            .flat_map(|e| {
+                let upstream = self
+                    .effective_source(e)
+                    .filter(|s| Some(*s) != e.source.as_ref());
+                e.source.iter().chain(upstream)
+            })
     }
 
     /// The source whose revisions a Kustomization converges: its `sourceRef`, or for the
@@ -285,15 +410,41 @@ impl Index {
         }
     }
 
-    /// Replaces every source of one kind (a relist).
+    /// Ends a relist of the sources of `kind` (in `namespace`, for a namespaced watch; all
+    /// namespaces otherwise) begun with `relist`: removes those it did not list.
+    pub fn end_source_relist(&mut self, kind: SourceKind, namespace: Option<&str>, relist: u32) {
+        self.revisions.retain(|k, p| {
+            k.kind != kind || namespace.is_some_and(|ns| *k.namespace != *ns) || p.listed == relist
+        });
+        self.revisions.shrink_to_fit();
+        self.generation += 1;
+    }
+
+    /// Replaces every source of one kind (a whole relist at once).
     pub fn reset_sources(
         &mut self,
         kind: SourceKind,
         all: impl IntoIterator<Item = (SourceKey, Option<String>)>,
     ) {
-        self.revisions.retain(|k, _| k.kind != kind);
-        self.revisions.extend(all);
-        self.generation += 1;
+        let relist = self.begin_source_relist();
+        for (source, revision) in all {
+            self.apply_listed_source(source, revision, relist);
+        }
+        self.end_source_relist(kind, None, relist);
+    }
+
+    /// Keeps the sources of `kind` only in the namespaces `keep` says (their watch stopped:
+    /// no handled Kustomization reads from the others any more).
+    pub fn retain_sources(&mut self, kind: SourceKind, keep: impl Fn(&str) -> bool) {
+        let before = self.revisions.len();
+        self.revisions
+            .retain(|k, _| k.kind != kind || keep(&k.namespace));
+        if kind == SourceKind::ExternalArtifact {
+            self.upstreams.retain(|k, _| keep(&k.namespace));
+        }
+        if self.revisions.len() != before {
+            self.generation += 1;
+        }
     }
 
     fn handled_keys_of(&self, source: &SourceKey) -> Vec<Key> {
@@ -363,7 +514,7 @@ impl Index {
     /// the revision of the upstream its ExternalArtifact names, the one it converges).
     pub fn source_revision(&self, key: &Key) -> Option<&str> {
         let source = self.effective_source(self.kustomizations.get(key)?)?;
-        self.revisions.get(source)?.as_deref()
+        self.revisions.get(source)?.revision.as_deref()
     }
 
     /// Handled Kustomizations (of one namespace, or all), sorted by namespace then name.
@@ -398,11 +549,7 @@ impl Index {
     pub fn route(&self, event: &Event) -> Route {
         let object = &event.involved_object;
         let keys = match SourceKind::parse(&object.kind) {
-            Some(kind) => self.readers_of(&SourceKey {
-                kind,
-                namespace: object.namespace.clone(),
-                name: object.name.clone(),
-            }),
+            Some(kind) => self.readers_of(&SourceKey::new(kind, &object.namespace, &object.name)),
             None if object.kind == "Kustomization" => {
                 let key = Key::kustomization(&object.namespace, &object.name);
                 match self.handled(&key) {
@@ -509,14 +656,13 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
     let name = ks.metadata.name.clone()?;
     let gating = ks.gating(default_gate);
     let source_ref = &ks.spec.source_ref;
-    let source = SourceKind::parse(&source_ref.kind).map(|kind| SourceKey {
-        kind,
-        namespace: source_ref
+    let source = SourceKind::parse(&source_ref.kind).map(|kind| {
+        let source_namespace = source_ref
             .namespace
-            .clone()
+            .as_deref()
             .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| namespace.clone()),
-        name: source_ref.name.clone(),
+            .unwrap_or(&namespace);
+        SourceKey::new(kind, source_namespace, &source_ref.name)
     });
     Some((
         Key::kustomization(namespace, name),
@@ -533,6 +679,8 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
                 .service_account_name
                 .as_deref()
                 .is_some_and(|sa| !sa.is_empty()),
+            retry: ks.spec.retry_after(),
+            listed: 0,
         },
     ))
 }

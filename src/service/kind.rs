@@ -15,6 +15,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use crate::flux::event::Event;
+use crate::http::backend::NotReady;
 use crate::model::body::encode;
 use crate::model::{GateOutcome, Key, Kind, RevisionRecord, StatusDetail, StatusRow, Trigger};
 use crate::records::results::Results;
@@ -64,7 +65,7 @@ pub trait GatedKind: Send + Sync + 'static {
 
     /// What else keeps it from being ready, once its watches are synced and its records read
     /// (a Kustomization in the `artifact` gate without a storage to publish to).
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         Ok(())
     }
 

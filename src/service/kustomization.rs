@@ -17,8 +17,9 @@ use super::gate::Gate;
 use super::gate::observe::Observer;
 use super::index::{self, Index};
 use super::kind::{GatedKind, Route, Take};
-use super::watch::{Feed, Readiness, SOURCE_KINDS};
+use super::watch::{Feed, Readiness};
 use crate::flux::event::Event;
+use crate::http::backend::NotReady;
 use crate::model::{
     GateMode, GateOutcome, Key, Kind, RevisionRecord, StatusDetail, StatusRow, Trigger,
 };
@@ -132,11 +133,12 @@ impl GatedKind for Kustomizations {
                 .clone()
                 .watch_kustomizations(client.clone(), self.label_selector.clone()),
         )];
-        for kind in SOURCE_KINDS {
-            watches.push(Box::pin(
-                self.feed.clone().watch_sources(client.clone(), kind),
-            ));
-        }
+        // With a label selector the shard watches only its sources' namespaces.
+        watches.push(Box::pin(
+            self.feed
+                .clone()
+                .watch_source_kinds(client.clone(), self.label_selector.is_some()),
+        ));
         watches
     }
 
@@ -151,7 +153,7 @@ impl GatedKind for Kustomizations {
         self.feed.readiness.unsynced()
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         if let Some(why) = &self.storage_unavailable {
             let index = self.read();
             let artifact = index
@@ -160,9 +162,10 @@ impl GatedKind for Kustomizations {
                 .filter(|key| index.handled(key) == Some(GateMode::Artifact))
                 .count();
             if artifact > 0 {
-                return Err(format!(
-                    "no artifact storage ({why}) and {artifact} Kustomization(s) use the artifact gate"
-                ));
+                return Err(NotReady::NoStorage {
+                    why: why.clone(),
+                    count: artifact,
+                });
             }
         }
         Ok(())
@@ -365,7 +368,9 @@ impl GatedKind for Kustomizations {
             .wrapping_add(self.read().generation())
     }
 
-    fn retry_interval(&self, _key: &Key) -> Option<Duration> {
-        None
+    /// The Kustomization's `retryInterval`, else its `interval`: what kustomize-controller
+    /// waits before trying a failed one again.
+    fn retry_interval(&self, key: &Key) -> Option<Duration> {
+        self.read().entry(key).and_then(|e| e.retry)
     }
 }

@@ -139,6 +139,7 @@ pub fn build_parts(
         resize_timeout: config.resize_timeout,
         call_timeout: config.call_timeout,
         statefulsets: Some(statefulsets.clone()),
+        restart_retry: tuning.restart_retry,
     });
     // One converge step (its caches, journal and fence) for every kind's runs.
     let step = super::step::ConvergeStep::new(super::step::StepConfig {

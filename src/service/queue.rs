@@ -1,5 +1,6 @@
 //! The work queue: keyed by Kustomization, coalescing, one run per key at a time, two lanes
-//! (new work ahead of retries), per-key exponential backoff with jitter after a failure.
+//! (new work ahead of retries), per-key backoff with jitter after a failure: the key's own
+//! retry schedule (a Kustomization's `retryInterval`, else its `interval`), else doubling.
 //!
 //! Triggers come from three places at once (webhook, watches, resync) and say the same thing
 //! (look at this Kustomization again), so a key is held at most once: a newer trigger replaces
@@ -32,42 +33,54 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use crate::model::Trigger;
 use crate::service::gate::GateOutcome;
 
-/// How long a key waits after consecutive failures.
+/// How long a key waits after a failure: the key's own retry schedule when it states one (a
+/// Kustomization's `spec.retryInterval`, else its `spec.interval`, as kustomize-controller
+/// requeues a failed reconcile), else a doubling backoff; either moved at random by up to
+/// `jitter` of itself, up or down, as Flux's runtime jitters its intervals.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct BackoffPolicy {
-    /// The wait after the first failure.
+    /// The shortest wait, whatever the key's schedule says; and the first wait of a key that
+    /// states none, doubled at each further failure.
     pub base: Duration,
-    /// The longest wait, however many failures.
+    /// The longest wait of a key that states no schedule of its own (a key that does waits
+    /// its own interval, however long: that is what its controller does).
     pub max: Duration,
-    /// Up to this fraction of the wait is added at random, so keys that failed together (an
-    /// API server restart) do not retry together.
+    /// The fraction of the wait added or taken away at random, so keys that failed together
+    /// (an API server restart, a source-controller outage) do not retry together. fluxcd/pkg
+    /// `runtime/jitter.Percent`: `d * (1 + p * (2r - 1))`, `r` uniform in `[0, 1)`;
+    /// `--interval-jitter-percentage` defaults to 10.
     pub jitter: f64,
 }
 
 impl Default for BackoffPolicy {
     fn default() -> Self {
-        // kustomize-controller retries a failed reconcile after its retryInterval (default:
-        // the interval, minutes); a converge failure is usually transient (a conflict, a
-        // timeout), so start sooner and cap at five minutes, the default resync.
+        // The floor and the fallback schedule (a HelmRelease's lane states no interval here)
+        // are the old queue's; a Kustomization waits its own retryInterval/interval.
         BackoffPolicy {
             base: Duration::from_secs(2),
             max: Duration::from_secs(300),
-            jitter: 0.2,
+            jitter: 0.1,
         }
     }
 }
 
 impl BackoffPolicy {
-    /// The wait after `failures` consecutive failures (≥ 1), with `sample` in `[0, 1)` choosing
-    /// the jitter. Pure, so the curve is table-tested.
-    pub fn delay(&self, failures: u32, sample: f64) -> Duration {
-        let exponent = failures.saturating_sub(1).min(31);
-        let wait = self
-            .base
-            .saturating_mul(1u32 << exponent.min(30))
-            .min(self.max);
-        let extra = wait.mul_f64(self.jitter.clamp(0.0, 1.0) * sample.clamp(0.0, 1.0));
-        (wait + extra).min(self.max.mul_f64(1.0 + self.jitter.clamp(0.0, 1.0)))
+    /// The wait after `failures` consecutive failures (≥ 1) of a key whose own retry schedule
+    /// is `interval` (`None` or zero: none), with `sample` in `[0, 1)` choosing the jitter.
+    /// Pure, so the schedule is table-tested.
+    pub fn delay(&self, failures: u32, interval: Option<Duration>, sample: f64) -> Duration {
+        let wait = match interval.filter(|d| !d.is_zero()) {
+            Some(interval) => interval.max(self.base),
+            None => {
+                let exponent = failures.saturating_sub(1).min(30);
+                self.base
+                    .saturating_mul(1u32 << exponent)
+                    .min(self.max.max(self.base))
+            }
+        };
+        let p = self.jitter.clamp(0.0, 0.99);
+        let factor = 1.0 + p * (2.0 * sample.clamp(0.0, 1.0) - 1.0);
+        wait.mul_f64(factor)
     }
 }
 
@@ -115,15 +128,6 @@ impl After {
             GateOutcome::Failed { .. } => After::Retry,
         }
     }
-}
-
-/// How a run's end was taken ([`Queue::complete_after`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Completed {
-    /// The wait before a failed run's retry.
-    pub retry_in: Option<Duration>,
-    /// The failure says what the one before it said: not news.
-    pub repeated: bool,
 }
 
 /// How many keys wait where (see [`Queue::waiting`]).
@@ -178,6 +182,18 @@ struct FollowUp {
 struct Backoff {
     failures: u32,
     until: Instant,
+    /// What the last failure said: a retry failing the same way is not news (one log line
+    /// per change, [`Completed::repeated`]).
+    message: String,
+}
+
+/// How a run's end was taken ([`Queue::complete_after`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completed {
+    /// The wait before a failed run's retry.
+    pub retry_in: Option<Duration>,
+    /// The failure says what the one before it said (same message): not news.
+    pub repeated: bool,
 }
 
 struct Shared<K> {
@@ -392,42 +408,41 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
         self.lock().push(key, trigger, true);
     }
 
-    /// [`Queue::complete`], as the lane asks it (issue #36 gives it the key's own retry
-    /// schedule; until then the interval is not used).
+    /// Records how the run of `key` ended (the gate's outcome, as it returned it) and
+    /// schedules what follows it; returns the wait before a failed run's retry. A key that
+    /// states no retry schedule of its own ([`Queue::complete_after`]).
+    pub fn complete(&self, key: &K, outcome: &GateOutcome) -> Option<Duration> {
+        self.complete_after(key, outcome, None).retry_in
+    }
+
+    /// [`Queue::complete`] for a key whose own retry schedule is `interval` (a
+    /// Kustomization's `retryInterval`, else its `interval`): a failure waits that long, give
+    /// or take the jitter, as its controller would before trying again.
     pub fn complete_after(
         &self,
         key: &K,
         outcome: &GateOutcome,
-        _interval: Option<Duration>,
+        interval: Option<Duration>,
     ) -> Completed {
-        Completed {
-            retry_in: self.complete(key, outcome),
-            repeated: false,
-        }
-    }
-
-    /// Records how the run of `key` ended (the gate's outcome, as it returned it) and
-    /// schedules what follows it; returns the wait before a failed run's retry.
-    pub fn complete(&self, key: &K, outcome: &GateOutcome) -> Option<Duration> {
         let mut shared = self.lock();
-        let running = shared.running.remove(key)?;
+        let Some(running) = shared.running.remove(key) else {
+            return Completed::default();
+        };
         let now = Instant::now();
-        let retry_in = match After::of(outcome) {
-            After::Forget => {
-                shared.backoff.remove(key);
-                if let Some(f) = running.follow_up {
-                    shared.schedule(key.clone(), f.trigger, f.lane, now);
-                }
-                None
-            }
-            After::Retry => {
-                let failures = shared.backoff.get(key).map_or(0, |b| b.failures) + 1;
-                let wait = shared.policy.delay(failures, rand::random_range(0.0..1.0));
+        let completed = match (After::of(outcome), outcome) {
+            (After::Retry, GateOutcome::Failed { message }) => {
+                let previous = shared.backoff.remove(key);
+                let failures = previous.as_ref().map_or(0, |b| b.failures) + 1;
+                let repeated = previous.is_some_and(|b| b.message == *message);
+                let wait = shared
+                    .policy
+                    .delay(failures, interval, rand::random_range(0.0..1.0));
                 shared.backoff.insert(
                     key.clone(),
                     Backoff {
                         failures,
                         until: now + wait,
+                        message: message.clone(),
                     },
                 );
                 // A trigger that arrived during the failing run waits out the backoff too: it
@@ -437,11 +452,21 @@ impl<K: Clone + Eq + Hash + Unpin> Queue<K> {
                 if !shared.closed {
                     shared.schedule(key.clone(), trigger, Lane::Retry, now + wait);
                 }
-                Some(wait)
+                Completed {
+                    retry_in: Some(wait),
+                    repeated,
+                }
+            }
+            _ => {
+                shared.backoff.remove(key);
+                if let Some(f) = running.follow_up {
+                    shared.schedule(key.clone(), f.trigger, f.lane, now);
+                }
+                Completed::default()
             }
         };
         shared.update_depth();
-        retry_in
+        completed
     }
 
     /// Consecutive failures of `key` so far (0 after a success).

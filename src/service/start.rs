@@ -92,6 +92,7 @@ pub async fn start_with(
         records,
         readiness: readiness.clone(),
         observer,
+        sources_changed: Arc::default(),
     };
     let kustomizations: Arc<dyn GatedKind> = Arc::new(Kustomizations::new(
         runner,

@@ -15,6 +15,7 @@
 //! request at all. Only the leader follows: a replica that loses the Lease stops, and the new
 //! leader resumes from the records ([`VolumeFollower::resume`]).
 
+mod restart;
 mod set;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -46,6 +47,9 @@ pub struct FollowerConfig {
     pub call_timeout: Duration,
     /// The service's watch of Flux's StatefulSets: a selector read from it costs no request.
     pub statefulsets: Option<WatchedStatefulSets>,
+    /// The first wait before an eviction a PodDisruptionBudget (or a failure) held back is
+    /// tried again (`restart-for-resize`); it doubles up to five minutes.
+    pub restart_retry: Duration,
 }
 
 /// Cheap to clone: every clone is the one follower.
@@ -168,7 +172,13 @@ impl VolumeFollower {
                     .map(|v| (v.claim.clone(), asked_at(v, timeout)))
                     .collect(),
                 sets: sets.clone(),
-                grown_announced: same.is_some_and(|p| p.grown_announced),
+                // A revision that only moved claims to another VolumeAttributesClass grew
+                // nothing: no `VolumesGrown` for it.
+                grown_announced: same.is_some_and(|p| p.grown_announced)
+                    || sets
+                        .values()
+                        .flatten()
+                        .all(|v| v.state == VolumeState::Grown && v.attributes.is_some()),
                 recovered_announced: same
                     .map(|p| p.recovered_announced.clone())
                     .unwrap_or_default(),
@@ -196,7 +206,7 @@ impl VolumeFollower {
             entry.grown_announced |= grown_event.is_some();
             let to_follow: Vec<(String, Vec<Volume>)> = all
                 .into_iter()
-                .filter(|(_, vs)| vs.iter().any(|v| !v.state.is_end()))
+                .filter(|(_, vs)| vs.iter().any(|v| !v.is_end()))
                 .collect();
             let cancel = entry.cancel.clone();
             followed.insert((kind, key.clone()), entry);
@@ -265,7 +275,7 @@ impl VolumeFollower {
                     r.statefulsets
                         .iter()
                         .flat_map(|e| &e.volumes)
-                        .any(|v| !v.state.is_end())
+                        .any(|v| !v.is_end())
                 }) {
                     self.follow(*kind, &key, &record, EventTarget::named(*kind, &key), false);
                 }
@@ -308,6 +318,7 @@ impl VolumeFollower {
 
     /// A followed claim of `statefulset` changed (its task's generation): the record, the
     /// Events and the metrics say so. `volumes` are that StatefulSet's claims as they stand now.
+    /// Whether the record holds the change now (what a restart's journal waits for).
     async fn changed(
         &self,
         kind: Kind,
@@ -316,7 +327,7 @@ impl VolumeFollower {
         statefulset: &str,
         volumes: Vec<Volume>,
         change: &crate::volume::follow::Change,
-    ) {
+    ) -> bool {
         let changed = &change.volume;
         let now = jiff::Timestamp::now();
         let (revision, started_at, target, grown, asked) = {
@@ -325,7 +336,7 @@ impl VolumeFollower {
                 .get_mut(&(kind, key.clone()))
                 .filter(|f| f.generation == generation)
             else {
-                return;
+                return false;
             };
             f.sets.insert(statefulset.to_string(), volumes.clone());
             let all: Vec<(String, Vec<Volume>)> =
@@ -353,10 +364,13 @@ impl VolumeFollower {
         }
         tracing::info!(kind = %kind, object = %key, revision = %revision, statefulset,
             claim = %changed.claim, state = %changed.state,
-            message = changed.message.as_deref().unwrap_or_default(), "claim expansion");
+            message = changed.message.as_deref().unwrap_or_default(),
+            volume_attributes_class = changed.attributes.as_ref().map(|a| a.state.as_str()).unwrap_or_default(),
+            "claim expansion");
         let (namespace, name) = statefulset.split_once('/').unwrap_or(("", statefulset));
-        if let Some((_, results)) = self.inner.config.results.iter().find(|(k, _)| *k == kind)
-            && let Err(e) = results
+        let mut recorded = false;
+        if let Some((_, results)) = self.inner.config.results.iter().find(|(k, _)| *k == kind) {
+            match results
                 .set_volumes(
                     &key.namespace,
                     &key.name,
@@ -366,9 +380,13 @@ impl VolumeFollower {
                     &volumes,
                 )
                 .await
-        {
-            tracing::warn!(kind = %kind, object = %key, revision = %revision, error = %e,
-                "could not record the claims' expansion");
+            {
+                Ok(_) => recorded = true,
+                Err(e) => {
+                    tracing::warn!(kind = %kind, object = %key, revision = %revision, error = %e,
+                        "could not record the claims' expansion");
+                }
+            }
         }
         let sink = &self.inner.config.events;
         // Once per state entered: the driver's words changing within it are recorded only.
@@ -377,22 +395,53 @@ impl VolumeFollower {
         {
             sink.publish_to(&target, &e).await;
         }
+        if change.previous_attributes != changed.attributes.as_ref().map(|a| a.state)
+            && let Some(e) = volume_event::modify_event(&revision, statefulset, changed)
+        {
+            sink.publish_to(&target, &e).await;
+        }
         if let Some(e) = grown {
             sink.publish_to(&target, &e).await;
+        }
+        recorded
+    }
+
+    /// Publishes `event` (a restart's) on the gated object followed under `generation`.
+    async fn publish(
+        &self,
+        kind: Kind,
+        key: &Key,
+        generation: u64,
+        event: impl FnOnce(&str) -> crate::records::events::RevisionEvent,
+    ) {
+        let found = lock(&self.inner.followed)
+            .get(&(kind, key.clone()))
+            .filter(|f| f.generation == generation)
+            .map(|f| (f.revision.clone(), f.target.clone()));
+        if let Some((revision, target)) = found {
+            self.inner
+                .config
+                .events
+                .publish_to(&target, &event(&revision))
+                .await;
         }
     }
 
     /// Sets `flux_converger_claims{kind}` from what is followed now.
     fn count(&self, kind: Kind) {
         let mut counts: BTreeMap<VolumeState, i64> = BTreeMap::new();
+        let mut moves: BTreeMap<crate::volume::ModifyState, i64> = BTreeMap::new();
         for ((k, _), f) in lock(&self.inner.followed).iter() {
             if *k != kind {
                 continue;
             }
             for v in f.sets.values().flatten() {
                 *counts.entry(v.state).or_default() += 1;
+                if let Some(a) = &v.attributes {
+                    *moves.entry(a.state).or_default() += 1;
+                }
             }
         }
-        self.inner.config.metrics.claims(kind, &counts);
+        self.inner.config.metrics.claims(kind, &counts, &moves);
     }
 }

@@ -3,10 +3,14 @@
 //! due is recomputed from the index (cluster state) and the last finished records.
 //!
 //! Kustomizations are watched with the server-side label selector of `--watch-label-selector`
-//! (Flux's sharding); the four source kinds are watched whole, since only their revision is
-//! kept. A watch is ready only on its first `InitDone` (the full list), never on its first
-//! event. A source kind whose CRD is missing (ExternalArtifact before Flux 2.7) counts as
-//! synced and empty, and its watch keeps retrying in case the CRD is installed later.
+//! (Flux's sharding); the four source kinds cluster-wide without one, and with one (a shard)
+//! only in the namespaces the shard's handled Kustomizations read them from
+//! ([`wanted_watches`]), so a shard's start lists what it reads, not the whole cluster. Only a
+//! source's revision (and an ExternalArtifact's upstream) is kept, and every object is read
+//! lean (`flux::objects::lean`: no `managedFields`) and applied as it arrives. A watch is ready
+//! only on its first `InitDone` (the full list), never on its first event. A source kind whose
+//! CRD is missing (ExternalArtifact before Flux 2.7) counts as synced and empty, and its watch
+//! keeps retrying in case the CRD is installed later.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -14,12 +18,14 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 
+use crate::flux::objects::lean::{WatchedKustomization, WatchedSource};
 use crate::flux::objects::{Kustomization, SourceKind};
+use crate::http::backend::NotReady;
 use crate::model::Key;
 use crate::model::Trigger;
 use crate::records::Records;
@@ -69,6 +75,11 @@ fn slot(kind: SourceKind) -> usize {
 }
 
 impl Readiness {
+    /// Whether the Kustomizations have been listed once.
+    pub fn kustomizations_synced(&self) -> bool {
+        self.inner.kustomizations.load(Ordering::Acquire)
+    }
+
     pub fn mark_kustomizations(&self) {
         self.inner.kustomizations.store(true, Ordering::Release);
     }
@@ -103,14 +114,11 @@ impl Readiness {
     /// `Ok` once the access check found every permission granted, with whether that answer
     /// was given with the synced Kustomizations known (one read, so both halves agree); else
     /// why not.
-    pub fn access(&self) -> Result<bool, String> {
+    pub fn access(&self) -> Result<bool, NotReady> {
         match &*self.inner.access.read().unwrap_or_else(|e| e.into_inner()) {
-            None => Err("access not checked yet".to_string()),
+            None => Err(NotReady::AccessNotChecked),
             Some(answer) if answer.missing.is_empty() => Ok(answer.final_answer),
-            Some(answer) => Err(format!(
-                "missing permissions: {}",
-                answer.missing.join(", ")
-            )),
+            Some(answer) => Err(NotReady::MissingPermissions(answer.missing.clone())),
         }
     }
 
@@ -140,6 +148,10 @@ pub struct Feed {
     /// The tasks the watches start off their loops (forgetting a deleted Kustomization's
     /// records): owned by the service, which waits for them at shutdown.
     pub tasks: tokio_util::task::TaskTracker,
+    /// Told when what the index reads may have changed (a Kustomization's source, whether it
+    /// is handled, an ExternalArtifact's upstream) or a source watch listed for the first
+    /// time: [`Feed::watch_source_kinds`] looks again.
+    pub sources_changed: Arc<tokio::sync::Notify>,
 }
 
 impl Feed {
@@ -156,6 +168,12 @@ impl Feed {
     /// Unfinished and deferred runs wait for the resync (or the queue's own retry), so a
     /// stream of status updates does not turn into a stream of runs.
     fn offer(&self, key: Key, changed: bool) {
+        // Before the records are read every Kustomization looks never run: queued now, 10,000 of
+        // them would each be taken and found not due. The start queues what is due once they
+        // are read (`service::lead`).
+        if !self.records.is_loaded() {
+            return;
+        }
         let last = self.records.last(&key.namespace, &key.name);
         let due = self.index().due(&key, last.as_ref());
         match due {
@@ -209,48 +227,61 @@ impl Feed {
         }
     }
 
-    /// Watches Kustomizations (optionally by label selector) into the index, forever.
+    /// Watches Kustomizations (optionally by label selector) into the index, forever. Each
+    /// listed object is applied as it arrives and dropped (only the index's entry stays), read
+    /// lean ([`WatchedKustomization`]: no `managedFields`); the end of a list removes what it
+    /// did not list, and gives the heap the list freed back to the system.
     pub async fn watch_kustomizations(self, client: Client, label_selector: Option<String>) {
-        let api: Api<Kustomization> = Api::all(client);
+        let api: Api<WatchedKustomization> = Api::all(client);
         let mut config = watcher::Config::default();
         if let Some(selector) = &label_selector {
             config = config.labels(selector);
         }
-        let mut listed: Vec<Kustomization> = Vec::new();
-        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut relist = 0;
+        let mut absent_logged = false;
+        let mut stream = watcher(api, config.page_size(LIST_PAGE))
+            .default_backoff()
+            .boxed();
         loop {
             match stream.try_next().await {
                 Ok(Some(event)) => match event {
-                    watcher::Event::Init => listed.clear(),
-                    watcher::Event::InitApply(ks) => listed.push(ks),
+                    watcher::Event::Init => relist = self.index_mut().begin_relist(),
+                    watcher::Event::InitApply(ks) => {
+                        let ks = Kustomization::from(ks);
+                        self.index_mut().apply_kustomization(&ks);
+                        // An answer or a hold the watch missed while it was down.
+                        if let Some(observer) = &self.observer {
+                            observer.kustomization(&ks);
+                        }
+                    }
                     watcher::Event::InitDone => {
                         let keys = {
                             let mut index = self.index_mut();
-                            index.reset_kustomizations(listed.iter());
+                            index.end_kustomization_relist(relist);
                             index.handled_keys(None)
                         };
-                        // An answer or a hold the watch missed while it was down.
-                        if let Some(observer) = &self.observer {
-                            for ks in &listed {
-                                observer.kustomization(ks);
-                            }
-                        }
-                        listed = Vec::new();
+                        release_free_memory();
                         self.readiness.mark_kustomizations();
+                        self.sources_changed.notify_one();
                         tracing::info!(handled = keys.len(), "Kustomizations listed");
                         for key in keys {
                             self.offer(key, false);
                         }
                     }
                     watcher::Event::Apply(ks) => {
+                        let ks = Kustomization::from(ks);
                         let applied = self.index_mut().apply_kustomization(&ks);
                         if let Some(observer) = &self.observer {
                             observer.kustomization(&ks);
                         }
-                        if let Some((key, applied)) = applied
-                            && applied.handled
-                        {
-                            self.offer(key, applied.changed);
+                        if let Some((key, applied)) = applied {
+                            if applied.changed {
+                                // Its source, or whether it is handled, may have changed.
+                                self.sources_changed.notify_one();
+                            }
+                            if applied.handled {
+                                self.offer(key, applied.changed);
+                            }
                         }
                     }
                     watcher::Event::Delete(ks) => {
@@ -258,6 +289,7 @@ impl Feed {
                         {
                             let key = Key::kustomization(ns, name);
                             self.index_mut().delete_kustomization(&key);
+                            self.sources_changed.notify_one();
                             if let Some(observer) = &self.observer {
                                 observer.forget(&key);
                             }
@@ -267,6 +299,20 @@ impl Feed {
                     }
                 },
                 Ok(None) => return,
+                // A cluster without Flux's Kustomization CRD (Argo CD alone) has none to gate:
+                // listed as empty, so the other kinds' service becomes ready; the watch keeps
+                // retrying and lists them once the CRD is installed.
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
+                    if status.code == 404 =>
+                {
+                    if !absent_logged {
+                        tracing::info!(
+                            "Kustomization CRD not installed; no Kustomization to gate yet"
+                        );
+                        absent_logged = true;
+                        self.readiness.mark_kustomizations();
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(%error, "watching Kustomizations; retrying");
                 }
@@ -274,8 +320,114 @@ impl Feed {
         }
     }
 
-    /// Watches one source kind's revisions into the index, forever.
-    pub async fn watch_sources(self, client: Client, kind: SourceKind) {
+    /// Watches the sources the index needs, forever: with `scoped` (a shard,
+    /// `--watch-label-selector`), only the namespaces the handled Kustomizations read each kind
+    /// from ([`wanted_watches`]), started and stopped as those change; without it, each kind
+    /// cluster-wide. A kind is ready once every watch of it has listed once (and at once when
+    /// nothing reads it); it stays ready when a Kustomization later reads from a namespace
+    /// not watched yet (that watch's list makes its Kustomizations due).
+    pub async fn watch_source_kinds(self, client: Client, scoped: bool) {
+        // Owned here: dropping this future (the service's shutdown) aborts every watch.
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut running: std::collections::HashMap<SourceWatch, tokio::task::AbortHandle> =
+            std::collections::HashMap::new();
+        let listed: Arc<std::sync::Mutex<std::collections::HashSet<SourceWatch>>> = Arc::default();
+        loop {
+            let wanted = if scoped {
+                if !self.readiness.kustomizations_synced() {
+                    self.sources_changed.notified().await;
+                    continue;
+                }
+                wanted_watches(&self.index(), NAMESPACED_WATCHES)
+            } else {
+                SOURCE_KINDS
+                    .iter()
+                    .map(|kind| SourceWatch {
+                        kind: *kind,
+                        namespace: None,
+                    })
+                    .collect()
+            };
+            let stopped: Vec<SourceWatch> = running
+                .keys()
+                .filter(|w| !wanted.contains(*w))
+                .cloned()
+                .collect();
+            for watch in stopped {
+                if let Some(task) = running.remove(&watch) {
+                    task.abort();
+                }
+                listed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&watch);
+                tracing::info!(
+                    kind = watch.kind.as_str(),
+                    namespace = watch.namespace.as_deref().unwrap_or("*"),
+                    "no handled Kustomization reads from here: source watch stopped"
+                );
+            }
+            {
+                // What no watch covers any more is forgotten (a kind switched from
+                // cluster-wide to namespaces forgets the other namespaces).
+                let mut index = self.index_mut();
+                for kind in SOURCE_KINDS {
+                    let of_kind: Vec<&SourceWatch> =
+                        wanted.iter().filter(|w| w.kind == kind).collect();
+                    if !of_kind.iter().any(|w| w.namespace.is_none()) {
+                        index.retain_sources(kind, |ns| {
+                            of_kind.iter().any(|w| w.namespace.as_deref() == Some(ns))
+                        });
+                    }
+                }
+            }
+            for watch in &wanted {
+                if running.contains_key(watch) {
+                    continue;
+                }
+                let task = tasks.spawn(self.clone().watch_sources(
+                    client.clone(),
+                    watch.clone(),
+                    listed.clone(),
+                ));
+                running.insert(watch.clone(), task);
+            }
+            // Ready per kind once each of its watches has listed (none wanted: ready now).
+            {
+                let listed = listed.lock().unwrap_or_else(|e| e.into_inner());
+                for kind in SOURCE_KINDS {
+                    if wanted
+                        .iter()
+                        .filter(|w| w.kind == kind)
+                        .all(|w| listed.contains(w))
+                    {
+                        self.readiness.mark_source(kind);
+                    }
+                }
+            }
+            // Woken by a change of what the index reads (debounced: a relist of 10,000
+            // Kustomizations is one recomputation), or a watch's first list. Finished tasks
+            // (aborted ones) are reaped meanwhile.
+            loop {
+                tokio::select! {
+                    _ = self.sources_changed.notified() => break,
+                    Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Watches one source kind's revisions (in one namespace, or all) into the index, until
+    /// stopped. Each listed object is applied as it arrives; the end of a list removes what it
+    /// did not list.
+    async fn watch_sources(
+        self,
+        client: Client,
+        watch: SourceWatch,
+        listed_once: Arc<std::sync::Mutex<std::collections::HashSet<SourceWatch>>>,
+    ) {
+        let kind = watch.kind;
         let resource = ApiResource {
             group: "source.toolkit.fluxcd.io".into(),
             version: "v1".into(),
@@ -283,38 +435,61 @@ impl Feed {
             kind: kind.as_str().into(),
             plural: kind.plural().into(),
         };
-        let api: Api<DynamicObject> = Api::all_with(client, &resource);
-        let mut listed: Vec<(SourceKey, Option<String>)> = Vec::new();
+        let api: Api<WatchedSource> = match &watch.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        let shown_namespace = watch.namespace.clone().unwrap_or_else(|| "*".into());
         let mut listed_upstreams: Vec<(SourceKey, SourceKey)> = Vec::new();
-        let mut stream = watcher(api, watcher::Config::default())
+        let mut relist = 0;
+        let mut count = 0usize;
+        let mut stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
             .default_backoff()
             .boxed();
         let mut absent_logged = false;
+        let synced = |feed: &Feed| {
+            let first = listed_once
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(watch.clone());
+            if first {
+                feed.sources_changed.notify_one();
+            }
+        };
         loop {
             match stream.try_next().await {
                 Ok(Some(event)) => match event {
                     watcher::Event::Init => {
-                        listed.clear();
+                        relist = self.index_mut().begin_source_relist();
                         listed_upstreams.clear();
+                        count = 0;
                     }
                     watcher::Event::InitApply(obj) => {
                         if let Some((source, revision)) = source_of(kind, &obj) {
                             if let Some(up) = upstream_of(kind, &obj) {
                                 listed_upstreams.push((source.clone(), up));
                             }
-                            listed.push((source, revision));
+                            self.index_mut()
+                                .apply_listed_source(source, revision, relist);
+                            count += 1;
                         }
                     }
                     watcher::Event::InitDone => {
-                        let all = std::mem::take(&mut listed);
-                        let count = all.len();
-                        self.index_mut().reset_sources(kind, all);
-                        if kind == SourceKind::ExternalArtifact {
-                            let upstreams = std::mem::take(&mut listed_upstreams);
-                            self.index_mut().reset_upstreams(upstreams);
+                        {
+                            let mut index = self.index_mut();
+                            index.end_source_relist(kind, watch.namespace.as_deref(), relist);
+                            if kind == SourceKind::ExternalArtifact {
+                                let upstreams = std::mem::take(&mut listed_upstreams);
+                                index.reset_upstreams(watch.namespace.as_deref(), upstreams);
+                            }
                         }
-                        self.readiness.mark_source(kind);
-                        tracing::info!(kind = kind.as_str(), sources = count, "sources listed");
+                        release_free_memory();
+                        synced(&self);
+                        if kind == SourceKind::ExternalArtifact {
+                            // The upstreams it names are read (and so watched) too.
+                            self.sources_changed.notify_one();
+                        }
+                        tracing::info!(kind = kind.as_str(), namespace = %shown_namespace, sources = count, "sources listed");
                         let keys = self.index().handled_keys(None);
                         for key in keys {
                             self.offer(key, false);
@@ -326,6 +501,9 @@ impl Feed {
                             if kind == SourceKind::ExternalArtifact {
                                 let up = upstream_of(kind, &obj);
                                 keys = self.index_mut().apply_upstream(source.clone(), up);
+                                if !keys.is_empty() {
+                                    self.sources_changed.notify_one();
+                                }
                             }
                             let moved = self.index_mut().apply_source(source, revision.clone());
                             // Closed before the new revision's run is queued.
@@ -349,7 +527,7 @@ impl Feed {
                     if status.code == 404 =>
                 {
                     // The CRD is not installed: nothing of this kind can be referenced.
-                    self.readiness.mark_source(kind);
+                    synced(&self);
                     if !absent_logged {
                         tracing::info!(
                             kind = kind.as_str(),
@@ -359,7 +537,7 @@ impl Feed {
                     }
                 }
                 Err(error) => {
-                    tracing::warn!(kind = kind.as_str(), %error, "watching sources; retrying");
+                    tracing::warn!(kind = kind.as_str(), namespace = %shown_namespace, %error, "watching sources; retrying");
                 }
             }
         }
@@ -437,45 +615,83 @@ impl DueCounts {
 /// The upstream an ExternalArtifact names in `spec.sourceRef`, when it is a kind the
 /// `artifact` gate publishes from (GitRepository, OCIRepository, Bucket); namespace defaults
 /// to the ExternalArtifact's.
-fn upstream_of(kind: SourceKind, obj: &DynamicObject) -> Option<SourceKey> {
+fn upstream_of(kind: SourceKind, obj: &WatchedSource) -> Option<SourceKey> {
     if kind != SourceKind::ExternalArtifact {
         return None;
     }
-    let reference = obj.data.pointer("/spec/sourceRef")?;
-    let up_kind = SourceKind::parse(reference.get("kind")?.as_str()?)
-        .filter(|k| *k != SourceKind::ExternalArtifact)?;
-    let name = reference.get("name")?.as_str()?.to_string();
+    let reference = obj.spec.source_ref.as_ref()?;
+    let up_kind =
+        SourceKind::parse(&reference.kind).filter(|k| *k != SourceKind::ExternalArtifact)?;
     let namespace = reference
-        .get("namespace")
-        .and_then(|n| n.as_str())
+        .namespace
+        .as_deref()
         .filter(|n| !n.is_empty())
-        .map(String::from)
-        .or_else(|| obj.metadata.namespace.clone())?;
-    Some(SourceKey {
-        kind: up_kind,
-        namespace,
-        name,
-    })
+        .or(obj.metadata.namespace.as_deref())?;
+    Some(SourceKey::new(up_kind, namespace, &reference.name))
 }
 
 /// A source object's key and its artifact revision.
-fn source_of(kind: SourceKind, obj: &DynamicObject) -> Option<(SourceKey, Option<String>)> {
-    let namespace = obj.metadata.namespace.clone()?;
-    let name = obj.metadata.name.clone()?;
-    let revision = obj
-        .data
-        .pointer("/status/artifact/revision")
-        .and_then(|v| v.as_str())
-        .filter(|r| !r.is_empty())
-        .map(String::from);
+fn source_of(kind: SourceKind, obj: &WatchedSource) -> Option<(SourceKey, Option<String>)> {
+    let namespace = obj.metadata.namespace.as_deref()?;
+    let name = obj.metadata.name.as_deref()?;
     Some((
-        SourceKey {
-            kind,
-            namespace,
-            name,
-        },
-        revision,
+        SourceKey::new(kind, namespace, name),
+        obj.revision().map(String::from),
     ))
+}
+
+/// Objects per page of a watch's list: kube-runtime's default. A page is held whole while it is
+/// read (its body, then its lean objects, before each is applied); its body is one large
+/// buffer, given back to the system when freed (`cmd::serve` fixes glibc's mmap threshold).
+/// Pages of 100 cost five times the requests for no gain worth it at 10,000 Kustomizations
+/// (`hack/fleet-memory.sh`).
+pub const LIST_PAGE: u32 = 500;
+
+/// One watch of source objects: a kind, in one namespace or (`None`) all of them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceWatch {
+    pub kind: SourceKind,
+    pub namespace: Option<String>,
+}
+
+/// Past this many namespaces, a kind is watched cluster-wide instead: each watch is a
+/// connection of its own and a list at start, and a shard that reads from that many
+/// namespaces gains nothing from splitting it.
+pub const NAMESPACED_WATCHES: usize = 8;
+
+/// The source watches a shard needs: for each kind, the namespaces its handled Kustomizations
+/// read that kind from (their `sourceRef`, and for the `artifact` gate the upstream their
+/// ExternalArtifact names), or one cluster-wide watch past `cap` namespaces. Pure.
+pub fn wanted_watches(index: &Index, cap: usize) -> std::collections::BTreeSet<SourceWatch> {
+    let mut by_kind: std::collections::BTreeMap<SourceKind, std::collections::BTreeSet<&str>> =
+        Default::default();
+    for source in index.read_sources() {
+        by_kind
+            .entry(source.kind)
+            .or_default()
+            .insert(&source.namespace);
+    }
+    let mut wanted = std::collections::BTreeSet::new();
+    for (kind, namespaces) in by_kind {
+        if namespaces.len() > cap {
+            wanted.insert(SourceWatch {
+                kind,
+                namespace: None,
+            });
+        } else {
+            wanted.extend(namespaces.into_iter().map(|ns| SourceWatch {
+                kind,
+                namespace: Some(ns.to_string()),
+            }));
+        }
+    }
+    wanted
+}
+
+/// Gives the heap a list freed back to the system: glibc keeps freed pages in its arenas,
+/// so without this a list's peak stays resident for the life of the process.
+fn release_free_memory() {
+    crate::records::results::release_free_memory();
 }
 
 /// A cache of the cluster's StorageClasses for the converges (`allowVolumeExpansion`), and the

@@ -5,16 +5,22 @@
 //! it is.
 //!
 //! A claim's state is reported again only when it changes (its state, or the driver's words
-//! within it): one record write per change, not per event. A claim `requested` or `recovered`
-//! stays so until a signal says more: a recovery lowers the request while the status still
-//! speaks of the failed one, and that is the resizer not having caught up yet, not news.
+//! within it, or its move to another VolumeAttributesClass): one record write per change, not
+//! per event. A claim `requested` or `recovered` stays so until a signal says more: a recovery
+//! lowers the request while the status still speaks of the failed one, and that is the
+//! resizer not having caught up yet, not news. Likewise a claim whose pod is being restarted
+//! for it (its `restart`, set by [`Tracker::set_restart`]) stays as the restart left it while
+//! its status still says `filesystem-pending`: the kubelet has not grown it yet.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
-use super::{Observed, ResizeEvent, Volume, VolumeState, classify, past_timeout};
+use super::{
+    ModifyState, Observed, ResizeEvent, Restart, Volume, VolumeState, classify,
+    classify_attributes, past_timeout,
+};
 
 /// How many Events are kept per claim: the newest decide, and a driver retrying writes many.
 const EVENTS_KEPT: usize = 16;
@@ -28,11 +34,12 @@ struct Tracked {
     current: Volume,
 }
 
-/// A claim whose state changed, with the state it left.
+/// A claim whose state changed, with the state it left (and the state its class move left).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change {
     pub volume: Volume,
     pub previous: VolumeState,
+    pub previous_attributes: Option<ModifyState>,
 }
 
 /// The claims followed, by name.
@@ -82,9 +89,10 @@ impl Tracker {
         self.claims.values().map(|t| t.current.clone()).collect()
     }
 
-    /// Whether every followed claim is at an end state (`grown`, `infeasible`).
+    /// Whether every followed claim is at an end state (`grown`, `infeasible`; its class move
+    /// `modified` or `infeasible`).
     pub fn done(&self) -> bool {
-        self.claims.values().all(|t| t.current.state.is_end())
+        self.claims.values().all(|t| t.current.is_end())
     }
 
     /// Whether a claim is `infeasible` without the driver's `VolumeResizeFailed` Event seen
@@ -92,12 +100,57 @@ impl Tracker {
     /// words belong in the claim's message, so a follow that is otherwise done waits a little
     /// for it.
     pub fn awaits_failure_event(&self) -> bool {
+        let seen = |t: &Tracked, reason: &str| t.events.iter().any(|e| e.reason == reason);
         self.claims.values().any(|t| {
-            t.current.state == VolumeState::Infeasible
-                && !t
-                    .events
-                    .iter()
-                    .any(|e| e.reason == super::reason::VOLUME_RESIZE_FAILED)
+            (t.current.state == VolumeState::Infeasible
+                && !seen(t, super::reason::VOLUME_RESIZE_FAILED))
+                || (t
+                    .current
+                    .attributes
+                    .as_ref()
+                    .is_some_and(|a| a.state == ModifyState::Infeasible)
+                    && !seen(t, super::reason::VOLUME_MODIFY_FAILED))
+        })
+    }
+
+    /// The restart of `claim`'s pod decided (`restart` without `evicted_at`: recorded before
+    /// the eviction is sent, or held back by a PodDisruptionBudget), done (with `evicted_at`:
+    /// the claim is `restarted` from `now`), or dropped (`None`), with what to say of it. A
+    /// change to report, unless nothing changed.
+    pub fn set_restart(
+        &mut self,
+        claim: &str,
+        restart: Option<Restart>,
+        message: Option<String>,
+        now: jiff::Timestamp,
+    ) -> Option<Change> {
+        let tracked = self.claims.get_mut(claim)?;
+        let current = &tracked.current;
+        let state = match &restart {
+            Some(r) if r.evicted_at.is_some() => VolumeState::Restarted,
+            Some(_) => VolumeState::FilesystemPending,
+            None => current.state,
+        };
+        if current.restart == restart && current.state == state && current.message == message {
+            return None;
+        }
+        let previous = current.state;
+        let since = if state == previous {
+            current.since.clone()
+        } else {
+            now.to_string()
+        };
+        tracked.current = Volume {
+            state,
+            message,
+            since,
+            restart,
+            ..current.clone()
+        };
+        Some(Change {
+            volume: tracked.current.clone(),
+            previous,
+            previous_attributes: tracked.current.attributes.as_ref().map(|a| a.state),
         })
     }
 
@@ -168,33 +221,73 @@ impl Tracker {
             },
         };
         let observed = past_timeout(observed, tracked.requested_at, now, timeout);
+        let attributes = match (&tracked.claim, &tracked.current.attributes) {
+            (Some(claim), Some(a)) => Some(classify_attributes(
+                claim,
+                &a.class,
+                &tracked.events,
+                Some(tracked.requested_at),
+            )),
+            _ => None,
+        };
         let current = &tracked.current;
         let waiting = matches!(
             current.state,
             VolumeState::Requested | VolumeState::Recovered
         );
-        if observed.state == VolumeState::Requested && waiting {
-            // Nothing new: keep `recovered` and its words, update the sizes silently.
-            tracked.current.requested = observed.requested.or(tracked.current.requested.take());
-            tracked.current.capacity = observed.capacity.or(tracked.current.capacity.take());
-            return None;
-        }
-        if observed.state == current.state && observed.message == current.message {
-            tracked.current.requested = observed.requested.or(tracked.current.requested.take());
-            tracked.current.capacity = observed.capacity.or(tracked.current.capacity.take());
+        // While its pod restarts, the claim's status still says what it said before.
+        let restarting = current.restart.is_some() || current.state == VolumeState::Restarted;
+        let size_same = (observed.state == VolumeState::Requested && waiting)
+            || (observed.state == VolumeState::FilesystemPending && restarting)
+            || (observed.state == current.state && observed.message == current.message);
+        let attributes_same = match (&attributes, &current.attributes) {
+            (Some((state, message, _)), Some(a)) => a.state == *state && a.message == *message,
+            _ => true,
+        };
+        // Nothing new: keep `recovered`, a restart and their words; update the sizes and the
+        // class the volume has silently.
+        let requested = observed.requested.clone().or(current.requested.clone());
+        let capacity = observed.capacity.clone().or(current.capacity.clone());
+        if size_same && attributes_same {
+            tracked.current.requested = requested;
+            tracked.current.capacity = capacity;
+            if let (Some(a), Some((_, _, class))) = (&mut tracked.current.attributes, attributes) {
+                a.current = class.or(a.current.take());
+            }
             return None;
         }
         let previous = current.state;
-        let since = if observed.state == previous {
-            parse(&current.since).unwrap_or(now)
+        let previous_attributes = current.attributes.as_ref().map(|a| a.state);
+        let mut next = if size_same {
+            Volume {
+                requested,
+                capacity,
+                ..current.clone()
+            }
         } else {
-            now
+            let since = if observed.state == previous {
+                parse(&current.since).unwrap_or(now)
+            } else {
+                now
+            };
+            Volume {
+                attributes: current.attributes.clone(),
+                ..Volume::observed(&current.claim, observed, since)
+            }
         };
-        let claim = current.claim.clone();
-        tracked.current = Volume::observed(&claim, observed, since);
+        if let (Some(a), Some((state, message, class))) = (&mut next.attributes, attributes) {
+            if a.state != state {
+                a.since = now.to_string();
+            }
+            a.state = state;
+            a.message = message;
+            a.current = class.or(a.current.take());
+        }
+        tracked.current = next;
         Some(Change {
             volume: tracked.current.clone(),
             previous,
+            previous_attributes,
         })
     }
 }
@@ -230,6 +323,8 @@ mod tests {
             state,
             message: None,
             since: "2026-12-01T10:00:00Z".into(),
+            attributes: None,
+            restart: None,
         }
     }
 
@@ -335,5 +430,119 @@ mod tests {
         assert_eq!(tracker.event("data-other-0", event, t0), None);
         tracker.gone("data-db-0");
         assert!(tracker.names().is_empty());
+    }
+
+    fn moving(state: VolumeState) -> Volume {
+        Volume {
+            attributes: Some(crate::volume::Attributes::asked(
+                "gold",
+                Some("silver".into()),
+                at("2026-12-01T10:00:00Z"),
+            )),
+            ..start(state)
+        }
+    }
+
+    fn with_class(mut c: PersistentVolumeClaim, status: Value) -> PersistentVolumeClaim {
+        let mut s = serde_json::to_value(c.status.take()).unwrap();
+        if let (Value::Object(into), Value::Object(from)) = (&mut s, status) {
+            into.extend(from);
+        }
+        c.status = serde_json::from_value(s).unwrap();
+        c
+    }
+
+    /// A claim only moved to another class: its size is grown, its move followed to its end,
+    /// each change reported once with the move's previous state.
+    #[test]
+    fn a_class_move_is_followed_beside_the_size() {
+        let t0 = at("2026-12-01T10:00:00Z");
+        let mut tracker = Tracker::new(Duration::from_secs(60));
+        tracker.follow(moving(VolumeState::Grown), t0);
+        assert!(!tracker.done(), "the move is not at its end");
+        let grown = pvc("2Gi", "2Gi", json!({}));
+        assert_eq!(tracker.claim(grown.clone(), t0), None);
+        let progress = with_class(
+            grown.clone(),
+            json!({"modifyVolumeStatus": {"status": "InProgress", "targetVolumeAttributesClassName": "gold"}}),
+        );
+        let c = tracker.claim(progress, t0).unwrap();
+        assert_eq!(c.previous_attributes, Some(ModifyState::Modifying));
+        assert_eq!(c.volume.state, VolumeState::Grown);
+        let done = with_class(grown, json!({"currentVolumeAttributesClassName": "gold"}));
+        let c = tracker.claim(done, t0).unwrap();
+        let a = c.volume.attributes.unwrap();
+        assert_eq!(
+            (a.state, a.current.as_deref()),
+            (ModifyState::Modified, Some("gold"))
+        );
+        assert!(tracker.done());
+        // A move is never `stalled`: the timeout is the size's.
+        assert!(
+            tracker
+                .tick(t0 + jiff::SignedDuration::from_secs(3600))
+                .is_empty()
+        );
+    }
+
+    /// A claim whose pod is restarted stays as the restart left it while its status still
+    /// says `filesystem-pending`, and is `grown` once the kubelet grew it.
+    #[test]
+    fn a_restart_holds_the_claim_until_it_grows() {
+        let t0 = at("2026-12-01T10:00:00Z");
+        let mut tracker = Tracker::new(Duration::from_secs(1800));
+        tracker.follow(start(VolumeState::FilesystemPending), t0);
+        let pending = pvc(
+            "2Gi",
+            "1Gi",
+            json!({"allocatedResources": {"storage": "2Gi"},
+                   "allocatedResourceStatuses": {"storage": "NodeResizePending"}}),
+        );
+        let restart = crate::volume::Restart {
+            pod: "db-0".into(),
+            uid: "u0".into(),
+            evicted_at: None,
+        };
+        let c = tracker
+            .set_restart(
+                "data-db-0",
+                Some(restart.clone()),
+                Some("restarting".into()),
+                t0,
+            )
+            .unwrap();
+        assert_eq!(c.volume.state, VolumeState::FilesystemPending);
+        assert_eq!(c.volume.restart.as_ref(), Some(&restart));
+        // The same again: nothing to write.
+        assert_eq!(
+            tracker.set_restart(
+                "data-db-0",
+                Some(restart.clone()),
+                Some("restarting".into()),
+                t0
+            ),
+            None
+        );
+        // The claim's own status says nothing new.
+        assert_eq!(tracker.claim(pending.clone(), t0), None);
+        let evicted = crate::volume::Restart {
+            evicted_at: Some(t0.to_string()),
+            ..restart
+        };
+        let c = tracker
+            .set_restart("data-db-0", Some(evicted), Some("evicted".into()), t0)
+            .unwrap();
+        assert_eq!(
+            (c.previous, c.volume.state),
+            (VolumeState::FilesystemPending, VolumeState::Restarted)
+        );
+        assert_eq!(tracker.claim(pending, t0), None);
+        let c = tracker.claim(pvc("2Gi", "2Gi", json!({})), t0).unwrap();
+        assert_eq!(
+            (c.previous, c.volume.state),
+            (VolumeState::Restarted, VolumeState::Grown)
+        );
+        assert_eq!(c.volume.restart, None);
+        assert!(tracker.done());
     }
 }

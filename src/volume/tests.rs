@@ -467,3 +467,127 @@ fn signals_about_another_request_are_not_this_one_s() {
     let c = claim("Bound", "5Gi", Some("1Gi"), taken);
     assert_eq!(classify(&c, &[], None).state, VolumeState::Resizing);
 }
+
+/// A case of the class move's table: name, status, Events, the state and words expected.
+type ModifyCase = (
+    &'static str,
+    Value,
+    Vec<ResizeEvent>,
+    ModifyState,
+    Option<&'static str>,
+);
+
+/// The class move's table (`classify_attributes`), as the external-resizer's modify path
+/// writes the claim's status: the class applied, `Infeasible`, `Pending`, `InProgress` (with a
+/// `ModifyVolumeError` retried), and a status about another class.
+#[test]
+fn a_class_move_reads_the_modify_status() {
+    let modify = |status: &str, target: &str| json!({"modifyVolumeStatus": {"status": status, "targetVolumeAttributesClassName": target}});
+    let failed = event(
+        reason::VOLUME_MODIFY_FAILED,
+        "rpc error: code = InvalidArgument desc = iops too high",
+        "2026-12-01T10:00:05Z",
+    );
+    let cases: Vec<ModifyCase> = vec![
+        (
+            "applied",
+            json!({"currentVolumeAttributesClassName": "gold"}),
+            vec![],
+            ModifyState::Modified,
+            None,
+        ),
+        (
+            "applied even with a stale modify status",
+            both(
+                json!({"currentVolumeAttributesClassName": "gold"}),
+                modify("Infeasible", "gold"),
+            ),
+            vec![],
+            ModifyState::Modified,
+            None,
+        ),
+        (
+            "infeasible, the condition's and the Event's words",
+            both(
+                modify("Infeasible", "gold"),
+                conditions(&[(
+                    condition::MODIFY_VOLUME_ERROR,
+                    "ModifyVolume failed with error: rpc error: code = InvalidArgument desc = iops too high. Waiting for retry.",
+                )]),
+            ),
+            vec![failed.clone()],
+            ModifyState::Infeasible,
+            Some("Infeasible (ModifyVolumeError: ModifyVolume failed with error"),
+        ),
+        (
+            "pending: the class is not there",
+            modify("Pending", "gold"),
+            vec![event(
+                reason::VOLUME_MODIFY_FAILED,
+                "VAC \"gold\" does not exist.",
+                "2026-12-01T10:00:05Z",
+            )],
+            ModifyState::Modifying,
+            Some("newest VolumeModifyFailed Event: VAC \"gold\" does not exist."),
+        ),
+        (
+            "in progress",
+            both(
+                modify("InProgress", "gold"),
+                conditions(&[(
+                    condition::MODIFYING_VOLUME,
+                    "ModifyVolume operation in progress.",
+                )]),
+            ),
+            vec![],
+            ModifyState::Modifying,
+            Some("ModifyVolume operation in progress."),
+        ),
+        (
+            "an error the driver retries",
+            both(
+                modify("InProgress", "gold"),
+                conditions(&[(condition::MODIFY_VOLUME_ERROR, "throttled")]),
+            ),
+            vec![],
+            ModifyState::Modifying,
+            Some("ModifyVolumeError: throttled; the driver retries"),
+        ),
+        (
+            "a status about another class is not this move's",
+            both(
+                json!({"currentVolumeAttributesClassName": "silver"}),
+                modify("Infeasible", "platinum"),
+            ),
+            vec![],
+            ModifyState::Modifying,
+            None,
+        ),
+        (
+            "an Event from before the move is not this move's",
+            json!({}),
+            vec![event(
+                reason::VOLUME_MODIFY_FAILED,
+                "old",
+                "2026-12-01T09:00:00Z",
+            )],
+            ModifyState::Modifying,
+            None,
+        ),
+    ];
+    for (name, status, events, state, words) in cases {
+        let c = claim("Bound", "1Gi", Some("1Gi"), status);
+        let (got, message, _) =
+            classify_attributes(&c, "gold", &events, Some(at("2026-12-01T10:00:00Z")));
+        assert_eq!(got, state, "{name}");
+        match words {
+            Some(w) => assert!(
+                message.as_deref().is_some_and(|m| m.contains(w)),
+                "{name}: {message:?}"
+            ),
+            None => assert_eq!(message, None, "{name}"),
+        }
+    }
+    assert_eq!(ModifyState::Infeasible.as_str(), "infeasible");
+    assert!(ModifyState::Modified.is_end() && !ModifyState::Modifying.is_end());
+}

@@ -227,6 +227,7 @@ pub(crate) fn tuning(name: &str) -> Tuning {
             jitter: 0.0,
         },
         shutdown_grace: Duration::from_secs(30),
+        restart_retry: Duration::from_secs(10),
     }
 }
 

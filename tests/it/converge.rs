@@ -1521,6 +1521,21 @@ impl Cluster for Meddled {
     ) -> Result<(), CallError> {
         self.inner.resize_claim(ns, claim, storage, rv).await
     }
+    async fn patch_claim(
+        &self,
+        ns: &str,
+        claim: &str,
+        patch: &flux_converger::cluster::ClaimPatch,
+        rv: &str,
+    ) -> Result<(), CallError> {
+        self.inner.patch_claim(ns, claim, patch, rv).await
+    }
+    async fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<flux_converger::decide::AttributeClasses, CallError> {
+        self.inner.attribute_classes(names).await
+    }
     async fn resize_claim_dry_run(
         &self,
         ns: &str,
@@ -2938,11 +2953,14 @@ async fn forged_intents_are_left_in_place_not_resumed_and_reported() {
 struct NoWindow;
 
 impl flux_converger::converge::fence::Fence for NoWindow {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), flux_converger::converge::fence::Fenced> {
         Ok(())
     }
-    fn open_window(&self) -> Result<flux_converger::converge::fence::Window, String> {
-        Err("shutting down".into())
+    fn open_window(
+        &self,
+    ) -> Result<flux_converger::converge::fence::Window, flux_converger::converge::fence::Fenced>
+    {
+        Err(flux_converger::converge::fence::Fenced::Stopping)
     }
 }
 

@@ -105,7 +105,7 @@ impl Backend for Counting {
     ) -> Option<StatusDetail> {
         self.inner.detail(kind, namespace, name)
     }
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         self.inner.ready()
     }
     fn last_record(

@@ -372,6 +372,25 @@ async fn a_wedged_upgrade_is_converged_from_the_release_record_and_handed_back()
         .expect("helm-controller's answer recorded");
     assert_eq!(flux.outcome, FluxOutcome::Applied, "{record:#?}");
     assert_eq!(flux.applied_revision.as_deref(), Some("v3"));
+    // helm-controller's answer has its own Event: the `Converged` one, published at the
+    // hand-back, is not published again with the answer merged into it.
+    assert_eq!(
+        events_on_helmrelease(&fake),
+        vec![
+            (
+                "Normal".to_string(),
+                "Converged".to_string(),
+                "revision v2 converged, handed off (reconcile): handed off\nStatefulSet demo/web: \
+                 template data 1Gi -> 2Gi, 2 claim(s) grown, recreated without restarting pods"
+                    .to_string()
+            ),
+            (
+                "Normal".to_string(),
+                "HandoffApplied".to_string(),
+                "revision v2 handed off: helm-controller applied it at v3".to_string()
+            ),
+        ]
+    );
     // Deployed: nothing more to do.
     fake.clear_requests();
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
@@ -390,6 +409,22 @@ async fn a_second_identical_failure_is_recorded_and_not_retried() {
     let flux = record.flux.as_ref().unwrap();
     assert_eq!(flux.outcome, FluxOutcome::Failed, "{record:#?}");
     assert_eq!(flux.attempted_revision.as_deref(), Some("v3"));
+    let events = events_on_helmrelease(&fake);
+    let reasons: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(t, r, _)| (t.as_str(), r.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [("Normal", "Converged"), ("Warning", "HandoffFailed")],
+        "{events:#?}"
+    );
+    assert!(
+        events[1]
+            .2
+            .starts_with("revision v2 handed off: helm-controller failed it again at v3: "),
+        "{events:#?}"
+    );
 
     fake.clear_requests();
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
@@ -584,6 +619,7 @@ async fn e2e_the_service_converges_a_wedged_helmrelease_and_reports_it() {
             jitter: 0.0,
         },
         shutdown_grace: Duration::from_secs(30),
+        restart_retry: Duration::from_secs(10),
     };
     let config = test_support::service::config(SERVICE_NS)
         .handoff_timeout(Duration::from_secs(60))
@@ -754,4 +790,27 @@ async fn a_refused_release_record_is_refused_once_and_nothing_is_written() {
         "refused again: {:?}",
         fake.writes()
     );
+}
+
+/// The Kubernetes Events on the HelmRelease, oldest first: `(type, reason, note)`.
+fn events_on_helmrelease(fake: &FakeApiServer) -> Vec<(String, String, String)> {
+    let mut events: Vec<Value> = fake
+        .list("events.k8s.io/v1", "Event", Some(NS))
+        .into_iter()
+        .filter(|e| e["regarding"]["kind"] == "HelmRelease")
+        .collect();
+    events.sort_by_key(|e| {
+        e["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .parse::<u64>()
+            .unwrap_or_default()
+    });
+    events
+        .iter()
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (text("type"), text("reason"), text("note"))
+        })
+        .collect()
 }

@@ -11,6 +11,7 @@ use axum::http::{Method, Request, StatusCode, header};
 use axum::response::Response;
 use flux_converger::flux::event::{SignatureAlgorithm, sign};
 use flux_converger::http::{AppState, HookAuth, metrics_router, router};
+use flux_converger::model::{RevisionState, StatefulSetOutcome};
 use flux_converger::records::metrics;
 use serde_json::{Value, json};
 use standin::{StandIn, seeded};
@@ -736,6 +737,48 @@ async fn dashboard_rows_show_state_refusal_and_failure() {
     assert!(page.contains(r#"href="/kustomizations/apps/web""#));
 }
 
+/// The overview lists every kind the service gates, each row driven by its kind: a HelmRelease
+/// row next to the Kustomizations, its state from its own records, its link its own page.
+#[tokio::test]
+async fn dashboard_lists_helmreleases_next_to_kustomizations() {
+    let mut refused = standin::record(
+        "v2",
+        RevisionState::Refused,
+        "2026-11-30T09:00:00Z",
+        Some("2026-11-30T09:00:01Z"),
+    );
+    refused.statefulsets = vec![standin::set("apps", "cache", StatefulSetOutcome::Refused)];
+    refused.statefulsets[0].refusal = Some(flux_converger::model::RefusalEntry {
+        code: flux_converger::model::RefusalCode::Shrink,
+        message: "template data of apps/cache: 1Gi is smaller than the live 2Gi".into(),
+    });
+    let app = App::new(
+        seeded().with_helm_release("apps", "cache", vec![refused]),
+        HookAuth::default(),
+    );
+    let (status, page, _) = app.get("/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page.matches("<tr class=\"row ").count(), 7);
+    assert!(
+        page.contains(
+            r#"<tr class="row state-refused" data-kind="HelmRelease" data-namespace="apps" data-name="cache">"#
+        ),
+        "{page}"
+    );
+    assert!(page.contains(r#"href="/helmreleases/apps/cache""#));
+    assert!(page.contains(r#"<span class="kind">HelmRelease</span>"#));
+    // Its refusal's code is read from its own newest record.
+    assert_eq!(
+        page.matches(r#"<span class="code">shrink</span>"#).count(),
+        2
+    );
+    let (_, page, _) = app.get("/?state=refused&namespace=apps").await;
+    assert_eq!(page.matches("<tr class=\"row ").count(), 2, "{page}");
+    let (status, page, _) = app.get("/helmreleases/apps/cache").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("apps/cache"));
+}
+
 /// A revision whose followed claims (issue #40) are grown, resizing and infeasible: the
 /// overview shows a volume column and the infeasible claim as loudly as a refusal; the
 /// drill-down a row per claim with capacity → request, its state and what to do.
@@ -750,6 +793,8 @@ fn with_volumes() -> StandIn {
         state,
         message: message.map(str::to_string),
         since: "2026-12-01T10:05:00Z".into(),
+        attributes: None,
+        restart: None,
     };
     let mut r = standin::record(
         "main@sha1:7",

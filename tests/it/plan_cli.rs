@@ -519,6 +519,15 @@ fn each_refusal_code_reaches_the_json() {
             "other-immutable",
             grown.replace(
                 "    spec:\n      accessModes",
+                "    spec:\n      dataSource: {kind: PersistentVolumeClaim, name: seed}\n      accessModes",
+            ),
+        ),
+        // A template moved to another VolumeAttributesClass is carried since issue #38 (it was
+        // `other-immutable`): refused only when the class is not there, as in this state.
+        (
+            "volume-attributes-class-missing",
+            grown.replace(
+                "    spec:\n      accessModes",
                 "    spec:\n      volumeAttributesClassName: gold\n      accessModes",
             ),
         ),
@@ -1313,5 +1322,138 @@ fn the_commands_script_without_a_planned_uid_binds_the_delete_to_the_one_it_read
     assert!(
         run.stdout
             .contains(r#""preconditions":{"uid":"%s"}}' "$uid_0""#)
+    );
+}
+
+/// A template moved to another VolumeAttributesClass (issue #38): planned with each claim to
+/// move, as JSON, text and the careful commands; refused with its code when the class is not in
+/// the cluster state, as for the other codes.
+#[test]
+fn a_class_move_is_planned_and_a_missing_class_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sts = |class: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: db, namespace: shop, uid: u-db}}\n\
+             spec:\n  serviceName: db\n  replicas: 2\n  selector: {{matchLabels: {{app: db}}}}\n  \
+             template: {{metadata: {{labels: {{app: db}}}}, spec: {{containers: [{{name: db, image: postgres}}]}}}}\n  \
+             volumeClaimTemplates:\n  - metadata: {{name: data}}\n    spec: {{accessModes: [ReadWriteOnce], \
+             storageClassName: expandable, volumeAttributesClassName: {class}, resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        )
+    };
+    let claim = |i: u32, class: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data-db-{i}, namespace: shop}}\n\
+             spec: {{accessModes: [ReadWriteOnce], storageClassName: expandable, volumeAttributesClassName: {class}, \
+             resources: {{requests: {{storage: 1Gi}}}}}}\nstatus: {{phase: Bound, capacity: {{storage: 1Gi}}}}\n"
+        )
+    };
+    let classes = "---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: expandable}\n\
+                   provisioner: x\nallowVolumeExpansion: true\n";
+    let gold = "---\napiVersion: storage.k8s.io/v1\nkind: VolumeAttributesClass\nmetadata: {name: gold}\n\
+                driverName: ebs.csi.aws.com\nparameters: {iops: \"6000\"}\n";
+    let desired = file(&dir, "desired.yaml", &sts("gold"));
+    let state = format!(
+        "{}{}{}{classes}{gold}",
+        sts("silver"),
+        claim(0, "silver"),
+        claim(1, "gold")
+    );
+    let state = file(&dir, "state.yaml", &state);
+    let run = plan(
+        &["-f", &desired, "--cluster-state", &state, "-o", "json"],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let out: Value = serde_json::from_str(&run.stdout).unwrap();
+    let p = &out["plans"][0];
+    assert_eq!(p["recreate"], true);
+    assert_eq!(p["changes"][0]["class"], "volume-attributes-class");
+    assert_eq!(
+        p["changes"][0]["field"],
+        "spec.volumeClaimTemplates[data].spec.volumeAttributesClassName"
+    );
+    assert_eq!(
+        p["modify"],
+        json!([{"claim": "data-db-0", "template": "data", "from": "silver", "to": "gold"}]),
+        "data-db-1 has the class already: left alone"
+    );
+    let run = plan(&["-f", &desired, "--cluster-state", &state], None);
+    assert_eq!(run.code, 0);
+    assert!(
+        run.stdout.contains(
+            "  move claim data-db-0 (data) to VolumeAttributesClass \"gold\": from \"silver\""
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("change volume-attributes-class"),
+        "{}",
+        run.stdout
+    );
+    let run = plan(
+        &["-f", &desired, "--cluster-state", &state, "-o", "commands"],
+        None,
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(
+            r#"kubectl patch pvc data-db-0 -n shop --type json -p '[{"op":"test","path":"/spec/volumeAttributesClassName","value":"silver"},{"op":"add","path":"/spec/volumeAttributesClassName","value":"gold"}]'"#
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("pvc data-db-1"), "{}", run.stdout);
+
+    // The class is not in the cluster state: refused, exit 3, as every refusal.
+    let without = format!(
+        "{}{}{}{classes}",
+        sts("silver"),
+        claim(0, "silver"),
+        claim(1, "silver")
+    );
+    let without = file(&dir, "without.yaml", &without);
+    let run = plan(
+        &["-f", &desired, "--cluster-state", &without, "-o", "json"],
+        None,
+    );
+    assert_eq!(run.code, 3, "{}", run.stdout);
+    let out: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        out["refusals"][0]["code"],
+        "volume-attributes-class-missing"
+    );
+    let run = plan(
+        &[
+            "-f",
+            &desired,
+            "--cluster-state",
+            &without,
+            "-o",
+            "commands",
+        ],
+        None,
+    );
+    assert_eq!(run.code, 3);
+    assert!(
+        run.stdout.contains("volume-attributes-class-missing"),
+        "{}",
+        run.stdout
+    );
+    // Removed: its own code.
+    let removed = file(
+        &dir,
+        "removed.yaml",
+        &sts("silver").replace(", volumeAttributesClassName: silver", ""),
+    );
+    let run = plan(
+        &["-f", &removed, "--cluster-state", &state, "-o", "json"],
+        None,
+    );
+    assert_eq!(run.code, 3, "{}", run.stdout);
+    let out: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        out["refusals"][0]["code"],
+        "volume-attributes-class-removed"
     );
 }

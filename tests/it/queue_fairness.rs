@@ -80,7 +80,8 @@ fn config() -> Config {
         .build()
 }
 
-/// Backoffs far shorter than a pass over the backlog: every failing Kustomization is due
+/// Backoffs (and the failing Kustomizations' `retryInterval`) far shorter than a pass over
+/// the backlog: every failing Kustomization is due
 /// again long before the others have had their turn, so the retry lane never empties (the
 /// worst case for a newcomer; with the default backoff the same holds after each resync).
 fn tuning() -> Tuning {
@@ -92,6 +93,7 @@ fn tuning() -> Tuning {
             jitter: 0.0,
         },
         shutdown_grace: Duration::from_secs(30),
+        restart_retry: Duration::from_secs(10),
     }
 }
 
@@ -114,7 +116,11 @@ fn seed_failing(fake: &FakeApiServer, port: u16) {
                 "digest": format!("sha256:{}", "0".repeat(64)), "path": "x",
                 "lastUpdateTime": "2026-01-01T00:00:00Z"}}
         }));
-        fake.seed(kustomization(NS, &name, &name, "./", None, false));
+        // Its own retry schedule, as kustomize-controller's, is what a failure waits: short,
+        // so every failing Kustomization is due again long before the backlog is through.
+        let mut ks = kustomization(NS, &name, &name, "./", None, false);
+        ks["spec"]["retryInterval"] = json!("20ms");
+        fake.seed(ks);
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use check::{Access, Grant};
 use fake_apiserver::authz::RbacRequest;
-use fake_apiserver::{FakeApiServer, Fault, FaultRule, GcMode, Method};
+use fake_apiserver::{FakeApiServer, Fault, FaultRule, GcMode, KubeVersion, Method};
 use flux_converger::cluster::{Cluster as _, KubeCluster, WaitOutcome, impersonating_client};
 use flux_converger::converge::{Options, converge};
 use flux_converger::flux::artifact::{FetchOptions, Fetcher};
@@ -333,6 +333,129 @@ async fn leader_election() -> Vec<RbacRequest> {
 /// The service's records and Events (svc-gate's `Results` and `EventSink`): a revision's record
 /// written `running` then final (create, then replace with its resourceVersion), loaded back as
 /// at startup, and an Event published twice on the Kustomization (a create, then the series patch).
+/// Issue #38 under the shipped roles: a template moved to another VolumeAttributesClass
+/// (discovery and the class read as the converger, each claim patched to it), then the claims'
+/// follow on a StatefulSet that opts in to `restart-for-resize`: its pods watched, the pod of a
+/// `filesystem-pending` claim evicted.
+async fn attributes_and_restart() -> Vec<RbacRequest> {
+    use flux_converger::model::{
+        GateMode, Key, Kind, RevisionRecord, RevisionState, Trigger, Volume, VolumeState,
+    };
+    use flux_converger::records::events::{EventSink, EventTarget};
+    use flux_converger::records::results::Results;
+    use flux_converger::service::volumes::{FollowerConfig, VolumeFollower};
+    flux_converger::tls::install_crypto_provider();
+    let fake = FakeApiServer::with_version(KubeVersion::V1_36);
+    fake.seed(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
+    fake.seed_yaml(&fixture("v1.28/storageclasses.yaml"));
+    fake.seed(
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+                     "metadata": {"name": "gold"}, "driverName": "ebs.csi.aws.com"}),
+    );
+    fake.enable_statefulset_controller();
+    fake.set_pods_ready(true);
+    let with_class = |size: &str| {
+        let mut sts = statefulset(size);
+        sts.metadata.annotations = Some(
+            [(
+                "flux-converger.io/restart-for-resize".to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        if let Some(t) = sts
+            .spec
+            .as_mut()
+            .and_then(|s| s.volume_claim_templates.as_mut())
+        {
+            t[0].spec.as_mut().unwrap().volume_attributes_class_name = Some("gold".into());
+        }
+        sts
+    };
+    let cluster = KubeCluster::new(fake.client(), Duration::from_secs(5));
+    cluster.apply(&statefulset("1Gi")).await.unwrap();
+    fake.bind_when_made([(NS, "data-web-0"), (NS, "data-web-1")])
+        .await
+        .unwrap();
+    check::install(&fake);
+    fake.clear_rbac_requests();
+    let journal = journal(fake.client());
+    let report = converge(&cluster, &journal, &with_class("2Gi"), &opts())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, flux_converger::converge::Outcome::Converged);
+    fake.gc_settled().await;
+    // data-web-0 grew; data-web-1 grew offline: the node finishes it when its pod mounts it
+    // again.
+    fake.modify("v1", "PersistentVolumeClaim", Some(NS), "data-web-0", |c| {
+        c["status"]["capacity"] = json!({"storage": "2Gi"});
+    });
+    fake.modify("v1", "PersistentVolumeClaim", Some(NS), "data-web-1", |c| {
+        c["status"]["allocatedResourceStatuses"] = json!({"storage": "NodeResizePending"});
+        c["status"]["allocatedResources"] = json!({"storage": "2Gi"});
+    });
+    let results = Results::new(
+        fake.client(),
+        check::NAMESPACE.into(),
+        Duration::from_secs(5),
+    );
+    let mut record = RevisionRecord::new(
+        "main@sha1:2",
+        Trigger::Watch,
+        jiff::Timestamp::now().to_string(),
+        RevisionState::Converged,
+        GateMode::Reconcile,
+        Some(1),
+    );
+    record.statefulsets = vec![flux_converger::records::entry::from_report(&report)];
+    for v in &mut record.statefulsets[0].volumes {
+        *v = Volume {
+            state: VolumeState::Requested,
+            ..v.clone()
+        };
+    }
+    results.put(NS, "apps", record.clone()).await.unwrap();
+    let follower = VolumeFollower::new(FollowerConfig {
+        client: fake.client(),
+        results: vec![(Kind::KUSTOMIZATION, results.clone())],
+        events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
+        metrics: Default::default(),
+        resize_timeout: Duration::from_secs(1800),
+        call_timeout: Duration::from_secs(5),
+        statefulsets: None,
+        restart_retry: Duration::from_millis(200),
+    });
+    let key = Key::kustomization(NS, "apps");
+    follower.follow(
+        Kind::KUSTOMIZATION,
+        &key,
+        &record,
+        EventTarget::named(Kind::KUSTOMIZATION, &key),
+        true,
+    );
+    for _ in 0..500 {
+        let asked = fake.rbac_requests();
+        let sent = |verb: &str, what: &str| {
+            asked
+                .iter()
+                .any(|r| r.verb == verb && r.resource_path() == what && r.allowed)
+        };
+        if sent("create", "pods/eviction") && sent("watch", "pods") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    follower.stop();
+    assert!(
+        fake.rbac_requests()
+            .iter()
+            .any(|r| r.resource_path() == "pods/eviction" && r.verb == "create"),
+        "{:?}",
+        fake.rbac_requests()
+    );
+    fake.rbac_requests()
+}
+
 async fn records_and_events() -> Vec<RbacRequest> {
     use flux_converger::model::{RevisionRecord, RevisionState};
     use flux_converger::records::events::{EventSink, RevisionEvent, Severity};
@@ -951,8 +1074,9 @@ fn asked_access(a: &Asked) -> Access {
 /// The service under an install whose ClusterRole lacks `create` on StatefulSets (the shipped
 /// one before the re-apply was known to be a create): it starts, but `/readyz` stays 503 and
 /// names the missing permission, before any revision could orphan-delete a StatefulSet.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
+/// Checked with two rules reviews (its namespace and cluster-wide) and one access review: the
+/// permission the rules do not show, asked on its own before it is reported.
+async fn lacking_create_statefulsets() -> Vec<RbacRequest> {
     let fake = FakeApiServer::new();
     check::install(&fake);
     fake.modify(
@@ -983,24 +1107,78 @@ async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
         body,
         "not ready: missing permissions: create statefulsets.apps cluster-wide\n"
     );
-    // Asked as itself, under its own identity, and only asked: the review is no write.
-    let asked: Vec<Access> = check::converger_accesses(&fake.rbac_requests())
+    // Asked as itself, under its own identity, and only asked: the reviews are no write.
+    let reviews = |resource: &str| -> Vec<Access> {
+        check::converger_accesses(&fake.rbac_requests())
+            .into_iter()
+            .filter(|a| a.resource == resource)
+            .collect()
+    };
+    assert_eq!(
+        reviews("selfsubjectrulesreviews").len(),
+        2,
+        "one rules review per namespace asked about: flux-system, and cluster-wide"
+    );
+    assert_eq!(
+        reviews("selfsubjectaccessreviews").len(),
+        1,
+        "one access review: the permission the rules do not show"
+    );
+    running.shutdown().await;
+    fake.rbac_requests()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_lacking_a_permission_is_not_ready_and_names_it() {
+    lacking_create_statefulsets().await;
+}
+
+/// Issue #38's grants are asked at start-up under the rules-review check like every other:
+/// an install without the VolumeAttributesClass and pod rules (an install from before #38)
+/// keeps `/readyz` at 503 naming the four, each confirmed missing by its own access review
+/// (the rules show none of them; `pods/eviction` is matched as a subresource).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_install_without_the_class_and_eviction_grants_is_not_ready_and_names_them() {
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    fake.modify(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRole",
+        None,
+        "flux-converger",
+        |role| {
+            let rules = role["rules"].as_array_mut().unwrap();
+            let before = rules.len();
+            rules.retain(|rule| {
+                ![
+                    json!(["volumeattributesclasses"]),
+                    json!(["pods"]),
+                    json!(["pods/eviction"]),
+                ]
+                .contains(&rule["resources"])
+            });
+            assert_eq!(
+                rules.len(),
+                before - 3,
+                "the shipped role has the three rules"
+            );
+        },
+    );
+    let running = flux_converger::service::start(service_config().build(), fake.client())
+        .await
+        .expect("the service starts");
+    let (code, body) = checked(running.addr).await;
+    assert_eq!(code, 503);
+    assert_eq!(
+        body,
+        "not ready: missing permissions: get volumeattributesclasses.storage.k8s.io cluster-wide, \
+         list pods cluster-wide, watch pods cluster-wide, create pods/eviction cluster-wide\n"
+    );
+    let confirmed = check::converger_accesses(&fake.rbac_requests())
         .into_iter()
         .filter(|a| a.resource == "selfsubjectaccessreviews")
-        .collect();
-    let expected = access::needed(&Needs {
-        namespace: check::NAMESPACE.into(),
-        leader_elect: true,
-        impersonating: false,
-        status_auth: false,
-        helm_releases: false,
-        argocd: false,
-    });
-    assert_eq!(
-        asked.len(),
-        expected.len(),
-        "one review per permission (no impersonation, status auth, HelmRelease records or Argo CD here)"
-    );
+        .count();
+    assert_eq!(confirmed, 4, "one access review per permission missing");
     running.shutdown().await;
 }
 
@@ -1038,6 +1216,12 @@ async fn the_argocd_lane_without_its_component_is_not_ready_and_names_it() {
          get appprojects.argoproj.io cluster-wide, list appprojects.argoproj.io cluster-wide, \
          watch appprojects.argoproj.io cluster-wide\n"
     );
+    // Each missing permission confirmed by its own access review (the rules show none).
+    let confirmed = check::converger_accesses(&fake.rbac_requests())
+        .into_iter()
+        .filter(|a| a.resource == "selfsubjectaccessreviews")
+        .count();
+    assert_eq!(confirmed, 8, "one access review per permission missing");
     running.shutdown().await;
 }
 
@@ -1053,14 +1237,17 @@ async fn checked(addr: std::net::SocketAddr) -> (u16, String) {
 }
 
 /// A review the API server does not answer says nothing about the permission: it is asked
-/// again, and the service becomes ready without ever reporting it missing.
+/// again, and the service becomes ready without ever reporting it missing. Run as the admin
+/// (`system:masters`), whose rights no rules review shows (that group is no RBAC rule on a
+/// real server either): every permission is then confirmed by an access review, so both
+/// kinds of review meet a fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_that_fails_is_retried_not_reported_missing() {
     let fake = FakeApiServer::new();
-    check::install(&fake);
-    for (nth, action) in [
-        (0, Fault::Drop),
+    for (path, nth, action) in [
+        ("/selfsubjectrulesreviews", 0, Fault::Drop),
         (
+            "/selfsubjectaccessreviews",
             1,
             Fault::Status {
                 code: 503,
@@ -1071,7 +1258,7 @@ async fn a_review_that_fails_is_retried_not_reported_missing() {
     ] {
         fake.add_fault(FaultRule {
             method: Some(Method::POST),
-            path_contains: "/selfsubjectaccessreviews".into(),
+            path_contains: path.into(),
             nth,
             action,
         });
@@ -1083,9 +1270,19 @@ async fn a_review_that_fails_is_retried_not_reported_missing() {
     let failed = fake
         .requests()
         .iter()
-        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews") && r.code != Some(201))
+        .filter(|r| r.path.contains("/selfsubject") && r.code != Some(201))
         .count();
     assert_eq!(failed, 2, "both faults were met and retried");
+    let confirmed = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/selfsubjectaccessreviews") && r.code == Some(201))
+        .count();
+    assert_eq!(
+        confirmed,
+        every_check().len() - 4,
+        "each permission confirmed once (no impersonation, status auth or HelmRelease records here)"
+    );
     running.shutdown().await;
 }
 
@@ -1104,12 +1301,14 @@ async fn a_kustomization_with_a_service_account_makes_impersonate_needed() {
         action: Fault::Delay(Duration::from_millis(1000)),
     });
     for nth in 0..80 {
-        fake.add_fault(FaultRule {
-            method: Some(Method::POST),
-            path_contains: "/selfsubjectaccessreviews".into(),
-            nth,
-            action: Fault::Delay(Duration::from_millis(100)),
-        });
+        for path in ["/selfsubjectaccessreviews", "/selfsubjectrulesreviews"] {
+            fake.add_fault(FaultRule {
+                method: Some(Method::POST),
+                path_contains: path.into(),
+                nth,
+                action: Fault::Delay(Duration::from_millis(100)),
+            });
+        }
     }
     fake.seed(json!({
         "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
@@ -1168,12 +1367,15 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(render_from_cluster().await);
     requests.extend(leader_election().await);
     requests.extend(records_and_events().await);
+    requests.extend(attributes_and_restart().await);
     requests.extend(gate_both_modes().await);
     requests.extend(helm_release().await);
     requests.extend(argocd_application().await);
     requests.extend(argocd_refresh().await);
     requests.extend(service_end_to_end().await);
     requests.extend(status_auth_reads().await);
+    // The access review is sent only for what the rules reviews do not show.
+    requests.extend(lacking_create_statefulsets().await);
     let accesses = check::converger_accesses(&requests);
     let grants = check::installed_grants();
 
@@ -1211,7 +1413,7 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     // review calls themselves aside), and the shipped roles grant all of it.
     let uncovered: Vec<&Access> = accesses
         .iter()
-        .filter(|a| a.resource != "selfsubjectaccessreviews")
+        .filter(|a| !a.resource.starts_with("selfsubject"))
         .filter(|a| !PERMISSIONS.iter().any(|p| covers(p, a)))
         .collect();
     assert!(

@@ -163,6 +163,7 @@ fn tuning() -> Tuning {
             jitter: 0.0,
         },
         shutdown_grace: Duration::from_secs(30),
+        restart_retry: Duration::from_secs(10),
     }
 }
 
@@ -747,6 +748,38 @@ async fn ready_although_a_source_crd_is_missing() {
         tries < 20,
         "ready only after the CRD answered: {tries} tries"
     );
+    running.shutdown().await;
+}
+
+/// A cluster without Flux (Argo CD alone): every list of Flux's kinds answers 404, as a server
+/// without their CRDs does. The service becomes ready all the same (the other kinds' service
+/// must not wait for a CRD that may never come), and keeps watching for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_although_flux_is_not_installed() {
+    let h = Harness::new();
+    for resource in [
+        "/kustomizations",
+        "/gitrepositories",
+        "/ocirepositories",
+        "/buckets",
+        "/externalartifacts",
+    ] {
+        for nth in 0..200 {
+            h.fake.add_fault(fake_apiserver::FaultRule {
+                method: Some(fake_apiserver::Method::GET),
+                path_contains: resource.into(),
+                nth,
+                action: fake_apiserver::Fault::Status {
+                    code: 404,
+                    reason: "NotFound".into(),
+                    message: "the server could not find the requested resource".into(),
+                },
+            });
+        }
+    }
+    let running = h.start(config(GateMode::Off)).await;
+    ready(&running).await;
+    assert_eq!(running.backend.ready(), Ok(()));
     running.shutdown().await;
 }
 

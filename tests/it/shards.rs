@@ -92,6 +92,7 @@ fn tuning(identity: &str) -> Tuning {
             jitter: 0.0,
         },
         shutdown_grace: Duration::from_secs(30),
+        restart_retry: Duration::from_secs(10),
     }
 }
 

@@ -323,6 +323,7 @@ async fn a_third_kind_is_gated_through_the_lane_by_implementing_the_trait_alone(
         lease: flux_converger::service::leadership::LeaseSettings::new("toy"),
         backoff: Default::default(),
         shutdown_grace: Duration::from_secs(5),
+        restart_retry: Duration::from_secs(10),
     };
     let (registry, metrics) = metrics::registry();
     let queue = Queue::new(tuning.backoff, metrics.queue_depth.clone());
@@ -406,12 +407,17 @@ async fn a_third_kind_is_gated_through_the_lane_by_implementing_the_trait_alone(
         .collect();
     assert_eq!(pods_before, pods_after, "a pod was replaced");
 
-    // Its records are ConfigMaps of its own kind.
-    let records: Vec<Value> = fake
-        .list("v1", "ConfigMap", Some(SERVICE_NS))
-        .into_iter()
-        .filter(|cm| cm["metadata"]["labels"]["flux-converger.io/record"] == "configmap-results")
-        .collect();
+    // Its records are ConfigMaps of its own kind (written after the record is in memory).
+    let records = || -> Vec<Value> {
+        fake.list("v1", "ConfigMap", Some(SERVICE_NS))
+            .into_iter()
+            .filter(|cm| {
+                cm["metadata"]["labels"]["flux-converger.io/record"] == "configmap-results"
+            })
+            .collect()
+    };
+    until(|| !records().is_empty()).await;
+    let records = records();
     assert_eq!(records.len(), 1, "{records:#?}");
     assert_eq!(
         records[0]["metadata"]["name"],

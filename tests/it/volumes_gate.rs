@@ -67,6 +67,7 @@ impl World {
             resize_timeout: Duration::from_secs(1800),
             call_timeout: T,
             statefulsets: None,
+            restart_retry: Duration::from_secs(10),
         });
         let gate = Gate::standalone(GateConfig {
             client: fake.client(),

@@ -44,6 +44,7 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
         resize_timeout: Duration::from_secs(1800),
         call_timeout: T,
         statefulsets: None,
+        restart_retry: Duration::from_secs(10),
     });
     let gate = Gate::standalone(GateConfig {
         client: fake.client(),

@@ -72,6 +72,7 @@ async fn world(version: KubeVersion, claims: &[&str], timeout: Duration) -> Worl
         resize_timeout: timeout,
         call_timeout: Duration::from_secs(5),
         statefulsets: None,
+        restart_retry: Duration::from_secs(10),
     });
     let resizer = Resizer::new(fake.client(), "ebs.csi.aws.com");
     World {
@@ -92,6 +93,8 @@ fn volume(claim: &str, state: VolumeState) -> Volume {
         state,
         message: None,
         since: jiff::Timestamp::now().to_string(),
+        attributes: None,
+        restart: None,
     }
 }
 
@@ -571,6 +574,7 @@ async fn a_new_leader_resumes_what_the_old_one_followed() {
         resize_timeout: Duration::from_secs(1800),
         call_timeout: Duration::from_secs(5),
         statefulsets: None,
+        restart_retry: Duration::from_secs(10),
     });
     next.resume();
     for _ in 0..500 {

@@ -125,6 +125,21 @@ impl Cluster for Copied {
     ) -> Result<(), CallError> {
         self.inner.resize_claim(ns, claim, storage, version).await
     }
+    async fn patch_claim(
+        &self,
+        ns: &str,
+        claim: &str,
+        patch: &flux_converger::cluster::ClaimPatch,
+        version: &str,
+    ) -> Result<(), CallError> {
+        self.inner.patch_claim(ns, claim, patch, version).await
+    }
+    async fn attribute_classes(
+        &self,
+        names: &std::collections::BTreeSet<String>,
+    ) -> Result<flux_converger::decide::AttributeClasses, CallError> {
+        self.inner.attribute_classes(names).await
+    }
     async fn resize_claim_dry_run(
         &self,
         ns: &str,

@@ -122,7 +122,7 @@ async fn a_converge_over_tls_costs_n_plus_12_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_converges_over_tls_in_n_plus_13_requests() {
+async fn the_cli_converges_over_tls_in_n_plus_12_requests() {
     let fake = world().await;
     let served = fake.serve_tls().await;
     let dir = tempfile::tempdir().unwrap();
@@ -141,13 +141,18 @@ async fn the_cli_converges_over_tls_in_n_plus_13_requests() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("converged"), "{text}");
     let log = fake.requests();
-    // The command first lists the intents earlier versions left as ConfigMaps (to move them
-    // into Secrets) and the intents an earlier run left (once per journal namespace each),
+    // The command first lists the intents an earlier run left (once per journal namespace),
     // then converges without loading the StatefulSet's intent again (the list just found
-    // none): N+13, the library's converge and the legacy list.
-    assert_eq!(log.len(), CLAIMS + 13, "{:#?}", lines(&log));
-    assert!(log[0].path.ends_with("/configmaps"), "{:#?}", lines(&log));
-    assert!(log[1].query.contains("labelSelector"), "{:#?}", lines(&log));
+    // none): N+12, the library's converge and that list. It does not look for the intent
+    // ConfigMaps of earlier versions unless asked (`--migrate-intents`).
+    assert_eq!(log.len(), CLAIMS + 12, "{:#?}", lines(&log));
+    assert!(
+        !log.iter().any(|r| r.path.contains("/configmaps")),
+        "{:#?}",
+        lines(&log)
+    );
+    assert!(log[0].path.ends_with("/secrets"), "{:#?}", lines(&log));
+    assert!(log[0].query.contains("labelSelector"), "{:#?}", lines(&log));
     let intent_gets = log
         .iter()
         .filter(|r| r.method == "GET" && r.path.contains("/secrets/"))
@@ -155,9 +160,101 @@ async fn the_cli_converges_over_tls_in_n_plus_13_requests() {
     assert_eq!(intent_gets, 0, "{:#?}", lines(&log));
 }
 
+/// `converge --migrate-intents` moves the intent ConfigMaps an earlier version left into
+/// Secrets (one list, then a create and a delete per ConfigMap) and says so; alone, it needs no
+/// file and converges nothing; with a file it moves them before it resumes and converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn converge_migrate_intents_moves_legacy_configmaps_only_when_asked() {
+    let fake = world().await;
+    let legacy = |name: &str| {
+        let mut desired: StatefulSet = serde_json::from_value(statefulset("2Gi")).unwrap();
+        desired.metadata.name = Some(name.into());
+        let intent = flux_converger::journal::Intent {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: "00000000-0000-0000-0000-000000000000".into(),
+            desired,
+            plan: serde_json::json!({"recreate": true}),
+            recorded_at: "2026-11-29T17:00:00Z".into(),
+            revision: None,
+            deleting: false,
+            act_as: None,
+            kustomization: None,
+        };
+        let mut cm = serde_json::to_value(
+            flux_converger::journal::intent_to_configmap("default", &intent).unwrap(),
+        )
+        .unwrap();
+        cm["apiVersion"] = serde_json::json!("v1");
+        cm["kind"] = serde_json::json!("ConfigMap");
+        fake.seed(cm);
+    };
+    legacy("gone");
+    let served = fake.serve().await;
+    let run = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_flux-converger"));
+        command
+            .arg("--kubeconfig")
+            .arg(&served.kubeconfig)
+            .args(args);
+        command.output().unwrap()
+    };
+    let configmaps = || fake.list("v1", "ConfigMap", Some("default")).len();
+    let secrets = || fake.list("v1", "Secret", Some("default")).len();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("web.yaml");
+    std::fs::write(&file, statefulset("1Gi").to_string()).unwrap();
+    // Without the flag, a converge leaves them alone (and sends no request about them).
+    fake.clear_requests();
+    let out = run(&["converge", "-f", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!((configmaps(), secrets()), (1, 0));
+    assert!(
+        !fake
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("/configmaps"))
+    );
+    // Alone: moved, said, nothing else done.
+    fake.clear_requests();
+    let out = run(&["converge", "--migrate-intents", "-n", "default"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let name = flux_converger::journal::intent_configmap_name("default", "gone");
+    assert_eq!(
+        stdout,
+        format!("moved legacy intent ConfigMap default/{name} into a Secret of the same name\n")
+    );
+    assert_eq!((configmaps(), secrets()), (0, 1));
+    let methods: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(methods.len(), 3, "{methods:#?}");
+    // With a file: moved first, then resumed and converged as always.
+    legacy("other");
+    let out = run(&[
+        "converge",
+        "--migrate-intents",
+        "-f",
+        file.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["dryRun"], false, "{summary}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("moved legacy intent ConfigMap"),
+        "{out:?}"
+    );
+    assert_eq!(configmaps(), 0);
+}
+
 /// The request trace an operator turns on (docs/operating.md): one JSON line per request at
 /// `debug` with the verb, method, path, status and duration, inside the StatefulSet's span,
-/// and exactly as many lines as the server saw requests (N+13 for `converge -f`).
+/// and exactly as many lines as the server saw requests (N+12 for `converge -f`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_trace_counts_a_converge_line_by_line() {
     let fake = world().await;
@@ -188,7 +285,7 @@ async fn the_request_trace_counts_a_converge_line_by_line() {
         .filter(|l| l["target"] == "flux_converger::wire" && l["message"] == "request")
         .collect();
     let log = fake.requests();
-    assert_eq!(log.len(), CLAIMS + 13, "{:#?}", lines(&log));
+    assert_eq!(log.len(), CLAIMS + 12, "{:#?}", lines(&log));
     assert_eq!(traced.len(), log.len(), "{stderr}");
     for (line, seen) in traced.iter().zip(&log) {
         assert_eq!(line["level"], "DEBUG", "{line}");
@@ -200,18 +297,16 @@ async fn the_request_trace_counts_a_converge_line_by_line() {
         assert!(line["verb"].as_str().is_some(), "{line}");
     }
     let verbs: Vec<&str> = traced.iter().filter_map(|l| l["verb"].as_str()).collect();
-    // docs/converge.md's N+13: the legacy intent ConfigMaps and the intents listed, the
-    // StatefulSet, the claims, the StorageClasses, the proof (two dry-run patches) and the
-    // pre-flight (a dry-run create), N claim patches, the intent recorded, the orphan delete,
-    // the watch until it is gone, the re-apply, the intent cleared.
-    let mut expected = vec![
-        "list", "list", "get", "list", "list", "patch", "patch", "create",
-    ];
+    // docs/converge.md's N+12: the intents listed, the StatefulSet, the claims, the
+    // StorageClasses, the proof (two dry-run patches) and the pre-flight (a dry-run create),
+    // N claim patches, the intent recorded, the orphan delete, the watch until it is gone,
+    // the re-apply, the intent cleared.
+    let mut expected = vec!["list", "get", "list", "list", "patch", "patch", "create"];
     expected.extend(std::iter::repeat_n("patch", CLAIMS));
     expected.extend(["patch", "delete", "watch", "patch", "delete"]);
     assert_eq!(verbs, expected, "{:#?}", lines(&log));
-    // Every request after the start's two intent lists is the StatefulSet's converge.
-    for line in &traced[2..] {
+    // Every request after the start's intent list is the StatefulSet's converge.
+    for line in &traced[1..] {
         assert_eq!(line["span"]["statefulset"], "default/web", "{line}");
     }
 }

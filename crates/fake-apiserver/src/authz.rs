@@ -166,6 +166,63 @@ fn rules_of(state: &State, role_ref: &Value, binding_ns: Option<&str>) -> Vec<Va
         .unwrap_or_default()
 }
 
+/// RBAC's rule resolution (`DefaultRuleResolver.VisitRulesFor`): the rules of every
+/// ClusterRoleBinding whose subjects include `who`, in list order, then those of the
+/// RoleBindings of `namespace`; and, for each binding whose role does not exist, the error the
+/// real resolver reports (`clusterrole.rbac.authorization.k8s.io "x" not found`). What a
+/// SelfSubjectRulesReview answers.
+pub fn rules_for(state: &State, who: &Identity, namespace: &str) -> (Vec<Value>, Vec<String>) {
+    let mut bindings: Vec<(Value, Option<String>)> = state
+        .list(&resources::CLUSTER_ROLE_BINDING, None)
+        .into_iter()
+        .map(|b| (b, None))
+        .collect();
+    bindings.extend(
+        state
+            .list(&resources::ROLE_BINDING, Some(namespace))
+            .into_iter()
+            .map(|b| (b, Some(namespace.to_string()))),
+    );
+    let mut rules = Vec::new();
+    let mut errors = Vec::new();
+    for (binding, ns) in &bindings {
+        let Some(subjects) = binding.get("subjects").and_then(Value::as_array) else {
+            continue;
+        };
+        if !subjects
+            .iter()
+            .any(|s| subject_matches(s, who, ns.as_deref()))
+        {
+            continue;
+        }
+        let role_ref = &binding["roleRef"];
+        let kind = role_ref["kind"].as_str().unwrap_or_default();
+        let name = role_ref["name"].as_str().unwrap_or_default();
+        let exists = match kind {
+            "ClusterRole" => state
+                .list(&resources::CLUSTER_ROLE, None)
+                .iter()
+                .any(|r| r["metadata"]["name"] == json!(name)),
+            "Role" => ns.as_deref().is_some_and(|ns| {
+                state
+                    .list(&resources::ROLE, Some(ns))
+                    .iter()
+                    .any(|r| r["metadata"]["name"] == json!(name))
+            }),
+            _ => false,
+        };
+        if !exists {
+            errors.push(format!(
+                "{}.rbac.authorization.k8s.io {name:?} not found",
+                kind.to_lowercase()
+            ));
+            continue;
+        }
+        rules.extend(rules_of(state, role_ref, ns.as_deref()));
+    }
+    (rules, errors)
+}
+
 /// RBAC's decision: a ClusterRoleBinding grants everywhere, a RoleBinding only in its namespace.
 pub fn allowed(state: &State, who: &Identity, a: &RbacRequest) -> bool {
     allowed_by(state, who, a).is_some()

@@ -37,6 +37,27 @@ pub struct DeleteOptions {
     pub dry_run: bool,
 }
 
+impl DeleteOptions {
+    /// The `uid` and `resourceVersion` preconditions against the stored `obj` (the real 409s).
+    pub fn check(&self, rt: &ResourceType, obj: &Value, name: &str) -> Result<(), ApiError> {
+        let uid = obj_uid(obj);
+        if let Some(wanted) = &self.uid
+            && wanted != uid
+        {
+            return Err(ApiError::precondition_uid(rt, name, wanted, uid));
+        }
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
+        if let Some(wanted) = &self.resource_version
+            && wanted != rv
+        {
+            return Err(ApiError::precondition_rv(rt, name, wanted, rv));
+        }
+        Ok(())
+    }
+}
+
 pub fn delete_options(query: &Query, body: &Value) -> Result<DeleteOptions, ApiError> {
     let policy = body
         .get("propagationPolicy")
@@ -96,24 +117,8 @@ pub fn delete(
     let Some(obj) = state.get(&key).cloned() else {
         return Err(ApiError::not_found(&t.rt, name));
     };
-    let uid = obj["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if let Some(wanted) = &opts.uid
-        && *wanted != uid
-    {
-        return Err(ApiError::precondition_uid(&t.rt, name, wanted, &uid));
-    }
-    let rv = obj["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    if let Some(wanted) = &opts.resource_version
-        && *wanted != rv
-    {
-        return Err(ApiError::precondition_rv(&t.rt, name, wanted, &rv));
-    }
+    let uid = obj_uid(&obj).to_string();
+    opts.check(&t.rt, &obj, name)?;
     if t.rt == resources::NAMESPACE {
         let (ns, commit) = begin_delete_namespace(state, name, opts.dry_run);
         return Ok(Written {

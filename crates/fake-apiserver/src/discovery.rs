@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::resources::{self, ResourceType};
 use super::response::json_response;
 use super::reviews;
-use super::store::Store;
+use super::store::{State, Store};
 
 fn verbs() -> Value {
     json!([
@@ -28,10 +28,19 @@ fn verbs() -> Value {
     ])
 }
 
-fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let types: Vec<&ResourceType> = resources::ALL
+/// Every type `state`'s server serves (its version and gates decide VolumeAttributesClass),
+/// the review APIs included.
+fn served(state: &State) -> Vec<&'static ResourceType> {
+    resources::ALL
         .iter()
+        .filter(|r| state.serves(r))
         .chain(reviews::ALL)
+        .collect()
+}
+
+fn resource_list(state: &State, group: &str, version: &str) -> Option<Value> {
+    let types: Vec<&ResourceType> = served(state)
+        .into_iter()
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if types.is_empty() {
@@ -64,6 +73,18 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if **rt == resources::POD {
+            // The eviction subresource takes a policy/v1 Eviction (`EvictionREST`).
+            list.push(json!({
+                "name": format!("{}/eviction", rt.plural),
+                "singularName": "",
+                "namespaced": true,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }));
+        }
         if rt.status_subresource {
             list.push(json!({
                 "name": format!("{}/status", rt.plural),
@@ -87,31 +108,34 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
-fn groups() -> Value {
-    let mut seen: Vec<(&str, &str)> = Vec::new();
-    for rt in resources::ALL
-        .iter()
-        .chain(reviews::ALL)
-        .filter(|r| !r.group.is_empty())
-    {
-        if !seen.contains(&(rt.group, rt.version)) {
-            seen.push((rt.group, rt.version));
+/// One entry per group, its served versions in the order the types list them (the stable one
+/// first, as the real server prefers it: `storage.k8s.io` lists `v1` before `v1beta1`).
+fn groups(state: &State) -> Value {
+    let mut seen: Vec<(&str, Vec<&str>)> = Vec::new();
+    for rt in served(state).into_iter().filter(|r| !r.group.is_empty()) {
+        match seen.iter_mut().find(|(g, _)| *g == rt.group) {
+            Some((_, versions)) if !versions.contains(&rt.version) => versions.push(rt.version),
+            Some(_) => {}
+            None => seen.push((rt.group, vec![rt.version])),
         }
     }
     let groups: Vec<Value> = seen
         .iter()
-        .map(|(g, v)| {
-            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        .map(|(g, vs)| {
+            let gvs: Vec<Value> = vs
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
+            json!({"name": g, "versions": gvs, "preferredVersion": gvs[0].clone()})
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-fn openapi_root() -> Value {
+fn openapi_root(state: &State) -> Value {
     let mut paths = serde_json::Map::new();
     let mut seen: Vec<(&str, &str)> = Vec::new();
-    for rt in resources::ALL {
+    for rt in resources::ALL.iter().filter(|r| state.serves(r)) {
         if seen.contains(&(rt.group, rt.version)) {
             continue;
         }
@@ -129,11 +153,11 @@ fn openapi_root() -> Value {
     json!({"paths": paths})
 }
 
-fn openapi_group_version(group: &str, version: &str) -> Option<Value> {
+fn openapi_group_version(state: &State, group: &str, version: &str) -> Option<Value> {
     let mut paths = serde_json::Map::new();
     for rt in resources::ALL
         .iter()
-        .filter(|r| r.group == group && r.version == version)
+        .filter(|r| state.serves(r) && r.group == group && r.version == version)
     {
         let ns = if rt.namespaced {
             "/namespaces/{namespace}"
@@ -206,14 +230,14 @@ pub fn answer(store: &Store, method: &Method, path: &str) -> Option<Response<Bod
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}],
         }),
-        ["apis"] => groups(),
-        ["api", v] => resource_list("", v)?,
-        ["apis", g, v] => resource_list(g, v)?,
-        ["openapi", "v3"] => openapi_root(),
-        ["openapi", "v3", "api", v] => openapi_group_version("", v)?,
-        ["openapi", "v3", "apis", g, v] => openapi_group_version(g, v)?,
+        ["apis"] => groups(&store.lock()),
+        ["api", v] => resource_list(&store.lock(), "", v)?,
+        ["apis", g, v] => resource_list(&store.lock(), g, v)?,
+        ["openapi", "v3"] => openapi_root(&store.lock()),
+        ["openapi", "v3", "api", v] => openapi_group_version(&store.lock(), "", v)?,
+        ["openapi", "v3", "apis", g, v] => openapi_group_version(&store.lock(), g, v)?,
         ["apis", g] => {
-            let all = groups();
+            let all = groups(&store.lock());
             all["groups"]
                 .as_array()?
                 .iter()

@@ -11,6 +11,7 @@ use super::authz;
 use super::deletion;
 use super::discovery;
 use super::errors::ApiError;
+use super::eviction;
 use super::faults::{self, Fault, RequestRecord};
 use super::query::Query;
 use super::request::{Target, content_type, is_dry_run};
@@ -63,6 +64,7 @@ pub fn route(path: &str) -> Option<Target> {
     if let Some(s) = &sub
         && !(s == "status" && rt.status_subresource)
         && !(s == "scale" && rt == resources::STATEFULSET)
+        && !(s == "eviction" && rt == resources::POD)
     {
         return None;
     }
@@ -137,10 +139,11 @@ pub async fn handle(
     answered(dispatch(&store, &parts, &path, &query, &body, body_json))
 }
 
-/// A path nothing is served at. Built-in group/versions answer a JSON `Status` 404; paths
-/// under a custom resource group, or under no group at all, fall through to the real server's
-/// mux, which answers the plain text `404 page not found`.
-fn unrouted(path: &str) -> Response<Body> {
+/// A path nothing is served at. Built-in group/versions this server serves answer a JSON
+/// `Status` 404; paths under a custom resource group, a group version the server does not
+/// serve (`storage.k8s.io/v1beta1` without its runtime-config), or under no group at all,
+/// fall through to the real server's mux, which answers the plain text `404 page not found`.
+fn unrouted(store: &Store, path: &str) -> Response<Body> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let group_version = match segs.as_slice() {
         ["api", v, ..] => Some(("", *v)),
@@ -148,8 +151,10 @@ fn unrouted(path: &str) -> Response<Body> {
         _ => None,
     };
     let built_in = group_version.is_some_and(|(g, v)| {
+        let state = store.lock();
         resources::ALL
             .iter()
+            .filter(|r| state.serves(r))
             .chain(reviews::ALL)
             .any(|r| r.group == g && r.version == v && !r.custom)
     });
@@ -186,8 +191,8 @@ fn dispatch(
             Err(e) => error_response(&e),
         };
     }
-    let Some(target) = route(path) else {
-        return unrouted(path);
+    let Some(target) = route(path).filter(|t| store.lock().serves(&t.rt)) else {
+        return unrouted(store, path);
     };
     if let Err(e) = authz::authorize(&mut store.lock(), parts, &target, query, &body) {
         return error_response(&e);
@@ -197,6 +202,12 @@ fn dispatch(
             verbs::write(store, |s| {
                 scale::handle(s, parts, &target, name, query, raw_body, body)
             })
+        }
+        (&Method::POST, Some(name)) if target.subresource.as_deref() == Some("eviction") => {
+            verbs::write(store, |s| eviction::evict(s, &target, name, query, body))
+        }
+        (_, Some(_)) if target.subresource.as_deref() == Some("eviction") => {
+            Err(ApiError::method_not_allowed())
         }
         (&Method::GET, Some(name)) => verbs::get(store, &target, name, verbs::as_table(parts)),
         (&Method::GET, None) if query.flag("watch") => {

@@ -80,6 +80,7 @@ mod reviews;
 mod apply;
 mod commit;
 mod deletion;
+mod eviction;
 mod pipeline;
 mod scale;
 mod writes;
@@ -101,10 +102,11 @@ use serde_json::{Value, json};
 
 pub use authz::RbacRequest;
 pub use errors::ApiError;
+pub use eviction::{DISRUPTION_BUDGET_CAUSE, VIOLATES_BUDGET};
 pub use faults::{Fault, FaultRule, RequestRecord};
 pub use http::Method;
 pub use serve::Served;
-pub use version::{GcMode, KubeVersion};
+pub use version::{AttributesClasses, GcMode, KubeVersion};
 
 use commit::{Change, Commit};
 use controllers::statefulset;
@@ -474,6 +476,19 @@ impl FakeApiServer {
     /// they are); every other template change is still forbidden.
     pub fn enable_claim_template_updates(&self) {
         self.lock().claim_template_updates = true;
+    }
+
+    /// Emulates a 1.32 server started with `--feature-gates=VolumeAttributesClass=true` and
+    /// `--runtime-config=storage.k8s.io/v1beta1=true`: VolumeAttributesClass served as
+    /// `storage.k8s.io/v1beta1`, a Bound claim's class mutable. 1.36 has it on (locked, `v1`)
+    /// and 1.28 predates it: nothing changes for those.
+    pub fn enable_volume_attributes_class(&self) {
+        self.lock().attributes_class_gate = true;
+    }
+
+    /// How this server serves VolumeAttributesClass (its version and gate).
+    pub fn attributes_classes(&self) -> AttributesClasses {
+        self.lock().attributes_classes()
     }
 
     /// Turns on the minimal StatefulSet controller (claims, pods, ControllerRevisions,

@@ -138,6 +138,7 @@ pub fn create_object(
     admission::namespace_lifecycle(state, rt, namespace, &name)?;
     semantics::admit_create(state, rt, &mut obj);
     semantics::default(rt, &mut obj, state.version);
+    semantics::drop_disabled(rt, &mut obj, None, state.attributes_classes());
     crd_schema::admit(rt, &mut obj, state.version)?;
     semantics::validate_create(rt, &obj, state.version)?;
     // Validating admission runs after validation and before the store looks for an existing
@@ -329,10 +330,19 @@ pub fn update_object(
     }
     crd_schema::admit(rt, &mut new, state.version)?;
     if on_status {
-        semantics::status_update(rt, &mut new, old, state.version)?;
+        semantics::status_update(rt, &mut new, old, state.version, state.attributes_classes())?;
     } else {
         semantics::default(rt, &mut new, state.version);
-        semantics::validate_update(rt, &new, old, state.version, state.claim_template_updates)?;
+        let classes = state.attributes_classes();
+        semantics::drop_disabled(rt, &mut new, Some(old), classes);
+        semantics::validate_update(
+            rt,
+            &new,
+            old,
+            state.version,
+            state.claim_template_updates,
+            classes,
+        )?;
         semantics::admit_update(state, rt, &new, old)?;
     }
     if let Managed::Update(manager) = &opts.managed {

@@ -1,6 +1,8 @@
 //! The resource types the fake serves: one table drives routing, discovery, error wording and
 //! the per-type storage rules (status subresource, generation, what DELETE answers).
 
+use super::version::AttributesClasses;
+
 /// One served resource type, as the real API server registers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ResourceType {
@@ -195,6 +197,36 @@ pub const STORAGE_CLASS: ResourceType = builtin(
     &["sc"],
     false,
 );
+/// VolumeAttributesClass (KEP-3751), cluster-scoped: `storage.k8s.io/v1` from 1.34. Served
+/// only where the version says so ([`served`]).
+pub const VOLUME_ATTRIBUTES_CLASS: ResourceType = builtin(
+    "storage.k8s.io",
+    "v1",
+    "VolumeAttributesClass",
+    "volumeattributesclasses",
+    "volumeattributesclass",
+    &["vac"],
+    false,
+);
+/// The beta of 1.31 to 1.33, `storage.k8s.io/v1beta1`: one storage with [`VOLUME_ATTRIBUTES_CLASS`].
+pub const VOLUME_ATTRIBUTES_CLASS_BETA: ResourceType = ResourceType {
+    version: "v1beta1",
+    ..VOLUME_ATTRIBUTES_CLASS
+};
+/// `policy/v1` PodDisruptionBudget: what the eviction subresource checks.
+pub const POD_DISRUPTION_BUDGET: ResourceType = ResourceType {
+    status_subresource: true,
+    has_generation: true,
+    ..builtin(
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        "poddisruptionbudget",
+        &["pdb"],
+        true,
+    )
+};
 pub const LEASE: ResourceType = builtin(
     "coordination.k8s.io",
     "v1",
@@ -354,6 +386,9 @@ pub const ALL: &[ResourceType] = &[
     STATEFULSET,
     CONTROLLER_REVISION,
     STORAGE_CLASS,
+    VOLUME_ATTRIBUTES_CLASS,
+    VOLUME_ATTRIBUTES_CLASS_BETA,
+    POD_DISRUPTION_BUDGET,
     LEASE,
     KUSTOMIZATION,
     HELM_RELEASE,
@@ -371,6 +406,18 @@ pub const ALL: &[ResourceType] = &[
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
 ];
+
+/// Whether a server whose VolumeAttributesClass support is `classes` serves `rt`: every type
+/// but the two versions of VolumeAttributesClass always; those as the version says.
+pub fn served(rt: &ResourceType, classes: AttributesClasses) -> bool {
+    if *rt == VOLUME_ATTRIBUTES_CLASS {
+        classes == AttributesClasses::Ga
+    } else if *rt == VOLUME_ATTRIBUTES_CLASS_BETA {
+        classes == AttributesClasses::Beta
+    } else {
+        true
+    }
+}
 
 /// The type served at `group/version` under `plural`.
 pub fn by_path(group: &str, version: &str, plural: &str) -> Option<ResourceType> {

@@ -45,6 +45,12 @@ pub const SELF_SUBJECT_ACCESS_REVIEW: ResourceType = review(
     "selfsubjectaccessreviews",
 );
 
+pub const SELF_SUBJECT_RULES_REVIEW: ResourceType = review(
+    "authorization.k8s.io",
+    "SelfSubjectRulesReview",
+    "selfsubjectrulesreviews",
+);
+
 pub const TOKEN_REVIEW: ResourceType =
     review("authentication.k8s.io", "TokenReview", "tokenreviews");
 pub const SUBJECT_ACCESS_REVIEW: ResourceType = review(
@@ -57,6 +63,7 @@ pub const SUBJECT_ACCESS_REVIEW: ResourceType = review(
 pub const ALL: &[ResourceType] = &[
     SELF_SUBJECT_REVIEW,
     SELF_SUBJECT_ACCESS_REVIEW,
+    SELF_SUBJECT_RULES_REVIEW,
     TOKEN_REVIEW,
     SUBJECT_ACCESS_REVIEW,
 ];
@@ -123,6 +130,9 @@ pub fn answer(state: &State, parts: &http::request::Parts, t: &Target, body: &Va
         return token_review(state, body);
     }
     let mut who = authz::requester(state, parts);
+    if t.rt == SELF_SUBJECT_RULES_REVIEW {
+        return rules_review(state, &who, body);
+    }
     if t.rt == SUBJECT_ACCESS_REVIEW {
         // The subject is the spec's user and groups, as given: nothing is added to them.
         let spec = &body["spec"];
@@ -228,6 +238,78 @@ pub fn answer(state: &State, parts: &http::request::Parts, t: &Target, body: &Va
             "apiVersion": "authorization.k8s.io/v1",
             "metadata": metadata,
             "spec": spec,
+            "status": status,
+        }),
+    ))
+}
+
+/// A SelfSubjectRulesReview, as `selfsubjectrulesreview.REST.Create` answers it: 400
+/// `no namespace on request` without `spec.namespace`; else only a `status` (the spec is not
+/// echoed: the real handler builds a new object) with the requester's RBAC rules in that
+/// namespace (`authz::rules_for`: every ClusterRoleBinding's, then the namespace's
+/// RoleBindings', a rule with resources listed under `resourceRules`, one with
+/// non-resource URLs under `nonResourceRules`), `incomplete: false`, and `evaluationError`
+/// naming a binding whose role is missing. `system:masters` is no rule resolver on a real
+/// server either: its members see their RBAC rules only.
+fn rules_review(state: &State, who: &Identity, body: &Value) -> VerbResult {
+    let namespace = body["spec"]["namespace"].as_str().unwrap_or_default();
+    if namespace.is_empty() {
+        return Err(ApiError::bad_request("no namespace on request"));
+    }
+    let (rules, errors) = authz::rules_for(state, who, namespace);
+    let list = |rule: &Value, key: &str| {
+        rule.get(key)
+            .filter(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+            .cloned()
+    };
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for rule in &rules {
+        if list(rule, "resources").is_some() {
+            let mut r = serde_json::Map::new();
+            r.insert(
+                "verbs".into(),
+                rule.get("verbs").cloned().unwrap_or(json!([])),
+            );
+            for key in ["apiGroups", "resources", "resourceNames"] {
+                if let Some(v) = list(rule, key) {
+                    r.insert(key.into(), v);
+                }
+            }
+            resource_rules.push(Value::Object(r));
+        }
+        if let Some(urls) = list(rule, "nonResourceURLs") {
+            non_resource_rules.push(json!({
+                "verbs": rule.get("verbs").cloned().unwrap_or(json!([])),
+                "nonResourceURLs": urls,
+            }));
+        }
+    }
+    let mut status = json!({
+        "resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules,
+        "incomplete": false,
+    });
+    let mut seen = std::collections::HashSet::new();
+    let errors: Vec<String> = errors
+        .into_iter()
+        .filter(|e| seen.insert(e.clone()))
+        .collect();
+    if !errors.is_empty() {
+        // utilerrors.NewAggregate's text: duplicates once, one error as is, several `[a, b]`.
+        status["evaluationError"] = json!(if errors.len() == 1 {
+            errors[0].clone()
+        } else {
+            format!("[{}]", errors.join(", "))
+        });
+    }
+    Ok((
+        201,
+        json!({
+            "kind": "SelfSubjectRulesReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "spec": {},
             "status": status,
         }),
     ))

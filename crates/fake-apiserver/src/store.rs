@@ -13,7 +13,7 @@ use super::faults::{CreateDenial, FaultRule, RequestRecord};
 use super::identity::{RbacRequest, TokenUser};
 use super::query::Selectors;
 use super::resources::{self, ResourceType};
-use super::version::{GcMode, KubeVersion};
+use super::version::{AttributesClasses, GcMode, KubeVersion};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key {
@@ -167,6 +167,9 @@ pub struct State {
     /// KEP-4650's `StatefulSetUpdateVolumeClaimTemplate` gate is on (see
     /// `FakeApiServer::enable_claim_template_updates`).
     pub claim_template_updates: bool,
+    /// The server was started with the `VolumeAttributesClass` gate and its beta API on (see
+    /// `FakeApiServer::enable_volume_attributes_class`); only 1.32 reads it.
+    pub attributes_class_gate: bool,
 }
 
 impl State {
@@ -194,7 +197,18 @@ impl State {
             tokens: Vec::new(),
             create_denials: Vec::new(),
             claim_template_updates: false,
+            attributes_class_gate: false,
         }
+    }
+
+    /// How this server serves VolumeAttributesClass ([`KubeVersion::attributes_classes`]).
+    pub fn attributes_classes(&self) -> AttributesClasses {
+        self.version.attributes_classes(self.attributes_class_gate)
+    }
+
+    /// Whether this server serves `rt` at all (its version, its gates).
+    pub fn serves(&self, rt: &ResourceType) -> bool {
+        resources::served(rt, self.attributes_classes())
     }
 
     pub fn next_rv(&mut self) -> u64 {

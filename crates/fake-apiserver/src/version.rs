@@ -41,6 +41,47 @@ impl KubeVersion {
             KubeVersion::V1_36 => "v1.36.2",
         }
     }
+
+    /// How this version serves VolumeAttributesClass (KEP-3751), `switched_on` saying whether
+    /// the server was started with the `VolumeAttributesClass` feature gate and
+    /// `--runtime-config=storage.k8s.io/v1beta1=true` (`FakeApiServer::enable_volume_attributes_class`).
+    /// The gate (`pkg/features/kube_features.go`): alpha and off in 1.29, beta and still off by
+    /// default in 1.31, GA and on in 1.34, locked on in 1.36; the beta API is in
+    /// `storage.k8s.io/v1beta1`, a group version disabled by default like every beta API since
+    /// 1.24 (`betaAPIGroupVersionsDisabledByDefault`). 1.28 predates the field itself.
+    pub fn attributes_classes(&self, switched_on: bool) -> AttributesClasses {
+        match self {
+            KubeVersion::V1_28 => AttributesClasses::Absent,
+            KubeVersion::V1_32 if switched_on => AttributesClasses::Beta,
+            KubeVersion::V1_32 => AttributesClasses::Disabled,
+            KubeVersion::V1_36 => AttributesClasses::Ga,
+        }
+    }
+}
+
+/// Whether and how the emulated server serves VolumeAttributesClass and lets a claim's
+/// `spec.volumeAttributesClassName` change ([`KubeVersion::attributes_classes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttributesClasses {
+    /// Before 1.29: the claim has no such field (the decoder drops it), no API.
+    Absent,
+    /// The gate off (1.29 to 1.33 by default): the field exists, but a claim that did not
+    /// have a class does not get one (`DropDisabledFields`), an existing one may not change,
+    /// and no VolumeAttributesClass API is served.
+    Disabled,
+    /// The beta switched on (1.31 to 1.33): `storage.k8s.io/v1beta1`; a Bound claim's class
+    /// may change, not to nil or `""` once set.
+    Beta,
+    /// GA (1.34 and later): `storage.k8s.io/v1`; a Bound claim's class may change, to nil or
+    /// `""` only while `status.currentVolumeAttributesClassName` is unset.
+    Ga,
+}
+
+impl AttributesClasses {
+    /// The feature gate is on: the class of a Bound claim may change.
+    pub fn enabled(self) -> bool {
+        matches!(self, AttributesClasses::Beta | AttributesClasses::Ga)
+    }
 }
 
 /// How the simulated garbage collector (and the other finalizer-removing controllers) behave.

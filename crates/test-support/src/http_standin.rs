@@ -18,7 +18,8 @@ pub fn hostile_revision() -> String {
 }
 
 pub struct StandIn {
-    details: BTreeMap<(String, String), StatusDetail>,
+    /// Every kind's objects with their histories, by kind, namespace and name.
+    details: BTreeMap<(Kind, String, String), StatusDetail>,
     /// `Kind/namespace/name` of an event's object → the Kustomizations it queues.
     follows: BTreeMap<String, Vec<String>>,
     pub events: Mutex<Vec<Event>>,
@@ -51,9 +52,9 @@ impl StandIn {
         revisions: Vec<RevisionRecord>,
     ) -> Self {
         self.details.insert(
-            (namespace.to_string(), name.to_string()),
+            (Kind::KUSTOMIZATION, namespace.to_string(), name.to_string()),
             StatusDetail {
-                kind: flux_converger::model::Kind::KUSTOMIZATION,
+                kind: Kind::KUSTOMIZATION,
                 waiting: None,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
@@ -72,6 +73,33 @@ impl StandIn {
             .or_default()
             .push(format!("{namespace}/{name}"));
         self
+    }
+
+    /// Adds a HelmRelease (gate `reconcile`, no source) with its history, newest first.
+    pub fn with_helm_release(
+        mut self,
+        namespace: &str,
+        name: &str,
+        revisions: Vec<RevisionRecord>,
+    ) -> Self {
+        self.details.insert(
+            (Kind::HELM_RELEASE, namespace.to_string(), name.to_string()),
+            StatusDetail {
+                kind: Kind::HELM_RELEASE,
+                waiting: None,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                gate: GateMode::Reconcile,
+                source_revision: None,
+                hold: None,
+                revisions,
+            },
+        );
+        self
+    }
+
+    fn key(kind: Kind, namespace: &str, name: &str) -> (Kind, String, String) {
+        (kind, namespace.to_string(), name.to_string())
     }
 
     pub fn events(&self) -> Vec<Event> {
@@ -97,16 +125,12 @@ impl Backend for StandIn {
         queued
     }
 
-    /// Kustomizations only (the stand-in holds no other kind).
     fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<StatusRow> {
-        if kind != Kind::KUSTOMIZATION {
-            return Vec::new();
-        }
         self.details
             .values()
-            .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
+            .filter(|d| d.kind == kind && namespace.is_none_or(|ns| d.namespace == ns))
             .map(|d| StatusRow {
-                kind: flux_converger::model::Kind::KUSTOMIZATION,
+                kind: d.kind,
                 waiting: None,
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),
@@ -119,28 +143,20 @@ impl Backend for StandIn {
     }
 
     fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail> {
-        if kind != Kind::KUSTOMIZATION {
-            return None;
-        }
-        self.details
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+        self.details.get(&Self::key(kind, namespace, name)).cloned()
     }
 
     /// As the service's backend does (`Results::last`): the newest record alone, not a copy of
     /// the whole history.
     fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        if kind != Kind::KUSTOMIZATION {
-            return None;
-        }
         self.details
-            .get(&(namespace.to_string(), name.to_string()))
+            .get(&Self::key(kind, namespace, name))
             .and_then(|d| d.revisions.first().cloned())
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         match &self.not_ready {
-            Some(why) => Err(why.clone()),
+            Some(why) => Err(flux_converger::http::backend::NotReady::Other(why.clone())),
             None => Ok(()),
         }
     }
@@ -469,7 +485,7 @@ impl Backend for Versioned {
     fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.inner().last_record(kind, namespace, name)
     }
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         self.inner().ready()
     }
     fn version(&self) -> Option<u64> {

@@ -5,6 +5,13 @@
 //! with the real reasons and messages (kubernetes-csi/external-resizer, `pkg/controller` and
 //! `pkg/util`). Never a back door: a watch sees each step as it would on a cluster, and the fake
 //! validates each status write as a real server does (on 1.28 it drops the resize statuses).
+//!
+//! Its modify path plays the resizer's `modifycontroller` (issue #38): a claim moved to another
+//! VolumeAttributesClass goes `modifyVolumeStatus` `InProgress` (condition `ModifyingVolume`,
+//! Event `VolumeModify`), then `currentVolumeAttributesClassName` (Event
+//! `VolumeModifySuccessful`), or `Infeasible` (condition `ModifyVolumeError`, Event
+//! `VolumeModifyFailed`), or `Pending` for a class that does not exist; the server drops all of
+//! it where the feature is off, as a real one does.
 
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -205,6 +212,143 @@ impl Resizer {
             )
             .await?;
         self.event(ns, &claim, "Warning", "VolumeResizeFailed", &message)
+            .await
+    }
+
+    /// The claim's `spec.volumeAttributesClassName`, and its conditions but the modify ones.
+    async fn modify_target(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<(Value, String, Value), kube::Error> {
+        let claim = self.claim(ns, name).await?;
+        let class = claim["spec"]["volumeAttributesClassName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let kept: Vec<Value> = claim["status"]["conditions"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter(|c| c["type"] != "ModifyVolumeError" && c["type"] != "ModifyingVolume")
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok((claim, class, json!(kept)))
+    }
+
+    /// `markControllerModifyVolumeStatus(InProgress)`: the modification of the volume to the
+    /// claim's class starts.
+    pub async fn modify_start(&self, ns: &str, name: &str) -> Result<(), kube::Error> {
+        let (claim, class, mut conditions) = self.modify_target(ns, name).await?;
+        if let Some(cs) = conditions.as_array_mut() {
+            cs.push(json!({"type": "ModifyingVolume", "status": "True",
+                           "lastTransitionTime": now(), "message": "ModifyVolume operation in progress."}));
+        }
+        self.status(
+            ns,
+            name,
+            json!({
+                "modifyVolumeStatus": {"targetVolumeAttributesClassName": class, "status": "InProgress"},
+                "conditions": conditions,
+            }),
+        )
+        .await?;
+        let message = format!(
+            "external resizer is modifying volume {} with vac {class}",
+            claim["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        self.event(ns, &claim, "Normal", "VolumeModify", &message)
+            .await
+    }
+
+    /// `markControllerModifyVolumeCompleted`: the volume has the claim's class
+    /// (`currentVolumeAttributesClassName`), no modify status, no modify condition.
+    pub async fn modify_finish(&self, ns: &str, name: &str) -> Result<(), kube::Error> {
+        let (claim, class, conditions) = self.modify_target(ns, name).await?;
+        self.status(
+            ns,
+            name,
+            json!({
+                "currentVolumeAttributesClassName": class,
+                "modifyVolumeStatus": null,
+                "conditions": conditions,
+            }),
+        )
+        .await?;
+        let message = format!(
+            "external resizer modified volume {} with vac {class} successfully",
+            claim["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        self.event(ns, &claim, "Normal", "VolumeModifySuccessful", &message)
+            .await
+    }
+
+    /// A final `InvalidArgument` from the driver: `modifyVolumeStatus` `Infeasible`, the
+    /// `ModifyVolumeError` condition, the `VolumeModifyFailed` Event.
+    pub async fn modify_infeasible(
+        &self,
+        ns: &str,
+        name: &str,
+        why: &str,
+    ) -> Result<(), kube::Error> {
+        let (claim, class, mut conditions) = self.modify_target(ns, name).await?;
+        let error = format!("rpc error: code = InvalidArgument desc = {why}");
+        if let Some(cs) = conditions.as_array_mut() {
+            cs.push(json!({"type": "ModifyVolumeError", "status": "True", "lastTransitionTime": now(),
+                           "message": format!("ModifyVolume failed with error: {error}. Waiting for retry.")}));
+        }
+        self.status(
+            ns,
+            name,
+            json!({
+                "modifyVolumeStatus": {"targetVolumeAttributesClassName": class, "status": "Infeasible"},
+                "conditions": conditions,
+            }),
+        )
+        .await?;
+        self.event(ns, &claim, "Warning", "VolumeModifyFailed", &error)
+            .await
+    }
+
+    /// The class the claim names does not exist: `modifyVolumeStatus` `Pending` and the
+    /// `VolumeModifyFailed` Event (`VAC "x" does not exist.`).
+    pub async fn modify_pending(&self, ns: &str, name: &str) -> Result<(), kube::Error> {
+        let (claim, class, _) = self.modify_target(ns, name).await?;
+        self.status(
+            ns,
+            name,
+            json!({"modifyVolumeStatus": {"targetVolumeAttributesClassName": class, "status": "Pending"}}),
+        )
+        .await?;
+        let message = format!("VAC {class:?} does not exist.");
+        self.event(ns, &claim, "Warning", "VolumeModifyFailed", &message)
+            .await
+    }
+
+    /// The kubelet's `NodeExpandVolume` once a pod mounts the claim again (an offline or
+    /// node-side expansion): the capacity is the request, no resize status or condition, the
+    /// `FileSystemResizeSuccessful` Event.
+    pub async fn node_finish(&self, ns: &str, name: &str) -> Result<(), kube::Error> {
+        let claim = self.claim(ns, name).await?;
+        let request = claim["spec"]["resources"]["requests"]["storage"].clone();
+        let claim = self
+            .status(
+                ns,
+                name,
+                json!({
+                    "capacity": {"storage": request},
+                    "allocatedResourceStatuses": {"storage": null},
+                    "conditions": null,
+                }),
+            )
+            .await?;
+        let message = format!(
+            "MountVolume.NodeExpandVolume succeeded for volume {:?}",
+            Self::volume(&claim)
+        );
+        self.event(ns, &claim, "Normal", "FileSystemResizeSuccessful", &message)
             .await
     }
 

@@ -2,6 +2,7 @@
 //! kustomize-controller puts on what it applies.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
@@ -160,4 +161,49 @@ pub struct KustomizationStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,
     pub conditions: Vec<Condition>,
+}
+
+impl KustomizationSpec {
+    /// How long kustomize-controller waits before it retries a failed reconcile:
+    /// `spec.retryInterval`, else `spec.interval` (its `GetRetryInterval`); `None` when neither
+    /// reads as a positive duration.
+    pub fn retry_after(&self) -> Option<Duration> {
+        let parse = |text: Option<&str>| text.and_then(parse_go_duration).filter(|d| !d.is_zero());
+        parse(self.retry_interval.as_deref()).or_else(|| parse(self.interval.as_deref()))
+    }
+}
+
+/// A Go `time.Duration` string as Flux's CRDs carry them (`1m30s`, `10m0s`, `500ms`, `1h`).
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number: f64 = rest[..number_len].parse().ok()?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += number * seconds;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }

@@ -82,7 +82,7 @@ pub struct ExternalArtifactSpec {
 }
 
 /// The source kinds a Kustomization may reference.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SourceKind {
     GitRepository,
     OCIRepository,

@@ -34,6 +34,30 @@ pub struct Resolved {
     pub redactor: crate::redact::Redactor,
 }
 
+/// Why a Kustomization already read could not be rendered, with the source when it was read
+/// on the way ([`Resolver::resolve_read`]): a caller recording the failure has the revision
+/// it is about without reading the objects again.
+#[derive(Debug)]
+pub struct Unresolved {
+    pub error: ResolveError,
+    pub source: Option<Source>,
+}
+
+impl From<ObjectsError> for Unresolved {
+    fn from(error: ObjectsError) -> Self {
+        ResolveError::from(error).into()
+    }
+}
+
+impl From<ResolveError> for Unresolved {
+    fn from(error: ResolveError) -> Self {
+        Unresolved {
+            error,
+            source: None,
+        }
+    }
+}
+
 /// Why resolving failed. Each names the object at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -114,7 +138,28 @@ impl Resolver {
     ) -> Result<Resolved, ResolveError> {
         let kustomization =
             objects::get_kustomization_within(&self.client, namespace, name, call_timeout).await?;
+        self.resolve_read(kustomization, upstream, call_timeout)
+            .await
+            .map_err(|u| u.error)
+    }
+
+    /// As [`Resolver::resolve_from_within`], for a Kustomization the caller has read already
+    /// (the service's gate reads it once per attempt): its source is read once, and given
+    /// back with the error when the render fails after it.
+    pub async fn resolve_read(
+        &self,
+        kustomization: Kustomization,
+        upstream: Option<&(SourceKind, String, String)>,
+        call_timeout: Duration,
+    ) -> Result<Resolved, Unresolved> {
+        let namespace = kustomization.metadata.namespace.clone().unwrap_or_default();
+        let name = kustomization.metadata.name.clone().unwrap_or_default();
+        let (namespace, name) = (namespace.as_str(), name.as_str());
         let (source, artifact) = self.fetch(&kustomization, upstream, call_timeout).await?;
+        let with_source = |error: ResolveError| Unresolved {
+            error,
+            source: Some(source.clone()),
+        };
         let revision = source
             .status
             .artifact
@@ -124,7 +169,8 @@ impl Resolver {
         let shown = format!("{namespace}/{name}");
         let (variables, redactor) = self
             .variables(&kustomization, namespace, call_timeout)
-            .await?;
+            .await
+            .map_err(with_source)?;
         // Before the render: its errors (and every text after it) may quote these values.
         crate::redact::registry().set(namespace, name, redactor.clone());
         let owner = Owner {
@@ -140,9 +186,11 @@ impl Resolver {
             kustomize: &self.kustomize,
         })
         .await
-        .map_err(|error| ResolveError::Render {
-            kustomization: shown,
-            error,
+        .map_err(|error| {
+            with_source(ResolveError::Render {
+                kustomization: shown,
+                error,
+            })
         })?;
         tracing::info!(kustomization = %format!("{namespace}/{name}"), revision = %revision,
             objects = rendered.objects.len(), statefulsets = rendered.statefulsets.len(), "revision rendered");
@@ -156,13 +204,14 @@ impl Resolver {
     }
 
     /// Fetches the source's artifact; on 404 (superseded and garbage-collected) re-reads the
-    /// source once and fetches what it publishes now.
+    /// source once and fetches what it publishes now. A failure after the source was read
+    /// gives it back.
     async fn fetch(
         &self,
         kustomization: &Kustomization,
         upstream: Option<&(SourceKind, String, String)>,
         call_timeout: Duration,
-    ) -> Result<(Source, UnpackedArtifact), ResolveError> {
+    ) -> Result<(Source, UnpackedArtifact), Unresolved> {
         let mut source = match upstream {
             Some((kind, ns, name)) => {
                 objects::read_source_within(&self.client, *kind, ns, name, call_timeout).await?
@@ -179,7 +228,15 @@ impl Resolver {
         };
         let mut retried = false;
         loop {
-            let artifact = source.artifact()?.clone();
+            let artifact = match source.artifact() {
+                Ok(artifact) => artifact.clone(),
+                Err(e) => {
+                    return Err(Unresolved {
+                        error: e.into(),
+                        source: Some(source),
+                    });
+                }
+            };
             let digest = artifact.digest.clone().unwrap_or_default();
             match self.fetcher.fetch(&artifact.url, &digest).await {
                 Ok(unpacked) => return Ok((source, unpacked)),
@@ -197,9 +254,12 @@ impl Resolver {
                     .await?;
                 }
                 Err(error) => {
-                    return Err(ResolveError::Artifact {
-                        source_name: source.display_name(),
-                        error,
+                    return Err(Unresolved {
+                        error: ResolveError::Artifact {
+                            source_name: source.display_name(),
+                            error,
+                        },
+                        source: Some(source),
                     });
                 }
             }

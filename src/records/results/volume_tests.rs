@@ -14,6 +14,8 @@ fn volume(state: VolumeState, since: &str) -> Volume {
         state,
         message: None,
         since: since.into(),
+        attributes: None,
+        restart: None,
     }
 }
 

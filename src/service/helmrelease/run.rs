@@ -38,6 +38,7 @@ use crate::model::{
     FluxOutcome, FluxResult, GateMode, GateOutcome, Handoff, HandoffAction, Key, Kind,
     RevisionRecord, RevisionState, StepError, Trigger,
 };
+use crate::records::answer_event::answer_event;
 use crate::records::entry;
 use crate::records::events::EventSink;
 use crate::records::metrics::Metrics;
@@ -291,7 +292,14 @@ impl HelmGate {
         };
         tracing::info!(helmrelease = %hr.key(), outcome = ?flux.outcome, "hand-back answered");
         last.flux = Some(flux);
-        self.finish(hr, &mut last).await
+        // The same revision, answered: its record is updated (not counted again) and the answer
+        // gets its own Event; the `Converged` one was published at the hand-back.
+        let key = hr.key();
+        self.save(&key, &last).await;
+        if let Some(event) = answer_event(Kind::HELM_RELEASE, &last) {
+            self.config.events.publish(hr, &event).await;
+        }
+        GateOutcome::Done(last.state)
     }
 
     /// Converges the StatefulSets of record `version`, then hands back.

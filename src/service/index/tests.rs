@@ -674,3 +674,86 @@ fn a_hook_for_an_upstream_routes_to_the_artifact_mode_readers_of_its_external_ar
         assert_eq!(route.keys, want, "{kind}/{name}");
     }
 }
+
+#[test]
+fn relists_apply_as_they_arrive_and_remove_only_what_their_own_watch_did_not_list() {
+    let mut index = Index::new(GateMode::Reconcile);
+    index.apply_kustomization(&ks("apps", "a", None, ("GitRepository", "repo-a", None)));
+    index.apply_kustomization(&ks("apps", "gone", None, ("GitRepository", "repo-b", None)));
+    index.apply_source(git("apps", "repo-a"), Some("main@sha1:1".into()));
+    index.apply_source(git("apps", "repo-b"), Some("main@sha1:1".into()));
+    let oci = |name: &str| SourceKey::new(SourceKind::OCIRepository, "apps", name);
+    index.apply_source(oci("chart"), Some("v1@sha256:1".into()));
+    // The Kustomizations' relist and two source watches' relists interleave, as the watches
+    // run at once; each applies what it lists as it arrives.
+    let ks_relist = index.begin_relist();
+    let git_relist = index.begin_source_relist();
+    let oci_relist = index.begin_source_relist();
+    assert_ne!(git_relist, oci_relist);
+    index.apply_kustomization(&ks("apps", "a", None, ("GitRepository", "repo-a", None)));
+    index.apply_listed_source(
+        git("apps", "repo-a"),
+        Some("main@sha1:2".into()),
+        git_relist,
+    );
+    // Applied at once: the new revision is there before the list ends.
+    assert_eq!(
+        index.source_revision(&Key::kustomization("apps", "a")),
+        Some("main@sha1:2")
+    );
+    index.end_source_relist(SourceKind::GitRepository, None, git_relist);
+    index.end_kustomization_relist(ks_relist);
+    // The OCI watch listed nothing yet: its source stays until its own relist ends.
+    assert_eq!(
+        index.handled_keys(None),
+        vec![Key::kustomization("apps", "a")]
+    );
+    assert!(index.entry(&Key::kustomization("apps", "gone")).is_none());
+    assert!(index.revisions.contains_key(&oci("chart")));
+    assert!(!index.revisions.contains_key(&git("apps", "repo-b")));
+    index.end_source_relist(SourceKind::OCIRepository, Some("apps"), oci_relist);
+    assert!(!index.revisions.contains_key(&oci("chart")));
+    // Readers are kept sorted and once each; a source's names are held once.
+    index.apply_kustomization(&ks("apps", "b", None, ("GitRepository", "repo-a", None)));
+    index.apply_kustomization(&ks("apps", "b", None, ("GitRepository", "repo-a", None)));
+    assert_eq!(
+        index.by_source[&git("apps", "repo-a")],
+        vec![
+            Key::kustomization("apps", "a"),
+            Key::kustomization("apps", "b")
+        ]
+    );
+    let (held, _) = index
+        .revisions
+        .get_key_value(&git("apps", "repo-a"))
+        .unwrap();
+    let entry = index.entry(&Key::kustomization("apps", "b")).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        &held.name,
+        &entry.source.as_ref().unwrap().name
+    ));
+}
+
+#[test]
+fn an_entry_keeps_the_kustomizations_retry_schedule() {
+    let mut index = Index::new(GateMode::Reconcile);
+    let mut with = ks("apps", "a", None, ("GitRepository", "repo", None));
+    with.spec.interval = Some("10m".into());
+    with.spec.retry_interval = Some("2m30s".into());
+    let mut only_interval = ks("apps", "b", None, ("GitRepository", "repo", None));
+    only_interval.spec.interval = Some("1h".into());
+    let mut neither = ks("apps", "c", None, ("GitRepository", "repo", None));
+    neither.spec.interval = Some("soon".into());
+    for k in [&with, &only_interval, &neither] {
+        index.apply_kustomization(k);
+    }
+    let retry = |name: &str| {
+        index
+            .entry(&Key::kustomization("apps", name))
+            .unwrap()
+            .retry
+    };
+    assert_eq!(retry("a"), Some(std::time::Duration::from_secs(150)));
+    assert_eq!(retry("b"), Some(std::time::Duration::from_secs(3600)));
+    assert_eq!(retry("c"), None);
+}

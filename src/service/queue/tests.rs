@@ -219,32 +219,79 @@ async fn workers_run_at_most_n_keys_at_once() {
 }
 
 #[test]
-fn backoff_doubles_up_to_the_cap_with_bounded_jitter() {
+fn backoff_is_the_keys_own_schedule_else_doubling_with_flux_jitter() {
     let policy = BackoffPolicy {
         base: Duration::from_secs(2),
         max: Duration::from_secs(60),
-        jitter: 0.5,
+        jitter: 0.1,
     };
-    // (failures, sample, expected)
+    let min = |m: u64| Some(Duration::from_secs(60 * m));
+    // (failures, the key's interval, sample, expected seconds)
     let table = [
-        (1, 0.0, 2.0),
-        (2, 0.0, 4.0),
-        (3, 0.0, 8.0),
-        (5, 0.0, 32.0),
-        (6, 0.0, 60.0),
-        (40, 0.0, 60.0),
-        (1, 1.0, 3.0),
-        (3, 0.5, 10.0),
-        (40, 1.0, 90.0),
-        (0, 0.0, 2.0),
+        // No schedule of its own: doubling from the base up to the cap, ±10 %.
+        (1, None, 0.5, 2.0),
+        (2, None, 0.5, 4.0),
+        (3, None, 0.5, 8.0),
+        (5, None, 0.5, 32.0),
+        (6, None, 0.5, 60.0),
+        (40, None, 0.5, 60.0),
+        (0, None, 0.5, 2.0),
+        (1, None, 0.0, 1.8),
+        (40, None, 1.0, 66.0),
+        // kustomize-controller's schedule: retryInterval, else interval, however many
+        // failures, past the cap of the fallback, jittered as Flux jitters (±10 %).
+        (1, min(10), 0.5, 600.0),
+        (7, min(10), 0.5, 600.0),
+        (1, min(10), 0.0, 540.0),
+        (1, min(10), 1.0, 660.0),
+        (3, min(120), 0.25, 6840.0),
+        // Never below the base, and a zero interval is no schedule.
+        (1, Some(Duration::from_millis(100)), 0.5, 2.0),
+        (2, Some(Duration::ZERO), 0.5, 4.0),
     ];
-    for (failures, sample, expected) in table {
-        let got = policy.delay(failures, sample).as_secs_f64();
+    for (failures, interval, sample, expected) in table {
+        let got = policy.delay(failures, interval, sample).as_secs_f64();
         assert!(
-            (got - expected).abs() < 1e-9,
-            "{failures} failures, sample {sample}: {got} != {expected}"
+            (got - expected).abs() < 1e-6,
+            "{failures} failures, {interval:?}, sample {sample}: {got} != {expected}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_failure_waits_its_own_interval_and_a_repeat_is_not_news() {
+    let (q, _) = queue(Duration::from_millis(1));
+    let mut ready = q.ready();
+    q.push("apps/a", Trigger::Startup);
+    assert_eq!(ready.next().await, Some(("apps/a", Trigger::Startup)));
+    let first = q.complete_after(&"apps/a", &failed(), Some(HOUR));
+    assert!(!first.repeated, "a first failure is news");
+    let wait = first.retry_in.unwrap();
+    assert!(
+        wait >= HOUR.mul_f64(0.9) && wait <= HOUR.mul_f64(1.1),
+        "{wait:?}"
+    );
+    // The key waits its hour (not the 1 ms base): b, pushed later, runs first.
+    q.push("apps/b", Trigger::Resync);
+    assert_eq!(ready.next().await, Some(("apps/b", Trigger::Resync)));
+    q.complete(&"apps/b", &done());
+    // A key with no schedule of its own retries after the base: the same failure again is a
+    // repeat (one log line per change), another message is news.
+    q.push("apps/c", Trigger::Startup);
+    assert_eq!(ready.next().await, Some(("apps/c", Trigger::Startup)));
+    assert!(!q.complete_after(&"apps/c", &failed(), None).repeated);
+    assert_eq!(ready.next().await, Some(("apps/c", Trigger::Startup)));
+    assert!(q.complete_after(&"apps/c", &failed(), None).repeated);
+    assert_eq!(ready.next().await, Some(("apps/c", Trigger::Startup)));
+    let other = GateOutcome::Failed {
+        message: "connection refused".into(),
+    };
+    assert!(!q.complete_after(&"apps/c", &other, None).repeated);
+    assert_eq!(q.failures(&"apps/c"), 3);
+    // A push_now forgets the backoff: what fails next is news again.
+    q.push_now("apps/a", Trigger::Webhook);
+    assert_eq!(ready.next().await, Some(("apps/a", Trigger::Webhook)));
+    assert!(!q.complete_after(&"apps/a", &failed(), Some(HOUR)).repeated);
 }
 
 #[test]

@@ -1,12 +1,15 @@
 //! One followed StatefulSet: its claims' watch and the claim Events' watch, fed to a
 //! `volume::follow::Tracker` until every claim is at an end state (then both watches close),
 //! each change handed to the follower. A timer, not a request, says when a claim is `stalled`.
+//! When the StatefulSet opted in to `restart-for-resize` and one of its claims waits for a
+//! restart, its restarter (`restart`) watches it and its pods beside them.
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use tokio_util::sync::CancellationToken;
 
+use super::restart::{Follow, Restarter};
 use super::{VolumeFollower, asked_at};
 use crate::cluster::claims::{self, Update};
 use crate::cluster::with_deadline;
@@ -26,15 +29,30 @@ pub(super) struct FollowSet {
 }
 
 impl FollowSet {
+    /// The StatefulSet's namespace and name.
+    pub(super) fn names(&self) -> (&str, &str) {
+        self.statefulset
+            .split_once('/')
+            .unwrap_or(("", self.statefulset.as_str()))
+    }
+
+    /// What this follow's restarter works for.
+    fn follow(&self) -> Follow<'_> {
+        Follow {
+            follower: &self.follower,
+            kind: self.kind,
+            key: &self.key,
+            generation: self.generation,
+            statefulset: &self.statefulset,
+        }
+    }
+
     pub(super) async fn run(self) {
         let config = &self.follower.inner.config;
-        let (namespace, name) = self
-            .statefulset
-            .split_once('/')
-            .unwrap_or(("", self.statefulset.as_str()));
-        let selector = tokio::select! {
+        let (namespace, name) = self.names();
+        let (selector, opted_in) = tokio::select! {
             () = self.cancel.cancelled() => return,
-            selector = self.selector(namespace, name) => selector,
+            read = self.selector(namespace, name) => read,
         };
         let mut tracker = Tracker::new(config.resize_timeout);
         for v in &self.volumes {
@@ -42,6 +60,10 @@ impl FollowSet {
         }
         let mut updates =
             claims::watch(config.client.clone(), namespace, selector.as_deref()).boxed();
+        // Restarts: only for a StatefulSet that opted in, and only from the first claim that
+        // waits for one (no watch of pods before, none ever without the annotation).
+        let mut restarter: Option<Restarter> = None;
+        let mut restarts: super::restart::Updates = futures::stream::pending().boxed();
         // Once every claim is at an end state the follow ends, but for an infeasible one whose
         // `VolumeResizeFailed` Event (the driver's words) has not arrived yet: a little longer.
         let mut linger: Option<tokio::time::Instant> = None;
@@ -64,7 +86,13 @@ impl FollowSet {
                         + std::time::Duration::try_from(left).unwrap_or_default()
                 })
                 .unwrap_or_else(|| tokio::time::Instant::now() + ONE_DAY)
-                .min(linger.unwrap_or_else(|| tokio::time::Instant::now() + ONE_DAY));
+                .min(linger.unwrap_or_else(|| tokio::time::Instant::now() + ONE_DAY))
+                .min(
+                    restarter
+                        .as_ref()
+                        .and_then(Restarter::retry_at)
+                        .unwrap_or_else(|| tokio::time::Instant::now() + ONE_DAY),
+                );
             let changes = tokio::select! {
                 () = self.cancel.cancelled() => return,
                 update = updates.next() => {
@@ -84,6 +112,12 @@ impl FollowSet {
                         }
                     }
                 }
+                update = restarts.next() => {
+                    if let (Some(r), Some(update)) = (restarter.as_mut(), update) {
+                        r.update(&self.follow(), update);
+                    }
+                    Vec::new()
+                }
                 () = tokio::time::sleep_until(wake) => tracker.tick(jiff::Timestamp::now()),
             };
             for change in changes {
@@ -98,20 +132,39 @@ impl FollowSet {
                     )
                     .await;
             }
+            if opted_in && restarter.is_none() && Restarter::needed(&tracker) {
+                let (r, updates) = Restarter::start(&self.follow(), selector.as_deref());
+                restarter = Some(r);
+                restarts = updates;
+            }
+            if let Some(r) = restarter.as_mut() {
+                let follow = self.follow();
+                tokio::select! {
+                    () = self.cancel.cancelled() => return,
+                    () = r.step(&follow, &mut tracker) => {}
+                }
+            }
         }
         tracing::debug!(statefulset = %self.statefulset, "every followed claim at an end state");
     }
 
     /// The claims' selector: the StatefulSet's `matchLabels`, from the service's watch of
-    /// StatefulSets where it holds the object (no request), else read once.
-    async fn selector(&self, namespace: &str, name: &str) -> Option<String> {
+    /// StatefulSets where it holds the object (no request), else read once; and whether it
+    /// opted in to `restart-for-resize`.
+    async fn selector(&self, namespace: &str, name: &str) -> (Option<String>, bool) {
         let config = &self.follower.inner.config;
+        let read = |sts: &StatefulSet| {
+            (
+                claims::claim_selector(sts),
+                crate::volume::restart::opted_in(sts.metadata.annotations.as_ref()),
+            )
+        };
         if let Some(sts) = config
             .statefulsets
             .as_ref()
             .and_then(|w| w.get(namespace, name))
         {
-            return claims::claim_selector(&sts);
+            return read(&sts);
         }
         let api: Api<StatefulSet> = Api::namespaced(config.client.clone(), namespace);
         match with_deadline(
@@ -122,12 +175,12 @@ impl FollowSet {
         )
         .await
         {
-            Ok(Some(sts)) => claims::claim_selector(&sts),
-            Ok(None) => None,
+            Ok(Some(sts)) => read(&sts),
+            Ok(None) => (None, false),
             Err(e) => {
                 tracing::warn!(statefulset = %self.statefulset, error = %e,
                     "cannot read the StatefulSet's selector: following its claims by name in the whole namespace");
-                None
+                (None, false)
             }
         }
     }

@@ -273,6 +273,8 @@ async fn self_subject_access_review_answers_from_the_same_rbac_for_the_impersona
         list["resources"],
         json!([{"name": "selfsubjectaccessreviews", "singularName": "", "namespaced": false,
                 "kind": "SelfSubjectAccessReview", "verbs": ["create"]},
+               {"name": "selfsubjectrulesreviews", "singularName": "", "namespaced": false,
+                "kind": "SelfSubjectRulesReview", "verbs": ["create"]},
                {"name": "subjectaccessreviews", "singularName": "", "namespaced": false,
                 "kind": "SubjectAccessReview", "verbs": ["create"]}])
     );
@@ -282,6 +284,113 @@ async fn self_subject_access_review_answers_from_the_same_rbac_for_the_impersona
 /// bound-token extra, the API audience), an unknown one unauthenticated with the
 /// authenticators' error, both 201 with the spec echoed; a SubjectAccessReview answers for the
 /// user and groups given, from the same RBAC, and needs one of them (422).
+/// SelfSubjectRulesReview as `selfsubjectrulesreview.REST.Create` answers it over RBAC's rule
+/// resolution (kubernetes pkg/registry/authorization/selfsubjectrulesreview, the RBAC
+/// authorizer's `RulesFor`): the ClusterRoleBindings' rules, then those of the namespace's
+/// RoleBindings, each rule listing resources under `resourceRules` and one listing URLs under
+/// `nonResourceRules`; only `status` in the answer (the spec is not echoed); 400 without a
+/// namespace; a binding to a missing role named in `evaluationError`; `system:masters` is no
+/// rule resolver, so the admin sees its RBAC rules alone.
+#[tokio::test]
+async fn self_subject_rules_review_lists_rbac_rules_as_the_real_server() {
+    const SSRR: &str = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
+    let fake = world();
+    fake.seed(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                     "metadata": {"name": "reader"},
+                     "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                                "resourceNames": ["settings"]},
+                               {"nonResourceURLs": ["/healthz"], "verbs": ["get"]}]}),
+    );
+    for (name, role) in [("reader", "reader"), ("dangling", "no-such-role")] {
+        fake.seed(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                         "metadata": {"name": name},
+                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                         "subjects": [{"kind": "ServiceAccount", "name": "fd-sa", "namespace": NS}]}));
+    }
+    let client = fake.client();
+    let ask = |namespace: Option<&str>, who: Option<&str>| {
+        let client = client.clone();
+        let mut body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {}});
+        if let Some(ns) = namespace {
+            body["spec"]["namespace"] = json!(ns);
+        }
+        let who = who.map(String::from);
+        async move {
+            call(
+                &client,
+                "POST",
+                SSRR,
+                who.as_deref(),
+                "application/json",
+                body,
+            )
+            .await
+        }
+    };
+    let basic_user = json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+                            "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]});
+    let self_review = json!({"verbs": ["create"], "apiGroups": ["authentication.k8s.io"],
+                             "resources": ["selfsubjectreviews"]});
+    // The order of the rules is the resolver's (the informer caches' on a real server): not
+    // defined, so compared as a set.
+    let sorted = |rules: &Value| {
+        let mut rules: Vec<String> = rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(Value::to_string)
+            .collect();
+        rules.sort();
+        rules
+    };
+    let (code, mut body) = ask(Some(NS), Some(SA)).await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        sorted(&body["status"]["resourceRules"]),
+        sorted(&json!([
+            basic_user, self_review,
+            {"verbs": ["get"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["settings"]},
+            {"verbs": ["get", "patch"], "apiGroups": ["apps"], "resources": ["statefulsets"]},
+        ]))
+    );
+    body["status"]["resourceRules"] = json!([]);
+    assert_eq!(
+        body,
+        json!({
+            "kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": null}, "spec": {},
+            "status": {
+                "resourceRules": [],
+                "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/healthz"]}],
+                "incomplete": false,
+                "evaluationError": "clusterrole.rbac.authorization.k8s.io \"no-such-role\" not found",
+            },
+        })
+    );
+    // Another namespace: the RoleBinding of NS does not count there.
+    let (_, body) = ask(Some("default"), Some(SA)).await;
+    let rules = body["status"]["resourceRules"].as_array().unwrap();
+    assert_eq!(rules.len(), 3, "{body}");
+    assert!(
+        !rules.iter().any(|r| r["apiGroups"] == json!(["apps"])),
+        "{body}"
+    );
+    // The admin: its RBAC rules only (system:basic-user's), not everything it may do.
+    let (_, body) = ask(Some(NS), None).await;
+    assert_eq!(
+        sorted(&body["status"]["resourceRules"]),
+        sorted(&json!([basic_user, self_review])),
+        "{body}"
+    );
+    assert_eq!(body["status"]["incomplete"], false);
+    // No namespace: the real 400.
+    let (code, body) = ask(None, Some(SA)).await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["reason"], "BadRequest");
+    assert_eq!(body["message"], "no namespace on request");
+}
+
 #[tokio::test]
 async fn token_and_subject_access_reviews_answer_as_the_real_server() {
     let fake = FakeApiServer::new();

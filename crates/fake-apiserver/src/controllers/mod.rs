@@ -7,11 +7,13 @@
 //!
 //! - `statefulset`: claims, pods, ControllerRevisions, adoption and status of StatefulSets;
 //! - `binder`: PersistentVolumes pre-bound by `claimRef` bound to their claims;
+//! - `disruption`: the status of PodDisruptionBudgets (what an eviction may spend);
 //! - `gc`: the garbage collector (orphan, background and foreground deletion, pvc-protection);
 //! - `namespaces`: the namespace controller (empties a terminating namespace) and the
 //!   service-account controller (a new namespace's `default` ServiceAccount).
 
 pub mod binder;
+pub mod disruption;
 pub mod gc;
 pub mod namespaces;
 pub mod statefulset;
@@ -39,15 +41,26 @@ pub fn after_commit(store: &Store, state: &mut State, commit: Option<Commit>) {
     after_write(store, state, &commit.rt, commit.namespace.as_deref());
 }
 
-/// What every commit wakes: the volume binder (after claim and volume writes), the StatefulSet
-/// controller over the StatefulSets of `namespace` (all for `None` or `""`), and pvc-protection's
-/// waiting claims. Also run on its own to reconcile everything stored, when the StatefulSet
+/// What every commit wakes: the volume binder (after claim and volume writes), the disruption
+/// controller (pods, budgets, StatefulSets: before the StatefulSet controller, which may replace
+/// a pod just removed, and after it), the StatefulSet controller over the StatefulSets of
+/// `namespace` (all for `None` or `""`), and pvc-protection's waiting claims. Also run on its own to reconcile everything stored, when the StatefulSet
 /// controller is switched on.
 pub fn after_write(store: &Store, state: &mut State, rt: &ResourceType, namespace: Option<&str>) {
     if (*rt == resources::PVC || *rt == resources::PERSISTENT_VOLUME) && binder::bind(state) {
         // A claim just bound may let the StatefulSet controller go on.
         after_write(store, state, &resources::PVC, namespace);
         return;
+    }
+    let namespace = namespace.filter(|n| !n.is_empty());
+    let budgets = [
+        resources::POD,
+        resources::POD_DISRUPTION_BUDGET,
+        resources::STATEFULSET,
+    ];
+    let budgets = budgets.contains(rt);
+    if budgets {
+        disruption::reconcile(state, namespace);
     }
     let relevant = [
         resources::STATEFULSET,
@@ -56,9 +69,11 @@ pub fn after_write(store: &Store, state: &mut State, rt: &ResourceType, namespac
         resources::CONTROLLER_REVISION,
     ];
     if state.sts_controller && relevant.contains(rt) {
-        let namespace = namespace.filter(|n| !n.is_empty());
         for set in state.list(&resources::STATEFULSET, namespace) {
             statefulset::reconcile(state, &set);
+        }
+        if budgets {
+            disruption::reconcile(state, namespace);
         }
     }
     // Pods may have gone (here or in the write itself): claims waiting for them can go on.

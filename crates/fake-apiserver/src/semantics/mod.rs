@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::errors::{ApiError, Cause};
 use super::resources::{self, ResourceType};
 use super::store::{Key, State, obj_name};
-use super::version::KubeVersion;
+use super::version::{AttributesClasses, KubeVersion};
 
 pub fn set_default(obj: &mut Value, key: &str, value: Value) {
     if let Some(m) = obj.as_object_mut() {
@@ -507,10 +507,34 @@ pub fn validate_create(
     causes.extend(size_causes(rt, obj));
     if *rt == resources::STATEFULSET {
         causes.extend(statefulset::validate_create(obj, version));
+    } else if *rt == resources::VOLUME_ATTRIBUTES_CLASS
+        || *rt == resources::VOLUME_ATTRIBUTES_CLASS_BETA
+    {
+        // `ValidateVolumeAttributesClass`: a driver must be named (`validateProvisioner`).
+        if obj
+            .get("driverName")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(Cause::required("driverName", ""));
+        }
     } else if *rt == resources::EVENT || *rt == resources::EVENT_V1 {
         causes.extend(event::validate_create(obj, *rt == resources::EVENT_V1));
     }
     invalid(rt, obj, causes)
+}
+
+/// What a server drops from an object it is given because its version or gates do not know
+/// the field (`DropDisabledFields`): `old` is the stored object on an update.
+pub fn drop_disabled(
+    rt: &ResourceType,
+    obj: &mut Value,
+    old: Option<&Value>,
+    classes: AttributesClasses,
+) {
+    if *rt == resources::PVC {
+        pvc::drop_disabled(obj, old, classes);
+    }
 }
 
 pub fn validate_update(
@@ -519,11 +543,16 @@ pub fn validate_update(
     old: &Value,
     version: KubeVersion,
     claim_template_updates: bool,
+    classes: AttributesClasses,
 ) -> Result<(), ApiError> {
     let mut causes = if *rt == resources::STATEFULSET {
         statefulset::validate_update(new, old, version, claim_template_updates)
     } else if *rt == resources::PVC {
-        pvc::validate_update(new, old, version)
+        pvc::validate_update(new, old, version, classes)
+    } else if *rt == resources::VOLUME_ATTRIBUTES_CLASS
+        || *rt == resources::VOLUME_ATTRIBUTES_CLASS_BETA
+    {
+        attributes_class_update_causes(new, old)
     } else {
         Vec::new()
     };
@@ -533,6 +562,27 @@ pub fn validate_update(
     invalid(rt, new, causes)
 }
 
+/// `ValidateVolumeAttributesClassUpdate`: a class is immutable, its driver and its parameters.
+fn attributes_class_update_causes(new: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if new.get("driverName") != old.get("driverName") {
+        causes.push(Cause::forbidden(
+            "driverName",
+            "updates to driverName are forbidden.",
+        ));
+    }
+    if !semantic_eq(
+        new.get("parameters").unwrap_or(&Value::Null),
+        old.get("parameters").unwrap_or(&Value::Null),
+    ) {
+        causes.push(Cause::forbidden(
+            "parameters",
+            "updates to parameters are forbidden.",
+        ));
+    }
+    causes
+}
+
 /// A write of the `status` subresource: the type's status strategy (what it drops) and
 /// status validation (422).
 pub fn status_update(
@@ -540,9 +590,10 @@ pub fn status_update(
     new: &mut Value,
     old: &Value,
     version: KubeVersion,
+    classes: AttributesClasses,
 ) -> Result<(), ApiError> {
     let causes = if *rt == resources::PVC {
-        pvc::status_update(new, old, version)
+        pvc::status_update(new, old, version, classes)
     } else {
         Vec::new()
     };

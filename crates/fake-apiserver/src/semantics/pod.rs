@@ -6,6 +6,19 @@ use serde_json::{Value, json};
 use super::super::version::KubeVersion;
 use super::set_default;
 
+/// Running with a `Ready` condition `True` (`podutil.IsPodReady`, what a PodDisruptionBudget
+/// counts as healthy and a StatefulSet as ready).
+pub fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/phase") == Some(&json!("Running"))
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+}
+
 /// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise.
 fn pull_policy(image: &str) -> &'static str {
     if image.contains('@') {

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::super::errors::Cause;
-use super::super::version::KubeVersion;
+use super::super::version::{AttributesClasses, KubeVersion};
 use super::quantity::Quantity;
 use super::{canonicalize_resources, semantic_eq, set_default};
 
@@ -61,7 +61,100 @@ pub fn recovers_expansion(version: KubeVersion) -> bool {
     version.minor() >= 32
 }
 
-pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Cause> {
+/// What a server that does not know or has not enabled VolumeAttributesClass does to a claim
+/// it is given (`old`: the claim as stored, on an update): 1.28 has no such field and its
+/// decoder drops it; with the gate off (`DropDisabledFields`, `pkg/api/persistentvolumeclaim`)
+/// a claim that had no class does not get one. Then the status' `currentVolumeAttributesClassName`
+/// and `modifyVolumeStatus` the same way (`DropDisabledFieldsFromStatus`), for status writes.
+pub fn drop_disabled(new: &mut Value, old: Option<&Value>, classes: AttributesClasses) {
+    let had = |pointer: &str| {
+        old.and_then(|o| o.pointer(pointer))
+            .is_some_and(|v| !v.is_null())
+    };
+    let drop = match classes {
+        AttributesClasses::Absent => true,
+        AttributesClasses::Disabled => !had("/spec/volumeAttributesClassName"),
+        AttributesClasses::Beta | AttributesClasses::Ga => false,
+    };
+    if drop && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("volumeAttributesClassName");
+    }
+    if !classes.enabled()
+        && let Some(status) = new.get_mut("status").and_then(Value::as_object_mut)
+    {
+        for field in ["currentVolumeAttributesClassName", "modifyVolumeStatus"] {
+            if classes == AttributesClasses::Absent || !had(&format!("/status/{field}")) {
+                status.remove(field);
+            }
+        }
+    }
+}
+
+/// `spec.volumeAttributesClassName` of a claim (`None` when unset or null).
+fn attributes_class(obj: &Value) -> Option<&str> {
+    obj.pointer("/spec/volumeAttributesClassName")
+        .and_then(Value::as_str)
+}
+
+/// The rules of a class change on an update (`ValidatePersistentVolumeClaimUpdate`): with the
+/// gate off, no change at all; with it on, once set, no going back to nil or `""`: always in
+/// the beta (1.31 to 1.33), and from GA (1.34) only while the driver has applied a class
+/// (`status.currentVolumeAttributesClassName`).
+fn attributes_class_causes(new: &Value, old: &Value, classes: AttributesClasses) -> Vec<Cause> {
+    let (before, after) = (
+        old.pointer("/spec/volumeAttributesClassName"),
+        new.pointer("/spec/volumeAttributesClassName"),
+    );
+    let norm = |v: Option<&Value>| v.filter(|v| !v.is_null()).cloned();
+    if norm(before) == norm(after) {
+        return Vec::new();
+    }
+    let field = "spec.volumeAttributesClassName";
+    let emptied = attributes_class(new).is_some_and(str::is_empty);
+    let cleared = norm(after).is_none();
+    match classes {
+        AttributesClasses::Absent => Vec::new(),
+        AttributesClasses::Disabled => vec![Cause::forbidden(
+            field,
+            "update is forbidden when the VolumeAttributesClass feature gate is disabled",
+        )],
+        AttributesClasses::Beta if norm(before).is_some() && cleared => vec![Cause::forbidden(
+            field,
+            "update from non-nil value to nil is forbidden",
+        )],
+        AttributesClasses::Beta if norm(before).is_some() && emptied => vec![Cause::forbidden(
+            field,
+            "update from non-nil value to an empty string is forbidden",
+        )],
+        AttributesClasses::Ga
+            if old
+                .pointer("/status/currentVolumeAttributesClassName")
+                .is_some_and(|v| !v.is_null()) =>
+        {
+            if cleared {
+                vec![Cause::forbidden(
+                    field,
+                    "update to nil is forbidden when status.currentVolumeAttributesClassName is not nil",
+                )]
+            } else if emptied {
+                vec![Cause::forbidden(
+                    field,
+                    "update to empty string is forbidden when status.currentVolumeAttributesClassName is not nil",
+                )]
+            } else {
+                Vec::new()
+            }
+        }
+        _ => Vec::new(),
+    }
+}
+
+pub fn validate_update(
+    new: &Value,
+    old: &Value,
+    version: KubeVersion,
+    classes: AttributesClasses,
+) -> Vec<Cause> {
     let recovers = recovers_expansion(version);
     let mut causes = Vec::new();
     let mut new_spec = new["spec"].clone();
@@ -95,11 +188,18 @@ pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Ca
             }
         }
     }
-    if recovers
-        && bound
-        && let Some(v) = new_spec.get("volumeAttributesClassName")
-    {
-        old_spec["volumeAttributesClassName"] = v.clone();
+    // A Bound claim's class is left out of the comparison (its own rules follow); an unbound
+    // claim's class is part of the immutable spec. With the gate off the field only reaches
+    // here unchanged or as a change the gate's own rule refuses.
+    if classes != AttributesClasses::Absent && bound {
+        match new_spec.get("volumeAttributesClassName") {
+            Some(v) => old_spec["volumeAttributesClassName"] = v.clone(),
+            None => {
+                if let Some(m) = old_spec.as_object_mut() {
+                    m.remove("volumeAttributesClassName");
+                }
+            }
+        }
     }
     if !semantic_eq(&new_spec, &old_spec) {
         let what = if recovers {
@@ -143,6 +243,7 @@ pub fn validate_update(new: &Value, old: &Value, version: KubeVersion) -> Vec<Ca
             "field is immutable",
         ));
     }
+    causes.extend(attributes_class_causes(new, old, classes));
     causes
 }
 
@@ -223,7 +324,13 @@ fn resource_key_causes(key: &str, field: &str) -> Vec<Cause> {
 /// `ValidatePersistentVolumeClaimStatusUpdate` (every `allocatedResourceStatuses` value must be
 /// a `ClaimResourceStatus`, keys must be `storage` or prefixed). Quantities are stored
 /// canonical, as the server re-serialises them.
-pub fn status_update(new: &mut Value, old: &Value, version: KubeVersion) -> Vec<Cause> {
+pub fn status_update(
+    new: &mut Value,
+    old: &Value,
+    version: KubeVersion,
+    classes: AttributesClasses,
+) -> Vec<Cause> {
+    drop_disabled(new, Some(old), classes);
     for map in ["/status/capacity", "/status/allocatedResources"] {
         if let Some(m) = new.pointer_mut(map) {
             super::canonicalize_map(m);

@@ -68,6 +68,13 @@ fn default_claim_template(t: &mut Value, version: KubeVersion) {
     }
     set_default(t, "spec", json!({}));
     set_default(&mut t["spec"], "volumeMode", json!("Filesystem"));
+    // 1.28's PersistentVolumeClaimSpec has no `volumeAttributesClassName` (1.29): the decoder
+    // drops it.
+    if version == KubeVersion::V1_28
+        && let Some(spec) = t["spec"].as_object_mut()
+    {
+        spec.remove("volumeAttributesClassName");
+    }
     if let Some(r) = t["spec"].get_mut("resources") {
         canonicalize_resources(Some(r));
     }

@@ -74,6 +74,9 @@ pub fn ensure_claims(state: &mut State, set: &Value, ordinal: i64) {
             "status": {"phase": "Pending"},
         });
         semantics::default(&resources::PVC, &mut claim, state.version);
+        // Created through the API by the real controller: what the server drops, it drops.
+        let classes = state.attributes_classes();
+        semantics::drop_disabled(&resources::PVC, &mut claim, None, classes);
         create(state, resources::PVC, claim);
     }
 }

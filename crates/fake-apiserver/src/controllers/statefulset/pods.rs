@@ -93,16 +93,7 @@ pub fn new_pod(state: &mut State, set: &Value, ordinal: i64, revision: &str) -> 
     pod
 }
 
-pub fn is_ready(pod: &Value) -> bool {
-    pod.pointer("/status/phase") == Some(&json!("Running"))
-        && pod
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-}
+pub use crate::semantics::pod::is_ready;
 
 /// Schedules and starts a pod, as a scheduler and kubelet would (what `set_pods_ready` gives).
 pub fn start_pod(pod: &mut Value, n: usize) {
