@@ -151,6 +151,52 @@ impl<'a> Owner<'a> {
     }
 }
 
+/// Why an intent is not resumed: kept in the journal and reported (`/status` `refusedIntents`,
+/// `flux_converger_intents_refused`), never resumed with more rights than its object has now.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unresumable {
+    #[error(
+        "the intent does not record the identity it was written as (a record of an earlier \
+         version): not resumed with the service's own rights"
+    )]
+    NoIdentity,
+    #[error(
+        "the intent would resume with the service's own identity, but {kind} {object} acts as \
+         {current:?} now: a tenant's intent never resumes as the service"
+    )]
+    NotAsTheService {
+        kind: String,
+        object: String,
+        current: String,
+    },
+    #[error("the intent was recorded as {recorded:?}, but {kind} {object} acts as {current:?} now")]
+    IdentityChanged {
+        recorded: String,
+        kind: String,
+        object: String,
+        current: String,
+    },
+    #[error(
+        "the intent does not name the Kustomization it came from (an earlier version's or the \
+         `converge` command's): its identity cannot be checked; finish it with \
+         `flux-converger converge` as an operator"
+    )]
+    NoOwner,
+    /// Its object could not be read (the message names why).
+    #[error("its {kind} cannot be read, so its identity cannot be checked: {cause}")]
+    OwnerUnreadable { kind: &'static str, cause: String },
+    #[error("its Application's identity cannot be checked without --argocd-server")]
+    NoArgoCd,
+    #[error("its Application's identity cannot be read, so it cannot be checked: {0}")]
+    ApplicationIdentity(String),
+    /// The intent's desired StatefulSet could not be encoded to be read again.
+    #[error("{0}")]
+    Desired(String),
+    /// The identity it records cannot be impersonated.
+    #[error("{0}")]
+    Impersonation(String),
+}
+
 /// What deciding an owner's identity now takes besides the cluster.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Owners<'a> {
@@ -165,13 +211,9 @@ pub struct Owners<'a> {
 /// names the gated object it came from and that object (`current`: the identity it acts as
 /// now, `None` = the service's own) would act as the same identity.
 /// Pure: the check of what a writer of the journal could forge, by table.
-pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), String> {
+pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), Unresumable> {
     let Some(recorded) = intent.act_as.as_deref() else {
-        return Err(
-            "the intent does not record the identity it was written as (a record of an earlier \
-             version): not resumed with the service's own rights"
-                .to_string(),
-        );
+        return Err(Unresumable::NoIdentity);
     };
     let current = current.unwrap_or(OWN_IDENTITY);
     if recorded == current {
@@ -182,15 +224,20 @@ pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), Stri
         Some(o) => (o.kind.as_str(), format!("{}/{}", o.namespace, o.name)),
         None => ("Kustomization", owner.to_string()),
     };
+    let (kind, current) = (kind.to_string(), current.to_string());
     Err(if recorded == OWN_IDENTITY {
-        format!(
-            "the intent would resume with the service's own identity, but {kind} {object} acts \
-             as {current:?} now: a tenant's intent never resumes as the service"
-        )
+        Unresumable::NotAsTheService {
+            kind,
+            object,
+            current,
+        }
     } else {
-        format!(
-            "the intent was recorded as {recorded:?}, but {kind} {object} acts as {current:?} now"
-        )
+        Unresumable::IdentityChanged {
+            recorded: recorded.to_string(),
+            kind,
+            object,
+            current,
+        }
     })
 }
 
@@ -207,17 +254,12 @@ pub async fn cluster_for_intent(
     intent: &Intent,
     owners: &Owners<'_>,
     call_timeout: Duration,
-) -> Result<TenantCluster, String> {
+) -> Result<TenantCluster, Unresumable> {
     if intent.act_as.is_none() {
         check_identity(intent, None)?;
     }
     let Some(owner) = intent.kustomization.as_deref().and_then(Owner::parse) else {
-        return Err(
-            "the intent does not name the Kustomization it came from (an earlier version's or the \
-             `converge` command's): its identity cannot be checked; finish it with \
-             `flux-converger converge` as an operator"
-                .to_string(),
-        );
+        return Err(Unresumable::NoOwner);
     };
     let (namespace, name) = (owner.namespace, owner.name);
     if owner.kind == Kind::HELM_RELEASE {
@@ -230,8 +272,9 @@ pub async fn cluster_for_intent(
             api.get(name),
         )
         .await
-        .map_err(|e| {
-            format!("its HelmRelease cannot be read, so its identity cannot be checked: {e}")
+        .map_err(|e| Unresumable::OwnerUnreadable {
+            kind: "HelmRelease",
+            cause: e.to_string(),
         })?;
         let current = crate::gated::Gated::user(&hr, owners.default_service_account);
         check_identity(intent, current.as_deref())?;
@@ -239,11 +282,10 @@ pub async fn cluster_for_intent(
     }
     if owner.kind == Kind::APPLICATION {
         let Some(argocd_namespace) = owners.argocd_namespace else {
-            return Err(
-                "its Application's identity cannot be checked without --argocd-server".to_string(),
-            );
+            return Err(Unresumable::NoArgoCd);
         };
-        let desired = serde_json::to_value(&intent.desired).map_err(|e| e.to_string())?;
+        let desired = serde_json::to_value(&intent.desired)
+            .map_err(|e| Unresumable::Desired(e.to_string()))?;
         let (current, write_as) = crate::service::application::run::identity_now(
             service,
             namespace,
@@ -254,9 +296,7 @@ pub async fn cluster_for_intent(
             call_timeout,
         )
         .await
-        .map_err(|e| {
-            format!("its Application's identity cannot be read, so it cannot be checked: {e}")
-        })?;
+        .map_err(|e| Unresumable::ApplicationIdentity(e.to_string()))?;
         check_identity(intent, current.as_deref())?;
         let writes = [((intent.namespace.clone(), intent.name.clone()), write_as)].into();
         return tenant_cluster(service, intent, call_timeout).map(|c| c.with_writes_as(writes));
@@ -264,8 +304,9 @@ pub async fn cluster_for_intent(
     let kustomization =
         crate::flux::objects::get_kustomization_within(service, namespace, name, call_timeout)
             .await
-            .map_err(|e| {
-                format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
+            .map_err(|e| Unresumable::OwnerUnreadable {
+                kind: "Kustomization",
+                cause: e.to_string(),
             })?;
     let current = crate::gated::Gated::user(&kustomization, owners.default_service_account);
     check_identity(intent, current.as_deref())?;
@@ -278,7 +319,7 @@ fn tenant_cluster(
     service: &kube::Client,
     intent: &Intent,
     call_timeout: Duration,
-) -> Result<TenantCluster, String> {
+) -> Result<TenantCluster, Unresumable> {
     match intent.act_as.as_deref() {
         Some(OWN_IDENTITY) | None => Ok(TenantCluster::new(
             service.clone(),
@@ -287,7 +328,7 @@ fn tenant_cluster(
         )),
         Some(user) => impersonating(service, user)
             .map(|tenant| TenantCluster::new(tenant, service.clone(), call_timeout))
-            .map_err(|e| e.to_string()),
+            .map_err(|e| Unresumable::Impersonation(e.to_string())),
     }
 }
 
@@ -334,7 +375,9 @@ mod tests {
         let refused =
             check_identity(&intent, Some("system:serviceaccount:apps:deployer")).unwrap_err();
         assert!(
-            refused.contains("Application argocd/db acts as"),
+            refused
+                .to_string()
+                .contains("Application argocd/db acts as"),
             "{refused}"
         );
     }
@@ -376,7 +419,7 @@ mod tests {
             let got = check_identity(&intent(recorded), current);
             assert_eq!(got.is_ok(), ok, "{recorded:?} now {current:?}: {got:?}");
             if let Err(message) = got {
-                assert!(message.contains(words), "{message}");
+                assert!(message.to_string().contains(words), "{message}");
             }
         }
     }

@@ -1207,14 +1207,19 @@ async fn an_application_intent_resumes_only_as_its_applications_identity() {
     assert!(resume(intent(OWN_IDENTITY), owners).await.is_ok());
     let refused = resume(intent(tenant), owners).await.err().unwrap();
     assert!(
-        refused.contains("Application argocd/db acts as \"-\""),
+        refused
+            .to_string()
+            .contains("Application argocd/db acts as \"-\""),
         "{refused}"
     );
     let refused = resume(intent(OWN_IDENTITY), Owners::default())
         .await
         .err()
         .unwrap();
-    assert!(refused.contains("without --argocd-server"), "{refused}");
+    assert!(
+        refused.to_string().contains("without --argocd-server"),
+        "{refused}"
+    );
 
     fake.seed(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "argocd-cm", "namespace": ARGO_NS},
@@ -1232,7 +1237,7 @@ async fn an_application_intent_resumes_only_as_its_applications_identity() {
     .unwrap();
     let refused = resume(intent(OWN_IDENTITY), owners).await.err().unwrap();
     assert!(
-        refused.contains("never resumes as the service"),
+        refused.to_string().contains("never resumes as the service"),
         "{refused}"
     );
     let cluster = resume(intent(tenant), owners)

@@ -741,7 +741,9 @@ async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
         .await
         .unwrap_err();
     assert!(
-        refused.contains("HelmRelease demo/web acts as \"-\""),
+        refused
+            .to_string()
+            .contains("HelmRelease demo/web acts as \"-\""),
         "{refused}"
     );
     change_helmrelease(&fake, |hr| {
@@ -752,7 +754,7 @@ async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
         .await
         .unwrap_err();
     assert!(
-        refused.contains("never resumes as the service"),
+        refused.to_string().contains("never resumes as the service"),
         "{refused}"
     );
     // Not a Kustomization of that name: none exists.

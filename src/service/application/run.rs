@@ -667,6 +667,18 @@ pub async fn read_impersonation(
     ))
 }
 
+/// Why the identity Argo CD would sync an Application with could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error(transparent)]
+    Call(#[from] CallError),
+    #[error("AppProject {namespace}/{name} does not exist")]
+    NoProject { namespace: String, name: String },
+    /// Its AppProject names no identity for it (the message says why).
+    #[error("{0}")]
+    Project(String),
+}
+
 /// The identity Argo CD would sync Application `namespace/name` with now (read from the
 /// cluster: the Application, its AppProject, `argocd-cm`), and how its StatefulSet `desired`
 /// is written ([`WriteAs`]): what a resume of its intent checks and writes with.
@@ -678,7 +690,7 @@ pub async fn identity_now(
     default_service_account: Option<&str>,
     desired: &serde_json::Value,
     call_timeout: Duration,
-) -> Result<(Option<String>, WriteAs), String> {
+) -> Result<(Option<String>, WriteAs), IdentityError> {
     let api: Api<Application> = Api::namespaced(client.clone(), namespace);
     let app = with_deadline(
         call_timeout,
@@ -686,22 +698,16 @@ pub async fn identity_now(
         &format!("Application {namespace}/{name}"),
         api.get(name),
     )
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     let project = read_project(client, argocd_namespace, app.project(), call_timeout)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| {
-            format!(
-                "AppProject {argocd_namespace}/{} does not exist",
-                app.project()
-            )
+        .await?
+        .ok_or_else(|| IdentityError::NoProject {
+            namespace: argocd_namespace.to_string(),
+            name: app.project().to_string(),
         })?;
-    let impersonation = read_impersonation(client, argocd_namespace, call_timeout)
-        .await
-        .map_err(|e| e.to_string())?;
+    let impersonation = read_impersonation(client, argocd_namespace, call_timeout).await?;
     let identity = project::identity(&project, &app, impersonation, default_service_account)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| IdentityError::Project(e.to_string()))?;
     let r = recreate::recreate(app.sync_options(), desired);
     Ok((identity.user().map(str::to_string), write_as(&r)))
 }
