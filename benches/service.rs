@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use fake_apiserver::FakeApiServer;
 use flux_converger::http::{AppState, Backend, HookAuth, metrics_router, router};
-use flux_converger::model::{RevisionRecord, RevisionState, Trigger};
+use flux_converger::model::{Kind, RevisionRecord, RevisionState, Trigger};
 use flux_converger::records::metrics;
 use flux_converger::records::results::Results;
 use flux_converger::service::leadership::LeaseSettings;
@@ -237,23 +237,24 @@ impl Backend for Untracked {
     fn hook(&self, event: &flux_converger::flux::event::Event) -> Vec<String> {
         self.0.hook(event)
     }
-    fn kustomizations(
-        &self,
-        namespace: Option<&str>,
-    ) -> Vec<flux_converger::model::KustomizationSummary> {
-        self.0.kustomizations(namespace)
+    fn kinds(&self) -> Vec<Kind> {
+        self.0.kinds()
     }
-    fn kustomization(
+    fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<flux_converger::model::StatusRow> {
+        self.0.rows(kind, namespace)
+    }
+    fn detail(
         &self,
+        kind: Kind,
         namespace: &str,
         name: &str,
-    ) -> Option<flux_converger::model::KustomizationDetail> {
-        self.0.kustomization(namespace, name)
+    ) -> Option<flux_converger::model::StatusDetail> {
+        self.0.detail(kind, namespace, name)
     }
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.0.last_record(namespace, name)
+    fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.0.last_record(kind, namespace, name)
     }
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         self.0.ready()
     }
 }
@@ -336,6 +337,10 @@ async fn run() {
     let records = results.clone();
     let parts = Parts {
         runner: Arc::new(Noop),
+        queue: flux_converger::service::queue::Queue::new(
+            tuning.backoff,
+            metrics.queue_depth.clone(),
+        ),
         results,
         resume: Arc::new(Noop),
         app: Box::new(move |backend| {
@@ -352,15 +357,15 @@ async fn run() {
         metrics,
         fence: Default::default(),
         storage: None,
-        helm: None,
+        kinds: Vec::new(),
         volumes: None,
     };
     let running = start_with(config, fake.client(), tuning, parts)
         .await
         .expect("the service starts");
     let ready = Instant::now();
-    while running.backend.queue.depth() > 0
-        || running.backend.queue.running() > 0
+    while running.backend.lane.queue().depth() > 0
+        || running.backend.lane.queue().running() > 0
         || Backend::ready(&running.backend).is_err()
     {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What ships to clusters, rendered and checked (what .ci/run calls):
-#   1. `kubectl kustomize` of the install (manifests/), the Flux wiring examples
+#   1. `kubectl kustomize` of the install (manifests/) alone and with each opt-in component
+#      (helm-release-reader, argocd; argocd also placed in Argo CD's namespace), the Flux wiring examples
 #      (manifests/examples/), the sidecar component and the ExternalArtifact feature-gate component
 #      (manifests/examples/external-artifact/) over a minimal bootstrap flux-system
 #      (tests/data/flux-system/), and the sharding and multi-tenant components over the install; each must render, and the results are left in
@@ -36,6 +37,16 @@ mkdir -p "$WORK/helm"
 REL="$(realpath --relative-to="$WORK/helm" "$ROOT/manifests")"
 printf 'resources:\n  - %s\ncomponents:\n  - %s/helm-release-reader\n' "$REL" "$REL" > "$WORK/helm/kustomization.yaml"
 render install-with-helm-release-reader "$WORK/helm"
+
+# The install with the opt-in component for Argo CD Applications (docs/argocd.md).
+mkdir -p "$WORK/argocd"
+REL="$(realpath --relative-to="$WORK/argocd" "$ROOT/manifests")"
+printf 'resources:\n  - %s\ncomponents:\n  - %s/argocd\n' "$REL" "$REL" > "$WORK/argocd/kustomization.yaml"
+render install-with-argocd "$WORK/argocd"
+
+# The same, placed in Argo CD's namespace (manifests/examples/argocd-namespace).
+printf 'resources:\n  - %s\ncomponents:\n  - %s/argocd\n  - %s/examples/argocd-namespace\n' "$REL" "$REL" "$REL" > "$WORK/argocd/kustomization.yaml"
+render install-with-argocd-in-argocd "$WORK/argocd"
 
 mkdir -p "$WORK/flux-system"
 cp "$ROOT/tests/data/flux-system/gotk-components.yaml" "$WORK/flux-system/"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of the whole product (CI): the demo's walk with --no-wait, on loopback only.
-# Walks both the suspend gate (apps) and the artifact gate (cache). Exits 0 only when every step
+# Walks both the suspend gate (apps) and the artifact gate (cache), then an Argo CD Application
+# on Argo CD's stand-ins (argocd/db). Exits 0 only when every step
 # was observed (see docs/demo.md). Prints the walk's wall time.
 # DEMO_PROFILE=dev reuses the debug build `cargo test` already made (what .ci/run does: a
 # release build of the whole dependency tree would double CI's time); the default is release,

@@ -180,7 +180,8 @@ pub trait Cluster: Send + Sync {
         from_resource_version: Option<&str>,
         timeout: Duration,
     ) -> impl Future<Output = Result<WaitOutcome, CallError>> + Send;
-    /// Server-side apply (field manager `kustomize-controller`, force); returns the live object.
+    /// Server-side apply (field manager `kustomize-controller`, force), or the write a
+    /// [`WriteAs`] names for the object; returns the live object.
     fn apply(
         &self,
         object: &StatefulSet,
@@ -406,6 +407,8 @@ pub struct KubeCluster {
     statefulsets: Option<WatchedStatefulSets>,
     /// `--helm-field-manager`: the manager of a Helm release's StatefulSet ([`field_manager`]).
     helm_field_manager: String,
+    /// The StatefulSets written otherwise ([`KubeCluster::with_writes_as`]).
+    writes_as: std::sync::Arc<WritesAs>,
 }
 
 /// The field manager a StatefulSet's dry runs and re-apply use: the controller that applies it
@@ -420,6 +423,30 @@ pub fn field_manager<'a>(object: &StatefulSet, helm_field_manager: &'a str) -> &
     }
 }
 
+/// How a StatefulSet whose controller is not told by its metadata is written: its dry runs and
+/// its re-create carry `field_manager`, and the re-create is `operation`. An Argo CD
+/// Application's StatefulSets are `argocd-controller`'s, created (recorded as `Update`, as
+/// kubectl's client-side apply records its writes) or server-side applied (`Apply`), as its
+/// sync options say (`argocd::recreate`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteAs {
+    pub field_manager: String,
+    pub operation: WriteOperation,
+}
+
+/// The write that re-creates an orphan-deleted StatefulSet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOperation {
+    /// A forced server-side apply (managed fields operation `Apply`), as for Flux's objects.
+    Apply,
+    /// A create (managed fields operation `Update`).
+    Create,
+}
+
+/// The StatefulSets `(namespace, name)` written as [`WriteAs`] says; every other one as its
+/// metadata says ([`field_manager`]).
+pub type WritesAs = std::collections::BTreeMap<(String, String), WriteAs>;
+
 impl KubeCluster {
     /// `call_timeout` bounds each call (not the wait for a deletion, which has its own bound).
     pub fn new(client: kube::Client, call_timeout: Duration) -> Self {
@@ -429,6 +456,31 @@ impl KubeCluster {
             storage_classes: None,
             statefulsets: None,
             helm_field_manager: crate::helm::manifest::DEFAULT_FIELD_MANAGER.to_string(),
+            writes_as: Default::default(),
+        }
+    }
+
+    /// Writes the StatefulSets `writes` names as it says (an Argo CD Application's), each other
+    /// one as before.
+    pub fn with_writes_as(mut self, writes: WritesAs) -> Self {
+        self.writes_as = std::sync::Arc::new(writes);
+        self
+    }
+
+    /// How `object` is written when [`KubeCluster::with_writes_as`] names it.
+    fn write_as(&self, object: &StatefulSet) -> Option<&WriteAs> {
+        let key = (
+            object.metadata.namespace.clone().unwrap_or_default(),
+            object.metadata.name.clone().unwrap_or_default(),
+        );
+        self.writes_as.get(&key)
+    }
+
+    /// The field manager of `object`'s dry runs and re-create.
+    fn manager_of<'a>(&'a self, object: &StatefulSet) -> &'a str {
+        match self.write_as(object) {
+            Some(w) => &w.field_manager,
+            None => field_manager(object, &self.helm_field_manager),
         }
     }
 
@@ -476,8 +528,7 @@ impl KubeCluster {
         } else {
             "server-side apply of"
         };
-        let mut params =
-            PatchParams::apply(field_manager(object, &self.helm_field_manager)).force();
+        let mut params = PatchParams::apply(self.manager_of(object)).force();
         if dry_run {
             params = params.dry_run();
         }
@@ -655,7 +706,7 @@ impl Cluster for KubeCluster {
         let name = object.metadata.name.clone().unwrap_or_default();
         let params = PostParams {
             dry_run: true,
-            field_manager: Some(field_manager(object, &self.helm_field_manager).to_string()),
+            field_manager: Some(self.manager_of(object).to_string()),
         };
         with_deadline(
             self.call_timeout,
@@ -805,7 +856,27 @@ impl Cluster for KubeCluster {
     }
 
     async fn apply(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
-        self.apply_with(object, false).await
+        match self.write_as(object) {
+            Some(WriteAs {
+                field_manager,
+                operation: WriteOperation::Create,
+            }) => {
+                let namespace = object.metadata.namespace.clone().unwrap_or_default();
+                let name = object.metadata.name.clone().unwrap_or_default();
+                let params = PostParams {
+                    dry_run: false,
+                    field_manager: Some(field_manager.clone()),
+                };
+                with_deadline(
+                    self.call_timeout,
+                    "create of",
+                    &sts_object(&namespace, &name),
+                    self.statefulsets(&namespace).create(&params, object),
+                )
+                .await
+            }
+            _ => self.apply_with(object, false).await,
+        }
     }
 }
 

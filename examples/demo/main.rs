@@ -8,12 +8,16 @@
 //! refused, grown past what the driver allows, recovered by a revert)
 //! through two Kustomizations at once: `apps` behind the `suspend` gate (or `--gate reconcile`)
 //! and `cache` behind the `artifact` gate (it reads an ExternalArtifact the converger publishes
-//! only once converged). Each step is checked against the cluster and `/status`; then it prints
-//! the dashboard's URL and serves until Ctrl-C.
+//! only once converged). Then an Argo CD walk beside them (examples/demo/argocd.rs): an Argo CD
+//! Application on Argo CD's stand-ins (its application-controller and its API server's
+//! managed-resources endpoint), whose sync stops on a grown StatefulSet and is converged and
+//! handed back, then refused a shrink. Each step is checked against the cluster and `/status`;
+//! then it prints the dashboard's URL and serves until Ctrl-C.
 //!
 //! An example and not a `demo` subcommand: the fake API server is test code (`crates/fake-apiserver`,
 //! built on dev-dependencies such as hyper), and it must never ship in the release binary.
 
+mod argocd;
 mod cluster;
 mod progress;
 mod scenario;
@@ -31,6 +35,7 @@ use flux_converger::flux::artifact::{FetchOptions, Fetcher};
 use flux_converger::flux::render::KustomizeCommand;
 use flux_converger::flux::render::resolve::Resolver;
 use flux_converger::model::GateMode;
+use flux_converger::service::application::ArgoCdConfig;
 use flux_converger::service::{self, Config};
 use flux_converger::storage::StorageConfig;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -182,6 +187,10 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         CACHE.kustomization, CACHE.path
     ));
 
+    // Argo CD, beside Flux.
+    let argo = argocd::start(&fake, &client).await?;
+    argo.describe(&p);
+
     // The converger, as `flux-converger serve` starts it, with its artifact storage (a
     // directory that exists, a port chosen first so the advertised address is right).
     let storage_dir = tempfile::tempdir().context("artifact storage directory")?;
@@ -192,9 +201,12 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         adv_addr: storage_addr.to_string(),
         ..StorageConfig::default()
     };
-    let running = service::start(service_config(&args, storage), client.clone())
-        .await
-        .context("starting the service")?;
+    let running = service::start(
+        service_config(&args, storage, argo.config.clone()),
+        client.clone(),
+    )
+    .await
+    .context("starting the service")?;
     let api = status::ServiceApi::new(running.addr);
     let ready = api.ready(args.step_timeout).await;
     p.check(
@@ -223,6 +235,18 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if ready.is_ok() {
         walk::walk(&world, &mut p).await;
+        argocd::walk(
+            &argocd::World {
+                fake: &fake,
+                argo: &argo,
+                service: &api,
+                resizer: &world.resizer,
+                timeout: args.step_timeout,
+            },
+            &mut p,
+        )
+        .await;
+        walk::never_deleted(&fake, &mut p);
     }
 
     p.section("see it yourself");
@@ -232,6 +256,13 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &format!("dashboard:  {}", api.url("/")),
         || format!("{dashboard:?}"),
     );
+    let page = format!("/applications/{}/{}", argocd::ARGO_NS, argocd::APP);
+    let application_page = api.head(&page).await;
+    p.check(
+        matches!(&application_page, Ok((200, t)) if t.starts_with("text/html")),
+        &format!("its Application page: {}", api.url(&page)),
+        || format!("{application_page:?}"),
+    );
     for ks in [WEB.kustomization, CACHE.kustomization] {
         p.did(&format!(
             "status:     curl {}",
@@ -239,11 +270,19 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ));
     }
     p.did(&format!(
+        "status:     curl {}",
+        api.url(&format!(
+            "/status/applications/{}/{}",
+            argocd::ARGO_NS,
+            argocd::APP
+        ))
+    ));
+    p.did(&format!(
         "metrics:    curl http://{}/metrics",
         running.metrics_addr
     ));
     p.did(&format!(
-        "cluster:    kubectl --kubeconfig {} get statefulsets,pods,pvc,kustomizations,externalartifacts -A",
+        "cluster:    kubectl --kubeconfig {} get statefulsets,pods,pvc,kustomizations,externalartifacts,applications -A",
         served.kubeconfig.display()
     ));
     let failures = p.failures().to_vec();
@@ -306,9 +345,9 @@ async fn create_external_artifact(client: &kube::Client) -> anyhow::Result<()> {
 }
 
 /// What `flux-converger serve` would build from its flags for this cluster: the defaults,
-/// but the webhook key, loopback ports, one replica (no leader election), short waits and
-/// the artifact storage.
-fn service_config(args: &Args, storage: StorageConfig) -> Config {
+/// but the webhook key, loopback ports, one replica (no leader election), short waits, the
+/// artifact storage and the `--argocd-*` flags naming Argo CD's stand-ins.
+fn service_config(args: &Args, storage: StorageConfig, argocd: ArgoCdConfig) -> Config {
     Config::builder(FLUX_NS)
         .listen(args.listen)
         .metrics_addr(args.metrics_addr)
@@ -317,6 +356,7 @@ fn service_config(args: &Args, storage: StorageConfig) -> Config {
         .handoff_timeout(args.step_timeout)
         .call_timeout(Duration::from_secs(10))
         .storage(storage)
+        .argocd(Some(argocd))
         .build()
 }
 

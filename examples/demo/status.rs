@@ -1,5 +1,6 @@
 //! Reads what the service reports about itself, over its own HTTP API (`/readyz`,
-//! `/status/{namespace}/{name}`), as a user's script or the dashboard would.
+//! `/status/{namespace}/{name}`, `/status/applications/{namespace}/{name}`), as a user's script
+//! or the dashboard would.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -64,23 +65,38 @@ impl ServiceApi {
         namespace: &str,
         name: &str,
     ) -> Result<Vec<RevisionRecord>, String> {
+        self.history_at(&format!("/status/{namespace}/{name}"))
+            .await
+    }
+
+    /// One gated object's detail at `path` (`/status/{namespace}/{name}` of a Kustomization,
+    /// `/status/applications/{namespace}/{name}` of an Application); `Null` when it is not
+    /// known yet (404).
+    pub async fn detail(&self, path: &str) -> Result<Value, String> {
         let r = self
             .http
-            .get(self.url(&format!("/status/{namespace}/{name}")))
+            .get(self.url(path))
             .send()
             .await
             .map_err(|e| e.to_string())?;
         if r.status() == reqwest::StatusCode::NOT_FOUND {
-            return Ok(Vec::new());
+            return Ok(Value::Null);
         }
         if !r.status().is_success() {
-            return Err(format!("GET /status/{namespace}/{name}: {}", r.status()));
+            return Err(format!("GET {path}: {}", r.status()));
         }
         let body = r.bytes().await.map_err(|e| e.to_string())?;
-        let detail: Value = serde_json::from_slice(&body)
-            .map_err(|e| format!("/status/{namespace}/{name}: {e}"))?;
+        serde_json::from_slice(&body).map_err(|e| format!("{path}: {e}"))
+    }
+
+    /// The history the detail at `path` reports, newest first (empty when not known yet).
+    pub async fn history_at(&self, path: &str) -> Result<Vec<RevisionRecord>, String> {
+        let detail = self.detail(path).await?;
+        if detail.is_null() {
+            return Ok(Vec::new());
+        }
         serde_json::from_value(detail["revisions"].clone())
-            .map_err(|e| format!("/status/{namespace}/{name} revisions: {e}"))
+            .map_err(|e| format!("{path} revisions: {e}"))
     }
 
     /// Waits until the record of `revision` satisfies `pred`; its last version (or why there
@@ -93,9 +109,26 @@ impl ServiceApi {
         timeout: Duration,
         pred: impl Fn(&RevisionRecord) -> bool,
     ) -> Result<RevisionRecord, String> {
+        self.record_until_at(
+            &format!("/status/{namespace}/{name}"),
+            revision,
+            timeout,
+            pred,
+        )
+        .await
+    }
+
+    /// [`Self::record_until`] for the detail at `path`.
+    pub async fn record_until_at(
+        &self,
+        path: &str,
+        revision: &str,
+        timeout: Duration,
+        pred: impl Fn(&RevisionRecord) -> bool,
+    ) -> Result<RevisionRecord, String> {
         let deadline = Instant::now() + timeout;
         loop {
-            let history = self.history(namespace, name).await?;
+            let history = self.history_at(path).await?;
             let record = history.into_iter().find(|r| r.revision == revision);
             match record {
                 Some(r) if pred(&r) => return Ok(r),

@@ -24,8 +24,9 @@ use std::collections::BTreeSet;
 use super::application::{
     Application, IN_CLUSTER_NAME, IN_CLUSTER_SERVER, REFRESH_ANNOTATION, Revision,
 };
+use crate::gated::Gated;
 use crate::gated::gating::Gating;
-use crate::model::GateMode;
+use crate::model::{GateMode, Kind};
 
 /// The text of the API server's refusal that stops the sync, in every apply mode and in the
 /// server-side diff's dry run (derived from Argo CD's code, not observed: matched anywhere in a
@@ -39,12 +40,29 @@ pub const MODES: &[&str] = &["reconcile", "off"];
 /// in, any other mode is refused as an unknown value, `flux-converger.io/hold` holds it, and
 /// `--default-gate` does not apply (an Application has no `spec.suspend`).
 pub fn gating(app: &Application) -> Gating {
-    Gating::parse_among(
-        app.metadata.annotations.as_ref(),
-        false,
-        GateMode::Off,
-        MODES,
-    )
+    app.gating(GateMode::Off)
+}
+
+/// An Application is gated only when it opts in (`flux-converger.io/gate: reconcile`), as a
+/// HelmRelease is: the converge follows Argo CD's stopped sync and hands back with a sync, so
+/// only the reconcile mode applies and `--default-gate` does not. It has no `spec.suspend`, and
+/// its identity is not a field of its own ([`super::project::identity`]): `service_account_name`
+/// is `None`, and the lane never asks [`Gated::user`] of it.
+impl Gated for Application {
+    const KIND: Kind = Kind::APPLICATION;
+    const MODES: &'static [&'static str] = MODES;
+
+    fn suspended(&self) -> bool {
+        false
+    }
+
+    fn service_account_name(&self) -> Option<&str> {
+        None
+    }
+
+    fn default_mode(_default_gate: GateMode) -> GateMode {
+        GateMode::Off
+    }
 }
 
 /// How the failure was seen.

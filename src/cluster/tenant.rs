@@ -66,6 +66,13 @@ impl TenantCluster {
         self
     }
 
+    /// Writes the StatefulSets `writes` names as it says (an Argo CD Application's: its
+    /// controller's field manager and apply mode); the tenant writes, so only its side needs it.
+    pub fn with_writes_as(mut self, writes: crate::cluster::WritesAs) -> Self {
+        self.tenant = self.tenant.with_writes_as(writes);
+        self
+    }
+
     /// StorageClasses from the service's cache (they are the service's reads, never the
     /// tenant's), so a converge lists none once the cache has its first list.
     pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {

@@ -3,6 +3,7 @@
 //! `converge --wait-for-volumes` adds 4 (a volume's expansion is infeasible) and 5 (the volumes
 //! did not grow by the deadline).
 
+pub mod argocd_flags;
 pub mod artifact_limits;
 pub mod build_limits;
 pub mod converge;

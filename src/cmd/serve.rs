@@ -174,6 +174,8 @@ pub struct Args {
     http: super::http_flags::HttpArgs,
     #[command(flatten)]
     build: super::build_limits::BuildLimitArgs,
+    #[command(flatten)]
+    argocd: super::argocd_flags::ArgoCdArgs,
     // Last: its help heading covers only its own flags. The same caps as `render`, so one
     // tenant's artifact cannot exhaust the service's memory (an OOM-kill loop for every tenant).
     #[command(flatten)]
@@ -274,6 +276,10 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         .http
         .config()
         .map_err(|e| bad_input(anyhow::anyhow!(e)))?;
+    let argocd = args
+        .argocd
+        .config()
+        .map_err(|e| bad_input(anyhow::anyhow!(e)))?;
     let watch_label_selector = args.watch_label_selector.clone().filter(|s| !s.is_empty());
     let leader_election_id = match args.leader_election_id.as_deref().filter(|s| !s.is_empty()) {
         Some(id) => {
@@ -324,6 +330,7 @@ fn config(args: &Args, kube: &KubeArgs) -> anyhow::Result<Config> {
         },
     })
     .http(http)
+    .argocd(argocd)
     .build())
 }
 

@@ -15,14 +15,56 @@
 //! the delete, like [`Fence::check`].
 
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Why this process may not write now: named in the run's error, and counted by its label.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Fenced {
+    #[error("leadership is not set up yet")]
+    NotSetUp,
+    #[error("the Lease {lease} is held by {holder}")]
+    HeldBy { lease: String, holder: String },
+    #[error("this replica does not hold the Lease {lease}")]
+    NotHeld { lease: String },
+    #[error("this replica has not renewed the Lease {lease}")]
+    NotRenewed { lease: String },
+    #[error(
+        "this replica cannot prove it still holds the Lease {lease}: its last renewal was \
+         {since:.1?} ago, and a renewal is trusted for {valid:?} (lease duration {duration:?} \
+         minus a margin of {margin:?})"
+    )]
+    Unproven {
+        lease: String,
+        since: Duration,
+        valid: Duration,
+        duration: Duration,
+        margin: Duration,
+    },
+    #[error("the service is stopping")]
+    Stopping,
+}
+
+impl Fenced {
+    /// The reason as a metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Fenced::NotSetUp => "not_set_up",
+            Fenced::HeldBy { .. } => "held_by_another",
+            Fenced::NotHeld { .. } => "not_held",
+            Fenced::NotRenewed { .. } => "not_renewed",
+            Fenced::Unproven { .. } => "unproven",
+            Fenced::Stopping => "stopping",
+        }
+    }
+}
 
 /// May this process write now? `Err` carries why not (named in the run's error).
 pub trait Fence: Send + Sync + std::fmt::Debug {
-    fn check(&self) -> Result<(), String>;
+    fn check(&self) -> Result<(), Fenced>;
 
     /// Asked right before the orphan delete (and a resume's re-apply of an absent object):
     /// the [`Fence::check`], and a [`Window`] the converge holds until the re-apply returns.
-    fn open_window(&self) -> Result<Window, String> {
+    fn open_window(&self) -> Result<Window, Fenced> {
         self.check().map(|()| Window::none())
     }
 }
@@ -64,7 +106,7 @@ impl std::fmt::Debug for Window {
 pub struct Open;
 
 impl Fence for Open {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), Fenced> {
         Ok(())
     }
 }

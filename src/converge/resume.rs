@@ -220,7 +220,7 @@ pub struct Resumed {
 /// not in [`Options::renders`] are reported in [`Resumed::not_resumed`] and kept. Each
 /// StatefulSet is resumed on its own, and one failing (or one unreadable record) does not
 /// stop the others.
-pub async fn resume_all<C, J, F, Fut>(
+pub async fn resume_all<C, J, F, Fut, E>(
     cluster_for: F,
     journal: &J,
     options: &Options,
@@ -229,7 +229,8 @@ where
     C: Cluster,
     J: Journal,
     F: Fn(&Intent) -> Fut,
-    Fut: Future<Output = Result<C, String>>,
+    Fut: Future<Output = Result<C, E>>,
+    E: std::fmt::Display,
 {
     let listing = journal.list().await?;
     // The caller reports them (`Resumed::unreadable`), once each: debug only here.
@@ -275,7 +276,9 @@ where
                 warn!(statefulset = %intent.name, namespace = %intent.namespace,
                       act_as = intent.act_as.as_deref().unwrap_or_default(), %reason,
                       "not resuming an intent: its identity cannot be used; kept in the journal");
-                resumed.not_resumed.push(not_resumed(&intent, reason));
+                resumed
+                    .not_resumed
+                    .push(not_resumed(&intent, reason.to_string()));
                 continue;
             }
         };

@@ -89,8 +89,9 @@ impl<'a, C: Cluster, J: Journal> Run<'a, C, J> {
         }
     }
 
-    pub(super) fn fence_err(&self, step: Step) -> impl FnOnce(String) -> ConvergeError + '_ {
-        move |message| {
+    pub(super) fn fence_err(&self, step: Step) -> impl FnOnce(fence::Fenced) -> ConvergeError + '_ {
+        move |fenced| {
+            let message = fenced.to_string();
             warn!(statefulset = %self.name, namespace = %self.namespace, step = step.as_str(),
                   %message, "fenced: not writing");
             ConvergeError::Fenced {

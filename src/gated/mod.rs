@@ -23,8 +23,7 @@ use gating::Gating;
 /// render, a HelmRelease's from its newest release record.
 #[derive(Clone, Copy, Debug)]
 pub struct Desired<'a> {
-    pub kind: Kind,
-    /// The gated object.
+    /// The gated object (its key names its kind).
     pub owner: &'a Key,
     /// What is converged: the source's revision, or the release's version.
     pub revision: &'a str,
@@ -38,7 +37,6 @@ impl<'a> Desired<'a> {
     /// identity kustomize-controller would apply them with (`user`).
     pub fn of_render(resolved: &'a Resolved, owner: &'a Key, user: Option<&'a str>) -> Self {
         Desired {
-            kind: Kind::Kustomization,
             owner,
             revision: &resolved.revision,
             statefulsets: &resolved.rendered.statefulsets,
@@ -72,6 +70,7 @@ pub trait Gated: kube::Resource<DynamicType = ()> + Send + Sync {
     fn key(&self) -> Key {
         let meta = self.meta();
         Key::new(
+            Self::KIND,
             meta.namespace.as_deref().unwrap_or_default(),
             meta.name.as_deref().unwrap_or_default(),
         )
@@ -101,7 +100,7 @@ pub trait Gated: kube::Resource<DynamicType = ()> + Send + Sync {
 }
 
 impl Gated for Kustomization {
-    const KIND: Kind = Kind::Kustomization;
+    const KIND: Kind = Kind::KUSTOMIZATION;
     const MODES: &'static [&'static str] = GateMode::VALUES;
 
     fn suspended(&self) -> bool {
@@ -121,7 +120,7 @@ impl Gated for Kustomization {
 /// converge follows helm-controller's failed upgrade and hands back as `flux reconcile
 /// --force` does, so only the reconcile mode applies and `--default-gate` does not.
 impl Gated for HelmRelease {
-    const KIND: Kind = Kind::HelmRelease;
+    const KIND: Kind = Kind::HELM_RELEASE;
     const MODES: &'static [&'static str] = &["reconcile", "off"];
 
     fn suspended(&self) -> bool {
@@ -263,7 +262,10 @@ mod tests {
                 expected
             );
         }
-        assert_eq!(helmrelease(&[], false, None).key(), Key::new("team", "db"));
+        assert_eq!(
+            helmrelease(&[], false, None).key(),
+            Key::helm_release("team", "db")
+        );
         assert_eq!(<HelmRelease as Gated>::KIND.as_str(), "HelmRelease");
     }
 }

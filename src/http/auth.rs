@@ -38,7 +38,7 @@ use super::AppState;
 use super::backend::Backend;
 use super::error::ApiError;
 use crate::flux::event::Event;
-use crate::model::{KustomizationDetail, KustomizationSummary, RevisionRecord};
+use crate::model::{Key, Kind, RevisionRecord, StatusDetail, StatusRow};
 
 /// How long a TokenReview's or a SubjectAccessReview's answer is used again.
 pub const REVIEW_TTL: Duration = Duration::from_secs(10);
@@ -70,6 +70,17 @@ pub const HELMRELEASES: Resource = Resource {
     group: "helm.toolkit.fluxcd.io",
     resource: "helmreleases",
 };
+
+impl Resource {
+    /// The resource a caller must be allowed to `get` for the results of a gated object of
+    /// `kind`: the object itself, as its kind's own RBAC says.
+    pub fn of(kind: Kind) -> Resource {
+        Resource {
+            group: kind.spec().group,
+            resource: kind.spec().plural,
+        }
+    }
+}
 
 /// The identity a TokenReview found, passed on as is to the SubjectAccessReviews.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -350,7 +361,7 @@ impl FromRequestParts<AppState> for Seen {
     }
 }
 
-/// `/` and `/status`: an authenticated caller, shown the rows it may get.
+/// `/` and `/status`: an authenticated caller, shown the rows of every kind it may get.
 pub(super) async fn list_guard(
     State(guard): State<Guard>,
     mut request: Request,
@@ -360,45 +371,33 @@ pub(super) async fn list_guard(
         Ok(found) => found,
         Err(refusal) => return refusal.into_response(),
     };
-    let rows = guard
-        .backend
-        .kustomizations(None)
-        .into_iter()
-        .map(|s| (s.namespace, s.name))
-        .collect();
-    let visible = match guard
-        .auth
-        .visible(&key, &caller, KUSTOMIZATIONS, rows)
-        .await
-    {
-        Ok(visible) => visible,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let helm_rows = guard
-        .backend
-        .helm_releases(None)
-        .into_iter()
-        .map(|s| (s.namespace, s.name))
-        .collect();
-    let visible_helm = match guard
-        .auth
-        .visible(&key, &caller, HELMRELEASES, helm_rows)
-        .await
-    {
-        Ok(visible) => visible,
-        Err(refusal) => return refusal.into_response(),
-    };
-    tracing::debug!(user = %caller.username, rows = visible.len(),
-        helm_releases = visible_helm.len(), "status read");
+    let mut visible = HashMap::new();
+    for kind in guard.backend.kinds() {
+        let rows = guard
+            .backend
+            .rows(kind, None)
+            .into_iter()
+            .map(|s| (s.namespace, s.name))
+            .collect();
+        match guard
+            .auth
+            .visible(&key, &caller, Resource::of(kind), rows)
+            .await
+        {
+            Ok(seen) => visible.insert(kind, seen),
+            Err(refusal) => return refusal.into_response(),
+        };
+    }
+    tracing::debug!(user = %caller.username,
+        rows = visible.values().map(HashSet::len).sum::<usize>(), "status read");
     request.extensions_mut().insert(Viewed(Arc::new(Filtered {
         inner: guard.backend.clone(),
         visible,
-        visible_helm,
     })));
     next.run(request).await
 }
 
-/// `/status/{ns}/{name}` and its page: an authenticated caller that may get that one.
+/// `/status/{ns}/{name}`: an authenticated caller that may get that Kustomization.
 pub(super) async fn one_guard(
     State(guard): State<Guard>,
     Path((namespace, name)): Path<(String, String)>,
@@ -408,14 +407,22 @@ pub(super) async fn one_guard(
     one_of(guard, KUSTOMIZATIONS, &namespace, &name, request, next).await
 }
 
-/// `/status/helmreleases/{ns}/{name}` and its page: a caller that may get that HelmRelease.
-pub(super) async fn helm_one_guard(
+/// `/status/{plural}/{ns}/{name}` and `/{plural}/{ns}/{name}`: a caller that may get that
+/// object of that kind. A plural of no gated kind is let through to its 404, once the caller
+/// is known.
+pub(super) async fn kind_one_guard(
     State(guard): State<Guard>,
-    Path((namespace, name)): Path<(String, String)>,
+    Path((plural, namespace, name)): Path<(String, String, String)>,
     request: Request,
     next: Next,
 ) -> Response {
-    one_of(guard, HELMRELEASES, &namespace, &name, request, next).await
+    match guard.backend.kind_of(&plural) {
+        Some(kind) => one_of(guard, Resource::of(kind), &namespace, &name, request, next).await,
+        None => match guard.auth.caller(request.headers()).await {
+            Ok(_) => next.run(request).await,
+            Err(refusal) => refusal.into_response(),
+        },
+    }
 }
 
 async fn one_of(
@@ -457,16 +464,16 @@ fn forbidden(user: &str, resource: Resource, namespace: &str, name: &str) -> Str
 /// The backend with only the rows one caller may see.
 struct Filtered {
     inner: Arc<dyn Backend>,
-    visible: HashSet<(String, String)>,
-    /// The HelmReleases the caller may get.
-    visible_helm: HashSet<(String, String)>,
+    /// By kind, the objects the caller may get.
+    visible: HashMap<Kind, HashSet<(String, String)>>,
 }
 
 impl Filtered {
-    fn shows(&self, namespace: &str, name: &str) -> bool {
+    fn shows(&self, kind: Kind, namespace: &str, name: &str) -> bool {
         // A borrowed lookup would need a pair of &str keys; the sets are small.
         self.visible
-            .contains(&(namespace.to_string(), name.to_string()))
+            .get(&kind)
+            .is_some_and(|v| v.contains(&(namespace.to_string(), name.to_string())))
     }
 }
 
@@ -475,49 +482,38 @@ impl Backend for Filtered {
         self.inner.hook(event)
     }
 
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        let mut rows = self.inner.kustomizations(namespace);
-        rows.retain(|s| self.shows(&s.namespace, &s.name));
+    fn wake(&self, key: Key) -> bool {
+        self.inner.wake(key)
+    }
+
+    fn kinds(&self) -> Vec<Kind> {
+        self.inner.kinds()
+    }
+
+    fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<StatusRow> {
+        let mut rows = self.inner.rows(kind, namespace);
+        rows.retain(|s| self.shows(kind, &s.namespace, &s.name));
         rows
     }
 
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
-        if !self.shows(namespace, name) {
+    fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail> {
+        if !self.shows(kind, namespace, name) {
             return None;
         }
-        self.inner.kustomization(namespace, name)
+        self.inner.detail(kind, namespace, name)
     }
 
-    fn helm_releases(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        let mut rows = self.inner.helm_releases(namespace);
-        rows.retain(|s| {
-            self.visible_helm
-                .contains(&(s.namespace.clone(), s.name.clone()))
-        });
-        rows
-    }
-
-    fn helm_release(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
-        if !self
-            .visible_helm
-            .contains(&(namespace.to_string(), name.to_string()))
-        {
-            return None;
-        }
-        self.inner.helm_release(namespace, name)
-    }
-
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), super::backend::NotReady> {
         self.inner.ready()
     }
 
     // `version` stays `None`: pages differ by caller, so none is kept for the next one.
 
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        if !self.shows(namespace, name) {
+    fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        if !self.shows(kind, namespace, name) {
             return None;
         }
-        self.inner.last_record(namespace, name)
+        self.inner.last_record(kind, namespace, name)
     }
 }
 

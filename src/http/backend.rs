@@ -1,107 +1,131 @@
 //! What the HTTP side needs from the service, and nothing more: the handlers never see a
 //! `kube::Client`, the gate or the queue, so every route is tested with a stand-in backend.
+//! Every kind of gated object is asked for the same way, by its [`Kind`]: the routes, the
+//! `/status` body and the dashboard name no kind of their own.
 
 use bytes::Bytes;
 
 use crate::flux::event::Event;
-use crate::model::body::{append_field, array, encode, list_body};
-use crate::model::{Kind, KustomizationDetail, KustomizationSummary, RevisionRecord};
+use crate::model::body::{array, encode, object};
+use crate::model::{Key, Kind, RevisionRecord, StatusDetail, StatusRow};
+
+/// Why a replica is not ready (`/readyz` answers 503 with it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The access check has not answered yet.
+    #[error("access not checked yet")]
+    AccessNotChecked,
+    /// The service lacks permissions it needs (by name).
+    #[error("missing permissions: {}", .0.join(", "))]
+    MissingPermissions(Vec<String>),
+    /// Watches that have not listed everything once (by resource).
+    #[error("caches not synced: {}", .0.join(", "))]
+    NotSynced(Vec<&'static str>),
+    /// A kind's records have not been read yet.
+    #[error("results not read yet")]
+    ResultsNotRead,
+    /// The access check answered before the Kustomizations were listed, so it may lack
+    /// `impersonate`.
+    #[error("access not checked for the Kustomizations' service accounts yet")]
+    AccessNotFinal,
+    /// Kustomizations use the `artifact` gate and there is no storage to publish to.
+    #[error("no artifact storage ({why}) and {count} Kustomization(s) use the artifact gate")]
+    NoStorage { why: String, count: usize },
+    /// Any other reason a backend gives (a test's stand-in).
+    #[error("{0}")]
+    Other(String),
+}
 
 pub trait Backend: Send + Sync + 'static {
-    /// Queues the handled Kustomizations this (already authenticated, parsed) event names and
-    /// returns them as `namespace/name`, sorted. Never blocks on cluster I/O.
+    /// Queues the handled objects this (already authenticated, parsed) event names and returns
+    /// them (`namespace/name` of a Kustomization, `Kind/namespace/name` of another kind),
+    /// sorted. Never blocks on cluster I/O.
     fn hook(&self, event: &Event) -> Vec<String>;
-    /// Every handled Kustomization (optionally of one namespace), sorted by namespace then name.
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary>;
-    /// One handled Kustomization with its history; `None` when it is not handled.
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail>;
+    /// Queues the handled object a wake-up names by itself (it is re-read by its run);
+    /// whether it is handled. Default: none is.
+    fn wake(&self, key: Key) -> bool {
+        let _ = key;
+        false
+    }
+    /// The kinds the service gates, in the order `GET /status` lists them. Default: the
+    /// Kustomizations and the HelmReleases.
+    fn kinds(&self) -> Vec<Kind> {
+        vec![Kind::KUSTOMIZATION, Kind::HELM_RELEASE]
+    }
+    /// Every handled object of `kind` (optionally of one namespace), sorted by namespace then
+    /// name.
+    fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<StatusRow>;
+    /// One handled object of `kind` with its history; `None` when it is not handled.
+    fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail>;
     /// `Ok` once the caches are synced and the results are readable; otherwise why not.
-    fn ready(&self) -> Result<(), String>;
-    /// A number that changes whenever anything [`Backend::kustomizations`] or
-    /// [`Backend::last_record`] answer may have changed (a record, a gate, a source revision,
-    /// the handled set), so the dashboard renders a page once per change instead of once per
-    /// request. Read it before the data it guards: a change after the read leaves a page built
-    /// under an already old number, rebuilt at the next request. `None` (the default): not
-    /// tracked, every request renders afresh (the answers stay correct, only slower).
+    fn ready(&self) -> Result<(), NotReady>;
+    /// A number that changes whenever anything [`Backend::rows`] or [`Backend::last_record`]
+    /// answer may have changed (a record, a gate, a source revision, the handled set), so the
+    /// dashboard renders a page once per change instead of once per request. Read it before
+    /// the data it guards: a change after the read leaves a page built under an already old
+    /// number, rebuilt at the next request. `None` (the default): not tracked, every request
+    /// renders afresh (the answers stay correct, only slower).
     fn version(&self) -> Option<u64> {
         None
     }
-    /// The newest record with its StatefulSets: the dashboard's rows show a refusal's code, which
-    /// only the StatefulSet entries carry. Added by the http branch with a default, so existing
-    /// backends keep compiling; a backend holding the results should answer it without copying
-    /// the whole history (`Results::last`).
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.kustomization(namespace, name)
+    /// The newest record with its StatefulSets: the dashboard's rows show a refusal's code,
+    /// which only the StatefulSet entries carry. Default: from the detail; a backend holding the
+    /// results answers without copying the whole history.
+    fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.detail(kind, namespace, name)
             .and_then(|detail| detail.revisions.into_iter().next())
     }
-    /// Every handled gated object, of every kind (optionally of one namespace): the
-    /// dashboard's rows, told apart by their `kind`. Default: the Kustomizations, then the
-    /// HelmReleases.
-    fn gated(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        let mut rows = self.kustomizations(namespace);
-        rows.extend(self.helm_releases(namespace));
-        rows
-    }
-    /// [`Backend::last_record`] of a gated object of any kind. Default: a Kustomization's from
-    /// [`Backend::last_record`], another kind's from its detail.
-    fn last_record_of(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        match kind {
-            Kind::Kustomization => self.last_record(namespace, name),
-            Kind::HelmRelease => self
-                .helm_release(namespace, name)
-                .and_then(|detail| detail.revisions.into_iter().next()),
-        }
-    }
-    /// The `GET /status` body (see [`Backend::kustomizations`]). Added by the perf branch with
-    /// a default that encodes on every call; the service answers it from its cache instead.
-    fn status_json(&self, namespace: Option<&str>) -> Result<Bytes, serde_json::Error> {
-        let mut kustomizations = self.kustomizations(namespace);
+    /// [`Backend::rows`] as one encoded JSON array. Default: encodes on every call; the
+    /// service keeps its rows encoded.
+    fn rows_json(&self, kind: Kind, namespace: Option<&str>) -> Result<Bytes, serde_json::Error> {
+        let mut rows = self.rows(kind, namespace);
         // The order is part of the API; do not rely on every backend to keep it.
-        kustomizations.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        if let Some(namespace) = namespace {
-            kustomizations.retain(|k| k.namespace == namespace);
-        }
-        let rows = kustomizations
-            .iter()
-            .map(encode)
-            .collect::<Result<Vec<_>, _>>()?;
-        let body = list_body(rows.iter().map(|r| &r[..]));
-        Ok(append_field(
-            body,
-            "helmReleases",
-            &helm_releases_array(self, namespace)?,
-        ))
+        rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        rows.retain(|r| namespace.is_none_or(|ns| r.namespace == ns));
+        let rows = rows.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+        Ok(Bytes::from(array(rows.iter().map(|r| &r[..]))))
     }
-    /// Every handled HelmRelease (optionally of one namespace), sorted: `/status`'s
-    /// `helmReleases`, rows in the Kustomizations' shape. Default: none.
-    fn helm_releases(&self, _namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        Vec::new()
-    }
-    /// One handled HelmRelease with its history (`GET /status/helmreleases/{ns}/{name}`);
-    /// `None` when it is not handled. Default: none.
-    fn helm_release(&self, _namespace: &str, _name: &str) -> Option<KustomizationDetail> {
-        None
-    }
-    /// The `GET /status/{ns}/{name}` body; `None` when not handled. Default: encodes
-    /// [`Backend::kustomization`] on every call.
-    fn kustomization_json(
+    /// The `GET /status/{ns}/{name}` (a Kustomization) or `GET /status/{plural}/{ns}/{name}`
+    /// body; `None` when not handled. Default: encodes [`Backend::detail`] on every call.
+    fn detail_json(
         &self,
+        kind: Kind,
         namespace: &str,
         name: &str,
     ) -> Option<Result<Bytes, serde_json::Error>> {
-        self.kustomization(namespace, name)
-            .map(|detail| encode(&detail))
+        self.detail(kind, namespace, name).map(|d| encode(&d))
     }
-}
-
-/// `helmReleases` of `/status`: [`Backend::helm_releases`], sorted, encoded.
-pub fn helm_releases_array<B: Backend + ?Sized>(
-    backend: &B,
-    namespace: Option<&str>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let mut rows = backend.helm_releases(namespace);
-    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    rows.retain(|r| namespace.is_none_or(|ns| r.namespace == ns));
-    let rows = rows.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
-    Ok(array(rows.iter().map(|r| &r[..])))
+    /// What `GET /status` says after the kinds' rows, as `(field, encoded value)`: the intents
+    /// the resume left in the journal (`refusedIntents`). Default: nothing.
+    fn status_extra(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<(&'static str, Vec<u8>)>, serde_json::Error> {
+        let _ = namespace;
+        Ok(Vec::new())
+    }
+    /// The `GET /status` body: each kind's rows under its field (`kustomizations`,
+    /// `helmReleases`, ...), in [`Backend::kinds`] order, then [`Backend::status_extra`].
+    fn status_json(&self, namespace: Option<&str>) -> Result<Bytes, serde_json::Error> {
+        let mut fields: Vec<(&'static str, Bytes)> = Vec::new();
+        for kind in self.kinds() {
+            fields.push((kind.spec().status_field, self.rows_json(kind, namespace)?));
+        }
+        for (name, value) in self.status_extra(namespace)? {
+            fields.push((name, Bytes::from(value)));
+        }
+        Ok(object(fields.iter().map(|(n, v)| (*n, &v[..]))))
+    }
+    /// Every handled object of every kind (optionally of one namespace): the dashboard's rows,
+    /// told apart by their `kind`.
+    fn gated(&self, namespace: Option<&str>) -> Vec<StatusRow> {
+        self.kinds()
+            .into_iter()
+            .flat_map(|kind| self.rows(kind, namespace))
+            .collect()
+    }
+    /// The kind whose resource is `plural` (`/status/{plural}/...`, `/{plural}/...`).
+    fn kind_of(&self, plural: &str) -> Option<Kind> {
+        self.kinds().into_iter().find(|k| k.plural() == plural)
+    }
 }

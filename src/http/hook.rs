@@ -98,25 +98,9 @@ async fn accept(
         }
         None => None,
     };
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the body is over {BODY_LIMIT} bytes"),
-        )
-    };
-    let announced = content_length(&parts.headers);
-    if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
-        return Err(too_large());
-    }
-    let lane = match announced {
-        Some(n) if n <= SMALL_BODY as u64 => &lanes.small,
-        _ => &lanes.large,
-    };
-    let _reading = lane
-        .acquire()
-        .await
-        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
-    let body = read_capped(body, announced).await?;
+    // The lane is held until the body is dropped: hashing and parsing included, so at most a
+    // lane's worth of bodies is in memory at once.
+    let (body, _lane) = read_body(lanes, &parts.headers, body).await?;
     if let Some((key, signature)) = signature {
         // Hashing 3 MiB takes milliseconds of CPU: on the blocking pool, so a flood of large
         // posts never keeps the async workers (and `/healthz`) waiting.
@@ -139,6 +123,34 @@ async fn accept(
         "webhook accepted"
     );
     Ok(queued)
+}
+
+/// The body of a webhook (`/hook`, `/hook/argocd`), read under [`BODY_LIMIT`] in one of the
+/// two [`BodyLanes`]: an announced `Content-Length` over the cap is 413 before anything is
+/// read. Returned with its lane's permit: the caller holds it for as long as it holds the body
+/// (released early, a flood of large bodies would all be in memory at once while they are
+/// checked).
+pub(super) async fn read_body<'a>(
+    lanes: &'a BodyLanes,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(bytes::Bytes, tokio::sync::SemaphorePermit<'a>), ApiError> {
+    let announced = content_length(headers);
+    if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is over {BODY_LIMIT} bytes"),
+        ));
+    }
+    let lane = match announced {
+        Some(n) if n <= SMALL_BODY as u64 => &lanes.small,
+        _ => &lanes.large,
+    };
+    let reading = lane
+        .acquire()
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
+    Ok((read_capped(body, announced).await?, reading))
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {

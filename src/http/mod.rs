@@ -5,6 +5,7 @@
 //! see only the [`Backend`] trait, never a `kube::Client`, so every route is tested with a
 //! stand-in backend.
 
+pub mod argocd_hook;
 pub mod auth;
 pub mod backend;
 pub mod edge;
@@ -91,6 +92,8 @@ pub struct HttpConfig {
 pub struct RouterOptions {
     /// `--status-auth=kubernetes`: the reviews `/status` and the dashboard are guarded by.
     pub status_auth: Option<Arc<auth::StatusAuth>>,
+    /// `--argocd-hook-token-file`'s token: `POST /hook/argocd` is served, requiring it.
+    pub argocd_hook_token: Option<String>,
 }
 
 /// Every endpoint of `--listen`, open to whoever reaches it (no `--status-auth`).
@@ -112,20 +115,25 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
         // The handler reads the body itself, under `hook::BODY_LIMIT`.
         .route("/hook", post(hook::hook))
         .route("/healthz", get(probes::healthz))
-        .route("/readyz", get(probes::readyz))
-        .layer(Extension(lanes));
+        .route("/readyz", get(probes::readyz));
+    // Argo CD's notifications, only with their token (they are unsigned).
+    let open = match options.argocd_hook_token {
+        Some(token) => open.route(
+            "/hook/argocd",
+            post(argocd_hook::wake).layer(Extension(argocd_hook::ArgoCdHookToken(token.into()))),
+        ),
+        None => open,
+    }
+    .layer(Extension(lanes));
     let mut lists = Router::new()
         .route("/", get(ui::dashboard).layer(Extension(pages)))
         .route("/status", get(status::list));
-    let mut one = Router::new()
-        .route("/kustomizations/{namespace}/{name}", get(ui::kustomization))
-        .route("/status/{namespace}/{name}", get(status::one));
-    let mut helm_one = Router::new()
-        .route(
-            "/status/helmreleases/{namespace}/{name}",
-            get(status::helm_release),
-        )
-        .route("/helmreleases/{namespace}/{name}", get(ui::helm_release));
+    let mut one = Router::new().route("/status/{namespace}/{name}", get(status::one));
+    // Any gated kind by its resource (`kustomizations`, `helmreleases`, ...): its page and,
+    // but for a Kustomization's (above), its JSON.
+    let mut kind_one = Router::new()
+        .route("/status/{plural}/{namespace}/{name}", get(status::of_kind))
+        .route("/{plural}/{namespace}/{name}", get(ui::detail));
     if let Some(status_auth) = options.status_auth {
         let guard = auth::Guard {
             auth: status_auth,
@@ -139,15 +147,15 @@ pub fn router_with(state: AppState, options: RouterOptions) -> Router {
             guard.clone(),
             auth::one_guard,
         ));
-        helm_one = helm_one.route_layer(axum::middleware::from_fn_with_state(
+        kind_one = kind_one.route_layer(axum::middleware::from_fn_with_state(
             guard,
-            auth::helm_one_guard,
+            auth::kind_one_guard,
         ));
     }
     let router = open
         .merge(lists)
         .merge(one)
-        .merge(helm_one)
+        .merge(kind_one)
         .fallback(not_found)
         .with_state(state);
     hardened(router)

@@ -1,5 +1,6 @@
-//! `GET /status`, `GET /status/{namespace}/{name}` and `GET /status/helmreleases/{namespace}/{name}`:
-//! the results as JSON, read-only. The
+//! `GET /status`, `GET /status/{namespace}/{name}` (a Kustomization) and
+//! `GET /status/{plural}/{namespace}/{name}` (any gated kind: `helmreleases`, ...): the results
+//! as JSON, read-only. The
 //! bodies come encoded from the backend (the service keeps them, see
 //! `records::status_cache`, encoded by `model::body`), so a poll costs a copy, not an encoding.
 
@@ -11,6 +12,7 @@ use serde::Deserialize;
 
 use super::auth::Seen;
 use super::error::ApiError;
+use crate::model::Kind;
 
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct NamespaceQuery {
@@ -40,29 +42,33 @@ pub(super) async fn list(Seen(state): Seen, Query(query): Query<NamespaceQuery>)
     json(state.backend.status_json(query.namespace()))
 }
 
-pub(super) async fn helm_release(
+pub(super) async fn one(
     Seen(state): Seen,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    match state.backend.helm_release(&namespace, &name) {
-        Some(detail) => json(crate::model::body::encode(&detail)),
+    detail(&state, Kind::KUSTOMIZATION, &namespace, &name)
+}
+
+pub(super) async fn of_kind(
+    Seen(state): Seen,
+    Path((plural, namespace, name)): Path<(String, String, String)>,
+) -> Response {
+    match state.backend.kind_of(&plural) {
+        Some(kind) => detail(&state, kind, &namespace, &name),
         None => ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("HelmRelease {namespace}/{name} is not handled by flux-converger"),
+            format!("{plural:?} is not a kind flux-converger gates"),
         )
         .into_response(),
     }
 }
 
-pub(super) async fn one(
-    Seen(state): Seen,
-    Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    match state.backend.kustomization_json(&namespace, &name) {
+fn detail(state: &super::AppState, kind: Kind, namespace: &str, name: &str) -> Response {
+    match state.backend.detail_json(kind, namespace, name) {
         Some(body) => json(body),
         None => ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("Kustomization {namespace}/{name} is not handled by flux-converger"),
+            format!("{kind} {namespace}/{name} is not handled by flux-converger"),
         )
         .into_response(),
     }

@@ -1,5 +1,5 @@
-//! The dashboard: `GET /` (one row per handled gated object, every kind, 200 to a page) and
-//! `GET /kustomizations/{namespace}/{name}`, `/helmreleases/{namespace}/{name}` (its history), rendered by askama templates compiled
+//! The dashboard: `GET /` (one row per handled Kustomization, 200 to a page) and
+//! `GET /kustomizations/{namespace}/{name}` (its history), rendered by askama templates compiled
 //! into the binary, plus the page's own script and stylesheet (`/assets/*`). Clusters are often
 //! offline, so nothing is fetched from elsewhere; every value is escaped by the templates.
 //!
@@ -142,7 +142,7 @@ struct DashboardPage {
     /// 1-based positions of this page's first and last row among `matching`.
     first_row: usize,
     last_row: usize,
-    /// Every handled gated object.
+    /// Every handled Kustomization.
     total: usize,
     page_count: usize,
     pages: Vec<PageLink>,
@@ -440,7 +440,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
         .take(PAGE_ROWS)
         .map(|s| {
             let last = if s.last.is_some() {
-                state.backend.last_record_of(s.kind, &s.namespace, &s.name)
+                state.backend.last_record(s.kind, &s.namespace, &s.name)
             } else {
                 None
             };
@@ -461,7 +461,7 @@ fn dashboard_page(state: &AppState, wanted: &Wanted) -> (DashboardPage, usize) {
         Vec::new()
     };
     let dashboard = DashboardPage {
-        title: "Gated objects".to_string(),
+        title: "Kustomizations".to_string(),
         refresh_seconds: REFRESH_SECONDS,
         etag_slot: ETAG_SLOT,
         chips,
@@ -498,27 +498,28 @@ fn badge_of(key: &str) -> Badge {
     state_badge(state)
 }
 
-pub(super) async fn kustomization(
+/// `/{plural}/{ns}/{name}`: one gated object's history, whatever its kind
+/// (`/kustomizations/...`, `/helmreleases/...`).
+pub(super) async fn detail(
     Seen(state): Seen,
-    Path((namespace, name)): Path<(String, String)>,
+    Path((plural, namespace, name)): Path<(String, String, String)>,
 ) -> Response {
-    let detail = state.backend.kustomization(&namespace, &name);
-    let json_href = format!("/status/{namespace}/{name}");
-    detail_page(detail, "Kustomization", &namespace, &name, json_href)
-}
-
-/// `/helmreleases/{ns}/{name}`: a HelmRelease's history, as a Kustomization's page shows it.
-pub(super) async fn helm_release(
-    Seen(state): Seen,
-    Path((namespace, name)): Path<(String, String)>,
-) -> Response {
-    let detail = state.backend.helm_release(&namespace, &name);
-    let json_href = format!("/status/helmreleases/{namespace}/{name}");
-    detail_page(detail, "HelmRelease", &namespace, &name, json_href)
+    let Some(kind) = state.backend.kind_of(&plural) else {
+        // No kind of that name: the same answer as any path nothing is served at.
+        return super::error::ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
+            .into_response();
+    };
+    let detail = state.backend.detail(kind, &namespace, &name);
+    let json_href = if kind == crate::model::Kind::KUSTOMIZATION {
+        format!("/status/{namespace}/{name}")
+    } else {
+        format!("/status/{plural}/{namespace}/{name}")
+    };
+    detail_page(detail, kind.as_str(), &namespace, &name, json_href)
 }
 
 fn detail_page(
-    detail: Option<crate::model::KustomizationDetail>,
+    detail: Option<crate::model::StatusDetail>,
     kind: &str,
     namespace: &str,
     name: &str,

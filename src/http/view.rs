@@ -7,9 +7,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use crate::model::{
-    FluxOutcome, FluxResult, GateMode, Handoff, KustomizationSummary, ModifyState, RevisionRecord,
-    RevisionState, StatefulSetEntry, StatefulSetOutcome, StepError, Volume, VolumeState,
-    VolumeSummary,
+    FluxOutcome, FluxResult, GateMode, Handoff, ModifyState, RevisionRecord, RevisionState,
+    StatefulSetEntry, StatefulSetOutcome, StatusRow, StepError, Volume, VolumeState, VolumeSummary,
 };
 
 /// A state as shown: `key` is the CSS class and the icon's id (a closed set, never data).
@@ -259,7 +258,7 @@ pub fn volume_problems(record: &RevisionRecord) -> Vec<Problem> {
 /// The `?state=` key of a `/status` row, from its last record's summary (`last.state`), so
 /// the summary bar counts every row without copying each row's newest record; `none` when it
 /// has not run yet (or the state is one this build does not know).
-pub fn summary_state_key(summary: &KustomizationSummary) -> &'static str {
+pub fn summary_state_key(summary: &StatusRow) -> &'static str {
     summary
         .last
         .as_ref()
@@ -481,7 +480,7 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(summary: &KustomizationSummary, last: Option<&RevisionRecord>) -> Row {
+    pub fn new(summary: &StatusRow, last: Option<&RevisionRecord>) -> Row {
         let at = last.map(|r| {
             r.finished_at
                 .clone()
@@ -517,7 +516,7 @@ impl Row {
 /// The drill-down's path. Kubernetes names are DNS labels (no `/`, `?` or `#`); the template
 /// escapes the attribute all the same.
 pub fn detail_href(namespace: &str, name: &str) -> String {
-    detail_href_of(crate::model::Kind::Kustomization, namespace, name)
+    detail_href_of(crate::model::Kind::KUSTOMIZATION, namespace, name)
 }
 
 /// The drill-down's path of a gated object of any kind: `/<plural>/{namespace}/{name}`.

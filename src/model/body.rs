@@ -10,23 +10,22 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Bytes, serde_json::Error> {
     serde_json::to_vec(value).map(Bytes::from)
 }
 
-/// The `GET /status` body, `{"kustomizations":[...]}`, from rows each already encoded
-/// ([`encode`] of a `KustomizationSummary`): byte for byte what encoding the whole list gives.
-pub fn list_body<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Bytes {
-    const HEAD: &[u8] = b"{\"kustomizations\":[";
-    const TAIL: &[u8] = b"]}";
-    let rows: Vec<&[u8]> = rows.into_iter().collect();
-    let size = HEAD.len() + TAIL.len() + rows.iter().map(|r| r.len() + 1).sum::<usize>();
-    let mut body = Vec::with_capacity(size);
-    body.extend_from_slice(HEAD);
-    for (i, row) in rows.iter().enumerate() {
+/// A JSON object of fields each already encoded, in the order given: the `GET /status` body,
+/// `{"kustomizations":[...],"helmReleases":[...],...}`, from each kind's rows ([`array`]):
+/// byte for byte what encoding the whole object gives.
+pub fn object<'a>(fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Bytes {
+    let mut out = vec![b'{'];
+    for (i, (name, value)) in fields.into_iter().enumerate() {
         if i > 0 {
-            body.push(b',');
+            out.push(b',');
         }
-        body.extend_from_slice(row);
+        out.push(b'"');
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+        out.extend_from_slice(value);
     }
-    body.extend_from_slice(TAIL);
-    Bytes::from(body)
+    out.push(b'}');
+    Bytes::from(out)
 }
 
 /// `body` (a JSON object) with `"name":value` added last; `value` is JSON already encoded.
@@ -65,12 +64,12 @@ pub fn array<'a>(rows: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{GateMode, KustomizationSummary};
+    use crate::model::{GateMode, StatusRow};
     use serde::Serialize;
 
     #[derive(Serialize)]
     struct StatusList {
-        kustomizations: Vec<KustomizationSummary>,
+        kustomizations: Vec<StatusRow>,
     }
 
     #[test]
@@ -102,11 +101,11 @@ mod tests {
     }
 
     #[test]
-    fn list_body_is_the_encoding_of_the_whole_list_by_table() {
+    fn an_object_of_arrays_is_the_encoding_of_the_whole_list_by_table() {
         let row =
             |ns: &str, name: &str, revision: Option<&str>, last: Option<serde_json::Value>| {
-                KustomizationSummary {
-                    kind: crate::model::Kind::Kustomization,
+                StatusRow {
+                    kind: crate::model::Kind::KUSTOMIZATION,
                     waiting: None,
                     namespace: ns.into(),
                     name: name.into(),
@@ -134,8 +133,9 @@ mod tests {
                 kustomizations: rows.clone(),
             })
             .unwrap();
+            let rows = array(encoded.iter().map(|r| &r[..]));
             assert_eq!(
-                list_body(encoded.iter().map(|r| &r[..])),
+                object([("kustomizations", &rows[..])]),
                 Bytes::from(expected)
             );
         }

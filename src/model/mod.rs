@@ -13,6 +13,6 @@ mod outcome;
 mod record;
 
 pub use key::Key;
-pub use kind::Kind;
+pub use kind::{Kind, KindSpec};
 pub use outcome::GateOutcome;
 pub use record::*;

@@ -503,11 +503,12 @@ impl RevisionRecord {
     }
 }
 
-/// One handled gated object as `GET /status` lists it (a Kustomization, or a HelmRelease in
-/// `helmReleases`: the same shape, `kind` telling them apart).
+/// One handled gated object as `GET /status` lists it, whatever its kind: every kind's rows
+/// have this shape, under the field its kind names (`kustomizations`, `helmReleases`, ...),
+/// `kind` telling them apart.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KustomizationSummary {
+pub struct StatusRow {
     pub kind: super::Kind,
     pub namespace: String,
     pub name: String,
@@ -526,21 +527,22 @@ pub struct KustomizationSummary {
     pub waiting: Option<String>,
 }
 
-/// One handled Kustomization with its history, newest first (`GET /status/{ns}/{name}`).
+/// One handled gated object with its history, newest first (`GET /status/{ns}/{name}` for a
+/// Kustomization, `GET /status/{plural}/{ns}/{name}` for the other kinds).
 /// `R` is how the history is held: the records, or (the service's `/status`) the JSON array
 /// the results keep, spliced in unparsed.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KustomizationDetail<R = Vec<RevisionRecord>> {
+pub struct StatusDetail<R = Vec<RevisionRecord>> {
     pub kind: super::Kind,
     pub namespace: String,
     pub name: String,
     pub gate: GateMode,
     pub source_revision: Option<String>,
-    /// As [`KustomizationSummary::hold`].
+    /// As [`StatusRow::hold`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold: Option<String>,
-    /// As [`KustomizationSummary::waiting`].
+    /// As [`StatusRow::waiting`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
     pub revisions: R,

@@ -127,7 +127,7 @@ mod tests {
             (flux(FluxOutcome::Pending, None, None, None), None),
             (None, None),
         ] {
-            let got = answer_event(Kind::HelmRelease, &answered(answer.clone()))
+            let got = answer_event(Kind::HELM_RELEASE, &answered(answer.clone()))
                 .map(|e| (e.severity, e.reason, e.message));
             let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
             assert_eq!(got, expected, "{answer:?}");

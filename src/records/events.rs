@@ -107,17 +107,8 @@ impl EventTarget {
     /// A target named only by its kind and key (a follow resumed from the records, with no
     /// object at hand): the Event names it without its uid.
     pub fn named(kind: crate::model::Kind, key: &crate::model::Key) -> Self {
-        use crate::flux::objects::Kustomization;
-        use crate::helm::helmrelease::HelmRelease;
-        use kube::Resource as _;
-        let (group, api_version) = match kind {
-            crate::model::Kind::Kustomization => {
-                (Kustomization::group(&()), Kustomization::api_version(&()))
-            }
-            crate::model::Kind::HelmRelease => {
-                (HelmRelease::group(&()), HelmRelease::api_version(&()))
-            }
-        };
+        let spec = kind.spec();
+        let (group, api_version) = (spec.group, format!("{}/{}", spec.group, spec.version));
         EventTarget {
             kind,
             group: group.to_string(),
@@ -394,17 +385,17 @@ mod tests {
         let at: jiff::Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
         for (kind, api_version, group) in [
             (
-                Kind::Kustomization,
+                Kind::KUSTOMIZATION,
                 "kustomize.toolkit.fluxcd.io/v1",
                 "kustomize.toolkit.fluxcd.io",
             ),
             (
-                Kind::HelmRelease,
+                Kind::HELM_RELEASE,
                 "helm.toolkit.fluxcd.io/v2",
                 "helm.toolkit.fluxcd.io",
             ),
         ] {
-            let target = EventTarget::named(kind, &Key::new("team", "db"));
+            let target = EventTarget::named(kind, &Key::new(kind, "team", "db"));
             let got = serde_json::to_value(flux_event_for(&target, &event, None, at)).unwrap();
             assert_eq!(got["involvedObject"]["kind"], kind.as_str());
             assert_eq!(got["involvedObject"]["apiVersion"], api_version);

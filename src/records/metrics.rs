@@ -36,6 +36,13 @@ pub struct RefusalLabel {
     pub kind: String,
 }
 
+/// A failure's reason (a typed error's metric label, `handoff_held`, `fenced_not_held`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub error: String,
+    pub kind: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: String,
@@ -64,6 +71,9 @@ pub struct Metrics {
     pub claims_grown: Family<KindLabel, Counter>,
     pub statefulsets_recreated: Family<KindLabel, Counter>,
     pub refusals: Family<RefusalLabel, Counter>,
+    /// Failures by reason (`flux_converger_errors_total{error,kind}`): each typed error's
+    /// metric label, as kube-rs's controllers count their reconcile failures.
+    pub errors: Family<ErrorLabel, Counter>,
     pub queue_depth: Gauge,
     pub step_duration: Family<StepLabel, Histogram, fn() -> Histogram>,
     pub last_resync: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -87,6 +97,7 @@ impl Default for Metrics {
             claims_grown: Family::default(),
             statefulsets_recreated: Family::default(),
             refusals: Family::default(),
+            errors: Family::default(),
             queue_depth: Gauge::default(),
             step_duration: Family::new_with_constructor(step_histogram),
             last_resync: Gauge::default(),
@@ -124,6 +135,11 @@ impl Metrics {
             "refusals",
             "StatefulSets refused, by refusal code",
             self.refusals.clone(),
+        );
+        registry.register(
+            "errors",
+            "Failures, by reason (a typed error's label)",
+            self.errors.clone(),
         );
         registry.register(
             "queue_depth",
@@ -180,6 +196,16 @@ impl Metrics {
         self.revisions
             .get_or_create(&StateLabel {
                 state: state.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// One failure of `kind`'s run, by its error's metric label.
+    pub fn error(&self, kind: Kind, label: &str) {
+        self.errors
+            .get_or_create(&ErrorLabel {
+                error: label.to_string(),
                 kind: kind.to_string(),
             })
             .inc();

@@ -4,8 +4,10 @@
 
 pub mod answer_event;
 pub mod artifact_status;
+pub mod codec;
 pub mod entry;
 pub mod events;
+pub mod history;
 pub mod metrics;
 pub mod results;
 pub mod revision_event;

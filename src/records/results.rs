@@ -15,43 +15,23 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
 
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
-use crate::journal::RECORD_LABEL;
 pub use crate::journal::Shard;
 use crate::model::{Key, Kind, RevisionRecord, RevisionState};
 use crate::records::Records;
 
-/// Value of [`RECORD_LABEL`] on a Kustomization's results ConfigMaps.
-pub const RESULTS_RECORD: &str = "results";
-/// Value of [`RECORD_LABEL`] on a HelmRelease's results ConfigMaps: a store of its own, so a
-/// HelmRelease and a Kustomization of the same name keep separate histories.
-pub const HELMRELEASE_RESULTS_RECORD: &str = "helmrelease-results";
-/// Revisions kept per Kustomization.
-pub const HISTORY: usize = 20;
-/// Bytes of record JSON one ConfigMap may carry: the API server's limit is 1 MiB for the whole
-/// object, and the metadata (labels, managedFields) needs room too.
-pub const BUDGET: usize = 900 * 1024;
-/// A text field is first cut to this many bytes; [`fit`] cuts further when that is not enough.
-pub const FIRST_CAP: usize = 8 * 1024;
-/// Below this, [`fit`] drops old records instead of cutting messages further.
-const LAST_CAP: usize = 512;
-
-const NAME_PREFIX: &str = "flux-converger-results";
-const HELMRELEASE_NAME_PREFIX: &str = "flux-converger-helmrelease-results";
-
-/// The record label's value and the ConfigMap name prefix of one kind's results.
-fn scope(kind: Kind) -> (&'static str, &'static str) {
-    match kind {
-        Kind::Kustomization => (RESULTS_RECORD, NAME_PREFIX),
-        Kind::HelmRelease => (HELMRELEASE_RESULTS_RECORD, HELMRELEASE_NAME_PREFIX),
-    }
-}
-const MAX_NAME: usize = 253;
+pub use super::codec::{
+    Corrupt, RESULTS_RECORD, from_configmap, results_configmap_name, results_configmap_name_of,
+    to_configmap,
+};
+use super::codec::{configmap, scope};
+pub use super::history::{
+    BUDGET, FIRST_CAP, HISTORY, fit, insert, is_repeat, is_same_failure, truncate_text,
+};
 /// Optimistic-concurrency retries before a put gives up.
 const ATTEMPTS: usize = 5;
 
@@ -67,279 +47,16 @@ pub enum ResultsError {
     Conflict { object: String, attempts: usize },
 }
 
+impl From<Corrupt> for ResultsError {
+    fn from(Corrupt { object, message }: Corrupt) -> Self {
+        ResultsError::Corrupt { object, message }
+    }
+}
+
 impl From<CallError> for ResultsError {
     fn from(e: CallError) -> Self {
         ResultsError::Call(e)
     }
-}
-
-/// The ConfigMap name of the results of Kustomization `namespace/name`; names too long for
-/// the readable form fall back to a digest (a namespace has no dots, so no collisions).
-pub fn results_configmap_name(namespace: &str, name: &str) -> String {
-    results_configmap_name_of(Kind::Kustomization, namespace, name)
-}
-
-/// [`results_configmap_name`] of a gated object of any kind.
-pub fn results_configmap_name_of(kind: Kind, namespace: &str, name: &str) -> String {
-    let prefix = scope(kind).1;
-    let readable = format!("{prefix}.{namespace}.{name}");
-    if readable.len() <= MAX_NAME {
-        return readable;
-    }
-    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
-    format!("{prefix}.{}", &hex::encode(digest)[..40])
-}
-
-/// Puts `record` into `records` (newest first): replaces the record with the same revision and
-/// start time (keeping the larger attempt count), else goes in front. Then a failed record
-/// right behind a failed record of the same revision and generation ([`is_repeat`]) is folded
-/// into it: one record whose `attempts` adds both, with the newer error and times. Keeps at
-/// most [`HISTORY`].
-///
-/// Why fold: a Kustomization failing on every retry (an unreachable artifact) would otherwise
-/// push its whole history out with identical records, one per backoff.
-pub fn insert(records: &mut Vec<RevisionRecord>, mut record: RevisionRecord) {
-    let at = match records
-        .iter()
-        .position(|r| r.revision == record.revision && r.started_at == record.started_at)
-    {
-        Some(i) => {
-            record.attempts = record.attempts.max(records[i].attempts);
-            keep_newer_volumes(&mut record, &records[i]);
-            records[i] = record;
-            i
-        }
-        None => {
-            record.volumes = crate::model::VolumeSummary::of(&record.statefulsets);
-            records.insert(0, record);
-            0
-        }
-    };
-    if records
-        .get(at + 1)
-        .is_some_and(|older| is_repeat(&records[at], older))
-    {
-        let older = records.remove(at + 1);
-        records[at].attempts = records[at].attempts.saturating_add(older.attempts);
-    }
-    records.truncate(HISTORY);
-}
-
-/// The record's volumes after a write of it: per claim, the newer of what `record` says and
-/// what `stored` (the same record as kept) says, by `since`. Two writers keep the record: the
-/// run that made it (the hand-off, Flux's answer, a re-check) and the claim follower (each
-/// claim's state change); whichever writes a copy it read before the other's write does not
-/// take the other's news back. Then the revision's summary is recomputed from them.
-fn keep_newer_volumes(record: &mut RevisionRecord, stored: &RevisionRecord) {
-    // The newest of a claim's changes: its state's, its class move's; then one that records
-    // a restart over one that does not (the restart is written before its eviction).
-    let since = |v: &crate::model::Volume| {
-        let at = |s: &str| s.parse::<jiff::Timestamp>().ok();
-        let newest = at(&v.since).max(v.attributes.as_ref().and_then(|a| at(&a.since)));
-        (newest, v.restart.is_some())
-    };
-    for entry in &mut record.statefulsets {
-        let Some(kept) = stored
-            .statefulsets
-            .iter()
-            .find(|e| e.namespace == entry.namespace && e.name == entry.name)
-        else {
-            continue;
-        };
-        for volume in &mut entry.volumes {
-            if let Some(old) = kept.volumes.iter().find(|v| v.claim == volume.claim)
-                && since(old) > since(volume)
-            {
-                *volume = old.clone();
-            }
-        }
-    }
-    record.volumes = crate::model::VolumeSummary::of(&record.statefulsets);
-}
-
-/// Whether `newer` is one more failed attempt at what `older` failed: both failed, on the same
-/// revision at the same generation (a new spec is a new attempt at something else).
-pub fn is_repeat(newer: &RevisionRecord, older: &RevisionRecord) -> bool {
-    newer.state == RevisionState::Failed
-        && older.state == RevisionState::Failed
-        && newer.revision == older.revision
-        && newer.generation == older.generation
-}
-
-/// Whether `newer` is the same failure as `older` once more ([`is_repeat`], failing the same
-/// way: the same error and the same StatefulSet entries). Not news: it only counts as one
-/// more attempt ([`Results::note`]).
-pub fn is_same_failure(newer: &RevisionRecord, older: &RevisionRecord) -> bool {
-    is_repeat(newer, older)
-        && newer.error == older.error
-        && newer.statefulsets == older.statefulsets
-}
-
-/// Cuts `text` to at most `max` bytes (on a character boundary), saying how much was cut.
-pub fn truncate_text(text: &mut String, max: usize) {
-    if text.len() <= max {
-        return;
-    }
-    let cut = text.len();
-    let mut end = max.saturating_sub(40).min(text.len());
-    while end > 0 && !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    text.push_str(&format!("… [truncated, {cut} bytes]"));
-}
-
-/// Every free-text field of a record, cut to `max` bytes.
-fn cap_record(record: &mut RevisionRecord, max: usize) {
-    let cap = |t: &mut String| truncate_text(t, max);
-    for w in &mut record.warnings {
-        cap(w);
-    }
-    if let Some(e) = &mut record.error {
-        cap(&mut e.message);
-        if let Some(h) = &mut e.hint {
-            cap(h);
-        }
-    }
-    if let Some(f) = &mut record.flux
-        && let Some(m) = &mut f.message
-    {
-        cap(m);
-    }
-    for s in &mut record.statefulsets {
-        if let Some(r) = &mut s.refusal {
-            cap(&mut r.message);
-        }
-        if let Some(e) = &mut s.error {
-            cap(&mut e.message);
-            if let Some(h) = &mut e.hint {
-                cap(h);
-            }
-        }
-        for d in &mut s.deferred {
-            cap(&mut d.reason);
-        }
-    }
-}
-
-fn size(records: &[RevisionRecord]) -> usize {
-    serde_json::to_vec(records)
-        .map(|v| v.len())
-        .unwrap_or(usize::MAX)
-}
-
-/// Makes `records` (newest first) fit in `budget` bytes of JSON: every text field cut to
-/// [`FIRST_CAP`], then cut further (down to a floor), then the oldest records dropped, and as a
-/// last resort the newest record's StatefulSet entries cut (saying so in its warnings).
-pub fn fit(mut records: Vec<RevisionRecord>, budget: usize) -> Vec<RevisionRecord> {
-    records.truncate(HISTORY);
-    let mut max = FIRST_CAP;
-    loop {
-        for r in &mut records {
-            cap_record(r, max);
-        }
-        if size(&records) <= budget || max <= LAST_CAP {
-            break;
-        }
-        max /= 2;
-    }
-    while records.len() > 1 && size(&records) > budget {
-        records.pop();
-    }
-    if let Some(newest) = records.first_mut() {
-        let total = newest.statefulsets.len();
-        while size(std::slice::from_ref(newest)) > budget && !newest.statefulsets.is_empty() {
-            newest.statefulsets.truncate(newest.statefulsets.len() / 2);
-        }
-        if newest.statefulsets.len() < total {
-            newest.warnings.push(format!(
-                "{} of {total} StatefulSet entries left out so the record fits in its ConfigMap",
-                total - newest.statefulsets.len()
-            ));
-        }
-    }
-    records
-}
-
-/// The ConfigMap (in `namespace`) holding the records of Kustomization `ks_namespace/ks_name`.
-pub fn to_configmap(
-    namespace: &str,
-    ks_namespace: &str,
-    ks_name: &str,
-    records: &[RevisionRecord],
-    resource_version: Option<String>,
-) -> Result<ConfigMap, ResultsError> {
-    let json = serde_json::to_string(records).map_err(|e| ResultsError::Corrupt {
-        object: format!(
-            "ConfigMap {namespace}/{}",
-            results_configmap_name(ks_namespace, ks_name)
-        ),
-        message: e.to_string(),
-    })?;
-    Ok(configmap(
-        Kind::Kustomization,
-        namespace,
-        ks_namespace,
-        ks_name,
-        json,
-        resource_version,
-    ))
-}
-
-/// [`to_configmap`] of records already encoded.
-fn configmap(
-    kind: Kind,
-    namespace: &str,
-    ks_namespace: &str,
-    ks_name: &str,
-    records_json: String,
-    resource_version: Option<String>,
-) -> ConfigMap {
-    let name = results_configmap_name_of(kind, ks_namespace, ks_name);
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: Some(namespace.to_string()),
-            labels: Some(BTreeMap::from([(
-                RECORD_LABEL.to_string(),
-                scope(kind).0.to_string(),
-            )])),
-            resource_version,
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([
-            ("namespace".to_string(), ks_namespace.to_string()),
-            ("name".to_string(), ks_name.to_string()),
-            ("records".to_string(), records_json),
-        ])),
-        ..ConfigMap::default()
-    }
-}
-
-/// `(namespace, name, records)` of a results ConfigMap.
-pub fn from_configmap(
-    cm: &ConfigMap,
-) -> Result<(String, String, Vec<RevisionRecord>), ResultsError> {
-    let object = format!(
-        "ConfigMap {}/{}",
-        cm.metadata.namespace.as_deref().unwrap_or_default(),
-        cm.metadata.name.as_deref().unwrap_or_default()
-    );
-    let corrupt = |message: String| ResultsError::Corrupt {
-        object: object.clone(),
-        message,
-    };
-    let data = cm.data.as_ref().ok_or_else(|| corrupt("no data".into()))?;
-    let field = |key: &str| {
-        data.get(key)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| corrupt(format!("data.{key} is missing")))
-    };
-    let namespace = field("namespace")?.clone();
-    let name = field("name")?.clone();
-    let records: Vec<RevisionRecord> = serde_json::from_str(field("records")?)
-        .map_err(|e| corrupt(format!("data.records: {e}")))?;
-    Ok((namespace, name, records))
 }
 
 /// Returns the heap pages the load freed (the list's pages and objects, the records parsed to
@@ -487,6 +204,8 @@ struct Inner {
     budget: usize,
     /// Bumped by every change of any history (what `/status` caches against).
     generation: AtomicU64,
+    /// Whose records these are.
+    kind: Kind,
 }
 
 /// The revision history of every Kustomization this replica handles: the one results store.
@@ -513,7 +232,7 @@ impl Results {
         call_timeout: Duration,
         shard: Shard,
     ) -> Self {
-        Self::of_kind(client, namespace, call_timeout, shard, Kind::Kustomization)
+        Self::of_kind(client, namespace, call_timeout, shard, Kind::KUSTOMIZATION)
     }
 
     /// [`Results::sharded`] for the gated objects of `kind`: their own ConfigMaps (label
@@ -557,7 +276,7 @@ impl Results {
                 namespace,
                 call_timeout,
                 shard: Shard::Unsharded,
-                kind: Kind::Kustomization,
+                kind: Kind::KUSTOMIZATION,
             }),
             budget,
             false,
@@ -565,8 +284,10 @@ impl Results {
     }
 
     fn build(cluster: Option<Cluster>, budget: usize, loaded: bool) -> Self {
+        let kind = cluster.as_ref().map_or(Kind::KUSTOMIZATION, |c| c.kind);
         Results {
             inner: Arc::new(Inner {
+                kind,
                 cluster,
                 entries: Mutex::new(HashMap::new()),
                 loaded: AtomicBool::new(loaded),
@@ -575,6 +296,11 @@ impl Results {
                 generation: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The kind whose records these are.
+    pub fn kind(&self) -> Kind {
+        self.inner.kind
     }
 
     /// The shard whose records these are (the intents journal is kept to the same one).
@@ -1132,7 +858,7 @@ impl Records for Results {
     fn keys(&self) -> Vec<Key> {
         Results::keys(self)
             .into_iter()
-            .map(|(namespace, name)| Key::new(namespace, name))
+            .map(|(namespace, name)| Key::new(Results::kind(self), namespace, name))
             .collect()
     }
     fn forget<'a>(
@@ -1153,570 +879,4 @@ impl Records for Results {
 mod volume_tests;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::{StatefulSetEntry, StatefulSetOutcome, StepError, Trigger};
-
-    fn record(revision: &str, started: &str) -> RevisionRecord {
-        RevisionRecord {
-            volumes: Default::default(),
-            revision: revision.into(),
-            digest: None,
-            trigger: Trigger::Webhook,
-            started_at: started.into(),
-            finished_at: None,
-            state: RevisionState::Running,
-            statefulsets: Vec::new(),
-            handoff: None,
-            flux: None,
-            warnings: Vec::new(),
-            error: None,
-            generation: None,
-            gate: None,
-            attempts: 1,
-        }
-    }
-
-    #[test]
-    fn insert_replaces_same_run_and_keeps_newest_first() {
-        let mut records = Vec::new();
-        for i in 0..25 {
-            insert(&mut records, record(&format!("r{i}"), &format!("t{i}")));
-        }
-        assert_eq!(records.len(), HISTORY);
-        assert_eq!(records[0].revision, "r24");
-        assert_eq!(records[HISTORY - 1].revision, "r5");
-        let mut done = record("r24", "t24");
-        done.state = RevisionState::Converged;
-        insert(&mut records, done);
-        assert_eq!(records.len(), HISTORY);
-        assert_eq!(records[0].state, RevisionState::Converged);
-        // Same revision, another run: a new record.
-        insert(&mut records, record("r24", "t25"));
-        assert_eq!(records[0].started_at, "t25");
-        assert_eq!(records[1].started_at, "t24");
-    }
-
-    fn failed(revision: &str, started: &str, generation: i64, error: &str) -> RevisionRecord {
-        let mut r = record(revision, started);
-        r.state = RevisionState::Failed;
-        r.generation = Some(generation);
-        r.error = Some(StepError::new("resolve", error));
-        r
-    }
-
-    fn running(revision: &str, started: &str, generation: i64) -> RevisionRecord {
-        let mut r = record(revision, started);
-        r.generation = Some(generation);
-        r
-    }
-
-    #[test]
-    fn failed_attempts_of_one_revision_fold_into_one_record_by_table() {
-        // (case, records put in order, expected (revision, started, state, attempts, error))
-        type Want = (
-            &'static str,
-            &'static str,
-            RevisionState,
-            u32,
-            Option<&'static str>,
-        );
-        let f = RevisionState::Failed;
-        let cases: Vec<(&str, Vec<RevisionRecord>, Vec<Want>)> = vec![
-            (
-                "a run writes running, then failed; the next attempt folds into it",
-                vec![
-                    running("r1", "t1", 1),
-                    failed("r1", "t1", 1, "e1"),
-                    running("r1", "t2", 1),
-                    failed("r1", "t2", 1, "e2"),
-                    running("r1", "t3", 1),
-                    failed("r1", "t3", 1, "e3"),
-                ],
-                vec![("r1", "t3", f, 3, Some("e3"))],
-            ),
-            (
-                "a failure before the running record (resolve) folds too",
-                vec![failed("r1", "t1", 1, "e1"), failed("r1", "t2", 1, "e2")],
-                vec![("r1", "t2", f, 2, Some("e2"))],
-            ),
-            (
-                "while the next attempt runs, the folded record stays behind it",
-                vec![
-                    failed("r1", "t1", 1, "e1"),
-                    failed("r1", "t2", 1, "e2"),
-                    running("r1", "t3", 1),
-                ],
-                vec![
-                    ("r1", "t3", RevisionState::Running, 1, None),
-                    ("r1", "t2", f, 2, Some("e2")),
-                ],
-            ),
-            (
-                "the final record written twice keeps its count",
-                vec![
-                    failed("r1", "t1", 1, "e1"),
-                    failed("r1", "t2", 1, "e2"),
-                    failed("r1", "t2", 1, "e2"),
-                ],
-                vec![("r1", "t2", f, 2, Some("e2"))],
-            ),
-            (
-                "another revision is another record",
-                vec![failed("r1", "t1", 1, "e1"), failed("r2", "t2", 1, "e2")],
-                vec![
-                    ("r2", "t2", f, 1, Some("e2")),
-                    ("r1", "t1", f, 1, Some("e1")),
-                ],
-            ),
-            (
-                "a new generation is another record",
-                vec![failed("r1", "t1", 1, "e1"), failed("r1", "t2", 2, "e2")],
-                vec![
-                    ("r1", "t2", f, 1, Some("e2")),
-                    ("r1", "t1", f, 1, Some("e1")),
-                ],
-            ),
-            (
-                "a success between failures ends the run of failures",
-                vec![
-                    failed("r1", "t1", 1, "e1"),
-                    {
-                        let mut r = running("r1", "t2", 1);
-                        r.state = RevisionState::Converged;
-                        r
-                    },
-                    failed("r1", "t3", 1, "e3"),
-                ],
-                vec![
-                    ("r1", "t3", f, 1, Some("e3")),
-                    ("r1", "t2", RevisionState::Converged, 1, None),
-                    ("r1", "t1", f, 1, Some("e1")),
-                ],
-            ),
-        ];
-        for (case, puts, want) in cases {
-            let mut records = Vec::new();
-            for r in puts {
-                insert(&mut records, r);
-            }
-            let got: Vec<(&str, &str, RevisionState, u32, Option<&str>)> = records
-                .iter()
-                .map(|r| {
-                    let error = r.error.as_ref().map(|e| e.message.as_str());
-                    (
-                        r.revision.as_str(),
-                        r.started_at.as_str(),
-                        r.state,
-                        r.attempts,
-                        error,
-                    )
-                })
-                .collect();
-            assert_eq!(got, want, "{case}");
-        }
-    }
-
-    #[test]
-    fn attempts_is_absent_from_the_json_unless_repeated() {
-        let mut r = failed("r1", "t1", 1, "e1");
-        let json = serde_json::to_value(&r).unwrap();
-        assert!(json.get("attempts").is_none(), "{json}");
-        let back: RevisionRecord = serde_json::from_value(json).unwrap();
-        assert_eq!(back.attempts, 1);
-        r.attempts = 4;
-        let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["attempts"], 4);
-    }
-
-    #[test]
-    fn truncate_text_by_table() {
-        for (text, max, expected) in [
-            ("short", 100, "short".to_string()),
-            ("", 0, String::new()),
-            (
-                &"x".repeat(100) as &str,
-                50,
-                format!("{}… [truncated, 100 bytes]", "x".repeat(10)),
-            ),
-            // Never splits a character: 'é' is two bytes.
-            (
-                &"é".repeat(30) as &str,
-                45,
-                format!("{}… [truncated, 60 bytes]", "é".repeat(2)),
-            ),
-        ] {
-            let mut t = text.to_string();
-            truncate_text(&mut t, max);
-            assert_eq!(t, expected, "{text:?} {max}");
-        }
-    }
-
-    fn big_record(revision: &str, message_len: usize, statefulsets: usize) -> RevisionRecord {
-        let mut r = record(revision, revision);
-        r.error = Some(StepError {
-            step: "resolve".into(),
-            message: "m".repeat(message_len),
-            hint: Some("h".repeat(message_len)),
-        });
-        r.statefulsets = (0..statefulsets)
-            .map(|i| StatefulSetEntry {
-                volumes: Default::default(),
-                namespace: "ns".into(),
-                name: format!("sts-{i}"),
-                outcome: StatefulSetOutcome::Failed,
-                old_uid: None,
-                new_uid: None,
-                templates: Vec::new(),
-                changes: Vec::new(),
-                claims: Vec::new(),
-                deferred: Vec::new(),
-                refusal: None,
-                error: Some(StepError {
-                    step: "grow".into(),
-                    message: "e".repeat(message_len),
-                    hint: None,
-                }),
-            })
-            .collect();
-        r
-    }
-
-    #[test]
-    fn fit_by_table() {
-        // (records, budget, expected count, newest's error message at most this long, sts kept)
-        type Case = (Vec<RevisionRecord>, usize, usize, usize, Option<usize>);
-        let cases: Vec<Case> = vec![
-            // Small records: untouched.
-            (vec![record("a", "1"), record("b", "0")], BUDGET, 2, 0, None),
-            // A 1 MB message is cut to the first cap, and then fits.
-            (
-                vec![big_record("a", 1 << 20, 0)],
-                BUDGET,
-                1,
-                FIRST_CAP,
-                None,
-            ),
-            // Many big records: messages cut further before history is dropped.
-            (
-                (0..20)
-                    .map(|i| big_record(&format!("r{i}"), 100_000, 3))
-                    .collect(),
-                BUDGET,
-                20,
-                FIRST_CAP,
-                Some(3),
-            ),
-            // A tiny budget: only the newest stays.
-            (
-                (0..5)
-                    .map(|i| big_record(&format!("r{i}"), 10_000, 0))
-                    .collect(),
-                2_000,
-                1,
-                LAST_CAP,
-                None,
-            ),
-            // Even one record is too big with all its StatefulSets: entries are cut.
-            (
-                vec![big_record("a", 10_000, 2_000)],
-                50_000,
-                1,
-                LAST_CAP,
-                Some(0),
-            ),
-        ];
-        for (i, (records, budget, count, max_message, sts)) in cases.into_iter().enumerate() {
-            let fitted = fit(records, budget);
-            assert_eq!(fitted.len(), count, "case {i}");
-            assert!(
-                size(&fitted) <= budget,
-                "case {i}: {} > {budget}",
-                size(&fitted)
-            );
-            if let Some(e) = &fitted[0].error {
-                assert!(
-                    e.message.len() <= max_message,
-                    "case {i}: {}",
-                    e.message.len()
-                );
-                assert!(e.message.contains("truncated"), "case {i}");
-            }
-            if let Some(kept) = sts {
-                let got = fitted[0].statefulsets.len();
-                if kept == 0 {
-                    assert!(got < 2_000, "case {i}");
-                    assert!(
-                        fitted[0].warnings.iter().any(|w| w.contains("left out")),
-                        "case {i}"
-                    );
-                } else {
-                    assert_eq!(got, kept, "case {i}");
-                }
-            }
-        }
-    }
-
-    /// A loaded history is kept as the bytes its ConfigMap holds, and answers the same records;
-    /// its one parsed record keeps no spare room (held for the life of the process).
-    #[test]
-    fn kept_histories_answer_what_was_loaded() {
-        let records: Vec<RevisionRecord> = (0..20)
-            .map(|i| RevisionRecord {
-                statefulsets: vec![StatefulSetEntry {
-                    volumes: Default::default(),
-                    namespace: "apps".into(),
-                    name: format!("db-{i}"),
-                    outcome: StatefulSetOutcome::Converged,
-                    old_uid: None,
-                    new_uid: None,
-                    templates: Vec::new(),
-                    changes: Vec::new(),
-                    claims: Vec::new(),
-                    deferred: Vec::new(),
-                    refusal: None,
-                    error: None,
-                }],
-                ..record(&format!("main@sha1:{i}"), "t")
-            })
-            .collect();
-        let cm = to_configmap("flux-system", "apps", "web", &records, None).unwrap();
-        let (_, _, loaded) = from_configmap(&cm).unwrap();
-        let kept = History::encode(&loaded);
-        assert_eq!(kept.records(), records);
-        assert_eq!(kept.json.get(), cm.data.as_ref().unwrap()["records"]);
-        let last = kept.last.expect("the newest record is kept parsed");
-        assert_eq!(last, records[0]);
-        // The one parsed record holds no spare room (a clone, not serde's grown Vec).
-        assert_eq!(last.statefulsets.capacity(), last.statefulsets.len());
-    }
-
-    #[test]
-    fn configmap_round_trip_and_names() {
-        let records = vec![record("main@sha1:1", "t1"), record("main@sha1:0", "t0")];
-        let cm = to_configmap("flux-system", "apps", "web", &records, Some("7".into())).unwrap();
-        assert_eq!(
-            cm.metadata.name.as_deref(),
-            Some("flux-converger-results.apps.web")
-        );
-        assert_eq!(
-            cm.metadata.labels.as_ref().unwrap()[RECORD_LABEL],
-            RESULTS_RECORD
-        );
-        let (ns, name, back) = from_configmap(&cm).unwrap();
-        assert_eq!((ns.as_str(), name.as_str()), ("apps", "web"));
-        assert_eq!(back, records);
-        let long = "n".repeat(250);
-        let hashed = results_configmap_name("apps", &long);
-        assert!(hashed.len() <= MAX_NAME && hashed.starts_with(NAME_PREFIX));
-        assert_ne!(hashed, results_configmap_name("apps2", &long));
-        let mut broken = cm.clone();
-        broken
-            .data
-            .as_mut()
-            .unwrap()
-            .insert("records".into(), "{".into());
-        let e = from_configmap(&broken).unwrap_err().to_string();
-        assert!(
-            e.contains("flux-converger-results.apps.web") && e.contains("data.records"),
-            "{e}"
-        );
-    }
-
-    #[tokio::test]
-    async fn memory_results_keep_history_and_unfinished() {
-        let results = Results::memory();
-        assert!(results.is_loaded());
-        results.put("a", "x", record("r1", "t1")).await.unwrap();
-        let mut done = record("r0", "t0");
-        done.state = RevisionState::Converged;
-        results.put("a", "y", done).await.unwrap();
-        assert_eq!(results.unfinished(), [("a".to_string(), "x".to_string())]);
-        assert_eq!(results.last("a", "y").unwrap().revision, "r0");
-        assert!(results.history("b", "z").is_empty());
-    }
-
-    /// Which records a replica reads: its shard's by label, or (unsharded) the unlabelled ones
-    /// every earlier version wrote.
-    #[test]
-    fn shard_selection_by_table() {
-        use crate::journal::SHARD_LABEL;
-        let a = Shard::Named("flux-converger-3d8dfb26".into());
-        let b = Shard::Named("flux-converger-51051576".into());
-        let labels = |shard: Option<&str>| {
-            let mut l = BTreeMap::from([(RECORD_LABEL.to_string(), RESULTS_RECORD.to_string())]);
-            if let Some(shard) = shard {
-                l.insert(SHARD_LABEL.to_string(), shard.to_string());
-            }
-            l
-        };
-        let cases: &[(&Shard, Option<&str>, bool)] = &[
-            (&Shard::Unsharded, None, true),
-            (&Shard::Unsharded, Some("flux-converger-3d8dfb26"), false),
-            (&a, None, false),
-            (&a, Some("flux-converger-3d8dfb26"), true),
-            (&a, Some("flux-converger-51051576"), false),
-            (&b, Some("flux-converger-51051576"), true),
-        ];
-        for (shard, label, owns) in cases {
-            assert_eq!(
-                shard.owns(Some(&labels(*label))),
-                *owns,
-                "{shard:?} {label:?}"
-            );
-        }
-        assert!(Shard::Unsharded.owns(None));
-        assert!(!a.owns(None));
-        assert_eq!(
-            Shard::Unsharded.selector(RESULTS_RECORD),
-            "flux-converger.io/record=results,!flux-converger.io/shard"
-        );
-        assert_eq!(
-            a.selector(RESULTS_RECORD),
-            "flux-converger.io/record=results,flux-converger.io/shard=flux-converger-3d8dfb26"
-        );
-        assert_eq!(Shard::Unsharded.label(), None);
-        assert_eq!(
-            a.label(),
-            Some((
-                SHARD_LABEL.to_string(),
-                "flux-converger-3d8dfb26".to_string()
-            ))
-        );
-    }
-
-    fn cm(name: &str, revisions: &[&str], rv: &str) -> ConfigMap {
-        let records: Vec<_> = revisions.iter().map(|r| record(r, r)).collect();
-        to_configmap("flux-system", "apps", name, &records, Some(rv.into())).unwrap()
-    }
-
-    fn revisions(results: &Results, name: &str) -> Vec<String> {
-        results
-            .history("apps", name)
-            .into_iter()
-            .map(|r| r.revision)
-            .collect()
-    }
-
-    /// Notes a write of this process (what `put` does once the server took it).
-    fn wrote(results: &Results, name: &str, revisions: &[&str], rv: &str) {
-        let mut entries = results.entries();
-        let entry = entries
-            .entry(("apps".to_string(), name.to_string()))
-            .or_default();
-        let records: Vec<_> = revisions.iter().map(|r| record(r, r)).collect();
-        entry.history = History::encode(&records);
-        entry.resource_version = Some(rv.into());
-        entry.pending.push(rv.into());
-    }
-
-    /// What the watch's events do to the histories, in the order the server sends them: the
-    /// leader's own echoes never put an older history back, another writer's changes are
-    /// taken, deletes forget, a relist replaces.
-    #[test]
-    fn watch_events_by_table() {
-        enum Step {
-            /// A write of ours the server answered with this resourceVersion.
-            Wrote(&'static [&'static str], &'static str),
-            Apply(&'static [&'static str], &'static str),
-            Delete,
-            Relist(&'static [(&'static [&'static str], &'static str)]),
-        }
-        use Step::*;
-        /// (what, the events in order, the history after them: `None` when forgotten)
-        type Case<'a> = (&'a str, &'a [Step], Option<&'a [&'a str]>);
-        let cases: &[Case] = &[
-            (
-                "another writer's record is taken",
-                &[Apply(&["r1"], "5")],
-                Some(&["r1"]),
-            ),
-            (
-                "a newer one replaces it",
-                &[Apply(&["r1"], "5"), Apply(&["r2", "r1"], "6")],
-                Some(&["r2", "r1"]),
-            ),
-            (
-                "our echo after a newer write of ours keeps the newer",
-                &[
-                    Wrote(&["running"], "5"),
-                    Wrote(&["converged"], "6"),
-                    Apply(&["running"], "5"),
-                ],
-                Some(&["converged"]),
-            ),
-            (
-                "a write older than our unechoed one is not applied",
-                &[Wrote(&["mine"], "7"), Apply(&["theirs"], "6")],
-                Some(&["mine"]),
-            ),
-            (
-                "once every write of ours is echoed, others' are taken again",
-                &[
-                    Wrote(&["mine"], "7"),
-                    Apply(&["mine"], "7"),
-                    Apply(&["theirs", "mine"], "8"),
-                ],
-                Some(&["theirs", "mine"]),
-            ),
-            ("a delete forgets", &[Apply(&["r1"], "5"), Delete], None),
-            (
-                "a delete older than our unechoed write is not applied",
-                &[Apply(&["r1"], "5"), Wrote(&["r2"], "9"), Delete],
-                Some(&["r2"]),
-            ),
-            (
-                "a relist replaces",
-                &[Apply(&["r1"], "5"), Relist(&[(&["r3"], "11")])],
-                Some(&["r3"]),
-            ),
-            (
-                "a relist without it forgets it",
-                &[Apply(&["r1"], "5"), Relist(&[])],
-                None,
-            ),
-            (
-                "a relist holding our own write keeps ours",
-                &[Wrote(&["mine"], "7"), Relist(&[(&["mine"], "7")])],
-                Some(&["mine"]),
-            ),
-        ];
-        for (what, steps, want) in cases {
-            let results = Results::memory();
-            for step in *steps {
-                match step {
-                    Wrote(revs, rv) => wrote(&results, "web", revs, rv),
-                    Apply(revs, rv) => results.apply(&cm("web", revs, rv)),
-                    Delete => results.deleted(&cm("web", &[], "0")),
-                    Relist(items) => {
-                        let mut listed = Listed::default();
-                        for (revs, rv) in items.iter() {
-                            listed.add(&Shard::Unsharded, &cm("web", revs, rv));
-                        }
-                        results.replace_all(listed)
-                    }
-                }
-            }
-            let got = revisions(&results, "web");
-            match want {
-                Some(want) => assert_eq!(got, *want, "{what}"),
-                None => assert!(
-                    !results.keys().contains(&("apps".into(), "web".into())),
-                    "{what}: {got:?}"
-                ),
-            }
-        }
-    }
-
-    /// An event changes the generation (so `/status` re-encodes), an echo of ours does not.
-    #[test]
-    fn only_a_change_moves_the_generation() {
-        let results = Results::memory();
-        wrote(&results, "web", &["r1"], "5");
-        let before = results.generation();
-        results.apply(&cm("web", &["r1"], "5"));
-        assert_eq!(results.generation(), before, "our own echo");
-        results.apply(&cm("web", &["r2", "r1"], "6"));
-        assert!(results.generation() > before, "another writer's change");
-    }
-}
+mod tests;

@@ -9,6 +9,15 @@ use crate::model::{FluxOutcome, GateMode, HandoffAction, RevisionRecord, Revisio
 /// The event a finished record gives: converged, refused and failed revisions (a superseded
 /// one is followed by the run of its successor, which gives its own).
 pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
+    revision_event_answered_by(record, "Flux")
+}
+
+/// [`revision_event`] for a kind whose hand-back is answered by another tool than Flux (`"Argo
+/// CD"`): the record's `flux` is that tool's answer, and the message names it.
+pub fn revision_event_answered_by(
+    record: &RevisionRecord,
+    answerer: &str,
+) -> Option<RevisionEvent> {
     let details = entry::describe(&record.statefulsets);
     let error = record
         .error
@@ -29,15 +38,17 @@ pub fn revision_event(record: &RevisionRecord) -> Option<RevisionEvent> {
         RevisionState::Converged => {
             let flux = match &record.flux {
                 Some(f) => match f.outcome {
-                    FluxOutcome::Applied => "Flux applied it".to_string(),
+                    FluxOutcome::Applied => format!("{answerer} applied it"),
                     FluxOutcome::Failed => format!(
-                        "Flux failed to apply it: {}",
+                        "{answerer} failed to apply it: {}",
                         f.message.as_deref().unwrap_or_default()
                     ),
-                    FluxOutcome::Timeout => "Flux has not applied it yet (timed out)".into(),
-                    FluxOutcome::Pending => "Flux's answer is pending".into(),
+                    FluxOutcome::Timeout => {
+                        format!("{answerer} has not applied it yet (timed out)")
+                    }
+                    FluxOutcome::Pending => format!("{answerer}'s answer is pending"),
                     FluxOutcome::Raced => format!(
-                        "Flux attempted {} instead",
+                        "{answerer} attempted {} instead",
                         f.attempted_revision
                             .as_deref()
                             .unwrap_or("another revision")
@@ -191,6 +202,29 @@ mod tests {
             let expected = expected.map(|(s, r, m)| (s, r.to_string(), m));
             assert_eq!(got, expected, "{state:?}");
         }
+    }
+
+    /// An Argo CD Application's hand-back is answered by Argo CD: the message says so.
+    #[test]
+    fn another_answerer_is_named() {
+        let got = |outcome| {
+            revision_event_answered_by(&record(RevisionState::Converged, Some(outcome)), "Argo CD")
+                .unwrap()
+                .message
+        };
+        let sts = "StatefulSet apps/web: recreated without restarting pods";
+        assert_eq!(
+            got(FluxOutcome::Applied),
+            format!(
+                "revision main@sha1:2 converged, handed off (reconcile): Argo CD applied it\n{sts}"
+            )
+        );
+        assert_eq!(
+            got(FluxOutcome::Timeout),
+            format!(
+                "revision main@sha1:2 converged, handed off (reconcile): Argo CD has not applied it yet (timed out)\n{sts}"
+            )
+        );
     }
 
     #[test]

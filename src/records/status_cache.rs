@@ -16,8 +16,8 @@ use serde_json::value::RawValue;
 
 use super::Records;
 use crate::model::Key;
-use crate::model::body::{encode, list_body};
-use crate::model::{GateMode, KustomizationDetail, KustomizationSummary};
+use crate::model::body::{array, encode};
+use crate::model::{GateMode, StatusDetail, StatusRow};
 
 /// What `/status` lists besides the records: the handled objects, each with its gate, its
 /// source's revision and its hold, and a generation that moves whenever any of them does. The
@@ -94,8 +94,8 @@ fn summary_row(
     source_revision: Option<String>,
     hold: Option<String>,
 ) -> Result<Bytes, serde_json::Error> {
-    encode(&KustomizationSummary {
-        kind: crate::model::Kind::Kustomization,
+    encode(&StatusRow {
+        kind: crate::model::Kind::KUSTOMIZATION,
         waiting: None,
         namespace: key.namespace.clone(),
         name: key.name.clone(),
@@ -123,8 +123,9 @@ impl StatusCache {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The `GET /status` body: every handled Kustomization (or those of `namespace`), sorted.
-    pub fn list<I: Handled>(
+    /// The rows of `GET /status` as one JSON array: every handled Kustomization (or those of
+    /// `namespace`), sorted.
+    pub fn rows<I: Handled>(
         &self,
         index: &RwLock<I>,
         records: &dyn Records,
@@ -139,7 +140,7 @@ impl StatusCache {
                 .filter(|(k, _, _, _)| namespace.is_none_or(|ns| k.namespace == ns))
                 .map(|(key, gate, revision, hold)| summary_row(records, &key, gate, revision, hold))
                 .collect::<Result<Vec<_>, _>>()?;
-            return Ok(list_body(rows.iter().map(|r| &r[..])));
+            return Ok(Bytes::from(array(rows.iter().map(|r| &r[..]))));
         };
         // Held while rebuilding: concurrent requests wait for one rebuild instead of each
         // doing it.
@@ -189,7 +190,7 @@ impl StatusCache {
             }
             // Forget what is no longer handled.
             state.rows.retain(|k, _| keys.binary_search(k).is_ok());
-            let body = list_body(rows.iter().map(|r| &r[..]));
+            let body = Bytes::from(array(rows.iter().map(|r| &r[..])));
             state.list = Some(List {
                 generations: (generation, records_generation),
                 keys,
@@ -198,13 +199,13 @@ impl StatusCache {
             });
         }
         let Some(list) = &state.list else {
-            return Ok(list_body(std::iter::empty()));
+            return Ok(Bytes::from(array(std::iter::empty())));
         };
         let range = namespace_range(&list.keys, namespace);
         if range.len() == list.keys.len() {
             return Ok(list.all.clone());
         }
-        Ok(list_body(list.rows[range].iter().map(|r| &r[..])))
+        Ok(Bytes::from(array(list.rows[range].iter().map(|r| &r[..]))))
     }
 
     /// The `GET /status/{ns}/{name}` body; `None` when the Kustomization is not handled.
@@ -218,7 +219,7 @@ impl StatusCache {
         namespace: &str,
         name: &str,
     ) -> Option<Result<Bytes, serde_json::Error>> {
-        let key = Key::new(namespace, name);
+        let key = Key::kustomization(namespace, name);
         let (gate, source_revision, hold) = read(index).handled_row(&key)?;
         let history = records.history_json(namespace, name);
         let revisions: &RawValue = match &history {
@@ -228,8 +229,8 @@ impl StatusCache {
                 Err(e) => return Some(Err(e)),
             },
         };
-        Some(encode(&KustomizationDetail {
-            kind: crate::model::Kind::Kustomization,
+        Some(encode(&StatusDetail {
+            kind: crate::model::Kind::KUSTOMIZATION,
             waiting: None,
             namespace: key.namespace,
             name: key.name,
@@ -293,8 +294,8 @@ mod tests {
         fn set(&mut self, ns: &str, name: &str, row: Option<HandledRow>) {
             self.generation += 1;
             match row {
-                Some(row) => self.rows.insert(Key::new(ns, name), row),
-                None => self.rows.remove(&Key::new(ns, name)),
+                Some(row) => self.rows.insert(Key::kustomization(ns, name), row),
+                None => self.rows.remove(&Key::kustomization(ns, name)),
             };
         }
     }
@@ -329,9 +330,9 @@ mod tests {
         let keys = [("a", "one"), ("a", "two"), ("b", "one")];
         let check = |step: &str| {
             for namespace in [None, Some("a"), Some("b"), Some("c")] {
-                let cached = cache.list(&index, &tracked, namespace).unwrap();
+                let cached = cache.rows(&index, &tracked, namespace).unwrap();
                 let fresh = StatusCache::default()
-                    .list(&index, &untracked, namespace)
+                    .rows(&index, &untracked, namespace)
                     .unwrap();
                 assert_eq!(cached, fresh, "{step}: list of {namespace:?}");
             }
@@ -383,10 +384,10 @@ mod tests {
     #[test]
     fn namespace_range_by_table() {
         let keys = [
-            Key::new("a", "x"),
-            Key::new("b", "x"),
-            Key::new("b", "y"),
-            Key::new("c", "x"),
+            Key::kustomization("a", "x"),
+            Key::kustomization("b", "x"),
+            Key::kustomization("b", "y"),
+            Key::kustomization("c", "x"),
         ];
         for (namespace, expected) in [
             (None, 0..4),

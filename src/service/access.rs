@@ -59,6 +59,9 @@ pub enum When {
     /// `manifests/helm-release-reader` (not asked at start: an install without it gates
     /// Kustomizations only, and a HelmRelease's run names the missing right).
     HelmReleases,
+    /// With `--argocd-server` (the Argo CD lane), granted by the opt-in component
+    /// `manifests/argocd`.
+    ArgoCd,
 }
 
 /// One verb on one resource the service sends under its own identity.
@@ -89,12 +92,13 @@ const fn p(
 }
 
 use Scope::{Cluster, Own};
-use When::{Always, HelmReleases, Impersonating, LeaderElect, StatusAuth};
+use When::{Always, ArgoCd, HelmReleases, Impersonating, LeaderElect, StatusAuth};
 
 const APPS: &str = "apps";
 const FLUX_KS: &str = "kustomize.toolkit.fluxcd.io";
 const FLUX_HELM: &str = "helm.toolkit.fluxcd.io";
 const FLUX_SOURCE: &str = "source.toolkit.fluxcd.io";
+const ARGOCD: &str = "argoproj.io";
 
 /// Everything the service sends as itself (manifests/clusterrole.yaml and role.yaml grant
 /// exactly these, plus `create` on `selfsubjectrulesreviews` and `selfsubjectaccessreviews`
@@ -192,6 +196,19 @@ pub const PERMISSIONS: &[Permission] = &[
     p("patch", "coordination.k8s.io", "leases", Own, LeaderElect),
     // An opted-in HelmRelease's release records, in its storage namespace.
     p("list", "", "secrets", Cluster, HelmReleases),
+    // Argo CD's Applications (watched in --argocd-namespaces; read by each run), the refresh
+    // annotation (patch) and the hand-back's sync operation (an update carrying the
+    // resourceVersion read, as Argo CD's own API writes it); their AppProjects (watched: a
+    // changed one runs its Applications again; read by each converge). `argocd-cm` is read
+    // with the cluster-wide `get configmaps` above (postBuild.substituteFrom's).
+    p("get", ARGOCD, "applications", Cluster, ArgoCd),
+    p("list", ARGOCD, "applications", Cluster, ArgoCd),
+    p("watch", ARGOCD, "applications", Cluster, ArgoCd),
+    p("update", ARGOCD, "applications", Cluster, ArgoCd),
+    p("patch", ARGOCD, "applications", Cluster, ArgoCd),
+    p("get", ARGOCD, "appprojects", Cluster, ArgoCd),
+    p("list", ARGOCD, "appprojects", Cluster, ArgoCd),
+    p("watch", ARGOCD, "appprojects", Cluster, ArgoCd),
     // A Kustomization's service account, as kustomize-controller acts as it.
     p("impersonate", "", "serviceaccounts", Cluster, Impersonating),
     // `--status-auth=kubernetes`: who holds a bearer token, and whether they may get a
@@ -223,6 +240,8 @@ pub struct Needs {
     pub status_auth: bool,
     /// The opt-in component for HelmReleases is installed (never assumed at start).
     pub helm_releases: bool,
+    /// The Argo CD lane runs (`--argocd-server`): its component must be installed.
+    pub argocd: bool,
 }
 
 /// A permission asked in one namespace (`None`: cluster-wide).
@@ -259,6 +278,7 @@ pub fn needed(needs: &Needs) -> Vec<Asked> {
             Impersonating => needs.impersonating,
             StatusAuth => needs.status_auth,
             HelmReleases => needs.helm_releases,
+            ArgoCd => needs.argocd,
         })
         .map(|p| Asked {
             verb: p.verb,
@@ -565,6 +585,7 @@ mod tests {
             impersonating,
             status_auth: false,
             helm_releases: false,
+            argocd: false,
         }
     }
 
@@ -606,6 +627,30 @@ mod tests {
             assert_eq!(count(&n, "serviceaccounts"), impersonate, "{n:?}");
             assert_eq!(count(&n, "statefulsets"), 6, "{n:?}");
         }
+    }
+
+    #[test]
+    fn the_argocd_lane_asks_for_applications_and_appprojects() {
+        let asked = |argocd: bool| -> Vec<String> {
+            needed(&Needs {
+                argocd,
+                ..needs(false, false)
+            })
+            .iter()
+            .filter(|a| a.group == ARGOCD)
+            .map(ToString::to_string)
+            .collect()
+        };
+        assert!(asked(false).is_empty());
+        let with = asked(true);
+        for want in [
+            "update applications.argoproj.io cluster-wide",
+            "patch applications.argoproj.io cluster-wide",
+            "watch appprojects.argoproj.io cluster-wide",
+        ] {
+            assert!(with.iter().any(|t| t == want), "{want} not in {with:?}");
+        }
+        assert_eq!(with.len(), 8);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use super::RELEASE_TIMEOUT;
+use super::running::RELEASE_TIMEOUT;
 use crate::flux::render::KustomizeCommand;
 use crate::model::GateMode;
 use crate::service::leadership::LeaseSettings;
@@ -56,6 +56,8 @@ pub struct Config {
     /// The limits of every listener and who may read the results (`--http-*`,
     /// `--status-auth`).
     pub http: crate::http::HttpConfig,
+    /// The Argo CD lane (`--argocd-*`): Applications are gated only with one.
+    pub argocd: Option<crate::service::application::ArgoCdConfig>,
 }
 
 /// Knobs that are not flags: defaults suit a cluster; tests shorten them.
@@ -128,6 +130,7 @@ impl Config {
                 fetch: Default::default(),
                 storage: Default::default(),
                 http: Default::default(),
+                argocd: None,
             },
             leader_election_id: None,
         }
@@ -205,6 +208,8 @@ impl ConfigBuilder {
         storage: crate::storage::StorageConfig,
         /// `--http-*`, `--status-auth`.
         http: crate::http::HttpConfig,
+        /// `--argocd-*`.
+        argocd: Option<crate::service::application::ArgoCdConfig>,
     }
 
     /// `--leader-election-id`; unset, derived from the selector at [`ConfigBuilder::build`].

@@ -13,20 +13,16 @@
 //! kustomize-controller does; the render, the intents, the results, the hand-off and the
 //! Events use the service's own identity.
 
+pub mod error;
 pub mod handoff;
 pub mod modes;
 pub mod observe;
 pub mod publish;
 pub mod recheck;
 pub mod state;
-mod statefulsets;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::reflector::Store;
-
-use crate::converge::{self};
 use crate::flux::objects::{self, Kustomization, ObjectsError};
 use crate::flux::render::resolve::{ResolveError, Resolver, Unresolved};
 use crate::gated::{Desired, Gated};
@@ -40,6 +36,7 @@ use crate::records::events::EventSink;
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
 use crate::records::revision_event::revision_event;
+use crate::service::step::ConvergeStep;
 use crate::storage::host::ArtifactHost;
 use observe::{Observer, ObserverConfig};
 
@@ -68,9 +65,6 @@ pub struct GateConfig {
     pub events: EventSink,
     /// The mode of Kustomizations without the `flux-converger.io/gate` annotation.
     pub default_gate: GateMode,
-    /// Asked by every converge right before its claim patches and its orphan delete: the
-    /// service's Lease (`None`: nothing fences, e.g. a single replica without election).
-    pub fence: Option<crate::converge::fence::SharedFence>,
 }
 
 /// One revision at a time of one Kustomization. Cheap to clone.
@@ -79,25 +73,14 @@ pub struct Gate {
     config: std::sync::Arc<GateConfig>,
     /// The open gates: a run hands off and registers here; the watches close them.
     observer: Observer,
-    /// The service's StorageClass cache; `None` lists them on every converge.
-    storage_classes: Option<Store<StorageClass>>,
-    statefulsets: Option<crate::cluster::WatchedStatefulSets>,
-    /// The server's "forbidden in place" answers, shared by every run (one dry run fewer per
-    /// re-create once the server has said it).
-    in_place: converge::prove::InPlaceMemory,
-    /// The service's watch of its intents; `None` reads each converge's intent from the server.
-    intents: Option<crate::journal::watched::IntentCache>,
+    /// The converge step, shared with every other kind's runs.
+    step: ConvergeStep,
     /// Where the `artifact` gate publishes converged tarballs; `None`: a Kustomization in
     /// artifact mode fails its hand-off naming the missing storage.
     artifact_host: Option<std::sync::Arc<dyn ArtifactHost>>,
     /// Why there is no artifact host, when the storage was meant to be there (the default
     /// `--storage-path` cannot be created): the refusal names the directory.
     no_artifact_host: Option<String>,
-    /// `--helm-field-manager`: what a Helm release's StatefulSets are re-created with.
-    helm_field_manager: String,
-    /// The claim follower every converged revision of every kind is handed to (and what a
-    /// converge asks about the claims' last expansions); `None`: nothing is followed.
-    volumes: Option<crate::service::volumes::VolumeFollower>,
 }
 
 /// What a pass was started with: the mode, the trigger, and (artifact mode) the
@@ -132,7 +115,7 @@ fn ks_name(namespace: &str, name: &str) -> String {
 }
 
 impl Gate {
-    pub fn new(config: GateConfig) -> Self {
+    pub fn new(config: GateConfig, step: ConvergeStep) -> Self {
         let observer = Observer::new(ObserverConfig {
             client: config.client.clone(),
             results: config.results.clone(),
@@ -144,69 +127,35 @@ impl Gate {
         Gate {
             config: std::sync::Arc::new(config),
             observer,
-            storage_classes: None,
-            statefulsets: None,
-            in_place: converge::prove::InPlaceMemory::default(),
-            intents: None,
+            step,
             artifact_host: None,
             no_artifact_host: None,
-            helm_field_manager: crate::helm::manifest::DEFAULT_FIELD_MANAGER.to_string(),
-            volumes: None,
         }
     }
 
-    /// The claim follower (`service::volumes`): converged revisions of every kind are handed
-    /// to it ([`Gate::follow_volumes`]). Kept out of [`GateConfig`] so that existing literal
-    /// configs stay valid.
-    pub fn with_volumes(mut self, follower: crate::service::volumes::VolumeFollower) -> Self {
-        self.volumes = Some(follower);
+    /// A gate with a converge step of its own (no caches shared with other kinds, no fence):
+    /// for a gate run alone, as the tests run it.
+    pub fn standalone(config: GateConfig) -> Self {
+        let step = ConvergeStep::new(crate::service::step::StepConfig {
+            client: config.client.clone(),
+            namespace: config.namespace.clone(),
+            shard: config.results.shard(),
+            call_timeout: config.call_timeout,
+            metrics: config.metrics.clone(),
+            fence: None,
+        });
+        Gate::new(config, step)
+    }
+
+    /// This gate with another converge step (a test adds the service's caches to its own).
+    pub fn with_step(mut self, step: ConvergeStep) -> Self {
+        self.step = step;
         self
     }
 
-    /// Hands the record of `key` (of `kind`) just saved in `results` to the claim follower,
-    /// when it converged: its followed claims are then followed to their end state, their
-    /// Events published on `target`. Both lanes call it once their record is final.
-    pub(crate) fn follow_volumes(
-        &self,
-        kind: crate::model::Kind,
-        key: &Key,
-        results: &Results,
-        record: &RevisionRecord,
-        target: crate::records::events::EventTarget,
-    ) {
-        let Some(follower) = &self.volumes else {
-            return;
-        };
-        if record.state != RevisionState::Converged {
-            return;
-        }
-        // What is kept (merged with the follower's own writes), not the copy the run held.
-        let kept = results
-            .history(&key.namespace, &key.name)
-            .into_iter()
-            .find(|r| r.revision == record.revision && r.started_at == record.started_at)
-            .unwrap_or_else(|| record.clone());
-        follower.follow(kind, key, &kept, target, true);
-    }
-
-    /// What the follower knows of the claims' last expansions for `kind`/`key` (empty without
-    /// a follower).
-    pub(crate) fn known_states(
-        &self,
-        kind: crate::model::Kind,
-        key: &Key,
-    ) -> std::collections::BTreeMap<String, crate::volume::VolumeState> {
-        self.volumes
-            .as_ref()
-            .map(|f| f.known_states(kind, key))
-            .unwrap_or_default()
-    }
-
-    /// The field manager of Helm releases' StatefulSets (`--helm-field-manager`). Kept out of
-    /// [`GateConfig`], as the StorageClass cache is, so that existing literal configs stay valid.
-    pub fn with_helm_field_manager(mut self, manager: &str) -> Self {
-        self.helm_field_manager = manager.to_string();
-        self
+    /// The converge step this gate's runs use.
+    pub fn step(&self) -> &ConvergeStep {
+        &self.step
     }
 
     /// The observer of this gate's hand-offs, for the watches to feed and the tick to drive.
@@ -226,30 +175,6 @@ impl Gate {
     /// `artifact` gate's refusal says it instead of only naming the flag.
     pub fn with_no_artifact_host(mut self, why: String) -> Self {
         self.no_artifact_host = Some(why);
-        self
-    }
-
-    /// Converges read StorageClasses from `store` (the service's reflector) instead of
-    /// listing them each time: one request fewer per converge, and with many Kustomizations
-    /// the cluster-wide list is not repeated per revision.
-    /// Kept out of [`GateConfig`] so that existing literal configs stay valid.
-    pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
-        self.storage_classes = Some(store);
-        self
-    }
-
-    /// The service's watch of Flux's StatefulSets: converges decide on its copy (confirmed
-    /// by the proof's answer) and see their orphan delete complete in it
-    /// (`cluster::WatchedStatefulSets`).
-    pub fn with_statefulsets(mut self, watched: crate::cluster::WatchedStatefulSets) -> Self {
-        self.statefulsets = Some(watched);
-        self
-    }
-
-    /// The service's watch of its intents (in `--namespace`): a converge's load of its intent
-    /// is answered from it where it can be (`journal::watched`).
-    pub fn with_intents(mut self, intents: crate::journal::watched::IntentCache) -> Self {
-        self.intents = Some(intents);
         self
     }
 
@@ -334,7 +259,7 @@ impl Gate {
             .resolve_read(ks.clone(), target.map(|t| &t.upstream), c.call_timeout)
             .await;
         c.metrics.step(
-            crate::model::Kind::Kustomization,
+            crate::model::Kind::KUSTOMIZATION,
             "resolve",
             t.elapsed().as_secs_f64(),
         );
@@ -357,7 +282,11 @@ impl Gate {
             }
         };
         handler
-            .resolved(self, &Key::new(namespace, name), &resolved.revision)
+            .resolved(
+                self,
+                &Key::kustomization(namespace, name),
+                &resolved.revision,
+            )
             .await;
         // A re-check of claims left to grow updates the revision's record instead of adding one.
         let recheck = c.results.last(namespace, name).filter(|last| {
@@ -411,15 +340,16 @@ impl Gate {
             statefulsets = resolved.rendered.statefulsets.len(), "converging revision");
 
         let t = Instant::now();
-        let owner = Key::new(namespace, name);
+        let owner = Key::kustomization(namespace, name);
         let user = resolved
             .kustomization
             .user(c.default_service_account.as_deref());
         let entries = self
+            .step
             .converge_all(Desired::of_render(&resolved, &owner, user.as_deref()))
             .await;
         c.metrics.step(
-            crate::model::Kind::Kustomization,
+            crate::model::Kind::KUSTOMIZATION,
             "converge",
             t.elapsed().as_secs_f64(),
         );
@@ -526,11 +456,16 @@ impl Gate {
             .await
             .map(|o| open = o);
         c.metrics.step(
-            crate::model::Kind::Kustomization,
+            crate::model::Kind::KUSTOMIZATION,
             "handoff",
             t.elapsed().as_secs_f64(),
         );
-        if let Err(message) = handed {
+        if let Err(error) = handed {
+            c.metrics.error(
+                crate::model::Kind::KUSTOMIZATION,
+                &format!("handoff_{}", error.metric_label()),
+            );
+            let message = error.to_string();
             record.state = RevisionState::Failed;
             record.error = Some(StepError::new("handoff", message.clone()));
             self.report_not_published(target, &record).await;
@@ -552,7 +487,7 @@ impl Gate {
         let outcome = self.finish_with(ks, record, outcome, publish).await;
         // Registered once the record is saved, so the observer's update finds it final.
         if let Some(open) = open {
-            let key = Key::new(namespace, name);
+            let key = Key::kustomization(namespace, name);
             self.observer.opened(key.clone(), open);
             self.observer.check_soon(key);
         }
@@ -680,16 +615,15 @@ impl Gate {
         } else {
             self.save(&namespace, &name, &record).await;
         }
-        self.follow_volumes(
-            crate::model::Kind::Kustomization,
-            &Key::new(&namespace, &name),
+        self.step.follow_volumes(
+            &Key::kustomization(&namespace, &name),
             &c.results,
             &record,
             crate::records::events::EventTarget::of(ks),
         );
         if publish {
             c.metrics
-                .revision(crate::model::Kind::Kustomization, record.state.as_str());
+                .revision(crate::model::Kind::KUSTOMIZATION, record.state.as_str());
         }
         if publish
             && !repeat

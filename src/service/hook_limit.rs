@@ -137,6 +137,25 @@ mod tests {
         }
     }
 
+    /// The service's book is keyed by [`crate::model::Key`], which carries the kind: a
+    /// HelmRelease and a Kustomization of the same namespace and name each get their own
+    /// interval (they once shared one slot).
+    #[test]
+    fn objects_of_two_kinds_with_one_name_are_limited_apart() {
+        use crate::model::Key;
+        let t0 = Instant::now();
+        let mut limiter = HookLimiter::new(INTERVAL);
+        let kustomization = Key::kustomization("apps", "web");
+        let helm_release = Key::helm_release("apps", "web");
+        assert!(limiter.admit(&kustomization, t0));
+        assert!(
+            limiter.admit(&helm_release, t0),
+            "the HelmRelease's hook was limited by the Kustomization's"
+        );
+        assert!(!limiter.admit(&kustomization, t0));
+        assert!(!limiter.admit(&helm_release, t0));
+    }
+
     #[test]
     fn zero_interval_admits_everything_and_keeps_no_book() {
         let mut limiter = HookLimiter::new(Duration::ZERO);

@@ -522,7 +522,7 @@ impl Index {
         let iter: Box<dyn Iterator<Item = (&Key, &Entry)>> = match namespace {
             Some(ns) => Box::new(
                 self.kustomizations
-                    .range(Key::new(ns, "")..)
+                    .range(Key::kustomization(ns, "")..)
                     .take_while(move |(k, _)| k.namespace == ns),
             ),
             None => Box::new(self.kustomizations.iter()),
@@ -551,7 +551,7 @@ impl Index {
         let keys = match SourceKind::parse(&object.kind) {
             Some(kind) => self.readers_of(&SourceKey::new(kind, &object.namespace, &object.name)),
             None if object.kind == "Kustomization" => {
-                let key = Key::new(&object.namespace, &object.name);
+                let key = Key::kustomization(&object.namespace, &object.name);
                 match self.handled(&key) {
                     Some(_) => vec![key],
                     None => Vec::new(),
@@ -665,7 +665,7 @@ fn entry_of(ks: &Kustomization, default_gate: GateMode) -> Option<(Key, Entry)> 
         SourceKey::new(kind, source_namespace, &source_ref.name)
     });
     Some((
-        Key::new(namespace, name),
+        Key::kustomization(namespace, name),
         Entry {
             gate: gating.mode,
             invalid_gate: gating.invalid,

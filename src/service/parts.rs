@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use super::helmrelease::{HelmConfig, HelmGate, HelmReleases};
 use super::leadership::fence::ServiceFence;
-use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, helm, watch};
+use super::queue::Queue;
+use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, watch};
 use crate::model::Kind;
 use crate::records::results::{Results, Shard};
 
@@ -111,15 +113,27 @@ pub fn build_parts(
         config.namespace.clone(),
         config.call_timeout,
         shard.clone(),
-        Kind::HelmRelease,
+        Kind::HELM_RELEASE,
     );
+    // Applications, with `--argocd-server` (their records apart, as HelmReleases').
+    let app_results = config.argocd.as_ref().map(|_| {
+        Results::of_kind(
+            client.clone(),
+            config.namespace.clone(),
+            config.call_timeout,
+            shard.clone(),
+            Kind::APPLICATION,
+        )
+    });
+    let mut followed = vec![
+        (Kind::KUSTOMIZATION, results.clone()),
+        (Kind::HELM_RELEASE, helm_results.clone()),
+    ];
+    followed.extend(app_results.iter().map(|r| (Kind::APPLICATION, r.clone())));
     // One follower of the claims for every gated kind (`service::volumes`).
     let volumes = super::volumes::VolumeFollower::new(super::volumes::FollowerConfig {
         client: client.clone(),
-        results: vec![
-            (Kind::Kustomization, results.clone()),
-            (Kind::HelmRelease, helm_results.clone()),
-        ],
+        results: followed,
         events: events.clone(),
         metrics: metrics.clone(),
         resize_timeout: config.resize_timeout,
@@ -127,17 +141,13 @@ pub fn build_parts(
         statefulsets: Some(statefulsets.clone()),
         restart_retry: tuning.restart_retry,
     });
-    let gate = gate::Gate::new(gate::GateConfig {
+    // One converge step (its caches, journal and fence) for every kind's runs.
+    let step = super::step::ConvergeStep::new(super::step::StepConfig {
         client: client.clone(),
         namespace: config.namespace.clone(),
-        resolver,
-        results: results.clone(),
-        metrics: metrics.clone(),
-        handoff_timeout: config.handoff_timeout,
+        shard: shard.clone(),
         call_timeout: config.call_timeout,
-        default_service_account: config.default_service_account.clone(),
-        events: events.clone(),
-        default_gate: config.default_gate,
+        metrics: metrics.clone(),
         fence: Some(Arc::new(fence.clone())),
     })
     .with_helm_field_manager(&config.helm_field_manager)
@@ -145,6 +155,21 @@ pub fn build_parts(
     .with_statefulsets(statefulsets)
     .with_intents(intents.clone())
     .with_volumes(volumes.clone());
+    let gate = gate::Gate::new(
+        gate::GateConfig {
+            client: client.clone(),
+            namespace: config.namespace.clone(),
+            resolver,
+            results: results.clone(),
+            metrics: metrics.clone(),
+            handoff_timeout: config.handoff_timeout,
+            call_timeout: config.call_timeout,
+            default_service_account: config.default_service_account.clone(),
+            events: events.clone(),
+            default_gate: config.default_gate,
+        },
+        step.clone(),
+    );
     // The `artifact` gate publishes through the storage; without one, a Kustomization in that
     // mode fails its hand-off naming the missing storage.
     let gate = match (&storage, &config.storage.unavailable) {
@@ -154,19 +179,47 @@ pub fn build_parts(
     };
     // HelmReleases share the converge step (its caches, fence and journal) and keep their
     // records apart.
-    let helm = helm::HelmGate::new(
-        helm::HelmConfig {
+    let helm = HelmGate::new(
+        HelmConfig {
             client: client.clone(),
             results: helm_results,
-            events,
+            events: events.clone(),
             metrics: metrics.clone(),
             call_timeout: config.call_timeout,
             handoff_timeout: config.handoff_timeout,
             default_service_account: config.default_service_account.clone(),
             max_decoded_bytes: config.fetch.unpack.max_bytes,
         },
-        gate.clone(),
+        step.clone(),
     );
+    // The one queue every kind pushes into; nothing runs before this replica leads.
+    let queue = Queue::new(tuning.backoff, metrics.queue_depth.clone());
+    let helm_releases = Arc::new(HelmReleases::new(
+        helm,
+        queue.clone(),
+        config.watch_label_selector.clone(),
+    ));
+    let mut kinds: Vec<Arc<dyn super::kind::GatedKind>> = vec![helm_releases];
+    if let (Some(argo), Some(app_results)) = (&config.argocd, app_results) {
+        kinds.push(super::application::build(
+            argo,
+            super::application::AppConfig {
+                client: client.clone(),
+                results: app_results,
+                events,
+                metrics: metrics.clone(),
+                call_timeout: config.call_timeout,
+                handoff_timeout: config.handoff_timeout,
+                default_service_account: config.default_service_account.clone(),
+                argocd_namespace: argo.own_namespace().to_string(),
+                api: super::application::api(argo, config)?,
+                max_body: config.fetch.unpack.max_bytes,
+            },
+            step,
+            queue.clone(),
+            config.watch_label_selector.clone(),
+        ));
+    }
     let resume = JournalResume {
         client: client.clone(),
         namespace: config.namespace.clone(),
@@ -175,6 +228,10 @@ pub fn build_parts(
         fence: Some(Arc::new(fence.clone())),
         shard,
         default_service_account: config.default_service_account.clone(),
+        argocd_namespace: config
+            .argocd
+            .as_ref()
+            .map(|a| a.own_namespace().to_string()),
         intents: Some(intents),
         refused_gauge: Some(metrics.intents_refused.clone()),
     };
@@ -190,6 +247,7 @@ pub fn build_parts(
                 })),
             )),
         },
+        argocd_hook_token: config.argocd.as_ref().and_then(|a| a.hook_token.clone()),
     };
     let parts = Parts {
         runner: Arc::new(gate),
@@ -209,7 +267,8 @@ pub fn build_parts(
         metrics,
         fence,
         storage,
-        helm: Some(helm),
+        queue,
+        kinds,
         volumes: Some(volumes),
     };
     let caches = async move {

@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use super::Resume;
 use crate::cluster::tenant::{TenantCluster, impersonating};
 use crate::journal::{Intent, OWN_IDENTITY};
+use crate::model::Kind;
 use crate::records::results::Shard;
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
@@ -32,6 +33,9 @@ pub struct JournalResume {
     /// `--default-service-account`: the identity a Kustomization without
     /// `spec.serviceAccountName` acts as, which an intent's `actAs` must match.
     pub default_service_account: Option<String>,
+    /// Argo CD's own namespace (its AppProjects and `argocd-cm`), with `--argocd-server`: what
+    /// an Application's identity is read from. `None`: an Application's intent is not resumed.
+    pub argocd_namespace: Option<String>,
     /// Where the refused intents are kept for `/status` (`None`: only logged).
     pub intents: Option<crate::journal::watched::IntentCache>,
     /// `flux_converger_intents_refused`, set after each resume.
@@ -63,7 +67,10 @@ impl Resume for JournalResume {
                     cluster_for_intent(
                         &self.client,
                         &intent,
-                        self.default_service_account.as_deref(),
+                        &Owners {
+                            default_service_account: self.default_service_account.as_deref(),
+                            argocd_namespace: self.argocd_namespace.as_deref(),
+                        },
                         self.call_timeout,
                     )
                     .await
@@ -112,58 +119,150 @@ impl Resume for JournalResume {
     }
 }
 
+/// What an intent's owner (`Intent::kustomization`) names: `namespace/name` of a
+/// Kustomization, `Kind/namespace/name` of another kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+impl<'a> Owner<'a> {
+    /// The owner `text` names; `None` when it names none this service gates.
+    pub fn parse(text: &'a str) -> Option<Self> {
+        let parts: Vec<&str> = text.split('/').collect();
+        let (kind, namespace, name) = match parts[..] {
+            [namespace, name] => (Kind::KUSTOMIZATION, namespace, name),
+            [kind, namespace, name] => (
+                [Kind::HELM_RELEASE, Kind::APPLICATION]
+                    .into_iter()
+                    .find(|k| k.as_str() == kind)?,
+                namespace,
+                name,
+            ),
+            _ => return None,
+        };
+        (!namespace.is_empty() && !name.is_empty()).then_some(Owner {
+            kind,
+            namespace,
+            name,
+        })
+    }
+}
+
+/// Why an intent is not resumed: kept in the journal and reported (`/status` `refusedIntents`,
+/// `flux_converger_intents_refused`), never resumed with more rights than its object has now.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unresumable {
+    #[error(
+        "the intent does not record the identity it was written as (a record of an earlier \
+         version): not resumed with the service's own rights"
+    )]
+    NoIdentity,
+    #[error(
+        "the intent would resume with the service's own identity, but {kind} {object} acts as \
+         {current:?} now: a tenant's intent never resumes as the service"
+    )]
+    NotAsTheService {
+        kind: String,
+        object: String,
+        current: String,
+    },
+    #[error("the intent was recorded as {recorded:?}, but {kind} {object} acts as {current:?} now")]
+    IdentityChanged {
+        recorded: String,
+        kind: String,
+        object: String,
+        current: String,
+    },
+    #[error(
+        "the intent does not name the Kustomization it came from (an earlier version's or the \
+         `converge` command's): its identity cannot be checked; finish it with \
+         `flux-converger converge` as an operator"
+    )]
+    NoOwner,
+    /// Its object could not be read (the message names why).
+    #[error("its {kind} cannot be read, so its identity cannot be checked: {cause}")]
+    OwnerUnreadable { kind: &'static str, cause: String },
+    #[error("its Application's identity cannot be checked without --argocd-server")]
+    NoArgoCd,
+    #[error("its Application's identity cannot be read, so it cannot be checked: {0}")]
+    ApplicationIdentity(String),
+    /// The intent's desired StatefulSet could not be encoded to be read again.
+    #[error("{0}")]
+    Desired(String),
+    /// The identity it records cannot be impersonated.
+    #[error("{0}")]
+    Impersonation(String),
+}
+
+/// What deciding an owner's identity now takes besides the cluster.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Owners<'a> {
+    /// `--default-service-account`.
+    pub default_service_account: Option<&'a str>,
+    /// Argo CD's own namespace, with `--argocd-server` (an Application's identity is read
+    /// from its AppProject there and `argocd-cm`).
+    pub argocd_namespace: Option<&'a str>,
+}
+
 /// Whether `intent` may be resumed by the service as the identity it records: only if it
-/// names the Kustomization it came from and that Kustomization (`current`: its
-/// [`crate::gated::Gated::user`] now, `None` = the service's own) would act as the same identity.
+/// names the gated object it came from and that object (`current`: the identity it acts as
+/// now, `None` = the service's own) would act as the same identity.
 /// Pure: the check of what a writer of the journal could forge, by table.
-pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), String> {
+pub fn check_identity(intent: &Intent, current: Option<&str>) -> Result<(), Unresumable> {
     let Some(recorded) = intent.act_as.as_deref() else {
-        return Err(
-            "the intent does not record the identity it was written as (a record of an earlier \
-             version): not resumed with the service's own rights"
-                .to_string(),
-        );
+        return Err(Unresumable::NoIdentity);
     };
     let current = current.unwrap_or(OWN_IDENTITY);
     if recorded == current {
         return Ok(());
     }
     let owner = intent.kustomization.as_deref().unwrap_or_default();
-    let (kind, ks) = match owner.strip_prefix("HelmRelease/") {
-        Some(hr) => ("HelmRelease", hr),
-        None => ("Kustomization", owner),
+    let (kind, object) = match Owner::parse(owner) {
+        Some(o) => (o.kind.as_str(), format!("{}/{}", o.namespace, o.name)),
+        None => ("Kustomization", owner.to_string()),
     };
+    let (kind, current) = (kind.to_string(), current.to_string());
     Err(if recorded == OWN_IDENTITY {
-        format!(
-            "the intent would resume with the service's own identity, but {kind} {ks} acts \
-             as {current:?} now: a tenant's intent never resumes as the service"
-        )
+        Unresumable::NotAsTheService {
+            kind,
+            object,
+            current,
+        }
     } else {
-        format!("the intent was recorded as {recorded:?}, but {kind} {ks} acts as {current:?} now")
+        Unresumable::IdentityChanged {
+            recorded: recorded.to_string(),
+            kind,
+            object,
+            current,
+        }
     })
 }
 
 /// The cluster to finish `intent` with, on start: impersonating the user it was recorded
 /// under, the service's own identity only for [`OWN_IDENTITY`], and either only if the
-/// Kustomization it names would act as that identity now ([`check_identity`]; read from the
-/// cluster). An intent that does not name its Kustomization (an earlier version's, or one the
-/// `converge` command wrote), whose Kustomization is gone or cannot be read, or whose identity
-/// differs gets none: it is kept and reported, never resumed with more rights than its
-/// Kustomization has now.
+/// gated object it names (a Kustomization, a HelmRelease, an Application) would act as that
+/// identity now ([`check_identity`]; read from the cluster). An intent that does not name its
+/// object (an earlier version's, or one the `converge` command wrote), whose object is gone or
+/// cannot be read, or whose identity differs gets none: it is kept and reported, never resumed
+/// with more rights than its object has now. An Application's StatefulSet is written as Argo
+/// CD writes it (`argocd-controller`, by create or by apply).
 pub async fn cluster_for_intent(
     service: &kube::Client,
     intent: &Intent,
-    default_service_account: Option<&str>,
+    owners: &Owners<'_>,
     call_timeout: Duration,
-) -> Result<TenantCluster, String> {
+) -> Result<TenantCluster, Unresumable> {
     if intent.act_as.is_none() {
         check_identity(intent, None)?;
     }
-    let owner = intent.kustomization.as_deref();
-    if let Some(reference) = owner.and_then(|k| k.strip_prefix("HelmRelease/")) {
-        let (namespace, name) = reference.split_once('/').ok_or_else(|| {
-            format!("the intent names HelmRelease {reference:?}: not NAMESPACE/NAME")
-        })?;
+    let Some(owner) = intent.kustomization.as_deref().and_then(Owner::parse) else {
+        return Err(Unresumable::NoOwner);
+    };
+    let (namespace, name) = (owner.namespace, owner.name);
+    if owner.kind == Kind::HELM_RELEASE {
         let api: kube::Api<crate::helm::helmrelease::HelmRelease> =
             kube::Api::namespaced(service.clone(), namespace);
         let hr = crate::cluster::with_deadline(
@@ -173,32 +272,43 @@ pub async fn cluster_for_intent(
             api.get(name),
         )
         .await
-        .map_err(|e| {
-            format!("its HelmRelease cannot be read, so its identity cannot be checked: {e}")
+        .map_err(|e| Unresumable::OwnerUnreadable {
+            kind: "HelmRelease",
+            cause: e.to_string(),
         })?;
-        let current = crate::gated::Gated::user(&hr, default_service_account);
+        let current = crate::gated::Gated::user(&hr, owners.default_service_account);
         check_identity(intent, current.as_deref())?;
         return tenant_cluster(service, intent, call_timeout);
     }
-    let Some((ks_namespace, ks_name)) = owner.and_then(|k| k.split_once('/')) else {
-        return Err(
-            "the intent does not name the Kustomization it came from (an earlier version's or the \
-             `converge` command's): its identity cannot be checked; finish it with \
-             `flux-converger converge` as an operator"
-                .to_string(),
-        );
-    };
-    let kustomization = crate::flux::objects::get_kustomization_within(
-        service,
-        ks_namespace,
-        ks_name,
-        call_timeout,
-    )
-    .await
-    .map_err(|e| {
-        format!("its Kustomization cannot be read, so its identity cannot be checked: {e}")
-    })?;
-    let current = crate::gated::Gated::user(&kustomization, default_service_account);
+    if owner.kind == Kind::APPLICATION {
+        let Some(argocd_namespace) = owners.argocd_namespace else {
+            return Err(Unresumable::NoArgoCd);
+        };
+        let desired = serde_json::to_value(&intent.desired)
+            .map_err(|e| Unresumable::Desired(e.to_string()))?;
+        let (current, write_as) = crate::service::application::run::identity_now(
+            service,
+            namespace,
+            name,
+            argocd_namespace,
+            owners.default_service_account,
+            &desired,
+            call_timeout,
+        )
+        .await
+        .map_err(|e| Unresumable::ApplicationIdentity(e.to_string()))?;
+        check_identity(intent, current.as_deref())?;
+        let writes = [((intent.namespace.clone(), intent.name.clone()), write_as)].into();
+        return tenant_cluster(service, intent, call_timeout).map(|c| c.with_writes_as(writes));
+    }
+    let kustomization =
+        crate::flux::objects::get_kustomization_within(service, namespace, name, call_timeout)
+            .await
+            .map_err(|e| Unresumable::OwnerUnreadable {
+                kind: "Kustomization",
+                cause: e.to_string(),
+            })?;
+    let current = crate::gated::Gated::user(&kustomization, owners.default_service_account);
     check_identity(intent, current.as_deref())?;
     tenant_cluster(service, intent, call_timeout)
 }
@@ -209,7 +319,7 @@ fn tenant_cluster(
     service: &kube::Client,
     intent: &Intent,
     call_timeout: Duration,
-) -> Result<TenantCluster, String> {
+) -> Result<TenantCluster, Unresumable> {
     match intent.act_as.as_deref() {
         Some(OWN_IDENTITY) | None => Ok(TenantCluster::new(
             service.clone(),
@@ -218,13 +328,59 @@ fn tenant_cluster(
         )),
         Some(user) => impersonating(service, user)
             .map(|tenant| TenantCluster::new(tenant, service.clone(), call_timeout))
-            .map_err(|e| e.to_string()),
+            .map_err(|e| Unresumable::Impersonation(e.to_string())),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owners_are_named_as_the_step_records_them() {
+        for (text, expected) in [
+            ("team/apps", Some((Kind::KUSTOMIZATION, "team", "apps"))),
+            (
+                "HelmRelease/demo/web",
+                Some((Kind::HELM_RELEASE, "demo", "web")),
+            ),
+            (
+                "Application/argocd/db",
+                Some((Kind::APPLICATION, "argocd", "db")),
+            ),
+            ("ConfigMap/toys/db", None),
+            ("team", None),
+            ("a/b/c/d", None),
+            ("/apps", None),
+            ("Application//db", None),
+        ] {
+            assert_eq!(
+                Owner::parse(text).map(|o| (o.kind, o.namespace, o.name)),
+                expected,
+                "{text}"
+            );
+        }
+        let intent = Intent {
+            namespace: "apps".into(),
+            name: "db".into(),
+            uid: "u".into(),
+            desired: Default::default(),
+            plan: serde_json::Value::Null,
+            recorded_at: String::new(),
+            revision: None,
+            deleting: false,
+            act_as: Some(OWN_IDENTITY.into()),
+            kustomization: Some("Application/argocd/db".into()),
+        };
+        let refused =
+            check_identity(&intent, Some("system:serviceaccount:apps:deployer")).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("Application argocd/db acts as"),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn an_intent_resumes_only_as_its_kustomizations_identity_now_by_table() {
@@ -263,7 +419,7 @@ mod tests {
             let got = check_identity(&intent(recorded), current);
             assert_eq!(got.is_ok(), ok, "{recorded:?} now {current:?}: {got:?}");
             if let Err(message) = got {
-                assert!(message.contains(words), "{message}");
+                assert!(message.to_string().contains(words), "{message}");
             }
         }
     }

@@ -266,7 +266,7 @@ impl VolumeFollower {
     pub fn resume(&self) {
         for (kind, results) in &self.inner.config.results {
             for (namespace, name) in results.keys() {
-                let key = Key::new(namespace, name);
+                let key = Key::new(*kind, namespace, name);
                 let newest = results
                     .history(&key.namespace, &key.name)
                     .into_iter()

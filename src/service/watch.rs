@@ -25,6 +25,7 @@ use kube::{Api, Client};
 
 use crate::flux::objects::lean::{WatchedKustomization, WatchedSource};
 use crate::flux::objects::{Kustomization, SourceKind};
+use crate::http::backend::NotReady;
 use crate::model::Key;
 use crate::model::Trigger;
 use crate::records::Records;
@@ -113,14 +114,11 @@ impl Readiness {
     /// `Ok` once the access check found every permission granted, with whether that answer
     /// was given with the synced Kustomizations known (one read, so both halves agree); else
     /// why not.
-    pub fn access(&self) -> Result<bool, String> {
+    pub fn access(&self) -> Result<bool, NotReady> {
         match &*self.inner.access.read().unwrap_or_else(|e| e.into_inner()) {
-            None => Err("access not checked yet".to_string()),
+            None => Err(NotReady::AccessNotChecked),
             Some(answer) if answer.missing.is_empty() => Ok(answer.final_answer),
-            Some(answer) => Err(format!(
-                "missing permissions: {}",
-                answer.missing.join(", ")
-            )),
+            Some(answer) => Err(NotReady::MissingPermissions(answer.missing.clone())),
         }
     }
 
@@ -210,7 +208,7 @@ impl Feed {
     /// `/status` row), each only if the index still does not hold it. Only the leader does:
     /// another replica's watch may lag behind the runs of the leader, whose records it would
     /// then delete.
-    async fn forget_gone(self, keys: Vec<Key>) {
+    pub async fn forget_gone(self, keys: Vec<Key>) {
         if self.queue.is_paused() || !self.readiness.synced() {
             return;
         }
@@ -240,6 +238,7 @@ impl Feed {
             config = config.labels(selector);
         }
         let mut relist = 0;
+        let mut absent_logged = false;
         let mut stream = watcher(api, config.page_size(LIST_PAGE))
             .default_backoff()
             .boxed();
@@ -288,7 +287,7 @@ impl Feed {
                     watcher::Event::Delete(ks) => {
                         if let (Some(ns), Some(name)) = (&ks.metadata.namespace, &ks.metadata.name)
                         {
-                            let key = Key::new(ns, name);
+                            let key = Key::kustomization(ns, name);
                             self.index_mut().delete_kustomization(&key);
                             self.sources_changed.notify_one();
                             if let Some(observer) = &self.observer {
@@ -300,6 +299,20 @@ impl Feed {
                     }
                 },
                 Ok(None) => return,
+                // A cluster without Flux's Kustomization CRD (Argo CD alone) has none to gate:
+                // listed as empty, so the other kinds' service becomes ready; the watch keeps
+                // retrying and lists them once the CRD is installed.
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
+                    if status.code == 404 =>
+                {
+                    if !absent_logged {
+                        tracing::info!(
+                            "Kustomization CRD not installed; no Kustomization to gate yet"
+                        );
+                        absent_logged = true;
+                        self.readiness.mark_kustomizations();
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(%error, "watching Kustomizations; retrying");
                 }

@@ -2516,6 +2516,7 @@ async fn intents_record_the_identity_and_the_service_resumes_each_as_it() {
         fence: None,
         shard: Default::default(),
         default_service_account: None,
+        argocd_namespace: None,
         intents: None,
         refused_gauge: None,
     };
@@ -2705,6 +2706,7 @@ fn service_resume(
         fence: None,
         shard: Default::default(),
         default_service_account: None,
+        argocd_namespace: None,
         intents: cache,
         refused_gauge: gauge,
     }
@@ -2951,11 +2953,14 @@ async fn forged_intents_are_left_in_place_not_resumed_and_reported() {
 struct NoWindow;
 
 impl flux_converger::converge::fence::Fence for NoWindow {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), flux_converger::converge::fence::Fenced> {
         Ok(())
     }
-    fn open_window(&self) -> Result<flux_converger::converge::fence::Window, String> {
-        Err("shutting down".into())
+    fn open_window(
+        &self,
+    ) -> Result<flux_converger::converge::fence::Window, flux_converger::converge::fence::Fenced>
+    {
+        Err(flux_converger::converge::fence::Fenced::Stopping)
     }
 }
 

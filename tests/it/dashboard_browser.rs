@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use fake_apiserver::FakeApiServer;
 use flux_converger::flux::event::Event;
 use flux_converger::http::{AppState, Backend, HookAuth, router};
-use flux_converger::model::{GateMode, KustomizationDetail, KustomizationSummary, RevisionRecord};
+use flux_converger::model::{GateMode, RevisionRecord, StatusDetail, StatusRow};
 use flux_converger::records::{metrics, results};
 use flux_converger::service::index::GATE_ANNOTATION;
 use flux_converger::service::leadership::lease::LEASE_NAME;
@@ -91,18 +91,30 @@ impl Backend for Counting {
     fn hook(&self, event: &Event) -> Vec<String> {
         self.inner.hook(event)
     }
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        self.lists.fetch_add(1, Ordering::SeqCst);
-        self.inner.kustomizations(namespace)
+    fn rows(&self, kind: flux_converger::model::Kind, namespace: Option<&str>) -> Vec<StatusRow> {
+        if kind == flux_converger::model::Kind::KUSTOMIZATION {
+            self.lists.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.rows(kind, namespace)
     }
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
-        self.inner.kustomization(namespace, name)
+    fn detail(
+        &self,
+        kind: flux_converger::model::Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<StatusDetail> {
+        self.inner.detail(kind, namespace, name)
     }
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         self.inner.ready()
     }
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.inner.last_record(namespace, name)
+    fn last_record(
+        &self,
+        kind: flux_converger::model::Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<RevisionRecord> {
+        self.inner.last_record(kind, namespace, name)
     }
 }
 
@@ -309,7 +321,7 @@ pub async fn check_dashboard(base: &str, browser: &Browser, out: &Path) {
 /// (annotated with its gate) and the GitRepository it follows at its source revision, and its
 /// history as the results ConfigMap `Results::put` writes.
 fn seed_service_state(fake: &FakeApiServer, standin: &StandIn) {
-    for summary in standin.kustomizations(None) {
+    for summary in standin.rows(flux_converger::model::Kind::KUSTOMIZATION, None) {
         let (namespace, name) = (summary.namespace.as_str(), summary.name.as_str());
         fake.seed(json!({
             "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
@@ -330,7 +342,7 @@ fn seed_service_state(fake: &FakeApiServer, standin: &StandIn) {
                      "sourceRef": {"kind": "GitRepository", "name": name}}
         }));
         let history = standin
-            .kustomization(namespace, name)
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, namespace, name)
             .map(|d| d.revisions)
             .unwrap_or_default();
         if history.is_empty() {
@@ -380,8 +392,13 @@ async fn dashboard_in_chromium_from_the_service() {
         .await
         .expect("the service starts");
     // Ready (watches synced, results read) and every Kustomization indexed at its revision.
-    let expected = seeded.kustomizations(None);
-    while running.backend.ready().is_err() || running.backend.kustomizations(None) != expected {
+    let expected = seeded.rows(flux_converger::model::Kind::KUSTOMIZATION, None);
+    while running.backend.ready().is_err()
+        || running
+            .backend
+            .rows(flux_converger::model::Kind::KUSTOMIZATION, None)
+            != expected
+    {
         rbac_check::assert_none_refused(&fake.rbac_requests());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -391,10 +408,16 @@ async fn dashboard_in_chromium_from_the_service() {
     );
     for summary in &expected {
         assert_eq!(
-            running
-                .backend
-                .kustomization(&summary.namespace, &summary.name),
-            seeded.kustomization(&summary.namespace, &summary.name),
+            running.backend.detail(
+                flux_converger::model::Kind::KUSTOMIZATION,
+                &summary.namespace,
+                &summary.name
+            ),
+            seeded.detail(
+                flux_converger::model::Kind::KUSTOMIZATION,
+                &summary.namespace,
+                &summary.name
+            ),
             "the service reads back the seeded history of {}/{}",
             summary.namespace,
             summary.name

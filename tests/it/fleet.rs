@@ -116,7 +116,7 @@ async fn a_failing_source_costs_one_read_of_each_object_per_attempt_and_one_writ
     let attempts = |running: &Running| {
         running
             .backend
-            .kustomization(NS, "apps")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             .and_then(|d| d.revisions.first().cloned())
             .filter(|r| r.state == flux_converger::model::RevisionState::Failed)
             .map_or(0, |r| r.attempts)
@@ -130,7 +130,12 @@ async fn a_failing_source_costs_one_read_of_each_object_per_attempt_and_one_writ
         "{seen} attempts within {:?}",
         started.elapsed()
     );
-    let record = running.backend.kustomization(NS, "apps").unwrap().revisions[0].clone();
+    let record = running
+        .backend
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
+        .unwrap()
+        .revisions[0]
+        .clone();
     assert!(
         record
             .error
@@ -216,8 +221,18 @@ async fn listed_kustomizations_are_indexed_as_each_page_arrives() {
     let running = start_tuned(config, fake.client(), tuning(BackoffPolicy::default()))
         .await
         .expect("the service starts");
-    until(|| running.backend.kustomizations(None).len() >= 500).await;
-    let first_page = running.backend.kustomizations(None).len();
+    until(|| {
+        running
+            .backend
+            .rows(flux_converger::model::Kind::KUSTOMIZATION, None)
+            .len()
+            >= 500
+    })
+    .await;
+    let first_page = running
+        .backend
+        .rows(flux_converger::model::Kind::KUSTOMIZATION, None)
+        .len();
     let answered = fake
         .requests()
         .iter()
@@ -232,7 +247,14 @@ async fn listed_kustomizations_are_indexed_as_each_page_arrives() {
         running.backend.ready().is_err(),
         "not ready before the list ends"
     );
-    until(|| running.backend.kustomizations(None).len() == 600).await;
+    until(|| {
+        running
+            .backend
+            .rows(flux_converger::model::Kind::KUSTOMIZATION, None)
+            .len()
+            == 600
+    })
+    .await;
     running.shutdown().await;
 }
 
@@ -307,7 +329,7 @@ async fn a_shard_watches_sources_only_where_its_kustomizations_read_them() {
     let revision = |name: &str| {
         running
             .backend
-            .kustomizations(None)
+            .rows(flux_converger::model::Kind::KUSTOMIZATION, None)
             .into_iter()
             .find(|k| k.namespace == "team-a" && k.name == name)
             .and_then(|k| k.source_revision)

@@ -173,7 +173,6 @@ impl World {
             default_service_account: None,
             events,
             default_gate: GateMode::Suspend,
-            fence: None,
         }
     }
 
@@ -374,8 +373,8 @@ async fn a_run_of_a_new_revision_closes_a_gate_its_source_event_did_not_find_ope
     w.publish("main@sha1:2", "2Gi");
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let gate = Gate::new(config);
-    let key = Key::new(FLUX_NS, "apps");
+    let gate = Gate::standalone(config);
+    let key = Key::kustomization(FLUX_NS, "apps");
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     assert!(
@@ -420,7 +419,7 @@ async fn suspend_mode_suspends_converges_hands_off_and_suspends_again() {
     let flux = w.flux(false);
     let config = w.config(EventSink::new(w.fake.client(), None, Some("test".into())).unwrap());
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
 
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -502,7 +501,7 @@ async fn reconcile_mode_requests_a_reconcile_that_heals_flux_failing_first() {
     let flux = w.flux(false);
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Resync).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     let _follow = follow(&w.fake, &gate);
@@ -534,7 +533,7 @@ async fn flux_failing_after_the_hand_off_is_recorded() {
     let _flux = w.flux(true);
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     let _follow = follow(&w.fake, &gate);
@@ -549,7 +548,7 @@ async fn flux_failing_after_the_hand_off_is_recorded() {
     assert_eq!(handoff.attempts[0].outcome, FluxOutcome::Failed);
     assert!(handoff.retry_at.is_some(), "{handoff:?}");
     assert!(matches!(
-        gate.observer().state(&Key::new(FLUX_NS, "apps")),
+        gate.observer().state(&Key::kustomization(FLUX_NS, "apps")),
         GateState::Closed { reopen: Some(_) }
     ));
 }
@@ -561,7 +560,7 @@ async fn a_refused_revision_is_not_handed_off_and_writes_nothing() {
     let _flux = w.flux(false);
     let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
@@ -620,7 +619,7 @@ async fn a_source_that_moves_on_during_the_converge_supersedes_the_result() {
     });
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     mover.await.unwrap();
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -664,7 +663,7 @@ async fn tenant_calls_impersonate_the_service_account_and_the_service_writes_as_
     w.publish("main@sha1:2", "2Gi");
     let _flux = w.flux(false);
     let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -703,7 +702,7 @@ async fn default_service_account_applies_when_the_kustomization_names_none() {
     let _flux = w.flux(false);
     let mut config = w.config(EventSink::disabled());
     config.default_service_account = Some("tenant-default".into());
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -732,7 +731,7 @@ async fn forbidden_under_the_tenant_is_a_failed_revision_naming_the_permission()
         .grant(NS, DEPLOYER, tenant_rules(&["get", "list", "watch"]));
     let config = w.config(EventSink::new(w.fake.client(), None, None).unwrap());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     let GateOutcome::Failed { message } = outcome else {
@@ -777,7 +776,7 @@ async fn blocked_cross_namespace_source_is_refused_with_fluxs_words() {
     let mut config = w.config(EventSink::disabled());
     config.resolver = w.resolver(false);
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Resync)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
@@ -795,7 +794,7 @@ async fn blocked_cross_namespace_source_is_refused_with_fluxs_words() {
 #[tokio::test]
 async fn gate_off_and_missing_kustomizations_are_not_handled() {
     let w = World::new("off", false, None).await;
-    let gate = Gate::new(w.config(EventSink::disabled()));
+    let gate = Gate::standalone(w.config(EventSink::disabled()));
     assert_eq!(
         gate.run(FLUX_NS, "apps", Trigger::Resync).await,
         GateOutcome::NotHandled
@@ -814,7 +813,7 @@ async fn a_hand_off_flux_does_not_answer_is_a_warning_and_the_kustomization_is_s
     let mut config = w.config(EventSink::disabled());
     config.handoff_timeout = Duration::from_millis(300);
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     let _follow = follow(&w.fake, &gate);
@@ -859,7 +858,7 @@ async fn flux_events_are_posted_to_events_addr_in_fluxs_format() {
         let _ = axum::serve(listener, app).await;
     });
     let sink = EventSink::new(w.fake.client(), Some(&format!("http://{addr}/")), None).unwrap();
-    let outcome = Gate::new(w.config(sink))
+    let outcome = Gate::standalone(w.config(sink))
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -996,7 +995,7 @@ async fn a_claim_not_yet_bound_is_a_warning_and_the_revision_is_rechecked() {
     let _flux = w.flux(false);
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Resync)
         .await;
     assert_eq!(outcome, GateOutcome::Deferred);
@@ -1049,7 +1048,7 @@ async fn a_revision_flux_applied_already_is_not_handed_off_again() {
     let w = World::new("suspend", true, None).await;
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Startup)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -1084,7 +1083,7 @@ async fn a_run_interrupted_by_a_restart_is_closed_and_handled_again() {
     );
     let results = config.results.clone();
     config.results = results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Startup)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -1110,7 +1109,7 @@ async fn a_dry_run_denied_to_the_tenant_names_the_permission_and_writes_nothing(
     w.publish("main@sha1:2", "2Gi");
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     let GateOutcome::Failed { message } = outcome else {
@@ -1150,7 +1149,7 @@ async fn flux_object_reads_that_get_no_answer_fail_under_the_call_timeout() {
     let mut config = w.config(EventSink::disabled());
     config.call_timeout = CALL;
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     let cut = format!("no answer within {} ms", CALL.as_millis());
 
     // The run's first read of the Kustomization.
@@ -1217,7 +1216,7 @@ async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_c
         let w = World::new("suspend", true, None).await;
         w.publish("main@sha1:2", "2Gi");
         let flux = w.flux(false);
-        let mut gate = Gate::new(w.config(EventSink::disabled()));
+        let mut gate = Gate::standalone(w.config(EventSink::disabled()));
         let mut watches = Vec::new();
         if cached {
             let (store, task) =
@@ -1225,7 +1224,9 @@ async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_c
             watches.push(tokio::spawn(task));
             store.wait_until_ready().await.unwrap();
             assert!(!store.state().is_empty());
-            gate = gate.with_storage_classes(store);
+            gate = gate
+                .clone()
+                .with_step(gate.step().clone().with_storage_classes(store));
             let (intents, task) = IntentCache::watch(w.fake.client(), FLUX_NS);
             watches.push(tokio::spawn(task));
             // Observed, not timed: the watch has listed.
@@ -1236,7 +1237,9 @@ async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_c
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             assert!(intents.is_synced());
-            gate = gate.with_intents(intents);
+            gate = gate
+                .clone()
+                .with_step(gate.step().clone().with_intents(intents));
             let (statefulsets, task) = flux_converger::cluster::WatchedStatefulSets::watch(
                 w.fake.client(),
                 flux_converger::flux::objects::OWNER_NAME_LABEL,
@@ -1249,7 +1252,9 @@ async fn a_converge_inside_the_gate_reads_storage_classes_and_intents_from_its_c
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             assert!(statefulsets.get(NS, "web").is_some());
-            gate = gate.with_statefulsets(statefulsets);
+            gate = gate
+                .clone()
+                .with_step(gate.step().clone().with_statefulsets(statefulsets));
         }
         w.fake.clear_requests();
         let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
@@ -1328,7 +1333,7 @@ async fn one_refused_statefulset_holds_the_whole_revision() {
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
 
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
 
@@ -1404,7 +1409,7 @@ async fn a_tenant_without_create_fails_the_revision_at_the_preflight_before_any_
     let uid = w.sts()["metadata"]["uid"].clone();
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     let GateOutcome::Failed { message } = outcome else {
@@ -1442,7 +1447,7 @@ async fn a_deferred_recheck_updates_its_record_in_place_and_adds_none() {
     let _flux = w.flux(false);
     let config = w.config(EventSink::new(w.fake.client(), None, Some("test".into())).unwrap());
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     assert_eq!(
         gate.run(FLUX_NS, "apps", Trigger::Watch).await,
         GateOutcome::Deferred
@@ -1528,7 +1533,9 @@ async fn a_render_that_may_pass_at_the_next_try_fails_the_revision_instead_of_re
     );
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config).run(FLUX_NS, "apps", Trigger::Watch).await;
+    let outcome = Gate::standalone(config)
+        .run(FLUX_NS, "apps", Trigger::Watch)
+        .await;
     assert!(matches!(outcome, GateOutcome::Failed { .. }), "{outcome:?}");
     let record = last(&results);
     assert_eq!(record.state, RevisionState::Failed);
@@ -1542,7 +1549,9 @@ async fn a_render_that_may_pass_at_the_next_try_fails_the_revision_instead_of_re
     );
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config).run(FLUX_NS, "apps", Trigger::Watch).await;
+    let outcome = Gate::standalone(config)
+        .run(FLUX_NS, "apps", Trigger::Watch)
+        .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Refused));
     assert_eq!(last(&results).state, RevisionState::Refused);
 }
@@ -1553,7 +1562,7 @@ async fn flux_attempting_another_revision_after_the_hand_off_is_recorded_raced()
     w.publish("main@sha1:2", "2Gi");
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     // Flux, unsuspended, attempted a revision the gate never converged (and failed it).
@@ -1607,7 +1616,7 @@ async fn a_hold_stops_the_run_and_closes_an_open_gate() {
     w.publish("main@sha1:2", "2Gi");
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let gate = Gate::new(config);
+    let gate = Gate::standalone(config);
     let _follow = follow(&w.fake, &gate);
 
     // Held: nothing at all (no record, no write).
@@ -1620,7 +1629,12 @@ async fn a_hold_stops_the_run_and_closes_an_open_gate() {
 
     // Removed: the run converges and hands off; a hold set while the gate is open closes it.
     annotate(&w, HOLD, None);
-    until(|| gate.observer().held(&Key::new(FLUX_NS, "apps")).is_none()).await;
+    until(|| {
+        gate.observer()
+            .held(&Key::kustomization(FLUX_NS, "apps"))
+            .is_none()
+    })
+    .await;
     let outcome = gate.run(FLUX_NS, "apps", Trigger::Webhook).await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     assert_eq!(w.ks()["spec"]["suspend"], false);
@@ -1638,7 +1652,7 @@ async fn a_hold_stops_the_run_and_closes_an_open_gate() {
         Some("held (incident 42): gate closed")
     );
     assert_eq!(
-        gate.observer().state(&Key::new(FLUX_NS, "apps")),
+        gate.observer().state(&Key::kustomization(FLUX_NS, "apps")),
         GateState::Held {
             reason: "incident 42".into()
         }
@@ -1651,7 +1665,7 @@ async fn reconcile_mode_treats_a_suspended_kustomization_as_held() {
     w.publish("main@sha1:2", "2Gi");
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     assert_eq!(outcome, GateOutcome::NotHandled);
@@ -1670,7 +1684,7 @@ async fn spec_force_with_the_suspend_gate_is_a_warning_on_the_record() {
     w.publish("main@sha1:2", "2Gi");
     let config = w.config(EventSink::disabled());
     let results = config.results.clone();
-    let outcome = Gate::new(config)
+    let outcome = Gate::standalone(config)
         .run(FLUX_NS, "apps", Trigger::Webhook)
         .await;
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
@@ -1778,7 +1792,10 @@ mod e2e {
         pred: impl Fn(&RevisionRecord) -> bool,
     ) -> RevisionRecord {
         for _ in 0..6000 {
-            if let Some(detail) = running.backend.kustomization(FLUX_NS, "apps")
+            if let Some(detail) =
+                running
+                    .backend
+                    .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
                 && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
                 && pred(r)
             {
@@ -1788,7 +1805,9 @@ mod e2e {
         }
         panic!(
             "the record of {revision} never got there: {:#?}",
-            running.backend.kustomization(FLUX_NS, "apps")
+            running
+                .backend
+                .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
         );
     }
 
@@ -1833,7 +1852,7 @@ async fn e2e_a_source_moving_while_the_gate_is_open_never_lets_flux_apply_it_unc
 
     let records = running
         .backend
-        .kustomization(FLUX_NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
         .unwrap()
         .revisions;
     let attempts: Vec<_> = flux
@@ -1928,7 +1947,7 @@ async fn e2e_a_revision_flux_fails_is_opened_again_on_its_retry_schedule_until_a
     assert_eq!(tried, [false, true]);
     let records = running
         .backend
-        .kustomization(FLUX_NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, FLUX_NS, "apps")
         .unwrap()
         .revisions;
     assert_eq!(records.iter().filter(|r| r.revision == r2).count(), 1);

@@ -239,7 +239,7 @@ impl World {
 
     /// The gate without an artifact host.
     fn bare_gate(&self) -> Gate {
-        Gate::new(GateConfig {
+        Gate::standalone(GateConfig {
             client: self.fake.client(),
             namespace: FLUX_NS.into(),
             resolver: self.resolver(),
@@ -250,7 +250,6 @@ impl World {
             default_service_account: None,
             events: EventSink::disabled(),
             default_gate: GateMode::Suspend,
-            fence: None,
         })
     }
 

@@ -19,7 +19,7 @@ use flux_converger::records::events::EventSink;
 use flux_converger::records::metrics::Metrics;
 use flux_converger::records::results::{Results, Shard};
 use flux_converger::service::gate::{Gate, GateConfig};
-use flux_converger::service::helm::{HelmConfig, HelmGate};
+use flux_converger::service::helmrelease::{HelmConfig, HelmGate};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
@@ -148,7 +148,7 @@ fn change_helmrelease(fake: &FakeApiServer, change: impl FnOnce(&mut Value)) {
 
 /// The HelmRelease runs over `fake`, as the service builds them.
 pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
-    let gate = Gate::new(GateConfig {
+    let gate = Gate::standalone(GateConfig {
         client: fake.client(),
         namespace: SERVICE_NS.into(),
         resolver: Resolver {
@@ -165,7 +165,6 @@ pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
         default_service_account: None,
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         default_gate: GateMode::Off,
-        fence: None,
     });
     HelmGate::new(
         HelmConfig {
@@ -175,7 +174,7 @@ pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
                 SERVICE_NS.into(),
                 Duration::from_secs(5),
                 Shard::Unsharded,
-                Kind::HelmRelease,
+                Kind::HELM_RELEASE,
             ),
             events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
             metrics: Metrics::default(),
@@ -184,7 +183,7 @@ pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
             default_service_account: None,
             max_decoded_bytes: 1 << 20,
         },
-        gate,
+        gate.step().clone(),
     )
 }
 
@@ -430,7 +429,9 @@ async fn a_second_identical_failure_is_recorded_and_not_retried() {
     fake.clear_requests();
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
     assert!(fake.writes().is_empty(), "retried: {:?}", fake.writes());
-    let why = gate.waiting(&Key::new(NS, "web")).unwrap_or_default();
+    let why = gate
+        .waiting(&Key::helm_release(NS, "web"))
+        .unwrap_or_default();
     assert!(why.contains("not retried until"), "{why}");
 
     // A new generation (someone changed the HelmRelease) makes it worth converging again.
@@ -535,7 +536,9 @@ async fn in_any_other_state_nothing_is_written() {
     let gate = helm_gate(&fake);
     assert_eq!(run(&gate).await, GateOutcome::NotHandled);
     assert!(fake.writes().is_empty(), "{:?}", fake.writes());
-    let why = gate.waiting(&Key::new(NS, "web")).unwrap_or_default();
+    let why = gate
+        .waiting(&Key::helm_release(NS, "web"))
+        .unwrap_or_default();
     assert!(why.contains("pending-upgrade"), "{why}");
 }
 
@@ -703,7 +706,7 @@ async fn e2e_the_service_converges_a_wedged_helmrelease_and_reports_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
     use flux_converger::journal::{Intent, OWN_IDENTITY};
-    use flux_converger::service::resume::cluster_for_intent;
+    use flux_converger::service::resume::{Owners, cluster_for_intent};
     let fake = world().await;
     let desired: StatefulSet =
         serde_json::from_value(fake.get("apps/v1", "StatefulSet", Some(NS), "web").unwrap())
@@ -723,7 +726,7 @@ async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
     let resume = |i: Intent| {
         let client = fake.client();
         async move {
-            cluster_for_intent(&client, &i, None, Duration::from_secs(5))
+            cluster_for_intent(&client, &i, &Owners::default(), Duration::from_secs(5))
                 .await
                 .map(|_| ())
         }
@@ -738,7 +741,9 @@ async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
         .await
         .unwrap_err();
     assert!(
-        refused.contains("HelmRelease demo/web acts as \"-\""),
+        refused
+            .to_string()
+            .contains("HelmRelease demo/web acts as \"-\""),
         "{refused}"
     );
     change_helmrelease(&fake, |hr| {
@@ -749,7 +754,7 @@ async fn a_helmrelease_intent_resumes_only_as_its_helmreleases_identity() {
         .await
         .unwrap_err();
     assert!(
-        refused.contains("never resumes as the service"),
+        refused.to_string().contains("never resumes as the service"),
         "{refused}"
     );
     // Not a Kustomization of that name: none exists.

@@ -534,14 +534,14 @@ async fn metrics_expose_every_series() {
     app.hook(b"nope".to_vec(), &[]).await;
     let m = &app.state.metrics;
     use flux_converger::model::Kind;
-    m.revision(Kind::Kustomization, "converged");
-    m.revision(Kind::HelmRelease, "converged");
-    m.refusal(Kind::Kustomization, "shrink");
-    m.claims_grown(Kind::Kustomization, 3);
-    m.claims_grown(Kind::HelmRelease, 2);
-    m.recreated(Kind::Kustomization);
+    m.revision(Kind::KUSTOMIZATION, "converged");
+    m.revision(Kind::HELM_RELEASE, "converged");
+    m.refusal(Kind::KUSTOMIZATION, "shrink");
+    m.claims_grown(Kind::KUSTOMIZATION, 3);
+    m.claims_grown(Kind::HELM_RELEASE, 2);
+    m.recreated(Kind::KUSTOMIZATION);
     m.queue_depth.set(2);
-    m.step(Kind::Kustomization, "grow", 0.02);
+    m.step(Kind::KUSTOMIZATION, "grow", 0.02);
     m.last_resync.set(1_796_000_000.0);
     let response = app
         .send_metrics_port(
@@ -1135,11 +1135,14 @@ fn row_keys(page: &str) -> Vec<(String, String)> {
 #[tokio::test]
 async fn dashboard_pages_past_200_rows_in_a_stable_order() {
     let backend = standin::scaled(1000, 1);
-    let mut everyone: Vec<(String, String)> =
-        flux_converger::http::Backend::kustomizations(&backend, None)
-            .into_iter()
-            .map(|s| (s.namespace, s.name))
-            .collect();
+    let mut everyone: Vec<(String, String)> = flux_converger::http::Backend::rows(
+        &backend,
+        flux_converger::model::Kind::KUSTOMIZATION,
+        None,
+    )
+    .into_iter()
+    .map(|s| (s.namespace, s.name))
+    .collect();
     everyone.sort();
     let app = dashboard_router(Arc::new(backend));
 

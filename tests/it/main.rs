@@ -7,6 +7,7 @@
 //! `cargo test --test it <module>::` runs one area.
 
 mod argocd;
+mod argocd_service;
 mod argocd_standin;
 mod artifact;
 mod attributes_table;
@@ -39,6 +40,7 @@ mod service;
 mod shards;
 mod storage;
 mod substitute_table;
+mod toy_kind;
 mod volumes_attributes;
 mod volumes_cli;
 mod volumes_converge;

@@ -172,6 +172,18 @@ fn hardening_problems(pod: &Value, c: &Value) -> Vec<String> {
             _ => p.push(format!("{file} is not on a Secret volume")),
         },
     }
+    // Argo CD's API token and the hook's, likewise (manifests/argocd).
+    for flag in ["--argocd-token-file", "--argocd-hook-token-file"] {
+        if let Some(file) = args
+            .iter()
+            .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+        {
+            match volume(file) {
+                Some(v) if !v["secret"]["secretName"].is_null() => {}
+                _ => p.push(format!("{file} is not on a Secret volume")),
+            }
+        }
+    }
     let env = c["env"].as_array().cloned().unwrap_or_default();
     let tmpdir = env
         .iter()
@@ -1481,4 +1493,327 @@ fn spawn_sites() -> Vec<String> {
     walk(&repo("src"), &mut out);
     out.sort();
     out
+}
+
+// ---- the Argo CD component (manifests/argocd) ----
+
+/// The install with `components`, from an overlay outside manifests/ as an operator writes it
+/// (kustomize refuses a base that contains the kustomization using it).
+fn install_with(components: &[&str]) -> Vec<Value> {
+    let overlay = tempfile::Builder::new()
+        .prefix(".manifests-overlay-")
+        .tempdir_in(repo(""))
+        .unwrap();
+    let mut text = String::from("resources:\n  - ../manifests\ncomponents:\n");
+    for c in components {
+        text.push_str(&format!("  - ../manifests/{c}\n"));
+    }
+    std::fs::write(overlay.path().join("kustomization.yaml"), text).unwrap();
+    kustomize(overlay.path())
+}
+
+fn yaml_file(rel: &str) -> Value {
+    serde_saphyr::from_str(&std::fs::read_to_string(repo(rel)).unwrap())
+        .unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// `kind/name` of each object.
+fn names(objects: &[Value]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// The webhook body the shipped notification template posts for an Application: the template's
+/// three `{{.app.metadata.<field> | toJson}}` actions replaced as Go's text/template with
+/// Sprig's `toJson` writes a string (JSON-quoted). Any other action in the template fails here.
+pub(crate) fn notification_body(namespace: &str, name: &str, uid: &str) -> String {
+    let cm = yaml_file("manifests/argocd/argocd-notifications-cm.yaml");
+    let template: Value =
+        serde_saphyr::from_str(cm["data"]["template.flux-converger"].as_str().unwrap()).unwrap();
+    let mut body = template["webhook"]["flux-converger"]["body"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (field, value) in [("namespace", namespace), ("name", name), ("uid", uid)] {
+        body = body.replace(
+            &format!("{{{{.app.metadata.{field} | toJson}}}}"),
+            &serde_json::to_string(value).unwrap(),
+        );
+    }
+    assert!(!body.contains("{{"), "an action left in {body}");
+    body
+}
+
+/// The component adds exactly its RBAC (applications get/list/watch/update/patch and
+/// appprojects get/list/watch, cluster-wide; `argocd-cm` is read with the install's own `get
+/// configmaps`) bound to the install's service account, and changes nothing else but the Deployment (the `--argocd-*`
+/// flags, the token Secret mounted as the HMAC key is) and the NetworkPolicy (Argo CD's
+/// notifications in, its API server out). The token Secret and the notifications snippet are
+/// shapes to copy, never applied.
+#[test]
+fn argocd_component_grants_the_argocd_lane_and_wires_its_flags() {
+    let base = base();
+    let objects = install_with(&["argocd"]);
+    let added: BTreeSet<String> = names(&objects).difference(&names(&base)).cloned().collect();
+    assert_eq!(
+        added,
+        [
+            "ClusterRole/flux-converger-argocd",
+            "ClusterRoleBinding/flux-converger-argocd",
+        ]
+        .map(String::from)
+        .into()
+    );
+    for o in &base {
+        if !matches!(o["kind"].as_str(), Some("Deployment" | "NetworkPolicy")) {
+            let name = o["metadata"]["name"].as_str().unwrap();
+            assert_eq!(find(&objects, o["kind"].as_str().unwrap(), name), o);
+        }
+    }
+    let rules = |kind: &str, name: &str| find(&objects, kind, name)["rules"].clone();
+    assert_eq!(
+        rules("ClusterRole", "flux-converger-argocd"),
+        json!([
+            {"apiGroups": ["argoproj.io"], "resources": ["applications"],
+             "verbs": ["get", "list", "watch", "update", "patch"]},
+            {"apiGroups": ["argoproj.io"], "resources": ["appprojects"],
+             "verbs": ["get", "list", "watch"]},
+        ])
+    );
+    let b = find(&objects, "ClusterRoleBinding", "flux-converger-argocd");
+    assert_eq!(
+        b["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "flux-converger", "namespace": "flux-system"}])
+    );
+    assert_eq!(
+        b["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "flux-converger-argocd"})
+    );
+    // `argocd-cm` is read with the install's own cluster-wide `get configmaps`.
+    assert!(
+        rules("ClusterRole", "flux-converger")
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["apiGroups"] == json!([""])
+                && r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!("configmaps"))
+                && r["verbs"].as_array().unwrap().contains(&json!("get"))
+                && r["resourceNames"].is_null())
+    );
+
+    // The Deployment: hardened still (every flag one `serve` takes), the install's args kept,
+    // the token files on the mounted Secret whose keys secret.yaml shows.
+    let pod = deployment_pod(&objects);
+    let c = container(&pod, "manager");
+    assert_eq!(hardening_problems(&pod, c), Vec::<String>::new());
+    let args = args_of(c);
+    let base_args = args_of(container(&deployment_pod(&base), "manager"));
+    assert_eq!(args[..base_args.len()], base_args[..]);
+    assert_eq!(
+        args[base_args.len()..],
+        [
+            "--argocd-server=https://argocd-server.argocd.svc",
+            "--argocd-token-file=/etc/flux-converger/argocd/token",
+            "--argocd-hook-token-file=/etc/flux-converger/argocd/hook-token",
+            "--argocd-namespaces=argocd",
+        ]
+    );
+    let secret = yaml_file("manifests/argocd/secret.yaml");
+    assert_eq!(secret["metadata"]["namespace"], "flux-system");
+    let keys: BTreeSet<&str> = secret["stringData"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["hook-token", "token"].into());
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "argocd")
+        .expect("the Argo CD Secret mounted");
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "argocd")
+        .unwrap();
+    assert_eq!(
+        volume["secret"],
+        json!({"secretName": secret["metadata"]["name"], "defaultMode": 0o440})
+    );
+    for (flag, key) in [
+        ("--argocd-token-file", "token"),
+        ("--argocd-hook-token-file", "hook-token"),
+    ] {
+        assert_eq!(
+            flag_value(c, flag),
+            Some(format!("{}/{key}", mount["mountPath"].as_str().unwrap()))
+        );
+    }
+
+    // The NetworkPolicy: the install's rules kept, Argo CD's notifications controller may post
+    // to `http` (/hook/argocd), the service may reach argocd-server's pods (8080, behind its
+    // Service's 443).
+    let np = &find(&objects, "NetworkPolicy", "flux-converger")["spec"];
+    let base_np = &find(&base, "NetworkPolicy", "flux-converger")["spec"];
+    let argocd_pods = |app: &str| {
+        json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "argocd"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": app}}}])
+    };
+    for (direction, peer, app, port) in [
+        (
+            "ingress",
+            "from",
+            "argocd-notifications-controller",
+            json!("http"),
+        ),
+        ("egress", "to", "argocd-server", json!(8080)),
+    ] {
+        let rules = np[direction].as_array().unwrap();
+        let base_rules = base_np[direction].as_array().unwrap();
+        assert_eq!(rules[..base_rules.len()], base_rules[..], "{direction}");
+        assert_eq!(
+            rules[base_rules.len()..],
+            [json!({peer: argocd_pods(app), "ports": [{"port": port, "protocol": "TCP"}]})],
+            "{direction}"
+        );
+    }
+}
+
+/// The notifications snippet (argocd-notifications-cm.yaml) is the one docs/argocd.md shows,
+/// posts to /hook/argocd on the install's Service with the hook token, names the Application
+/// in a body `/hook/argocd` reads, and triggers on both failure shapes.
+#[test]
+fn argocd_notifications_snippet_reaches_the_hook_and_matches_the_docs() {
+    let cm = yaml_file("manifests/argocd/argocd-notifications-cm.yaml");
+    assert_eq!(cm["metadata"]["name"], "argocd-notifications-cm");
+    assert_eq!(cm["metadata"]["namespace"], "argocd");
+    // docs/argocd.md shows the same keys, the same text.
+    let docs = std::fs::read_to_string(repo("docs/argocd.md")).unwrap();
+    let snippet = docs
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split("\n```").next())
+        .find(|block| block.contains("service.webhook.flux-converger"))
+        .expect("docs/argocd.md shows the notifications snippet");
+    let shown: Value = serde_saphyr::from_str(snippet).unwrap();
+    assert_eq!(
+        shown, cm["data"],
+        "docs/argocd.md and the shipped snippet differ"
+    );
+
+    let service: Value = serde_saphyr::from_str(
+        cm["data"]["service.webhook.flux-converger"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let base = base();
+    let svc = find(&base, "Service", "flux-converger");
+    let http_port = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["targetPort"] == "http")
+        .unwrap()["port"]
+        .clone();
+    assert_eq!(
+        http_port, 80,
+        "the URL names no port: the Service's 80 leads to `http`"
+    );
+    assert_eq!(service["url"], "http://flux-converger.flux-system.svc");
+    assert_eq!(
+        service["headers"],
+        json!([{"name": "Content-Type", "value": "application/json"},
+               {"name": "Authorization", "value": "Bearer $flux-converger-token"}])
+    );
+    let template: Value =
+        serde_saphyr::from_str(cm["data"]["template.flux-converger"].as_str().unwrap()).unwrap();
+    let webhook = &template["webhook"]["flux-converger"];
+    assert_eq!(webhook["method"], "POST");
+    assert_eq!(webhook["path"], "/hook/argocd");
+    let body: Value =
+        serde_json::from_str(&notification_body("argocd", "db \"x\"", "0b6f3c2a")).unwrap();
+    assert_eq!(
+        body,
+        json!({"kind": "Application", "namespace": "argocd", "name": "db \"x\"", "uid": "0b6f3c2a"})
+    );
+    let triggers: Value =
+        serde_saphyr::from_str(cm["data"]["trigger.on-sts-immutable"].as_str().unwrap()).unwrap();
+    let triggers = triggers.as_array().unwrap();
+    assert_eq!(triggers.len(), 2, "one per failure shape");
+    let immutable = "'updates to statefulset spec for fields other than'";
+    for (t, within, once_per) in [
+        (
+            &triggers[0],
+            "app.status.operationState.phase in ['Error', 'Failed']",
+            "app.status.operationState.startedAt",
+        ),
+        (
+            &triggers[1],
+            ".type == 'ComparisonError'",
+            "app.status.sync.revision",
+        ),
+    ] {
+        let when = t["when"].as_str().unwrap();
+        assert!(when.contains(within) && when.contains(immutable), "{when}");
+        assert_eq!(t["oncePer"], once_per);
+        assert_eq!(t["send"], json!(["flux-converger"]));
+    }
+    let subscriptions: Value =
+        serde_saphyr::from_str(cm["data"]["subscriptions"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        subscriptions,
+        json!([{"recipients": ["flux-converger"], "triggers": ["on-sts-immutable"]}])
+    );
+}
+
+/// The other placement (manifests/examples/argocd-namespace): every namespaced object in
+/// `argocd`, every binding granting to the service account there, nothing else changed.
+#[test]
+fn argocd_namespace_component_moves_the_install_into_argocd() {
+    let beside_flux = install_with(&["argocd"]);
+    let objects = install_with(&["argocd", "examples/argocd-namespace"]);
+    assert_eq!(names(&objects), names(&beside_flux));
+    for o in &objects {
+        let kind = o["kind"].as_str().unwrap();
+        let cluster_scoped = matches!(kind, "ClusterRole" | "ClusterRoleBinding");
+        assert_eq!(
+            o["metadata"]["namespace"].as_str(),
+            (!cluster_scoped).then_some("argocd"),
+            "{kind} {}",
+            o["metadata"]["name"]
+        );
+        if kind.ends_with("Binding") {
+            assert_eq!(
+                o["subjects"],
+                json!([{"kind": "ServiceAccount", "name": "flux-converger", "namespace": "argocd"}])
+            );
+        }
+        let mut moved = o.clone();
+        let mut before = find(&beside_flux, kind, o["metadata"]["name"].as_str().unwrap()).clone();
+        for v in [&mut moved, &mut before] {
+            if !cluster_scoped {
+                v["metadata"]["namespace"] = json!("-");
+            }
+            if kind.ends_with("Binding") {
+                v["subjects"][0]["namespace"] = json!("-");
+            }
+        }
+        assert_eq!(moved, before, "{kind}: only its namespace moved");
+    }
 }

@@ -147,7 +147,7 @@ async fn until(mut cond: impl FnMut() -> bool) {
 fn newest(running: &Running, name: &str) -> Option<flux_converger::model::RevisionRecord> {
     running
         .backend
-        .kustomization(NS, name)
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, name)
         .and_then(|d| d.revisions.into_iter().next())
 }
 
@@ -186,7 +186,7 @@ async fn a_healthy_revision_starts_ahead_of_a_failing_backlog() {
     let running = start_with(config, client.clone(), tuning, parts)
         .await
         .unwrap();
-    let _ = queue.set(running.backend.queue.clone());
+    let _ = queue.set(running.backend.lane.queue().clone());
 
     // The first revision converges, and every failing Kustomization has failed twice at least:
     // one record each, counting its attempts.
@@ -199,7 +199,11 @@ async fn a_healthy_revision_starts_ahead_of_a_failing_backlog() {
         (0..FAILING).all(|i| {
             running
                 .backend
-                .kustomization(NS, &format!("failing-{i:03}"))
+                .detail(
+                    flux_converger::model::Kind::KUSTOMIZATION,
+                    NS,
+                    &format!("failing-{i:03}"),
+                )
                 .is_some_and(|d| {
                     d.revisions.len() == 1
                         && d.revisions[0].state == RevisionState::Failed

@@ -417,7 +417,7 @@ async fn attributes_and_restart() -> Vec<RbacRequest> {
     results.put(NS, "apps", record.clone()).await.unwrap();
     let follower = VolumeFollower::new(FollowerConfig {
         client: fake.client(),
-        results: vec![(Kind::Kustomization, results.clone())],
+        results: vec![(Kind::KUSTOMIZATION, results.clone())],
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         metrics: Default::default(),
         resize_timeout: Duration::from_secs(1800),
@@ -425,12 +425,12 @@ async fn attributes_and_restart() -> Vec<RbacRequest> {
         statefulsets: None,
         restart_retry: Duration::from_millis(200),
     });
-    let key = Key::new(NS, "apps");
+    let key = Key::kustomization(NS, "apps");
     follower.follow(
-        Kind::Kustomization,
+        Kind::KUSTOMIZATION,
         &key,
         &record,
-        EventTarget::named(Kind::Kustomization, &key),
+        EventTarget::named(Kind::KUSTOMIZATION, &key),
         true,
     );
     for _ in 0..500 {
@@ -650,7 +650,6 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
         default_service_account: None,
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         default_gate: GateMode::Suspend,
-        fence: None,
     };
     let storage_dir = tempfile::tempdir().unwrap();
     let storage = flux_converger::storage::Storage::open(
@@ -664,7 +663,7 @@ async fn gate_both_modes() -> Vec<RbacRequest> {
         FetchOptions::default(),
     )
     .unwrap();
-    let gate = Gate::new(config).with_artifact_host(storage);
+    let gate = Gate::standalone(config).with_artifact_host(storage);
     for name in ["tenant", "own", "artifact"] {
         let flux = play_flux(&fake, name);
         let outcome = gate.run("flux-system", name, Trigger::Webhook).await;
@@ -691,6 +690,122 @@ async fn helm_release() -> Vec<RbacRequest> {
     assert_eq!(outcome, GateOutcome::Done(RevisionState::Converged));
     fake.gc_settled().await;
     fake.rbac_requests()
+}
+
+/// An Argo CD Application (the opt-in component `manifests/argocd` installed) through the whole
+/// service (`service::start` with `--argocd-*`, as `serve` runs it) under the shipped roles
+/// alone, next to Argo CD's stand-ins (the application-controller runs as the stand-ins' own
+/// identity, as Flux's do): Argo CD syncs `argocd/db` at 1Gi, git grows it, the sync stops on
+/// the immutable-field error after its retry; the service (watching Applications and
+/// AppProjects, reading the AppProject and `argocd-cm` for the identity) converges and hands it
+/// back (the sync operation, an update), and Argo CD's sync succeeds with the nonce. The test
+/// reads the Application from the fake's store, never through the API as the service.
+async fn argocd_application() -> Vec<RbacRequest> {
+    use crate::argocd_service as argo;
+    use flux_converger::argocd::application::Application;
+    use test_support::argocd_standin::{ArgoCdController, ArgoCdOptions, ArgoCdServer, Repo};
+    let fake = argo::cluster();
+    check::install(&fake);
+    let argocd = check::flux_client(&fake);
+    let repo = Repo::default();
+    argo::publish(&repo, argo::REV_A, "1Gi");
+    let token = "argocd-token";
+    let server = ArgoCdServer::start_with(token, repo.clone()).await.unwrap();
+    argo::create_application(
+        argocd.clone(),
+        json!({}),
+        json!({"automated": {"prune": true, "selfHeal": true}, "retry": {"limit": 1}}),
+    )
+    .await;
+    let _controller = ArgoCdController::start(argocd, repo.clone(), ArgoCdOptions::default());
+    let app = |fake: &FakeApiServer| -> Application {
+        serde_json::from_value(
+            fake.get(
+                "argoproj.io/v1alpha1",
+                "Application",
+                Some(argo::ARGO_NS),
+                "db",
+            )
+            .expect("the Application"),
+        )
+        .expect("an Application")
+    };
+    while !(argo::completed(&app(&fake)) && argo::synced_at(&app(&fake), argo::REV_A)) {
+        poll(&fake).await;
+    }
+    argo::bind_claims(&fake).await;
+
+    let flags = argo::flags(&server, token, "hook-token");
+    let running = flux_converger::service::start(
+        service_config().argocd(Some(flags.config.clone())).build(),
+        fake.client(),
+    )
+    .await
+    .expect("the service starts under the shipped RBAC with manifests/argocd");
+    loop {
+        let (code, body) = readyz(running.addr).await;
+        if code == 200 {
+            break;
+        }
+        assert!(!body.contains("missing permissions"), "{body}");
+        poll(&fake).await;
+    }
+    argo::publish(&repo, argo::REV_B, "2Gi");
+    let handed_back = |a: &Application| {
+        argo::completed(a)
+            && argo::synced_at(a, argo::REV_B)
+            && a.operation_state()
+                .is_some_and(|s| s.info("flux-converger").is_some())
+    };
+    while !handed_back(&app(&fake)) {
+        poll(&fake).await;
+    }
+    let applied = |d: &Value| d["revisions"][0]["flux"]["outcome"] == json!("applied");
+    while !applied(
+        &status(
+            running.addr,
+            &format!("/status/applications/{}/db", argo::ARGO_NS),
+        )
+        .await,
+    ) {
+        poll(&fake).await;
+    }
+    assert_eq!(
+        fake.get("v1", "PersistentVolumeClaim", Some(argo::NS), "data-db-1")
+            .unwrap()["spec"]["resources"]["requests"]["storage"],
+        "2Gi"
+    );
+    running.shutdown().await;
+    drop(flags.dir);
+    fake.gc_settled().await;
+    fake.rbac_requests()
+}
+
+/// An Application whose compared revision moved on since its sync failed, run under the
+/// shipped roles: the one write is the refresh annotation Argo CD removes once done (a patch).
+async fn argocd_refresh() -> Vec<RbacRequest> {
+    use crate::argocd_service as argo;
+    let world = argo::stopped(|a| a["status"]["sync"]["revision"] = json!(argo::REV_C)).await;
+    check::install(&world.fake);
+    let gate = world.gate();
+    assert_eq!(
+        argo::run(&gate).await,
+        flux_converger::model::GateOutcome::NotHandled
+    );
+    let app = world
+        .fake
+        .get(
+            "argoproj.io/v1alpha1",
+            "Application",
+            Some(argo::ARGO_NS),
+            "db",
+        )
+        .unwrap();
+    assert_eq!(
+        app["metadata"]["annotations"]["argocd.argoproj.io/refresh"],
+        "normal"
+    );
+    world.fake.rbac_requests()
 }
 
 fn web_yaml(size: &str) -> String {
@@ -941,6 +1056,7 @@ fn every_check() -> Vec<Asked> {
         impersonating: true,
         status_auth: true,
         helm_releases: true,
+        argocd: true,
     })
 }
 
@@ -1066,6 +1182,49 @@ async fn an_install_without_the_class_and_eviction_grants_is_not_ready_and_names
     running.shutdown().await;
 }
 
+/// `--argocd-server` on an install without the Argo CD component (manifests/argocd): the service
+/// starts, but `/readyz` stays 503 naming every permission the component grants, before any
+/// Application is run. (`argocd-cm` is read with the install's own `get configmaps`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_argocd_lane_without_its_component_is_not_ready_and_names_it() {
+    use crate::argocd_service as argo;
+    let fake = FakeApiServer::new();
+    check::install(&fake);
+    fake.remove(
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        None,
+        "flux-converger-argocd",
+    );
+    let server = test_support::argocd_standin::ArgoCdServer::start_with("t", Default::default())
+        .await
+        .unwrap();
+    let flags = argo::flags(&server, "t", "h");
+    let running = flux_converger::service::start(
+        service_config().argocd(Some(flags.config.clone())).build(),
+        fake.client(),
+    )
+    .await
+    .expect("the service starts");
+    let (code, body) = checked(running.addr).await;
+    assert_eq!(code, 503);
+    assert_eq!(
+        body,
+        "not ready: missing permissions: get applications.argoproj.io cluster-wide, \
+         list applications.argoproj.io cluster-wide, watch applications.argoproj.io cluster-wide, \
+         update applications.argoproj.io cluster-wide, patch applications.argoproj.io cluster-wide, \
+         get appprojects.argoproj.io cluster-wide, list appprojects.argoproj.io cluster-wide, \
+         watch appprojects.argoproj.io cluster-wide\n"
+    );
+    // Each missing permission confirmed by its own access review (the rules show none).
+    let confirmed = check::converger_accesses(&fake.rbac_requests())
+        .into_iter()
+        .filter(|a| a.resource == "selfsubjectaccessreviews")
+        .count();
+    assert_eq!(confirmed, 8, "one access review per permission missing");
+    running.shutdown().await;
+}
+
 /// `/readyz` until the access check has answered: its body then.
 async fn checked(addr: std::net::SocketAddr) -> (u16, String) {
     loop {
@@ -1119,10 +1278,18 @@ async fn a_review_that_fails_is_retried_not_reported_missing() {
         .iter()
         .filter(|r| r.path.ends_with("/selfsubjectaccessreviews") && r.code == Some(201))
         .count();
+    let expected = access::needed(&Needs {
+        namespace: check::NAMESPACE.into(),
+        leader_elect: true,
+        impersonating: false,
+        status_auth: false,
+        helm_releases: false,
+        argocd: false,
+    });
     assert_eq!(
         confirmed,
-        every_check().len() - 4,
-        "each permission confirmed once (no impersonation, status auth or HelmRelease records here)"
+        expected.len(),
+        "each permission confirmed once (no impersonation, status auth, HelmRelease records or Argo CD here)"
     );
     running.shutdown().await;
 }
@@ -1211,6 +1378,8 @@ async fn shipped_rbac_allows_exactly_what_the_code_sends() {
     requests.extend(attributes_and_restart().await);
     requests.extend(gate_both_modes().await);
     requests.extend(helm_release().await);
+    requests.extend(argocd_application().await);
+    requests.extend(argocd_refresh().await);
     requests.extend(service_end_to_end().await);
     requests.extend(status_auth_reads().await);
     // The access review is sent only for what the rules reviews do not show.

@@ -245,6 +245,10 @@ impl Harness {
         let app_metrics = metrics.clone();
         let parts = Parts {
             runner: self.runner.clone(),
+            queue: flux_converger::service::queue::Queue::new(
+                tuning().backoff,
+                metrics.queue_depth.clone(),
+            ),
             results: self.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(move |backend| {
@@ -258,7 +262,7 @@ impl Harness {
             metrics,
             fence: Default::default(),
             storage: None,
-            helm: None,
+            kinds: Vec::new(),
             volumes: None,
         };
         start_with(config, self.fake.client(), tuning(), parts)
@@ -276,7 +280,10 @@ async fn until(mut cond: impl FnMut() -> bool) {
 
 /// Waits until every key queued so far has been handed out and completed.
 async fn settled(running: &Running) {
-    until(|| running.backend.queue.depth() == 0 && running.backend.queue.running() == 0).await;
+    until(|| {
+        running.backend.lane.queue().depth() == 0 && running.backend.lane.queue().running() == 0
+    })
+    .await;
 }
 
 async fn ready(running: &Running) {
@@ -339,7 +346,7 @@ async fn startup_runs_what_is_due_and_only_that() {
     // `/status` lists the handled ones, with the gate in force and the source's revision.
     let listed: Vec<(String, GateMode)> = running
         .backend
-        .kustomizations(None)
+        .rows(flux_converger::model::Kind::KUSTOMIZATION, None)
         .into_iter()
         .map(|s| (s.name, s.gate))
         .collect();
@@ -351,10 +358,15 @@ async fn startup_runs_what_is_due_and_only_that() {
             ("suspended".into(), GateMode::Suspend),
         ]
     );
-    assert!(running.backend.kustomization(NS, "opted-out").is_none());
+    assert!(
+        running
+            .backend
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "opted-out")
+            .is_none()
+    );
     let detail = running
         .backend
-        .kustomization(NS, "finished")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "finished")
         .expect("handled");
     assert_eq!(detail.source_revision.as_deref(), Some("main@sha1:1"));
     assert_eq!(detail.revisions.len(), 1);
@@ -463,7 +475,7 @@ async fn webhook_routes_and_two_events_during_a_run_coalesce() {
     // Hold the runner, move the revision, and let two events arrive while it runs.
     let held = h.runner.hold.write().await;
     set_revision(&h.fake, "repo", "main@sha1:2");
-    until(|| running.backend.queue.running() == 1).await;
+    until(|| running.backend.lane.queue().running() == 1).await;
     let queued = running
         .backend
         .hook(&event("GitRepository", "repo", "stored artifact"));
@@ -473,7 +485,7 @@ async fn webhook_routes_and_two_events_during_a_run_coalesce() {
         .hook(&event("Kustomization", "a", "Reconciliation finished"));
     assert_eq!(queued, vec!["flux-system/a".to_string()]);
     assert_eq!(
-        running.backend.queue.depth(),
+        running.backend.lane.queue().depth(),
         1,
         "both events wait as one follow-up"
     );
@@ -579,10 +591,10 @@ async fn a_failure_is_retried_after_backoff_and_a_webhook_runs_it_now() {
     let running = h.start(config(GateMode::Off)).await;
     ready(&running).await;
     until(|| h.runner.calls().len() == 1).await;
-    until(|| running.backend.queue.failures(&key("a")) == 1).await;
+    until(|| running.backend.lane.queue().failures(&key("a")) == 1).await;
     // The retry waits an hour (this test's backoff); what the resync queues does not cut it.
-    running.backend.queue.push(key("a"), Trigger::Resync);
-    assert_eq!(running.backend.queue.waiting().backing_off, 1);
+    running.backend.lane.queue().push(key("a"), Trigger::Resync);
+    assert_eq!(running.backend.lane.queue().waiting().backing_off, 1);
     assert_eq!(h.runner.calls().len(), 1);
     // An ordinary webhook (the source stored an artifact) does.
     running
@@ -591,7 +603,7 @@ async fn a_failure_is_retried_after_backoff_and_a_webhook_runs_it_now() {
     until(|| h.runner.calls().len() == 2).await;
     settled(&running).await;
     assert_eq!(h.runner.calls()[1].1, Trigger::Webhook);
-    assert_eq!(running.backend.queue.failures(&key("a")), 0);
+    assert_eq!(running.backend.lane.queue().failures(&key("a")), 0);
     running.shutdown().await;
 }
 
@@ -616,7 +628,7 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
     let running = h.start(cfg).await;
     ready(&running).await;
     // The startup run fails; its retry waits an hour (this test's backoff).
-    until(|| running.backend.queue.failures(&key("a")) == 1).await;
+    until(|| running.backend.lane.queue().failures(&key("a")) == 1).await;
     assert_eq!(h.runner.calls().len(), 1);
 
     let wedge = event(
@@ -636,7 +648,8 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
         // Quiet again before the next: an admitted wedge event clears the backoff at once
         // (failures 0), and only its failed run sets it again.
         until(|| {
-            running.backend.queue.running() == 0 && running.backend.queue.failures(&key("a")) == 1
+            running.backend.lane.queue().running() == 0
+                && running.backend.lane.queue().failures(&key("a")) == 1
         })
         .await;
     }
@@ -655,7 +668,7 @@ async fn a_burst_of_signed_hooks_starts_one_run_per_interval() {
 }
 
 fn key(name: &str) -> flux_converger::model::Key {
-    flux_converger::model::Key::new(NS, name)
+    flux_converger::model::Key::kustomization(NS, name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -738,6 +751,38 @@ async fn ready_although_a_source_crd_is_missing() {
     running.shutdown().await;
 }
 
+/// A cluster without Flux (Argo CD alone): every list of Flux's kinds answers 404, as a server
+/// without their CRDs does. The service becomes ready all the same (the other kinds' service
+/// must not wait for a CRD that may never come), and keeps watching for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_although_flux_is_not_installed() {
+    let h = Harness::new();
+    for resource in [
+        "/kustomizations",
+        "/gitrepositories",
+        "/ocirepositories",
+        "/buckets",
+        "/externalartifacts",
+    ] {
+        for nth in 0..200 {
+            h.fake.add_fault(fake_apiserver::FaultRule {
+                method: Some(fake_apiserver::Method::GET),
+                path_contains: resource.into(),
+                nth,
+                action: fake_apiserver::Fault::Status {
+                    code: 404,
+                    reason: "NotFound".into(),
+                    message: "the server could not find the requested resource".into(),
+                },
+            });
+        }
+    }
+    let running = h.start(config(GateMode::Off)).await;
+    ready(&running).await;
+    assert_eq!(running.backend.ready(), Ok(()));
+    running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_one_leader_and_the_other_takes_over() {
     let h = Harness::new();
@@ -765,6 +810,10 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
         tuning(),
         Parts {
             runner: second_runner.clone(),
+            queue: flux_converger::service::queue::Queue::new(
+                tuning().backoff,
+                metrics.queue_depth.clone(),
+            ),
             results: h.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
@@ -772,7 +821,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
             metrics,
             fence: Default::default(),
             storage: None,
-            helm: None,
+            kinds: Vec::new(),
             volumes: None,
         },
     )
@@ -783,7 +832,7 @@ async fn two_replicas_one_leader_and_the_other_takes_over() {
     assert_eq!(
         second
             .backend
-            .kustomization(NS, "a")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "a")
             .map(|d| d.revisions.len()),
         Some(1)
     );
@@ -954,7 +1003,7 @@ async fn serve(fake: &FakeApiServer) -> Running {
 /// The newest record of `revision`, once it is final.
 async fn finished(running: &Running, revision: &str) -> RevisionRecord {
     loop {
-        if let Some(detail) = running.backend.kustomization(NS, "apps")
+        if let Some(detail) = running.backend.detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
             && r.state != RevisionState::Running
             // Converged: once the observer recorded Flux's answer (the gate closed).
@@ -1334,7 +1383,7 @@ async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
     assert!(converger_writes.is_empty(), "{converger_writes:?}");
     let runs = running
         .backend
-        .kustomization(NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
         .unwrap()
         .revisions
         .len();
@@ -1351,7 +1400,7 @@ async fn e2e_reconcile_gate_as_the_tenant_and_a_refusal_is_not_handed_off() {
     assert_eq!(
         running
             .backend
-            .kustomization(NS, "apps")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             .unwrap()
             .revisions
             .len(),
@@ -1536,7 +1585,7 @@ async fn e2e_shutdown_waits_past_its_grace_until_an_orphan_deleted_statefulset_i
     let other = kustomization(NS, "other", "repo", "./apps", Some("suspend"), true);
     create_kustomization(&fake.client(), &other).await.unwrap();
     until(|| dir.path().join("stalled").exists()).await;
-    let queue = running.backend.queue.clone();
+    let queue = running.backend.lane.queue().clone();
     assert_eq!(queue.running(), 2);
 
     // SIGTERM's path. Once the grace has passed, the run outside a window is stopped, and
@@ -1630,6 +1679,10 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
         tuning_as("replica-b"),
         Parts {
             runner: b_runner.clone(),
+            queue: flux_converger::service::queue::Queue::new(
+                tuning().backoff,
+                metrics.queue_depth.clone(),
+            ),
             results: b_runner.store.clone(),
             resume: Arc::new(NoResume),
             app: Box::new(|_backend| axum::Router::new()),
@@ -1637,7 +1690,7 @@ async fn e2e_a_replica_whose_lease_is_taken_over_mid_run_writes_nothing_more() {
             metrics,
             fence: Default::default(),
             storage: None,
-            helm: None,
+            kinds: Vec::new(),
             volumes: None,
         },
     )
@@ -1815,7 +1868,7 @@ async fn e2e_sigterm_exits_only_after_the_reapply() {
 
 /// Every log line of this test binary from the first call on (a global subscriber: the
 /// service's tasks run on the runtime's worker threads, which a thread-local one would miss).
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+pub(crate) fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
     static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
     LOGS.get_or_init(|| {
         let logs = Arc::new(Mutex::new(Vec::new()));
@@ -2225,7 +2278,7 @@ async fn e2e_a_blocked_cross_namespace_source_is_recorded_once_with_its_revision
     let record = loop {
         if let Some(r) = running
             .backend
-            .kustomization(NS, "apps")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             .and_then(|d| d.revisions.into_iter().next())
             .filter(|r| r.state != RevisionState::Running)
         {
@@ -2250,7 +2303,7 @@ async fn e2e_a_blocked_cross_namespace_source_is_recorded_once_with_its_revision
     settled(&running).await;
     let history = running
         .backend
-        .kustomization(NS, "apps")
+        .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
         .expect("handled")
         .revisions;
     assert_eq!(history.len(), 1, "{history:#?}");
@@ -2282,7 +2335,12 @@ async fn e2e_the_results_of_a_deleted_kustomization_are_removed_when_the_watch_s
         kube::Api::namespaced_with(fake.client(), NS, &flux_standin::kustomization_resource());
     api.delete("apps", &Default::default()).await.unwrap();
     until(|| results_configmaps(fake).is_empty()).await;
-    assert!(running.backend.kustomization(NS, "apps").is_none());
+    assert!(
+        running
+            .backend
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
+            .is_none()
+    );
     let status = reqwest::get(format!("http://{}/status", running.addr))
         .await
         .unwrap()
@@ -2332,7 +2390,7 @@ async fn e2e_results_of_a_kustomization_deleted_while_the_service_was_down_go_at
     assert_eq!(
         running
             .backend
-            .kustomization(NS, "apps")
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "apps")
             .expect("handled")
             .revisions
             .len(),

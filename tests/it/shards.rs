@@ -106,7 +106,10 @@ async fn start(fake: &FakeApiServer, selector: &str, identity: &str) -> Running 
 /// verdict is in.
 async fn finished(running: &Running, name: &str, revision: &str) -> RevisionRecord {
     loop {
-        if let Some(detail) = running.backend.kustomization(NS, name)
+        if let Some(detail) =
+            running
+                .backend
+                .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, name)
             && let Some(r) = detail.revisions.iter().find(|r| r.revision == revision)
             && r.state != RevisionState::Running
             && (r.state != RevisionState::Converged || r.flux.is_some())
@@ -292,7 +295,11 @@ async fn two_shards_lead_at_once_and_each_converges_and_shows_only_its_own() {
     assert_eq!(status_names(&a).await, ["flux-system/a"]);
     assert_eq!(status_names(&b).await, ["flux-system/b"]);
     assert_eq!(status_names(&a_follower).await, ["flux-system/a"]);
-    assert!(b.backend.kustomization(NS, "a").is_none());
+    assert!(
+        b.backend
+            .detail(flux_converger::model::Kind::KUSTOMIZATION, NS, "a")
+            .is_none()
+    );
     assert_eq!(
         shard_label_of(&fake, &results_configmap_name(NS, "a")).as_deref(),
         Some(LEASE_A)

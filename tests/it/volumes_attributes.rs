@@ -345,7 +345,7 @@ async fn follow(
     let (registry, metrics) = registry();
     let follower = VolumeFollower::new(FollowerConfig {
         client: fake.client(),
-        results: vec![(Kind::Kustomization, results.clone())],
+        results: vec![(Kind::KUSTOMIZATION, results.clone())],
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         metrics,
         resize_timeout: Duration::from_secs(1800),
@@ -353,12 +353,12 @@ async fn follow(
         statefulsets: None,
         restart_retry: Duration::from_secs(10),
     });
-    let key = Key::new(FLUX_NS, "apps");
+    let key = Key::kustomization(FLUX_NS, "apps");
     follower.follow(
-        Kind::Kustomization,
+        Kind::KUSTOMIZATION,
         &key,
         record,
-        EventTarget::named(Kind::Kustomization, &key),
+        EventTarget::named(Kind::KUSTOMIZATION, &key),
         true,
     );
     (results, follower, registry)

@@ -61,7 +61,7 @@ impl World {
         let metrics = Metrics::default();
         let follower = VolumeFollower::new(FollowerConfig {
             client: fake.client(),
-            results: vec![(Kind::Kustomization, results.clone())],
+            results: vec![(Kind::KUSTOMIZATION, results.clone())],
             events: events.clone(),
             metrics: metrics.clone(),
             resize_timeout: Duration::from_secs(1800),
@@ -69,7 +69,7 @@ impl World {
             statefulsets: None,
             restart_retry: Duration::from_secs(10),
         });
-        let gate = Gate::new(GateConfig {
+        let gate = Gate::standalone(GateConfig {
             client: fake.client(),
             namespace: FLUX_NS.into(),
             resolver: Resolver {
@@ -86,9 +86,10 @@ impl World {
             default_service_account: None,
             events,
             default_gate: GateMode::Off,
-            fence: None,
-        })
-        .with_volumes(follower);
+        });
+        let gate = gate
+            .clone()
+            .with_step(gate.step().clone().with_volumes(follower));
         let resizer = Resizer::new(fake.client(), "ebs.csi.aws.com");
         World {
             fake,

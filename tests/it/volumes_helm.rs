@@ -13,7 +13,7 @@ use flux_converger::records::events::EventSink;
 use flux_converger::records::metrics::Metrics;
 use flux_converger::records::results::{Results, Shard};
 use flux_converger::service::gate::{Gate, GateConfig};
-use flux_converger::service::helm::{HelmConfig, HelmGate};
+use flux_converger::service::helmrelease::{HelmConfig, HelmGate};
 use flux_converger::service::volumes::{FollowerConfig, VolumeFollower};
 use test_support::resizer::Resizer;
 
@@ -31,13 +31,13 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
         SERVICE_NS.into(),
         T,
         Shard::Unsharded,
-        Kind::HelmRelease,
+        Kind::HELM_RELEASE,
     );
     let follower = VolumeFollower::new(FollowerConfig {
         client: fake.client(),
         results: vec![
-            (Kind::Kustomization, ks_results.clone()),
-            (Kind::HelmRelease, hr_results.clone()),
+            (Kind::KUSTOMIZATION, ks_results.clone()),
+            (Kind::HELM_RELEASE, hr_results.clone()),
         ],
         events: events.clone(),
         metrics: Metrics::default(),
@@ -46,7 +46,7 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
         statefulsets: None,
         restart_retry: Duration::from_secs(10),
     });
-    let gate = Gate::new(GateConfig {
+    let gate = Gate::standalone(GateConfig {
         client: fake.client(),
         namespace: SERVICE_NS.into(),
         resolver: Resolver {
@@ -63,9 +63,10 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
         default_service_account: None,
         events: events.clone(),
         default_gate: GateMode::Off,
-        fence: None,
-    })
-    .with_volumes(follower);
+    });
+    let gate = gate
+        .clone()
+        .with_step(gate.step().clone().with_volumes(follower));
     let helm = HelmGate::new(
         HelmConfig {
             client: fake.client(),
@@ -77,7 +78,7 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
             default_service_account: None,
             max_decoded_bytes: 1 << 20,
         },
-        gate,
+        gate.step().clone(),
     );
     assert_eq!(
         helm.run(NS, "web", Trigger::Watch).await,

@@ -35,7 +35,7 @@ struct World {
 fn follower(fake: &FakeApiServer, results: &Results) -> VolumeFollower {
     VolumeFollower::new(FollowerConfig {
         client: fake.client(),
-        results: vec![(Kind::Kustomization, results.clone())],
+        results: vec![(Kind::KUSTOMIZATION, results.clone())],
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         metrics: Metrics::default(),
         resize_timeout: Duration::from_secs(1800),
@@ -128,10 +128,10 @@ async fn world_with(opted_in: bool, before: impl FnOnce(&FakeApiServer)) -> Worl
         .await
         .unwrap();
     w.follower.follow(
-        Kind::Kustomization,
+        Kind::KUSTOMIZATION,
         &key(),
         &record,
-        EventTarget::named(Kind::Kustomization, &key()),
+        EventTarget::named(Kind::KUSTOMIZATION, &key()),
         true,
     );
     w
@@ -151,7 +151,7 @@ async fn set_pods_ready_again(fake: &FakeApiServer) {
 }
 
 fn key() -> Key {
-    Key::new(FLUX_NS, "apps")
+    Key::kustomization(FLUX_NS, "apps")
 }
 
 fn record(volumes: Vec<Volume>) -> RevisionRecord {

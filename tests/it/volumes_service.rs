@@ -66,7 +66,7 @@ async fn world(version: KubeVersion, claims: &[&str], timeout: Duration) -> Worl
     let (registry, metrics) = registry();
     let follower = VolumeFollower::new(FollowerConfig {
         client: fake.client(),
-        results: vec![(Kind::Kustomization, results.clone())],
+        results: vec![(Kind::KUSTOMIZATION, results.clone())],
         events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
         metrics: metrics.clone(),
         resize_timeout: timeout,
@@ -126,7 +126,7 @@ fn record(volumes: Vec<Volume>) -> RevisionRecord {
 }
 
 fn key() -> Key {
-    Key::new(FLUX_NS, "apps")
+    Key::kustomization(FLUX_NS, "apps")
 }
 
 impl World {
@@ -134,10 +134,10 @@ impl World {
         let r = record(volumes);
         self.results.put(FLUX_NS, "apps", r.clone()).await.unwrap();
         self.follower.follow(
-            Kind::Kustomization,
+            Kind::KUSTOMIZATION,
             &key(),
             &r,
-            EventTarget::named(Kind::Kustomization, &key()),
+            EventTarget::named(Kind::KUSTOMIZATION, &key()),
             true,
         );
         r
@@ -453,7 +453,7 @@ async fn before_1_32_a_failure_event_is_the_error_signal() {
             .contains("quota exceeded")
     );
     // What the records say reaches a recovery's decision.
-    let known = w.follower.known_states(Kind::Kustomization, &key());
+    let known = w.follower.known_states(Kind::KUSTOMIZATION, &key());
     assert_eq!(known.get("default/data-db-0"), Some(&VolumeState::Error));
 }
 
@@ -504,10 +504,10 @@ async fn while_nothing_resizes_the_follower_sends_no_request() {
     w.follow(vec![grown]).await;
     let none = record(Vec::new());
     w.follower.follow(
-        Kind::Kustomization,
-        &Key::new(FLUX_NS, "other"),
+        Kind::KUSTOMIZATION,
+        &Key::kustomization(FLUX_NS, "other"),
         &none,
-        EventTarget::named(Kind::Kustomization, &key()),
+        EventTarget::named(Kind::KUSTOMIZATION, &key()),
         true,
     );
     // Every claim grew already: `VolumesGrown`, once, and nothing else.
@@ -568,7 +568,7 @@ async fn a_new_leader_resumes_what_the_old_one_followed() {
     results.load().await.unwrap();
     let next = VolumeFollower::new(FollowerConfig {
         client: w.fake.client(),
-        results: vec![(Kind::Kustomization, results.clone())],
+        results: vec![(Kind::KUSTOMIZATION, results.clone())],
         events: EventSink::disabled(),
         metrics: Metrics::default(),
         resize_timeout: Duration::from_secs(1800),

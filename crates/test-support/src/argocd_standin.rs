@@ -184,6 +184,8 @@ struct ServerState {
     token: String,
     repo: Repo,
     seen: Mutex<Vec<Seen>>,
+    /// Raw bodies answered instead of the repo's targets, by Application.
+    answers: Mutex<HashMap<(String, String), String>>,
 }
 
 /// Argo CD's API server's managed-resources endpoint, over HTTPS; stopped when dropped.
@@ -222,6 +224,7 @@ impl ArgoCdServer {
             token: token.to_owned(),
             repo: repo.clone(),
             seen: Mutex::new(Vec::new()),
+            answers: Mutex::new(HashMap::new()),
         });
         let router = axum::Router::new()
             .route(
@@ -268,6 +271,12 @@ impl ArgoCdServer {
                 revision: "0".repeat(40),
                 objects: targets,
             });
+    }
+
+    /// Answers `body` as is (a malformed answer) for the Application's managed resources.
+    pub fn set_answer(&self, app_namespace: &str, app: &str, body: &str) {
+        lock(&self.state.answers)
+            .insert((app_namespace.to_owned(), app.to_owned()), body.to_owned());
     }
 
     /// Every request so far, oldest first.
@@ -359,6 +368,12 @@ async fn managed_resources(
         .filter(|n| !n.is_empty())
         .cloned()
         .unwrap_or_else(|| "argocd".to_owned());
+    if let Some(body) = lock(&state.answers)
+        .get(&(app_namespace.clone(), name.clone()))
+        .cloned()
+    {
+        return ([(http::header::CONTENT_TYPE, "application/json")], body).into_response();
+    }
     let Some(rendered) = state.repo.head(&app_namespace, &name) else {
         // Argo CD does not tell a missing Application from a forbidden one.
         return grpc_error(http::StatusCode::FORBIDDEN, 7, "permission denied");

@@ -18,9 +18,8 @@ pub fn hostile_revision() -> String {
 }
 
 pub struct StandIn {
-    details: BTreeMap<(String, String), KustomizationDetail>,
-    /// The HelmReleases, in the Kustomizations' shape.
-    helm: BTreeMap<(String, String), KustomizationDetail>,
+    /// Every kind's objects with their histories, by kind, namespace and name.
+    details: BTreeMap<(Kind, String, String), StatusDetail>,
     /// `Kind/namespace/name` of an event's object → the Kustomizations it queues.
     follows: BTreeMap<String, Vec<String>>,
     pub events: Mutex<Vec<Event>>,
@@ -37,7 +36,6 @@ impl StandIn {
     pub fn new() -> Self {
         StandIn {
             details: BTreeMap::new(),
-            helm: BTreeMap::new(),
             follows: BTreeMap::new(),
             events: Mutex::new(Vec::new()),
             not_ready: None,
@@ -54,9 +52,9 @@ impl StandIn {
         revisions: Vec<RevisionRecord>,
     ) -> Self {
         self.details.insert(
-            (namespace.to_string(), name.to_string()),
-            KustomizationDetail {
-                kind: flux_converger::model::Kind::Kustomization,
+            (Kind::KUSTOMIZATION, namespace.to_string(), name.to_string()),
+            StatusDetail {
+                kind: Kind::KUSTOMIZATION,
                 waiting: None,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
@@ -84,10 +82,10 @@ impl StandIn {
         name: &str,
         revisions: Vec<RevisionRecord>,
     ) -> Self {
-        self.helm.insert(
-            (namespace.to_string(), name.to_string()),
-            KustomizationDetail {
-                kind: flux_converger::model::Kind::HelmRelease,
+        self.details.insert(
+            (Kind::HELM_RELEASE, namespace.to_string(), name.to_string()),
+            StatusDetail {
+                kind: Kind::HELM_RELEASE,
                 waiting: None,
                 namespace: namespace.to_string(),
                 name: name.to_string(),
@@ -98,6 +96,10 @@ impl StandIn {
             },
         );
         self
+    }
+
+    fn key(kind: Kind, namespace: &str, name: &str) -> (Kind, String, String) {
+        (kind, namespace.to_string(), name.to_string())
     }
 
     pub fn events(&self) -> Vec<Event> {
@@ -123,12 +125,12 @@ impl Backend for StandIn {
         queued
     }
 
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
+    fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<StatusRow> {
         self.details
             .values()
-            .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
-            .map(|d| KustomizationSummary {
-                kind: flux_converger::model::Kind::Kustomization,
+            .filter(|d| d.kind == kind && namespace.is_none_or(|ns| d.namespace == ns))
+            .map(|d| StatusRow {
+                kind: d.kind,
                 waiting: None,
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),
@@ -140,46 +142,21 @@ impl Backend for StandIn {
             .collect()
     }
 
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
-        self.details
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
-    }
-
-    fn helm_releases(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        self.helm
-            .values()
-            .filter(|d| namespace.is_none_or(|ns| d.namespace == ns))
-            .map(|d| KustomizationSummary {
-                kind: d.kind,
-                waiting: None,
-                namespace: d.namespace.clone(),
-                name: d.name.clone(),
-                gate: d.gate,
-                source_revision: None,
-                last: d.revisions.first().map(RevisionRecord::summary),
-                hold: None,
-            })
-            .collect()
-    }
-
-    fn helm_release(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
-        self.helm
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+    fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail> {
+        self.details.get(&Self::key(kind, namespace, name)).cloned()
     }
 
     /// As the service's backend does (`Results::last`): the newest record alone, not a copy of
     /// the whole history.
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
+    fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
         self.details
-            .get(&(namespace.to_string(), name.to_string()))
+            .get(&Self::key(kind, namespace, name))
             .and_then(|d| d.revisions.first().cloned())
     }
 
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         match &self.not_ready {
-            Some(why) => Err(why.clone()),
+            Some(why) => Err(flux_converger::http::backend::NotReady::Other(why.clone())),
             None => Ok(()),
         }
     }
@@ -496,17 +473,19 @@ impl Backend for Versioned {
     fn hook(&self, event: &Event) -> Vec<String> {
         self.inner().hook(event)
     }
-    fn kustomizations(&self, namespace: Option<&str>) -> Vec<KustomizationSummary> {
-        self.lists.fetch_add(1, Ordering::SeqCst);
-        self.inner().kustomizations(namespace)
+    fn rows(&self, kind: Kind, namespace: Option<&str>) -> Vec<StatusRow> {
+        if kind == Kind::KUSTOMIZATION {
+            self.lists.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner().rows(kind, namespace)
     }
-    fn kustomization(&self, namespace: &str, name: &str) -> Option<KustomizationDetail> {
-        self.inner().kustomization(namespace, name)
+    fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Option<StatusDetail> {
+        self.inner().detail(kind, namespace, name)
     }
-    fn last_record(&self, namespace: &str, name: &str) -> Option<RevisionRecord> {
-        self.inner().last_record(namespace, name)
+    fn last_record(&self, kind: Kind, namespace: &str, name: &str) -> Option<RevisionRecord> {
+        self.inner().last_record(kind, namespace, name)
     }
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), flux_converger::http::backend::NotReady> {
         self.inner().ready()
     }
     fn version(&self) -> Option<u64> {

@@ -244,8 +244,8 @@ pub fn grants_of(objects: &[Value], namespace: &str, service_account: &str) -> V
 
 /// The install as `kubectl apply -k manifests/` creates it.
 pub fn installed_objects() -> Vec<Value> {
-    // The install with its opt-in component for HelmReleases (reading release Secrets), as an
-    // operator adds it: the flows here send what both grant. kustomize takes only relative
+    // The install with its opt-in components for HelmReleases (reading release Secrets) and for
+    // Argo CD Applications, as an operator adds them: the flows here send what all grant. kustomize takes only relative
     // paths, so the overlay is written next to manifests/.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let overlay = tempfile::Builder::new()
@@ -254,7 +254,7 @@ pub fn installed_objects() -> Vec<Value> {
         .expect("a directory for the overlay");
     std::fs::write(
         overlay.path().join("kustomization.yaml"),
-        "resources:\n  - ../manifests\ncomponents:\n  - ../manifests/helm-release-reader\n",
+        "resources:\n  - ../manifests\ncomponents:\n  - ../manifests/helm-release-reader\n  - ../manifests/argocd\n",
     )
     .expect("write the overlay");
     let dir = overlay.path();

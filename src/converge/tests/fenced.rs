@@ -13,12 +13,15 @@ struct LosesLeaseAfter {
 }
 
 impl fence::Fence for LosesLeaseAfter {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), fence::Fenced> {
         let n = self.checks.fetch_add(1, Ordering::SeqCst);
         if n < self.allowed {
             Ok(())
         } else {
-            Err("the Lease is held by replica-b".into())
+            Err(fence::Fenced::HeldBy {
+                lease: "converger".into(),
+                holder: "replica-b".into(),
+            })
         }
     }
 }
@@ -75,10 +78,10 @@ impl Drop for Closes {
 }
 
 impl fence::Fence for WindowSpy {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), fence::Fenced> {
         Ok(())
     }
-    fn open_window(&self) -> Result<fence::Window, String> {
+    fn open_window(&self) -> Result<fence::Window, fence::Fenced> {
         self.0.lock().log.push("window:open".into());
         Ok(fence::Window::held(Closes(self.0.clone())))
     }

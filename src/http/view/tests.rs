@@ -188,8 +188,8 @@ fn took_table() {
 
 #[test]
 fn row_is_behind_when_the_source_moved_on() {
-    let summary = KustomizationSummary {
-        kind: crate::model::Kind::Kustomization,
+    let summary = StatusRow {
+        kind: crate::model::Kind::KUSTOMIZATION,
         waiting: None,
         namespace: "apps".into(),
         name: "web".into(),
@@ -253,8 +253,8 @@ fn page_numbers_table() {
 
 #[test]
 fn summary_state_key_table() {
-    let summary = |last: Option<serde_json::Value>| KustomizationSummary {
-        kind: crate::model::Kind::Kustomization,
+    let summary = |last: Option<serde_json::Value>| StatusRow {
+        kind: crate::model::Kind::KUSTOMIZATION,
         waiting: None,
         namespace: "apps".into(),
         name: "web".into(),

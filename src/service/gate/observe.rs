@@ -14,8 +14,9 @@
 //!   retry schedule with backoff, a revision Flux failed or did not answer while the source
 //!   still publishes it and the spec is unchanged: a failed revision is never left frozen.
 //!
-//! Every decision is taken under one lock from the event itself; the writes it needs run in a
-//! task of their own, so a slow API call never stalls a watch.
+//! Every decision is a transition of `state.rs` (pure, table-tested), taken under one lock
+//! from the event itself; the writes it asks for run here, in a task of their own, so a slow
+//! API call never stalls a watch.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,14 +32,9 @@ use crate::model::Key;
 use crate::model::{FluxOutcome, FluxResult, GateMode, HandoffAttempt, RevisionRecord};
 use crate::records::results::Results;
 use crate::service::gate::handoff::{self, Since};
-use crate::service::gate::state::{GateState, Open, Reopen};
-
-/// The longest wait between two openings for the same revision, unless Flux's own interval is
-/// longer (then that).
-pub const RETRY_CAP: Duration = Duration::from_secs(3600);
-/// The retry schedule when the Kustomization states none Flux would accept (Flux's default
-/// interval is required in the CRD; this only guards a value that does not parse).
-const DEFAULT_RETRY: Duration = Duration::from_secs(600);
+use crate::service::gate::state::{
+    self, Close, Closing, Due, GateState, Open, Reopen, ReopenCheck, Step, retry_delay,
+};
 
 /// What the observer needs; built by the gate from its own configuration.
 #[derive(Clone)]
@@ -66,99 +62,10 @@ struct Inner {
     tasks: TaskTracker,
 }
 
-/// Why a gate closes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Closing {
-    /// Flux answered (applied, failed, raced).
-    Answer(FluxResult),
-    /// `--handoff-timeout` passed without an answer.
-    Timeout,
-    /// The source moved on to another revision (or lost its artifact) while open.
-    SourceMoved(Option<String>),
-    /// The hold annotation was set (or `spec.suspend` in reconcile mode).
-    Held(String),
+/// Whether a gate open in `mode` closes when its source moves on (the mode's own rule).
+fn closes_when_moved(mode: GateMode) -> bool {
+    super::modes::of(mode).is_some_and(|m| m.closes_when_the_source_moves())
 }
-
-impl Closing {
-    /// Whether the same converged revision is opened again later (suspend mode only: in
-    /// reconcile mode Flux keeps retrying on its own).
-    fn retries(&self) -> bool {
-        match self {
-            Closing::Answer(f) => f.outcome == FluxOutcome::Failed,
-            Closing::Timeout => true,
-            Closing::SourceMoved(_) | Closing::Held(_) => false,
-        }
-    }
-
-    /// What the record shows as Flux's answer.
-    fn flux(&self, open: &Open, timeout: Duration) -> FluxResult {
-        let pending = |message: String| FluxResult {
-            outcome: FluxOutcome::Pending,
-            applied_revision: None,
-            message: Some(message),
-            attempted_revision: None,
-        };
-        match self {
-            Closing::Answer(f) => f.clone(),
-            Closing::Timeout => FluxResult {
-                outcome: FluxOutcome::Timeout,
-                applied_revision: None,
-                message: Some(format!(
-                    "Flux did not apply {} within {}",
-                    open.revision,
-                    humantime::format_duration(timeout)
-                )),
-                attempted_revision: None,
-            },
-            Closing::SourceMoved(to) => pending(format!(
-                "the source moved on to {} before Flux answered: gate closed, the new revision is converged first",
-                to.as_deref().unwrap_or("no artifact")
-            )),
-            Closing::Held(reason) => pending(format!("held ({reason}): gate closed")),
-        }
-    }
-}
-
-/// Takes `key`'s gate out of `gates` if it is open in suspend mode for a revision other than
-/// `revision` (the one the source publishes now, `None` for no artifact): the gate a move of
-/// the source closes.
-fn take_moved(
-    gates: &mut HashMap<Key, GateState>,
-    key: &Key,
-    revision: Option<&str>,
-) -> Option<Open> {
-    let moved = matches!(gates.get(key), Some(GateState::Open(open))
-        if super::modes::of(open.mode).is_some_and(|m| m.closes_when_the_source_moves())
-            && Some(open.revision.as_str()) != revision);
-    if !moved {
-        return None;
-    }
-    match gates.remove(key) {
-        Some(GateState::Open(open)) => Some(open),
-        _ => None,
-    }
-}
-
-/// The wait before opening the gate again after `attempts` openings Flux failed or did not
-/// answer: Flux's `retryInterval`, else its `interval`, doubled for each further attempt, at
-/// most [`RETRY_CAP`] (or the base when that is longer). Pure, so the schedule is table-tested.
-pub fn retry_delay(
-    retry_interval: Option<&str>,
-    interval: Option<&str>,
-    attempts: u32,
-) -> Duration {
-    let parse = |text: Option<&str>| text.and_then(parse_go_duration).filter(|d| !d.is_zero());
-    let base = parse(retry_interval)
-        .or_else(|| parse(interval))
-        .unwrap_or(DEFAULT_RETRY);
-    let cap = RETRY_CAP.max(base);
-    let doublings = attempts.saturating_sub(1).min(20);
-    base.saturating_mul(1u32 << doublings).min(cap)
-}
-
-/// Flux's durations (`1m30s`): read where the Kustomization's fields are
-/// ([`crate::flux::objects::parse_go_duration`]).
-pub use crate::flux::objects::parse_go_duration;
 
 fn now() -> String {
     jiff::Timestamp::now().to_string()
@@ -220,19 +127,20 @@ impl Observer {
     /// whatever was tracked (a re-open of an older revision is moot once a newer one is
     /// handed off). A hold that arrived during the converge wins: the gate closes at once.
     pub fn opened(&self, key: Key, open: Open) {
-        let held = {
-            let mut gates = self.gates();
-            match gates.get(&key) {
-                Some(GateState::Held { reason }) => Some(reason.clone()),
-                _ => {
-                    gates.insert(key.clone(), GateState::Open(open.clone()));
-                    None
-                }
-            }
-        };
-        if let Some(reason) = held {
-            self.spawn_close(key, open, Closing::Held(reason));
+        if let Some(close) = self.transition(&key, |state| state::on_opened(state, open)) {
+            self.spawn_close(key, close);
         }
+    }
+
+    /// Moves `key`'s gate by `step` (a transition of `state.rs`) under the lock; returns the
+    /// close it asks for.
+    fn transition(&self, key: &Key, step: impl FnOnce(Option<GateState>) -> Step) -> Option<Close> {
+        let mut gates = self.gates();
+        let Step { next, close } = step(gates.remove(key));
+        if let Some(next) = next {
+            gates.insert(key.clone(), next);
+        }
+        close
     }
 
     /// Reads the Kustomization once, in a task, as if a watch event had brought it: an answer
@@ -254,46 +162,24 @@ impl Observer {
         let (Some(namespace), Some(name)) = (&ks.metadata.namespace, &ks.metadata.name) else {
             return;
         };
-        let key = Key::new(namespace, name);
+        let key = Key::kustomization(namespace, name);
         let gating = ks.gating(self.inner.config.default_gate);
-        let mut gates = self.gates();
-        let state = gates.get(&key).cloned();
-        match (state, gating.hold) {
-            (_, _) if gating.mode == GateMode::Off => {
-                gates.remove(&key);
-            }
-            (Some(GateState::Open(open)), Some(reason)) => {
-                gates.insert(
-                    key.clone(),
-                    GateState::Held {
-                        reason: reason.clone(),
-                    },
-                );
-                drop(gates);
-                tracing::info!(kustomization = %key, %reason, "held: closing the open gate");
-                self.spawn_close(key, open, Closing::Held(reason));
-            }
-            (_, Some(reason)) => {
-                gates.insert(key, GateState::Held { reason });
-            }
-            (Some(GateState::Held { .. }), None) => {
-                // Resumed: the index makes whatever is due run at once.
-                gates.remove(&key);
-            }
-            (Some(GateState::Open(open)), None) => {
-                let answer = handoff::flux_verdict(
+        let off = gating.mode == GateMode::Off;
+        let close = self.transition(&key, |state| {
+            state::on_object(state, off, gating.hold, |open| {
+                handoff::flux_verdict(
                     ks.status.as_ref(),
                     &open.revision,
                     &open.since,
                     open.attempted_before.as_deref(),
-                );
-                if let Some(answer) = answer {
-                    gates.remove(&key);
-                    drop(gates);
-                    self.spawn_close(key, open, Closing::Answer(answer));
-                }
+                )
+            })
+        });
+        if let Some(close) = close {
+            if let Closing::Held(reason) = &close.closing {
+                tracing::info!(kustomization = %key, %reason, "held: closing the open gate");
             }
-            (Some(GateState::Closed { .. }) | None, None) => {}
+            self.spawn_close(key, close);
         }
     }
 
@@ -301,23 +187,19 @@ impl Observer {
     /// another revision closes at once, and a re-open waiting for one is dropped (the new
     /// revision is converged first; the caller queues it after this returns).
     pub fn source_moved(&self, keys: &[Key], revision: Option<&str>) {
-        let mut closing = Vec::new();
-        {
-            let mut gates = self.gates();
-            for key in keys {
-                if let Some(open) = take_moved(&mut gates, key, revision) {
-                    closing.push((key.clone(), open));
-                } else if matches!(gates.get(key), Some(GateState::Closed { reopen: Some(reopen) })
-                        if Some(reopen.revision.as_str()) != revision)
-                {
-                    gates.remove(key);
-                }
-            }
-        }
-        for (key, open) in closing {
-            tracing::info!(kustomization = %key, revision = %open.revision,
+        let closing: Vec<_> = keys
+            .iter()
+            .filter_map(|key| {
+                let close = self.transition(key, |state| {
+                    state::on_source(state, revision, closes_when_moved)
+                })?;
+                Some((key.clone(), close))
+            })
+            .collect();
+        for (key, close) in closing {
+            tracing::info!(kustomization = %key, revision = %close.open.revision,
                 to = revision.unwrap_or("no artifact"), "the source moved on while the gate was open: closing it");
-            self.spawn_close(key, open, Closing::SourceMoved(revision.map(String::from)));
+            self.spawn_close(key, close);
         }
     }
 
@@ -327,11 +209,22 @@ impl Observer {
     /// suspended the Kustomization already (it does before every converge); this closes the
     /// older gate and records why on its record, before the new revision's record is written.
     pub async fn superseded(&self, key: &Key, revision: &str) {
-        let open = take_moved(&mut self.gates(), key, Some(revision));
-        if let Some(open) = open {
+        // Only the open gate: a re-open waiting for the older revision finds the source moved
+        // on when it is due, and says so on its record.
+        let close = self.transition(key, |state| {
+            let step = state::on_source(state.clone(), Some(revision), closes_when_moved);
+            if step.close.is_some() {
+                step
+            } else {
+                Step {
+                    next: state,
+                    close: None,
+                }
+            }
+        });
+        if let Some(Close { open, closing }) = close {
             tracing::info!(kustomization = %key, revision = %open.revision, to = revision,
                 "the source moved on while the gate was open: closing it");
-            let closing = Closing::SourceMoved(Some(revision.to_string()));
             self.close_written(key.clone(), open, closing, None).await;
         }
     }
@@ -395,19 +288,17 @@ impl Observer {
             let mut gates = self.gates();
             let mut expired = Vec::new();
             let mut due = Vec::new();
-            gates.retain(|key, state| match state {
-                GateState::Open(open) if open.deadline <= now => {
-                    expired.push((key.clone(), open.clone()));
-                    false
+            for (key, gate) in std::mem::take(&mut *gates) {
+                let (next, found) = state::on_tick(gate, now);
+                match found {
+                    Some(Due::Expired(open)) => expired.push((key.clone(), open)),
+                    Some(Due::Reopen(reopen)) => due.push((key.clone(), reopen)),
+                    None => {}
                 }
-                GateState::Closed {
-                    reopen: Some(reopen),
-                } if reopen.at <= now => {
-                    due.push((key.clone(), reopen.clone()));
-                    false
+                if let Some(next) = next {
+                    gates.insert(key, next);
                 }
-                _ => true,
-            });
+            }
             (expired, due)
         };
         for (key, open) in expired {
@@ -446,7 +337,7 @@ impl Observer {
             .await
     }
 
-    fn spawn_close(&self, key: Key, open: Open, closing: Closing) {
+    fn spawn_close(&self, key: Key, Close { open, closing }: Close) {
         let observer = self.clone();
         self.inner
             .tasks
@@ -520,16 +411,14 @@ impl Observer {
         })
         .await;
         if let Some((delay, generation)) = retry {
-            // Only when nothing newer took the key meanwhile (a hand-off, a hold).
-            self.gates().entry(key).or_insert(GateState::Closed {
-                reopen: Some(Reopen {
-                    revision: open.revision.clone(),
-                    started_at: open.started_at.clone(),
-                    at: Instant::now() + delay,
-                    generation,
-                    attempts: open.attempt,
-                }),
-            });
+            let reopen = Reopen {
+                revision: open.revision.clone(),
+                started_at: open.started_at.clone(),
+                at: Instant::now() + delay,
+                generation,
+                attempts: open.attempt,
+            };
+            self.settle(key, reopen);
         }
     }
 
@@ -553,17 +442,13 @@ impl Observer {
             .as_ref()
             .and_then(|s| s.last_applied_revision.as_deref())
             == Some(reopen.revision.as_str());
-        let why_not = if !super::modes::of(gating.mode).is_some_and(|m| m.reopens()) {
-            Some("the gate is no longer suspend")
-        } else if gating.hold.is_some() {
-            Some("held")
-        } else if ks.metadata.generation != Some(reopen.generation) || !ks.spec.suspend {
-            Some("the spec changed since: the revision is converged again first")
-        } else if applied {
-            Some("Flux applied it meanwhile")
-        } else {
-            None
-        };
+        let why_not = state::why_not_reopen(ReopenCheck {
+            reopens: super::modes::of(gating.mode).is_some_and(|m| m.reopens()),
+            held: gating.hold.is_some(),
+            same_generation: ks.metadata.generation == Some(reopen.generation),
+            suspended: ks.spec.suspend,
+            applied,
+        });
         let why_not = match why_not {
             Some(why) => Some(why),
             None => match objects::get_source_within(
@@ -652,9 +537,15 @@ impl Observer {
     /// A re-open that could not be decided: tried again at the next tick, unless something
     /// newer took the key.
     fn requeue(&self, key: Key, reopen: Reopen) {
-        self.gates().entry(key).or_insert(GateState::Closed {
-            reopen: Some(reopen),
-        });
+        self.settle(key, reopen);
+    }
+
+    /// Schedules `reopen` unless something newer (a hand-off, a hold) took the key meanwhile
+    /// ([`state::on_closed`]).
+    fn settle(&self, key: Key, reopen: Reopen) {
+        let mut gates = self.gates();
+        let current = gates.remove(&key);
+        gates.insert(key, state::on_closed(current, reopen));
     }
 
     /// Changes the record of `revision` started at `started_at` and persists it.
@@ -680,6 +571,3 @@ impl Observer {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -38,6 +38,7 @@ use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, RevisionRecord, RevisionState, StepError, Trigger,
 };
 use crate::records::artifact_status::*;
+use crate::service::gate::error::HandoffError;
 use crate::storage::host::ArtifactKey;
 
 /// The ExternalArtifact a Kustomization in artifact mode reads, and the upstream it names.
@@ -315,7 +316,7 @@ impl super::Gate {
         upstream: Option<&Artifact>,
         kustomization: &Kustomization,
         record: &mut RevisionRecord,
-    ) -> Result<Option<Open>, String> {
+    ) -> Result<Option<Open>, HandoffError> {
         let c = &self.config;
         let key = format!("{namespace}/{name}");
         let revision = record.revision.clone();
@@ -338,8 +339,7 @@ impl super::Gate {
             c.resolver.allow_cross_namespace,
             c.call_timeout,
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         let waiting = waiting_for(&all, (namespace, name), &revision, |ns, n| {
             c.results.last(ns, n)
         });
@@ -355,18 +355,26 @@ impl super::Gate {
         let host = self
             .artifact_host
             .as_ref()
-            .ok_or_else(|| self.no_storage_message())?;
-        let upstream = upstream
-            .filter(|a| a.revision == revision)
-            .ok_or_else(|| format!("{} no longer publishes {revision}", target.upstream_name()))?;
+            .ok_or_else(|| HandoffError::NoStorage(self.no_storage_message()))?;
+        let upstream =
+            upstream
+                .filter(|a| a.revision == revision)
+                .ok_or_else(|| HandoffError::Upstream {
+                    what: format!("{} no longer publishes {revision}", target.upstream_name()),
+                })?;
         let digest = upstream
             .digest
             .clone()
-            .ok_or_else(|| format!("{}: the artifact has no digest", target.upstream_name()))?;
+            .ok_or_else(|| HandoffError::Upstream {
+                what: format!("{}: the artifact has no digest", target.upstream_name()),
+            })?;
         let published = host
             .publish(&target.key, &upstream.url, &digest)
             .await
-            .map_err(|e| format!("publishing {revision} to the artifact storage: {e}"))?;
+            .map_err(|cause| HandoffError::Storage {
+                revision: revision.clone(),
+                cause,
+            })?;
         let at = super::now();
         write_status(
             &c.client,
@@ -378,7 +386,10 @@ impl super::Gate {
             c.call_timeout,
         )
         .await
-        .map_err(|e| format!("publishing {revision}: {e}"))?;
+        .map_err(|cause| HandoffError::Status {
+            revision: revision.clone(),
+            cause,
+        })?;
         tracing::info!(kustomization = %key, revision = %revision, url = %published.url,
             externalartifact = %format!("{}/{}", target.key.namespace, target.key.name), "published");
         mark_published(record, &at);

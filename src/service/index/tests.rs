@@ -122,24 +122,27 @@ fn source_ref_namespace_defaults_to_the_kustomizations() {
     index.apply_kustomization(&ks("apps", "d", None, ("HelmChart", "repo", None)));
     assert_eq!(
         index.apply_source(git("apps", "repo"), Some("main@sha1:1".into())),
-        vec![Key::new("apps", "a")]
+        vec![Key::kustomization("apps", "a")]
     );
     assert_eq!(
         index.apply_source(git("flux-system", "repo"), Some("main@sha1:2".into())),
-        vec![Key::new("apps", "b")]
+        vec![Key::kustomization("apps", "b")]
     );
     assert_eq!(
-        index.source_revision(&Key::new("apps", "a")),
+        index.source_revision(&Key::kustomization("apps", "a")),
         Some("main@sha1:1")
     );
     assert_eq!(
-        index.source_revision(&Key::new("apps", "b")),
+        index.source_revision(&Key::kustomization("apps", "b")),
         Some("main@sha1:2")
     );
-    assert_eq!(index.source_revision(&Key::new("apps", "c")), None);
+    assert_eq!(
+        index.source_revision(&Key::kustomization("apps", "c")),
+        None
+    );
     assert_eq!(
         index
-            .entry(&Key::new("apps", "d"))
+            .entry(&Key::kustomization("apps", "d"))
             .and_then(|e| e.source.clone()),
         None
     );
@@ -167,7 +170,7 @@ fn source_revision_change_names_only_handled_readers() {
         ("GitRepository", "repo", None),
     ));
     let first = index.apply_source(git("apps", "repo"), Some("r1".into()));
-    assert_eq!(first, vec![Key::new("apps", "on")]);
+    assert_eq!(first, vec![Key::kustomization("apps", "on")]);
     // Same revision again (a status update of another field): nothing is due.
     assert!(
         index
@@ -176,7 +179,7 @@ fn source_revision_change_names_only_handled_readers() {
     );
     assert_eq!(
         index.apply_source(git("apps", "repo"), Some("r2".into())),
-        vec![Key::new("apps", "on")]
+        vec![Key::kustomization("apps", "on")]
     );
 }
 
@@ -192,9 +195,9 @@ fn moving_a_source_ref_unlinks_the_old_source() {
     );
     assert_eq!(
         index.apply_source(git("apps", "new"), Some("r1".into())),
-        vec![Key::new("apps", "web")]
+        vec![Key::kustomization("apps", "web")]
     );
-    index.delete_kustomization(&Key::new("apps", "web"));
+    index.delete_kustomization(&Key::kustomization("apps", "web"));
     assert!(
         index
             .apply_source(git("apps", "new"), Some("r2".into()))
@@ -226,9 +229,9 @@ fn events_route_to_handled_kustomizations() {
     ));
     index.apply_kustomization(&ks("apps", "d", Some("suspend"), ("Bucket", "repo", None)));
     let wedge = "StatefulSet/apps/web dry-run failed (Invalid): StatefulSet.apps \"web\" is invalid: spec: Forbidden: updates to statefulset spec for fields other than 'replicas' are forbidden";
-    let a = Key::new("apps", "a");
-    let b = Key::new("apps", "b");
-    let d = Key::new("apps", "d");
+    let a = Key::kustomization("apps", "a");
+    let b = Key::kustomization("apps", "b");
+    let d = Key::kustomization("apps", "d");
     // (event, keys, wedged)
     let table: Vec<(Event, Vec<Key>, bool)> = vec![
         (
@@ -412,9 +415,12 @@ fn relisting_sources_drops_the_vanished_ones_of_that_kind_only() {
     };
     index.apply_source(bucket.clone(), Some("sha256:1".into()));
     index.reset_sources(SourceKind::GitRepository, []);
-    assert_eq!(index.source_revision(&Key::new("apps", "g")), None);
     assert_eq!(
-        index.source_revision(&Key::new("apps", "b")),
+        index.source_revision(&Key::kustomization("apps", "g")),
+        None
+    );
+    assert_eq!(
+        index.source_revision(&Key::kustomization("apps", "b")),
         Some("sha256:1")
     );
 }
@@ -453,7 +459,7 @@ fn after_a_restart_a_refusal_is_retried_only_at_a_new_generation() {
 fn a_held_kustomization_is_never_due_and_its_release_is_a_change() {
     let mut index = Index::new(GateMode::Suspend);
     index.apply_source(git("flux-system", "repo"), Some("main@sha1:2".into()));
-    let key = Key::new("flux-system", "apps");
+    let key = Key::kustomization("flux-system", "apps");
     let mut held = ks("flux-system", "apps", None, ("GitRepository", "repo", None));
     held.metadata.annotations = Some(
         [(
@@ -512,7 +518,7 @@ fn a_deferred_recheck_waits_while_the_gate_is_open() {
         None,
         ("GitRepository", "repo", None),
     ));
-    let key = Key::new("flux-system", "apps");
+    let key = Key::kustomization("flux-system", "apps");
     let mut last = record("main@sha1:2", RevisionState::Converged);
     last.statefulsets.push(StatefulSetEntry {
         volumes: Default::default(),
@@ -560,8 +566,8 @@ fn artifact_mode_is_due_on_the_upstream_its_external_artifact_names() {
     };
     let repo = git("flux-system", "repo");
     let mut index = Index::new(GateMode::Off);
-    let gated = Key::new("flux-system", "gated");
-    let plain = Key::new("flux-system", "plain");
+    let gated = Key::kustomization("flux-system", "gated");
+    let plain = Key::kustomization("flux-system", "plain");
     index.apply_kustomization(&ks(
         "flux-system",
         "gated",
@@ -653,9 +659,9 @@ fn a_hook_for_an_upstream_routes_to_the_artifact_mode_readers_of_its_external_ar
         ("GitRepository", "repo", None),
     ));
     index.apply_upstream(ea, Some(repo));
-    let gated = Key::new("flux-system", "gated");
-    let plain = Key::new("flux-system", "plain");
-    let direct = Key::new("flux-system", "direct");
+    let gated = Key::kustomization("flux-system", "gated");
+    let plain = Key::kustomization("flux-system", "plain");
+    let direct = Key::kustomization("flux-system", "direct");
     for (kind, name, want) in [
         // A new commit concerns the readers of the repository, through an ExternalArtifact
         // in artifact mode too.
@@ -692,14 +698,17 @@ fn relists_apply_as_they_arrive_and_remove_only_what_their_own_watch_did_not_lis
     );
     // Applied at once: the new revision is there before the list ends.
     assert_eq!(
-        index.source_revision(&Key::new("apps", "a")),
+        index.source_revision(&Key::kustomization("apps", "a")),
         Some("main@sha1:2")
     );
     index.end_source_relist(SourceKind::GitRepository, None, git_relist);
     index.end_kustomization_relist(ks_relist);
     // The OCI watch listed nothing yet: its source stays until its own relist ends.
-    assert_eq!(index.handled_keys(None), vec![Key::new("apps", "a")]);
-    assert!(index.entry(&Key::new("apps", "gone")).is_none());
+    assert_eq!(
+        index.handled_keys(None),
+        vec![Key::kustomization("apps", "a")]
+    );
+    assert!(index.entry(&Key::kustomization("apps", "gone")).is_none());
     assert!(index.revisions.contains_key(&oci("chart")));
     assert!(!index.revisions.contains_key(&git("apps", "repo-b")));
     index.end_source_relist(SourceKind::OCIRepository, Some("apps"), oci_relist);
@@ -709,13 +718,16 @@ fn relists_apply_as_they_arrive_and_remove_only_what_their_own_watch_did_not_lis
     index.apply_kustomization(&ks("apps", "b", None, ("GitRepository", "repo-a", None)));
     assert_eq!(
         index.by_source[&git("apps", "repo-a")],
-        vec![Key::new("apps", "a"), Key::new("apps", "b")]
+        vec![
+            Key::kustomization("apps", "a"),
+            Key::kustomization("apps", "b")
+        ]
     );
     let (held, _) = index
         .revisions
         .get_key_value(&git("apps", "repo-a"))
         .unwrap();
-    let entry = index.entry(&Key::new("apps", "b")).unwrap();
+    let entry = index.entry(&Key::kustomization("apps", "b")).unwrap();
     assert!(std::sync::Arc::ptr_eq(
         &held.name,
         &entry.source.as_ref().unwrap().name
@@ -735,7 +747,12 @@ fn an_entry_keeps_the_kustomizations_retry_schedule() {
     for k in [&with, &only_interval, &neither] {
         index.apply_kustomization(k);
     }
-    let retry = |name: &str| index.entry(&Key::new("apps", name)).unwrap().retry;
+    let retry = |name: &str| {
+        index
+            .entry(&Key::kustomization("apps", name))
+            .unwrap()
+            .retry
+    };
     assert_eq!(retry("a"), Some(std::time::Duration::from_secs(150)));
     assert_eq!(retry("b"), Some(std::time::Duration::from_secs(3600)));
     assert_eq!(retry("c"), None);

@@ -2,7 +2,7 @@
 //! prove it holds the Lease ([`Tenure`]), and an orphan delete starts only while shutdown has
 //! not sealed the [`WindowTracker`], which then waits for the window to close.
 
-use crate::converge::fence::{Fence, Window};
+use crate::converge::fence::{Fence, Fenced, Window};
 use crate::service::leadership::tenure::Tenure;
 use crate::service::leadership::windows::WindowTracker;
 
@@ -13,15 +13,15 @@ pub struct ServiceFence {
 }
 
 impl Fence for ServiceFence {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), Fenced> {
         self.tenure.check()
     }
 
-    fn open_window(&self) -> Result<Window, String> {
+    fn open_window(&self) -> Result<Window, Fenced> {
         self.tenure.check()?;
         match self.windows.open() {
             Some(guard) => Ok(Window::held(guard)),
-            None => Err("the service is stopping".into()),
+            None => Err(Fenced::Stopping),
         }
     }
 }
@@ -42,7 +42,8 @@ mod tests {
         assert_eq!(fence.windows.open_count(), 0);
         fence.windows.seal();
         let refused = fence.open_window().expect_err("stopping");
-        assert!(refused.contains("stopping"), "{refused}");
+        assert_eq!(refused, Fenced::Stopping);
+        assert!(refused.to_string().contains("stopping"), "{refused}");
         assert!(fence.check().is_ok(), "other writes are the grace's to cut");
     }
 }

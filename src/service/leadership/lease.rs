@@ -34,22 +34,31 @@ pub fn default_election_id(watch_label_selector: Option<&str>) -> String {
     }
 }
 
+/// A `--leader-election-id` that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadElectionId {
+    #[error("{0:?}: must be 1 to 63 characters")]
+    Length(String),
+    #[error(
+        "{0:?}: must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
+    )]
+    Characters(String),
+}
+
 /// Why a `--leader-election-id` cannot be used: it names a Lease (a DNS subdomain) and is the
 /// value of the shard label on the records (at most 63 characters), so it must be both.
-pub fn check_election_id(id: &str) -> Result<(), String> {
+pub fn check_election_id(id: &str) -> Result<(), BadElectionId> {
     let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
     let alphanumeric =
         |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
     if id.is_empty() || id.len() > 63 {
-        return Err(format!("{id:?}: must be 1 to 63 characters"));
+        return Err(BadElectionId::Length(id.to_string()));
     }
     if !id.chars().all(valid_char)
         || !alphanumeric(id.chars().next())
         || !alphanumeric(id.chars().last())
     {
-        return Err(format!(
-            "{id:?}: must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"
-        ));
+        return Err(BadElectionId::Characters(id.to_string()));
     }
     Ok(())
 }

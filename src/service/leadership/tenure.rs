@@ -23,6 +23,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::client::Body;
 
+use crate::converge::fence::Fenced;
 use crate::service::leadership::settings::LeaseSettings;
 
 #[derive(Debug, Default)]
@@ -104,36 +105,40 @@ impl Tenure {
     }
 
     /// May this replica write now?
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Fenced> {
         self.check_at(Instant::now())
     }
 
-    fn check_at(&self, now: Instant) -> Result<(), String> {
+    fn check_at(&self, now: Instant) -> Result<(), Fenced> {
         let mode = self.mode();
         let proof = match &*mode {
             Mode::Always => return Ok(()),
-            Mode::Unbound => return Err("leadership is not set up yet".into()),
+            Mode::Unbound => return Err(Fenced::NotSetUp),
             Mode::Elected(proof) => proof,
         };
-        let lease = &proof.lease;
+        let lease = proof.lease.to_string();
         if proof.holder.as_deref() != Some(proof.identity.as_str()) {
             return Err(match &proof.holder {
-                Some(holder) => format!("the Lease {lease} is held by {holder}"),
-                None => format!("this replica does not hold the Lease {lease}"),
+                Some(holder) => Fenced::HeldBy {
+                    lease,
+                    holder: holder.clone(),
+                },
+                None => Fenced::NotHeld { lease },
             });
         }
         let Some(renewed) = proof.renewed else {
-            return Err(format!("this replica has not renewed the Lease {lease}"));
+            return Err(Fenced::NotRenewed { lease });
         };
         let valid = proof.duration.saturating_sub(proof.margin);
         let since = now.saturating_duration_since(renewed);
         if since >= valid {
-            return Err(format!(
-                "this replica cannot prove it still holds the Lease {lease}: its last renewal \
-                 was {since:.1?} ago, and a renewal is trusted for {valid:?} (lease duration \
-                 {:?} minus a margin of {:?})",
-                proof.duration, proof.margin
-            ));
+            return Err(Fenced::Unproven {
+                lease,
+                since,
+                valid,
+                duration: proof.duration,
+                margin: proof.margin,
+            });
         }
         Ok(())
     }
@@ -306,7 +311,7 @@ mod tests {
             assert_eq!(checked.is_ok(), *allowed, "{what}: {checked:?}");
             if let Err(message) = checked {
                 assert!(
-                    message.contains("flux-system/flux-converger"),
+                    message.to_string().contains("flux-system/flux-converger"),
                     "{what}: {message}"
                 );
             }

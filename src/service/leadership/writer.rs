@@ -26,7 +26,7 @@ use crate::service::leadership::tenure::Tenure;
 pub struct Fenced {
     pub method: Method,
     pub path: String,
-    pub reason: String,
+    pub reason: crate::converge::fence::Fenced,
 }
 
 /// `client`, refusing every cluster-changing request while `tenure` says no.

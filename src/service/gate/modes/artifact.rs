@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use super::{Mode, Run};
 use crate::flux::objects::Kustomization;
 use crate::model::{GateMode, Handoff, HandoffAction, RevisionRecord, Trigger};
+use crate::service::gate::error::HandoffError;
 use crate::service::gate::handoff::Since;
 use crate::service::gate::publish::{self, Target};
 use crate::service::gate::state::Open;
@@ -67,11 +68,9 @@ impl Mode for Artifact {
         gate: &'a Gate,
         run: Run<'a>,
         record: &'a mut RevisionRecord,
-    ) -> BoxFuture<'a, Result<Option<Open>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Open>, HandoffError>> {
         Box::pin(async move {
-            let target = run
-                .target
-                .ok_or_else(|| "artifact mode without its ExternalArtifact".to_string())?;
+            let target = run.target.ok_or(HandoffError::NoTarget)?;
             gate.publish_revision(
                 run.namespace,
                 run.name,

@@ -20,6 +20,7 @@ use crate::model::{
     FluxOutcome, FluxResult, GateMode, Handoff, HandoffAction, HandoffAttempt, Key, RevisionRecord,
     Trigger,
 };
+use crate::service::gate::error::HandoffError;
 use crate::service::gate::handoff::{Since, applied_already};
 
 /// What one mode does. `'static` values, one per mode ([`of`]).
@@ -56,7 +57,7 @@ pub trait Mode: Send + Sync {
         gate: &'a Gate,
         run: Run<'a>,
         record: &'a mut RevisionRecord,
-    ) -> BoxFuture<'a, Result<Option<Open>, String>>;
+    ) -> BoxFuture<'a, Result<Option<Open>, HandoffError>>;
 
     /// Whether an open gate stands for its revision only, so a move of the source closes it
     /// (suspend: the next revision must be converged before Flux may apply it).
@@ -72,7 +73,7 @@ pub trait Mode: Send + Sync {
         _client: &'a kube::Client,
         _key: &'a Key,
         _call_timeout: Duration,
-    ) -> BoxFuture<'a, Result<Option<Kustomization>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Kustomization>, HandoffError>> {
         Box::pin(async { Ok(None) })
     }
 
@@ -128,9 +129,9 @@ async fn open_gate<F>(
     run: Run<'_>,
     record: &mut RevisionRecord,
     write: F,
-) -> Result<Option<Open>, String>
+) -> Result<Option<Open>, HandoffError>
 where
-    F: AsyncFnOnce(&str) -> Result<(Since, HandoffAction, Option<String>), String>,
+    F: AsyncFnOnce(&str) -> Result<(Since, HandoffAction, Option<String>), HandoffError>,
 {
     if applied_already(run.ks, &record.revision) {
         if !run.recheck || record.flux.is_none() {
@@ -145,10 +146,11 @@ where
         }
         return Ok(None);
     }
-    if let Some(reason) = gate.observer.held(&Key::new(run.namespace, run.name)) {
-        return Err(format!(
-            "held ({reason}): not handed off; handed off once the hold is removed"
-        ));
+    if let Some(reason) = gate
+        .observer
+        .held(&Key::kustomization(run.namespace, run.name))
+    {
+        return Err(HandoffError::Held { reason });
     }
     let attempted_before = run
         .ks

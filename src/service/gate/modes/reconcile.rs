@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use super::{Mode, Run, open_gate};
 use crate::flux::objects::Kustomization;
 use crate::model::{GateMode, Handoff, HandoffAction, RevisionRecord, Trigger};
+use crate::service::gate::error::HandoffError;
 use crate::service::gate::handoff::{self, Since};
 use crate::service::gate::publish::Target;
 use crate::service::gate::state::Open;
@@ -33,7 +34,7 @@ impl Mode for Reconcile {
         gate: &'a Gate,
         run: Run<'a>,
         record: &'a mut RevisionRecord,
-    ) -> BoxFuture<'a, Result<Option<Open>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Open>, HandoffError>> {
         let c = &gate.config;
         let (namespace, name) = (run.namespace, run.name);
         Box::pin(open_gate(
@@ -42,9 +43,7 @@ impl Mode for Reconcile {
             run,
             record,
             async move |at: &str| {
-                handoff::request_reconcile(&c.client, namespace, name, at, c.call_timeout)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                handoff::request_reconcile(&c.client, namespace, name, at, c.call_timeout).await?;
                 Ok((
                     Since::Token(at.to_string()),
                     HandoffAction::ReconcileRequested,

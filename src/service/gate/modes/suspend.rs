@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use super::{Mode, Run, open_gate};
 use crate::flux::objects::Kustomization;
 use crate::model::{GateMode, Handoff, HandoffAction, Key, RevisionRecord, Trigger};
+use crate::service::gate::error::HandoffError;
 use crate::service::gate::handoff::{self, Since};
 use crate::service::gate::publish::Target;
 use crate::service::gate::state::Open;
@@ -58,7 +59,7 @@ impl Mode for Suspend {
         gate: &'a Gate,
         run: Run<'a>,
         record: &'a mut RevisionRecord,
-    ) -> BoxFuture<'a, Result<Option<Open>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Open>, HandoffError>> {
         let c = &gate.config;
         let (namespace, name) = (run.namespace, run.name);
         Box::pin(open_gate(
@@ -67,9 +68,8 @@ impl Mode for Suspend {
             run,
             record,
             async move |_at: &str| {
-                let ks = handoff::set_suspend(&c.client, namespace, name, false, c.call_timeout)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let ks =
+                    handoff::set_suspend(&c.client, namespace, name, false, c.call_timeout).await?;
                 Ok((
                     Since::Generation(ks.metadata.generation.unwrap_or(0)),
                     HandoffAction::Unsuspended,
@@ -88,12 +88,12 @@ impl Mode for Suspend {
         client: &'a kube::Client,
         key: &'a Key,
         call_timeout: Duration,
-    ) -> BoxFuture<'a, Result<Option<Kustomization>, String>> {
+    ) -> BoxFuture<'a, Result<Option<Kustomization>, HandoffError>> {
         Box::pin(async move {
             handoff::set_suspend(client, &key.namespace, &key.name, true, call_timeout)
                 .await
                 .map(Some)
-                .map_err(|e| e.to_string())
+                .map_err(HandoffError::from)
         })
     }
 

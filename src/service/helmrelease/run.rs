@@ -1,6 +1,6 @@
-//! The second kind of gated object: a HelmRelease (`helm.toolkit.fluxcd.io/v2`) whose upgrade
-//! helm-controller gave up on because the StatefulSet immutable-field error refused it. One run
-//! reads the HelmRelease and Helm's newest release record, and:
+//! One run of a HelmRelease (`helm.toolkit.fluxcd.io/v2`) whose upgrade helm-controller gave up
+//! on because the StatefulSet immutable-field error refused it. It reads the HelmRelease and
+//! Helm's newest release record, and:
 //!
 //! - when a hand-back is open (the last record handed back a token helm-controller has not
 //!   answered), records helm-controller's answer once it has one: the upgrade it retried, and
@@ -17,8 +17,6 @@
 //! HelmRelease's generation or the newest record's version changes (`helm::act::retry_allowed`).
 //! The release Secrets are only read, never written or annotated: helm-controller digests them.
 
-pub mod lane;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -27,7 +25,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
-use super::gate::Gate;
 use crate::cluster::{CallError, FIELD_MANAGER, with_deadline};
 use crate::flux::render::RenderedStatefulSet;
 use crate::gated::{Desired, Gated};
@@ -47,6 +44,7 @@ use crate::records::events::EventSink;
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
 use crate::records::revision_event::revision_event;
+use crate::service::step::ConvergeStep;
 
 /// What the HelmRelease runs need; built by the service beside the gate.
 pub struct HelmConfig {
@@ -70,8 +68,8 @@ pub struct HelmConfig {
 #[derive(Clone)]
 pub struct HelmGate {
     config: Arc<HelmConfig>,
-    /// The converge step (and its caches, fence and journal), shared with the Kustomizations.
-    gate: Gate,
+    /// The converge step (and its caches, fence and journal), shared with the other kinds.
+    step: ConvergeStep,
     /// Why a HelmRelease is not acted on now (`/status`), by key; nothing is written for it.
     waiting: Arc<Mutex<HashMap<Key, String>>>,
 }
@@ -87,10 +85,10 @@ enum Run {
 }
 
 impl HelmGate {
-    pub fn new(config: HelmConfig, gate: Gate) -> Self {
+    pub fn new(config: HelmConfig, step: ConvergeStep) -> Self {
         HelmGate {
             config: Arc::new(config),
-            gate,
+            step,
             waiting: Arc::default(),
         }
     }
@@ -115,7 +113,7 @@ impl HelmGate {
 
     /// Handles the HelmRelease `namespace/name` as it is now.
     pub async fn run(&self, namespace: &str, name: &str, trigger: Trigger) -> GateOutcome {
-        let key = Key::new(namespace, name);
+        let key = Key::helm_release(namespace, name);
         match self.run_once(&key, trigger).await {
             Run::Outcome(outcome) => {
                 self.forget(&key);
@@ -298,7 +296,7 @@ impl HelmGate {
         // gets its own Event; the `Converged` one was published at the hand-back.
         let key = hr.key();
         self.save(&key, &last).await;
-        if let Some(event) = answer_event(Kind::HelmRelease, &last) {
+        if let Some(event) = answer_event(Kind::HELM_RELEASE, &last) {
             self.config.events.publish(hr, &event).await;
         }
         GateOutcome::Done(last.state)
@@ -354,9 +352,8 @@ impl HelmGate {
             "converging release record");
         let user = hr.user(c.default_service_account.as_deref());
         let entries = self
-            .gate
+            .step
             .converge_all(Desired {
-                kind: Kind::HelmRelease,
                 owner: &key,
                 revision: &revision,
                 statefulsets: &rendered,
@@ -431,14 +428,14 @@ impl HelmGate {
         let key = hr.key();
         record.finished_at = Some(now());
         self.save(&key, record).await;
-        self.gate.follow_volumes(
-            Kind::HelmRelease,
+        self.step.follow_volumes(
             &key,
             &c.results,
             record,
             crate::records::events::EventTarget::of(hr),
         );
-        c.metrics.revision(Kind::HelmRelease, record.state.as_str());
+        c.metrics
+            .revision(Kind::HELM_RELEASE, record.state.as_str());
         if let Some(event) = revision_event(record) {
             c.events.publish(hr, &event).await;
         }

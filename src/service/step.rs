@@ -1,28 +1,169 @@
-//! The converge step of a run: every StatefulSet of a revision under the gated object's tenant
-//! identity, all or nothing, and the record entry (with metrics and, on failure, the commands
-//! an operator runs by hand) of each result.
+//! The converge step every kind's run uses: every StatefulSet of one revision of a gated object
+//! under its tenant identity, all or nothing, and the record entry (with metrics and, on
+//! failure, the commands an operator runs by hand) of each result. A struct of its own, with
+//! the caches, journal and fence every converge shares, so that each kind's run holds one and
+//! embeds no other kind's run; and the hand-over of a converged record to the claim follower.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::reflector::Store;
 
-use super::Gate;
 use crate::cluster::tenant::{self, TenantCluster};
+use crate::cluster::{WatchedStatefulSets, WritesAs};
 use crate::commands;
+use crate::converge::fence::SharedFence;
+use crate::converge::prove::InPlaceMemory;
 use crate::converge::{self, ConvergeError};
 use crate::flux::objects;
 use crate::flux::render::RenderedStatefulSet;
 use crate::gated::Desired;
-use crate::journal::SecretJournal;
-use crate::journal::watched::WatchedJournal;
-use crate::model::StatefulSetEntry;
+use crate::journal::watched::{IntentCache, WatchedJournal};
+use crate::journal::{SecretJournal, Shard};
+use crate::model::{Key, Kind, RevisionRecord, RevisionState, StatefulSetEntry};
 use crate::records::entry;
+use crate::records::events::EventTarget;
+use crate::records::metrics::Metrics;
+use crate::records::results::Results;
+use crate::service::volumes::VolumeFollower;
+use crate::volume::VolumeState;
 
-impl Gate {
+/// What every converge of the service shares.
+pub struct StepConfig {
+    /// The service's own (fenced) identity: the tenant's client impersonates through it.
+    pub client: kube::Client,
+    /// Where the intents are kept (`--namespace`).
+    pub namespace: String,
+    /// This replica's shard: its intents carry the shard's label, so only it resumes them.
+    pub shard: Shard,
+    pub call_timeout: Duration,
+    pub metrics: Metrics,
+    /// Asked by every converge right before its claim patches and its orphan delete: the
+    /// service's Lease (`None`: nothing fences, e.g. a single replica without election).
+    pub fence: Option<SharedFence>,
+}
+
+/// The converge step. Cheap to clone.
+#[derive(Clone)]
+pub struct ConvergeStep {
+    config: Arc<StepConfig>,
+    /// The service's StorageClass cache; `None` lists them on every converge.
+    storage_classes: Option<Store<StorageClass>>,
+    statefulsets: Option<WatchedStatefulSets>,
+    /// The server's "forbidden in place" answers, shared by every run (one dry run fewer per
+    /// re-create once the server has said it).
+    in_place: InPlaceMemory,
+    /// The service's watch of its intents; `None` reads each converge's intent from the server.
+    intents: Option<IntentCache>,
+    /// `--helm-field-manager`: what a Helm release's StatefulSets are re-created with.
+    helm_field_manager: String,
+    /// The claim follower every converged revision of every kind is handed to (and what a
+    /// converge asks about the claims' last expansions); `None`: nothing is followed.
+    volumes: Option<VolumeFollower>,
+}
+
+impl ConvergeStep {
+    pub fn new(config: StepConfig) -> Self {
+        ConvergeStep {
+            config: Arc::new(config),
+            storage_classes: None,
+            statefulsets: None,
+            in_place: InPlaceMemory::default(),
+            intents: None,
+            helm_field_manager: crate::helm::manifest::DEFAULT_FIELD_MANAGER.to_string(),
+            volumes: None,
+        }
+    }
+
+    /// Converges read StorageClasses from `store` (the service's reflector) instead of
+    /// listing them each time: one request fewer per converge, and with many gated objects
+    /// the cluster-wide list is not repeated per revision.
+    pub fn with_storage_classes(mut self, store: Store<StorageClass>) -> Self {
+        self.storage_classes = Some(store);
+        self
+    }
+
+    /// The service's watch of the StatefulSets its gated objects apply: converges decide on
+    /// its copy (confirmed by the proof's answer) and see their orphan delete complete in it.
+    pub fn with_statefulsets(mut self, watched: WatchedStatefulSets) -> Self {
+        self.statefulsets = Some(watched);
+        self
+    }
+
+    /// The service's watch of its intents (in `--namespace`): a converge's load of its intent
+    /// is answered from it where it can be (`journal::watched`).
+    pub fn with_intents(mut self, intents: IntentCache) -> Self {
+        self.intents = Some(intents);
+        self
+    }
+
+    /// The field manager of Helm releases' StatefulSets (`--helm-field-manager`).
+    pub fn with_helm_field_manager(mut self, manager: &str) -> Self {
+        self.helm_field_manager = manager.to_string();
+        self
+    }
+
+    /// The claim follower (`service::volumes`): converged revisions of every kind are handed
+    /// to it ([`ConvergeStep::follow_volumes`]).
+    pub fn with_volumes(mut self, follower: VolumeFollower) -> Self {
+        self.volumes = Some(follower);
+        self
+    }
+
+    /// Hands the record of `key` just saved in `results` to the claim follower, when it
+    /// converged: its followed claims are then followed to their end state, their Events
+    /// published on `target`. Every kind's run calls it once its record is final.
+    pub fn follow_volumes(
+        &self,
+        key: &Key,
+        results: &Results,
+        record: &RevisionRecord,
+        target: EventTarget,
+    ) {
+        let Some(follower) = &self.volumes else {
+            return;
+        };
+        if record.state != RevisionState::Converged {
+            return;
+        }
+        // What is kept (merged with the follower's own writes), not the copy the run held.
+        let kept = results
+            .history(&key.namespace, &key.name)
+            .into_iter()
+            .find(|r| r.revision == record.revision && r.started_at == record.started_at)
+            .unwrap_or_else(|| record.clone());
+        follower.follow(key.kind, key, &kept, target, true);
+    }
+
+    /// What the follower knows of the claims' last expansions for `key` (empty without a
+    /// follower).
+    pub fn known_states(&self, key: &Key) -> BTreeMap<String, VolumeState> {
+        self.volumes
+            .as_ref()
+            .map(|f| f.known_states(key.kind, key))
+            .unwrap_or_default()
+    }
+
     /// Converges the StatefulSets of a gated object's revision, in namespace/name order, all
     /// under its tenant identity and all or nothing (`converge::converge_all`): every one is
     /// decided, proven and pre-flighted before any is written, so a refusal (or a failure)
     /// of one leaves the others untouched (`held`) instead of applying half a revision that
     /// is then never handed off.
-    pub(crate) async fn converge_all(&self, wanted: Desired<'_>) -> Vec<StatefulSetEntry> {
+    pub async fn converge_all(&self, wanted: Desired<'_>) -> Vec<StatefulSetEntry> {
+        self.converge_all_as(wanted, WritesAs::new()).await
+    }
+
+    /// [`ConvergeStep::converge_all`], with the StatefulSets `writes` names proven and
+    /// re-created as it says (an Argo CD Application's: `argocd-controller`, by create or by
+    /// server-side apply) instead of by their metadata's controller.
+    pub async fn converge_all_as(
+        &self,
+        wanted: Desired<'_>,
+        writes: WritesAs,
+    ) -> Vec<StatefulSetEntry> {
         let c = &self.config;
         let user = wanted.user.map(str::to_string);
         let tenant_client = match &user {
@@ -73,6 +214,9 @@ impl Gate {
         }
         let mut cluster = TenantCluster::new(tenant_client, c.client.clone(), c.call_timeout)
             .with_helm_field_manager(&self.helm_field_manager);
+        if !writes.is_empty() {
+            cluster = cluster.with_writes_as(writes);
+        }
         if let Some(store) = &self.storage_classes {
             cluster = cluster.with_storage_classes(store.clone());
         }
@@ -82,7 +226,7 @@ impl Gate {
         // Recorded with the shard's label, so only this shard resumes it after a crash.
         let journal = WatchedJournal::new(
             SecretJournal::new(c.client.clone(), c.namespace.clone(), c.call_timeout)
-                .scoped(c.results.shard()),
+                .scoped(c.shard.clone()),
             self.intents.clone(),
         );
         let options = converge::Options {
@@ -91,21 +235,22 @@ impl Gate {
             act_as: user.clone(),
             in_place: self.in_place.clone(),
             // The object the intent came from, whose identity a resume checks: `ns/name` of a
-            // Kustomization, `HelmRelease/ns/name` of a HelmRelease.
-            kustomization: Some(match wanted.kind {
-                crate::model::Kind::Kustomization => wanted.owner.to_string(),
-                kind => format!("{kind}/{}", wanted.owner),
+            // Kustomization, `Kind/ns/name` of another kind (`HelmRelease/...`, `Application/...`).
+            kustomization: Some(if wanted.owner.kind == Kind::KUSTOMIZATION {
+                wanted.owner.to_string()
+            } else {
+                wanted.owner.qualified()
             }),
             // How the claims' last expansions ended as the follower saw them (Events of
             // servers before 1.32 included): what decides a recovery besides their status.
-            known_states: std::sync::Arc::new(self.known_states(wanted.kind, wanted.owner)),
+            known_states: Arc::new(self.known_states(wanted.owner)),
             ..converge::Options::default()
         };
         let results = converge::converge_all(&cluster, &journal, &desired, &options).await;
         let mut entries = Vec::with_capacity(results.len());
         for (d, result) in desired.iter().zip(results) {
             entries.push(
-                self.entry_of(&cluster, d, result, user.as_deref(), wanted.kind)
+                self.entry_of(&cluster, d, result, user.as_deref(), wanted.owner.kind)
                     .await,
             );
         }
@@ -120,7 +265,7 @@ impl Gate {
         desired: &StatefulSet,
         result: Result<converge::Report, ConvergeError>,
         user: Option<&str>,
-        kind: crate::model::Kind,
+        kind: Kind,
     ) -> StatefulSetEntry {
         let c = &self.config;
         let ns = desired.metadata.namespace.as_deref().unwrap_or_default();
