@@ -127,6 +127,11 @@ pub struct Memory {
     pub failed_handback: Option<Fingerprint>,
     /// The refresh last asked for, for this failed revision while this one was compared.
     pub refresh_asked: Option<(Revision, Revision)>,
+    /// Our last hand-back was answered `applied`, with the Application then so: a
+    /// ComparisonError that still names the immutable field is the comparison from before the
+    /// re-create, not refreshed yet (Argo CD refreshes after its sync, and at least every
+    /// `timeout.reconciliation`).
+    pub applied_handback: Option<Fingerprint>,
 }
 
 /// What identifies an Application's attempt: the revision compared and the spec. The CRD has no
@@ -186,6 +191,9 @@ pub enum Why {
     NoRevision,
     /// Our hand-back failed on the same error and neither the revision nor the spec changed.
     SameFailure { revision: Revision },
+    /// Our hand-back of this revision and spec was applied; the ComparisonError is from
+    /// before it.
+    AppliedNotCompared { revision: Revision },
 }
 
 impl std::fmt::Display for Why {
@@ -241,6 +249,10 @@ impl std::fmt::Display for Why {
                 "the sync failed at revision {failed}, Argo CD compares {compared} now: its next sync decides"
             ),
             Self::NoRevision => write!(f, "Argo CD has not compared a revision yet"),
+            Self::AppliedNotCompared { revision } => write!(
+                f,
+                "Argo CD applied the hand-back of revision {revision}; its ComparisonError is from before the re-create: waiting for its next comparison"
+            ),
             Self::SameFailure { revision } => write!(
                 f,
                 "the hand-back failed on the same error at revision {revision}: waiting for a new revision or a changed spec"
@@ -360,6 +372,13 @@ fn check(app: &Application, gating: &Gating, memory: &Memory) -> Result<Failure,
             message: state.message.clone(),
         }
     } else if let Some(condition) = comparison {
+        if memory
+            .applied_handback
+            .as_ref()
+            .is_some_and(|f| *f == Fingerprint::of(app))
+        {
+            return Err(Why::AppliedNotCompared { revision: compared }.into());
+        }
         Failure {
             shape: Shape::ComparisonError,
             revision: compared.clone(),

@@ -292,6 +292,18 @@ pub struct Handoff {
     pub retry_at: Option<String>,
 }
 
+impl Handoff {
+    /// Whether the hand-off has waited `timeout` or longer at `now` without an answer: what
+    /// makes a hand-back `timeout`. A time that does not parse has not waited.
+    pub fn waited(&self, timeout: std::time::Duration, now: jiff::Timestamp) -> bool {
+        let Ok(at) = self.at.parse::<jiff::Timestamp>() else {
+            return false;
+        };
+        let timeout = jiff::SignedDuration::try_from(timeout).unwrap_or(jiff::SignedDuration::MAX);
+        now.duration_since(at) >= timeout
+    }
+}
+
 /// What a hand-off did (`handoff.action`, spelled as the JSON has always spelled it).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

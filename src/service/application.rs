@@ -28,7 +28,7 @@ use crate::model::{
     GateMode, GateOutcome, Key, Kind, RevisionRecord, StatusDetail, StatusRow, Trigger,
 };
 use crate::records::results::Results;
-use crate::service::kind::GatedKind;
+use crate::service::kind::{GatedKind, queue_all};
 use crate::service::queue::Queue;
 pub use run::{AppConfig, AppGate};
 
@@ -329,21 +329,12 @@ impl GatedKind for Applications {
     }
 
     fn queue_due(&self, trigger: Trigger) -> BoxFuture<'_, usize> {
-        Box::pin(async move {
-            let keys: Vec<Key> = self
-                .all()
-                .filter(|app| opted_in(app))
-                .map(|app| app.key())
-                .collect();
-            let queued = keys.len();
-            for key in keys {
-                self.queue.push(key, trigger);
-            }
-            if trigger == Trigger::Startup {
-                tracing::info!(queued, "leading: Applications queued");
-            }
-            queued
-        })
+        let keys: Vec<Key> = self
+            .all()
+            .filter(|app| opted_in(app))
+            .map(|app| app.key())
+            .collect();
+        Box::pin(async move { queue_all(&self.queue, Kind::APPLICATION, keys, trigger) })
     }
 
     fn run<'a>(&'a self, key: &'a Key, trigger: Trigger) -> BoxFuture<'a, GateOutcome> {

@@ -25,7 +25,7 @@ use crate::model::{
     GateMode, GateOutcome, Key, Kind, RevisionRecord, StatusDetail, StatusRow, Trigger,
 };
 use crate::records::results::Results;
-use crate::service::kind::{GatedKind, Route};
+use crate::service::kind::{GatedKind, Route, queue_all};
 use crate::service::queue::Queue;
 pub use run::{HelmConfig, HelmGate};
 
@@ -173,17 +173,8 @@ impl GatedKind for HelmReleases {
     }
 
     fn queue_due(&self, trigger: Trigger) -> BoxFuture<'_, usize> {
-        Box::pin(async move {
-            let keys = self.opted_in_keys();
-            let queued = keys.len();
-            for key in keys {
-                self.queue.push(key, trigger);
-            }
-            if trigger == Trigger::Startup {
-                tracing::info!(queued, "leading: HelmReleases queued");
-            }
-            queued
-        })
+        let keys = self.opted_in_keys();
+        Box::pin(async move { queue_all(&self.queue, Kind::HELM_RELEASE, keys, trigger) })
     }
 
     fn run<'a>(&'a self, key: &'a Key, trigger: Trigger) -> BoxFuture<'a, GateOutcome> {

@@ -143,3 +143,22 @@ pub trait GatedKind: Send + Sync + 'static {
     /// dashboard renders a page once per change).
     fn version(&self) -> u64;
 }
+
+/// Queues every key of `keys` (the opted-in objects of a kind its watch holds) with
+/// `trigger`; says so once when this replica starts leading. What a reactive kind's
+/// [`GatedKind::queue_due`] does: its run decides whether there is anything to do.
+pub fn queue_all(
+    queue: &crate::service::queue::Queue<Key>,
+    kind: Kind,
+    keys: Vec<Key>,
+    trigger: Trigger,
+) -> usize {
+    let queued = keys.len();
+    for key in keys {
+        queue.push(key, trigger);
+    }
+    if trigger == Trigger::Startup {
+        tracing::info!(%kind, queued, "leading: queued");
+    }
+    queued
+}

@@ -29,7 +29,6 @@ use crate::http::backend::NotReady;
 use crate::model::Key;
 use crate::model::Trigger;
 use crate::records::Records;
-use crate::records::metrics::Metrics;
 use crate::service::gate::observe::Observer;
 use crate::service::index::{Due, Index, SourceKey};
 use crate::service::queue::Queue;
@@ -539,47 +538,6 @@ impl Feed {
                 Err(error) => {
                     tracing::warn!(kind = kind.as_str(), namespace = %shown_namespace, %error, "watching sources; retrying");
                 }
-            }
-        }
-    }
-
-    /// Every `period`, queues what is due (level-triggered), once the caches are synced.
-    pub async fn resync(self, period: Duration, metrics: Metrics) {
-        let mut ticker = tokio::time::interval(period.max(Duration::from_millis(10)));
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // The first tick is immediate; the startup pass covers it.
-        ticker.tick().await;
-        loop {
-            ticker.tick().await;
-            if !self.readiness.synced() {
-                continue;
-            }
-            let due = self.queue_due(Trigger::Resync);
-            // A delete the watch missed (a relist, a restart) is found here.
-            let gone = self.index().gone(self.records.keys());
-            if !gone.is_empty() {
-                self.clone().forget_gone(gone).await;
-            }
-            let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-            metrics.last_resync.set(now);
-            // One line per resync, however many are due; at debug when nothing is.
-            let waiting = self.queue.waiting();
-            if due.total() > 0 {
-                tracing::info!(
-                    due = due.total(),
-                    never_run = due.never_run,
-                    new_revision = due.new_revision,
-                    unfinished = due.unfinished,
-                    deferred = due.deferred,
-                    spec_changed = due.spec_changed,
-                    ready_new = waiting.new,
-                    ready_retry = waiting.retry,
-                    backing_off = waiting.backing_off,
-                    running = self.queue.running(),
-                    "resync"
-                );
-            } else {
-                tracing::debug!(due = 0, "resync");
             }
         }
     }

@@ -450,6 +450,25 @@ async fn a_failure_shape_through_the_service(shape: Shape) {
         .filter(|e| e["regarding"]["kind"] == "Application" && e["reason"] == "Converged")
         .collect();
     assert!(!events.is_empty(), "no Converged Event on the Application");
+    // Argo CD's answer gets its own Event, and the revision is counted once, at the hand-back.
+    let answered = || {
+        fake.list("events.k8s.io/v1", "Event", Some(ARGO_NS))
+            .into_iter()
+            .any(|e| e["regarding"]["kind"] == "Application" && e["reason"] == "HandoffApplied")
+    };
+    for _ in 0..500 {
+        if answered() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(answered(), "no HandoffApplied Event on the Application");
+    assert!(
+        metrics.contains(
+            "flux_converger_revisions_total{state=\"converged\",kind=\"Application\"} 1\n"
+        ),
+        "{metrics}"
+    );
 
     // The token appears in no log line, record, page or Event.
     let (_, page_json) = get_text(format!("{base}/status/applications/{ARGO_NS}/db")).await;
@@ -1057,7 +1076,12 @@ async fn the_argocd_hook_wakes_an_application_and_status_auth_reads_it_per_appli
         .await
         .expect("the service starts");
     let base = format!("http://{}", running.addr);
-    let http = reqwest::Client::new();
+    // A connection per request: a pooled one the server closes as idle could be reused at that
+    // very moment (a request lost to the race, not to the service).
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let status = |token: &'static str, path: String| {
         let http = http.clone();
         async move {

@@ -314,6 +314,36 @@ fn a_second_identical_failure_waits_for_a_new_revision_or_spec() {
     assert!(matches!(decide(&v, &same), Act::Converge(f) if f.revision == rev(NEWER)));
 }
 
+/// After a hand-back Argo CD applied, its comparison may still carry the ComparisonError from
+/// before the re-create until it refreshes: that is no new failure. A new revision or spec is.
+#[test]
+fn a_stale_comparison_error_after_an_applied_hand_back_waits() {
+    let v = fixture(SSD);
+    let applied = Memory {
+        applied_handback: Some(Fingerprint::of(&app(&v))),
+        ..Default::default()
+    };
+    assert_eq!(
+        decide(&v, &applied),
+        Act::Wait(Why::AppliedNotCompared { revision: rev(SHA) })
+    );
+    let mut newer = v.clone();
+    newer["status"]["sync"]["revision"] = json!(NEWER);
+    assert!(matches!(decide(&newer, &applied), Act::Converge(f) if f.revision == rev(NEWER)));
+    let mut spec_changed = v.clone();
+    spec_changed["spec"]["source"]["path"] = json!("db-v2");
+    assert!(matches!(decide(&spec_changed, &applied), Act::Converge(_)));
+    // A sync that failed on the field (client-side or server-side apply) is news either way.
+    for text in [CSA, SSA] {
+        let v = fixture(text);
+        let applied = Memory {
+            applied_handback: Some(Fingerprint::of(&app(&v))),
+            ..Default::default()
+        };
+        assert!(matches!(decide(&v, &applied), Act::Converge(_)), "{text}");
+    }
+}
+
 #[test]
 fn server_side_diff_by_table() {
     let ssd = fixture(SSD);
@@ -438,6 +468,7 @@ fn every_reason_reads_as_a_sentence() {
             compared: rev("b"),
         },
         Why::SameFailure { revision: rev("a") },
+        Why::AppliedNotCompared { revision: rev("a") },
     ] {
         let text = why.to_string();
         assert!(!text.is_empty() && !text.ends_with('.'), "{text}");

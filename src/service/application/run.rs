@@ -44,6 +44,7 @@ use crate::model::{
     FluxOutcome, FluxResult, GateMode, GateOutcome, Handoff, HandoffAction, Key, Kind,
     RevisionRecord, RevisionState, StepError, Trigger,
 };
+use crate::records::answer_event::answer_event;
 use crate::records::entry;
 use crate::records::events::{EventSink, EventTarget};
 use crate::records::metrics::Metrics;
@@ -224,6 +225,10 @@ impl AppGate {
                 .filter(|l| failed_again(l) && same_attempt(l, &app))
                 .map(|_| Fingerprint::of(&app)),
             refresh_asked: lock(&self.refreshed).get(key).cloned(),
+            applied_handback: last
+                .as_ref()
+                .filter(|l| answered_applied(l) && same_attempt(l, &app))
+                .map(|_| Fingerprint::of(&app)),
         };
         let failure = match act::when_to_act(&app, &gating, &memory) {
             Act::Wait(why) => return Run::Waiting(why.to_string()),
@@ -304,14 +309,13 @@ impl AppGate {
                 }
             }
             None => {
-                let opened = last
+                let timeout = self.config.handoff_timeout;
+                let now = jiff::Timestamp::now();
+                if !last
                     .handoff
                     .as_ref()
-                    .and_then(|h| h.at.parse::<jiff::Timestamp>().ok());
-                let waited = opened.map(|at| jiff::Timestamp::now().duration_since(at));
-                let timeout = jiff::SignedDuration::try_from(self.config.handoff_timeout)
-                    .unwrap_or(jiff::SignedDuration::MAX);
-                if waited.is_none_or(|w| w < timeout) {
+                    .is_some_and(|h| h.waited(timeout, now))
+                {
                     return GateOutcome::Done(RevisionState::Converged);
                 }
                 FluxResult {
@@ -327,7 +331,14 @@ impl AppGate {
         };
         tracing::info!(application = %app.key(), outcome = ?flux.outcome, "hand-back answered");
         last.flux = Some(flux);
-        self.finish(app, &mut last).await
+        // The same revision, answered: its record is updated (not counted again) and the answer
+        // gets its own Event (`HandoffApplied`, `HandoffFailed`, `HandoffTimeout`), as a
+        // HelmRelease's; the `Converged` one was published at the hand-back.
+        self.save(&app.key(), &last).await;
+        if let Some(event) = answer_event(Kind::APPLICATION, &last) {
+            self.config.events.publish(app, &event).await;
+        }
+        GateOutcome::Done(last.state)
     }
 
     /// Reads what Argo CD applies for the failed revision, converges it as the identity Argo CD
@@ -752,6 +763,15 @@ fn open_nonce(record: &RevisionRecord) -> Option<String> {
         return None;
     }
     record.handoff.as_ref()?.requested_at.clone()
+}
+
+/// Whether the record's hand-back was answered: Argo CD applied it.
+fn answered_applied(record: &RevisionRecord) -> bool {
+    record.handoff.is_some()
+        && record
+            .flux
+            .as_ref()
+            .is_some_and(|f| f.outcome == FluxOutcome::Applied)
 }
 
 /// Whether the record's hand-back failed again on the same error.

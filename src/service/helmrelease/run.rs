@@ -269,14 +269,13 @@ impl HelmGate {
                 }
             }
             None => {
-                let opened = last
+                let timeout = self.config.handoff_timeout;
+                let now = jiff::Timestamp::now();
+                if !last
                     .handoff
                     .as_ref()
-                    .and_then(|h| h.at.parse::<jiff::Timestamp>().ok());
-                let waited = opened.map(|at| jiff::Timestamp::now().duration_since(at));
-                let timeout = jiff::SignedDuration::try_from(self.config.handoff_timeout)
-                    .unwrap_or(jiff::SignedDuration::MAX);
-                if waited.is_none_or(|w| w < timeout) {
+                    .is_some_and(|h| h.waited(timeout, now))
+                {
                     return GateOutcome::Done(RevisionState::Converged);
                 }
                 FluxResult {
