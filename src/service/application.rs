@@ -12,8 +12,6 @@
 
 pub mod run;
 
-use std::path::PathBuf;
-
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use kube::runtime::reflector::{self, Store, reflector};
@@ -28,63 +26,18 @@ use crate::model::{
     GateMode, GateOutcome, Key, Kind, RevisionRecord, StatusDetail, StatusRow, Trigger,
 };
 use crate::records::results::Results;
+/// The Argo CD lane's flags live with the others (`service::config`).
+pub use crate::service::config::{ArgoCdConfig, DEFAULT_ARGOCD_NAMESPACE as DEFAULT_NAMESPACE};
 use crate::service::kind::{GatedKind, queue_all};
 use crate::service::queue::Queue;
 pub use run::{AppConfig, AppGate};
-
-/// `--argocd-namespaces`' default: Argo CD's own namespace.
-pub const DEFAULT_NAMESPACE: &str = "argocd";
-
-/// The Argo CD lane's flags (`--argocd-*`, docs/argocd.md); the service gates Applications only
-/// when it has one ([`crate::service::Config::argocd`]).
-#[derive(Clone)]
-pub struct ArgoCdConfig {
-    /// `--argocd-namespaces`: where Applications are watched. The first is Argo CD's own,
-    /// where its AppProjects and `argocd-cm` are read.
-    pub namespaces: Vec<String>,
-    /// `--argocd-server`: `https://host[:port][/root-path]`.
-    pub server: String,
-    /// `--argocd-token-file`: read at each call (a mounted Secret rotates).
-    pub token_file: PathBuf,
-    /// `--argocd-ca-file`: the only roots trusted when set.
-    pub ca_file: Option<PathBuf>,
-    /// `--argocd-hook-token-file`'s token: what `POST /hook/argocd` requires (`None`: the route
-    /// is not served).
-    pub hook_token: Option<String>,
-}
-
-impl ArgoCdConfig {
-    /// Argo CD's own namespace: its AppProjects and `argocd-cm`.
-    pub fn own_namespace(&self) -> &str {
-        self.namespaces
-            .first()
-            .map(String::as_str)
-            .unwrap_or(DEFAULT_NAMESPACE)
-    }
-}
-
-/// Never prints the hook token.
-impl std::fmt::Debug for ArgoCdConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArgoCdConfig")
-            .field("namespaces", &self.namespaces)
-            .field("server", &self.server)
-            .field("token_file", &self.token_file)
-            .field("ca_file", &self.ca_file)
-            .field(
-                "hook_token",
-                &self.hook_token.as_ref().map(|_| "<redacted>"),
-            )
-            .finish()
-    }
-}
 
 /// The client of Argo CD's API server the flags name (`--argocd-server`, `--argocd-token-file`,
 /// `--argocd-ca-file`; calls bounded by `--timeout`, answers by `--max-unpacked-size`).
 pub fn api(
     argo: &ArgoCdConfig,
-    config: &crate::service::Config,
-) -> Result<crate::argocd::api::ArgoCdApi, crate::service::ServiceError> {
+    config: &crate::service::config::Config,
+) -> Result<crate::argocd::api::ArgoCdApi, crate::service::error::ServiceError> {
     crate::argocd::api::ArgoCdApi::new(&crate::argocd::api::ApiOptions {
         server: argo.server.clone(),
         token_file: argo.token_file.clone(),
@@ -92,7 +45,7 @@ pub fn api(
         timeout: config.call_timeout,
         max_body: config.fetch.unpack.max_bytes,
     })
-    .map_err(|e| crate::service::ServiceError::Setup(e.to_string()))
+    .map_err(|e| crate::service::error::ServiceError::Setup(e.to_string()))
 }
 
 /// The Applications kind as the service runs it, on the lane's `queue`.

@@ -20,7 +20,7 @@ pub struct ServiceBackend {
     /// The access check's answer (`/readyz`).
     pub readiness: Readiness,
     /// The resume on start: which intents it left in the journal (`/status` `refusedIntents`).
-    pub resume: Option<Arc<dyn crate::service::Resume>>,
+    pub resume: Option<Arc<dyn crate::service::resume::Resume>>,
 }
 
 impl Backend for ServiceBackend {

@@ -57,7 +57,7 @@ pub struct Config {
     /// `--status-auth`).
     pub http: crate::http::HttpConfig,
     /// The Argo CD lane (`--argocd-*`): Applications are gated only with one.
-    pub argocd: Option<crate::service::application::ArgoCdConfig>,
+    pub argocd: Option<ArgoCdConfig>,
 }
 
 /// Knobs that are not flags: defaults suit a cluster; tests shorten them.
@@ -209,7 +209,7 @@ impl ConfigBuilder {
         /// `--http-*`, `--status-auth`.
         http: crate::http::HttpConfig,
         /// `--argocd-*`.
-        argocd: Option<crate::service::application::ArgoCdConfig>,
+        argocd: Option<ArgoCdConfig>,
     }
 
     /// `--leader-election-id`; unset, derived from the selector at [`ConfigBuilder::build`].
@@ -247,5 +247,52 @@ mod tests {
             .watch_label_selector(Some("shard=a".into()))
             .build();
         assert_eq!(named.leader_election_id, "mine");
+    }
+}
+
+/// `--argocd-namespaces`' default: Argo CD's own namespace.
+pub const DEFAULT_ARGOCD_NAMESPACE: &str = "argocd";
+
+/// The Argo CD lane's flags (`--argocd-*`, docs/argocd.md); the service gates Applications only
+/// when it has one ([`crate::service::config::Config::argocd`]).
+#[derive(Clone)]
+pub struct ArgoCdConfig {
+    /// `--argocd-namespaces`: where Applications are watched. The first is Argo CD's own,
+    /// where its AppProjects and `argocd-cm` are read.
+    pub namespaces: Vec<String>,
+    /// `--argocd-server`: `https://host[:port][/root-path]`.
+    pub server: String,
+    /// `--argocd-token-file`: read at each call (a mounted Secret rotates).
+    pub token_file: std::path::PathBuf,
+    /// `--argocd-ca-file`: the only roots trusted when set.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// `--argocd-hook-token-file`'s token: what `POST /hook/argocd` requires (`None`: the route
+    /// is not served).
+    pub hook_token: Option<String>,
+}
+
+impl ArgoCdConfig {
+    /// Argo CD's own namespace: its AppProjects and `argocd-cm`.
+    pub fn own_namespace(&self) -> &str {
+        self.namespaces
+            .first()
+            .map(String::as_str)
+            .unwrap_or(DEFAULT_ARGOCD_NAMESPACE)
+    }
+}
+
+/// Never prints the hook token.
+impl std::fmt::Debug for ArgoCdConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgoCdConfig")
+            .field("namespaces", &self.namespaces)
+            .field("server", &self.server)
+            .field("token_file", &self.token_file)
+            .field("ca_file", &self.ca_file)
+            .field(
+                "hook_token",
+                &self.hook_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
     }
 }

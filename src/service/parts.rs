@@ -4,12 +4,52 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use super::config::{Config, Tuning};
+use super::error::ServiceError;
 use super::helmrelease::{HelmConfig, HelmGate, HelmReleases};
+use super::kind::GatedKind;
+use super::kustomization::Runner;
 use super::leadership::fence::ServiceFence;
 use super::queue::Queue;
-use super::{Config, JournalResume, Parts, ServiceError, Tuning, gate, watch};
+use super::resume::{JournalResume, Resume};
+use super::volumes::VolumeFollower;
+use super::{gate, watch};
+use crate::http::backend::Backend;
+use crate::model::Key;
 use crate::model::Kind;
+use crate::records::metrics::Metrics;
 use crate::records::results::{Results, Shard};
+
+/// The parts [`start_with`] assembles: the Kustomizations' run and records, the other gated
+/// kinds, the queue they share, the resume, the HTTP apps.
+pub struct Parts {
+    /// One revision of one Kustomization (the gate; a test's stand-in).
+    pub runner: Arc<dyn Runner>,
+    /// The Kustomizations' records: [`start_with`] follows them from the cluster (on every
+    /// replica) and reads what is due from them.
+    pub results: Results,
+    /// The lane's queue: every kind is made with it, to push its due objects into.
+    pub queue: Queue<Key>,
+    /// The gated kinds after the Kustomizations, in the order `/status` lists them
+    /// (HelmReleases; a test's stand-in kind).
+    pub kinds: Vec<Arc<dyn GatedKind>>,
+    pub resume: Arc<dyn Resume>,
+    /// Builds the HTTP app over the service's backend.
+    pub app: Box<dyn FnOnce(Arc<dyn Backend>) -> axum::Router + Send>,
+    /// The app of the metrics port (`http::metrics_router`): it never sees the backend.
+    pub metrics_app: axum::Router,
+    pub metrics: Metrics,
+    /// The fence the runs' and the resume's converges ask: [`start_with`] binds it to the
+    /// leadership it sets up and waits for its windows at shutdown.
+    pub fence: ServiceFence,
+    /// The artifact storage, when `--storage-path` is set and writable: [`start_with`] serves
+    /// it on `--storage-addr` and keeps it following the ExternalArtifacts.
+    pub storage: Option<Arc<crate::storage::Storage>>,
+    /// The claim follower the runs hand their converged revisions to (`service::volumes`):
+    /// [`start_with`] resumes it from the records when this replica leads, stops it when it
+    /// does not and at shutdown; `None` follows nothing.
+    pub volumes: Option<VolumeFollower>,
+}
 
 /// The parts [`start_tuned`] starts (the gate over the results, the resume, the HTTP apps),
 /// and the StorageClass and intent watches the gate's converges read, to be run beside them.

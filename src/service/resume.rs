@@ -5,11 +5,21 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::Resume;
 use crate::cluster::tenant::{TenantCluster, impersonating};
 use crate::journal::{Intent, OWN_IDENTITY};
 use crate::model::Kind;
 use crate::records::results::Shard;
+
+/// What finishes a previous process's unfinished converges when this one starts leading.
+pub trait Resume: Send + Sync + 'static {
+    fn resume_all(&self) -> BoxFuture<'_, ()>;
+
+    /// The intents the last [`Resume::resume_all`] left in the journal because they are not
+    /// what they say (named in `/status` as `refusedIntents`).
+    fn refused(&self) -> Vec<crate::journal::RefusedIntent> {
+        Vec::new()
+    }
+}
 
 /// Finishes the intents a previous process left in the journal (`converge::resume_all`):
 /// no crash leaves a StatefulSet deleted, and this is where the next leader makes sure of it.

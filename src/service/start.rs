@@ -11,17 +11,21 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::ServiceBackend;
+use super::config::{Config, Tuning};
+use super::error::ServiceError;
 use super::hook_limit::HookLimit;
 use super::index::Index;
 use super::kind::GatedKind;
 use super::kustomization::Kustomizations;
 use super::lane::Lane;
 use super::leadership::Leadership;
+use super::parts::Parts;
 use super::parts::build_parts;
+use super::resume::Resume;
 use super::running::Running;
 use super::volumes::VolumeFollower;
 use super::watch::{Feed, Readiness};
-use super::{Config, Parts, Resume, ServiceError, Tuning, access, gate};
+use super::{access, gate};
 use crate::records::Records;
 
 /// How often the leader says which published artifacts are lost (the storage tries to restore
