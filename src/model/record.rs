@@ -398,6 +398,50 @@ pub struct FluxResult {
     pub attempted_revision: Option<String>,
 }
 
+impl FluxResult {
+    /// The controller applied what was handed back (at `revision`, when it says).
+    pub fn applied(revision: Option<String>) -> FluxResult {
+        FluxResult {
+            outcome: FluxOutcome::Applied,
+            applied_revision: revision,
+            message: None,
+            attempted_revision: None,
+        }
+    }
+
+    /// The controller failed what was handed back (at `attempted`, when it says).
+    pub fn failed(message: String, attempted: Option<String>) -> FluxResult {
+        FluxResult {
+            outcome: FluxOutcome::Failed,
+            applied_revision: None,
+            message: Some(message),
+            attempted_revision: attempted,
+        }
+    }
+
+    /// What a hand-back still unanswered says at `now`: `None` while it may still be answered,
+    /// a `timeout` (`silent`, then how long it waited) once `handoff` has waited `timeout`.
+    pub fn unanswered(
+        handoff: Option<&Handoff>,
+        timeout: std::time::Duration,
+        now: jiff::Timestamp,
+        silent: &str,
+    ) -> Option<FluxResult> {
+        if !handoff.is_some_and(|h| h.waited(timeout, now)) {
+            return None;
+        }
+        Some(FluxResult {
+            outcome: FluxOutcome::Timeout,
+            applied_revision: None,
+            message: Some(format!(
+                "{silent} within {}",
+                humantime::format_duration(timeout)
+            )),
+            attempted_revision: None,
+        })
+    }
+}
+
 /// One revision of one Kustomization, as the service handled it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -558,4 +602,48 @@ pub struct StatusDetail<R = Vec<RevisionRecord>> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
     pub revisions: R,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handoff(at: &str) -> Handoff {
+        Handoff {
+            mode: GateMode::Reconcile,
+            at: at.into(),
+            action: HandoffAction::ReconcileRequested,
+            requested_at: None,
+            resuspended_at: None,
+            attempts: Vec::new(),
+            retry_at: None,
+        }
+    }
+
+    /// A hand-back is `timeout` once it has waited `--handoff-timeout`, never before, and never
+    /// when its time does not parse or there is none.
+    #[test]
+    fn an_unanswered_hand_back_by_table() {
+        let now: jiff::Timestamp = "2026-12-05T12:10:00Z".parse().unwrap();
+        let ten = std::time::Duration::from_secs(600);
+        for (at, expected) in [
+            (Some("2026-12-05T12:00:00Z"), true),
+            (Some("2026-12-05T11:00:00Z"), true),
+            (Some("2026-12-05T12:00:01Z"), false),
+            (Some("not a time"), false),
+            (None, false),
+        ] {
+            let h = at.map(handoff);
+            let got =
+                FluxResult::unanswered(h.as_ref(), ten, now, "helm-controller did not answer");
+            assert_eq!(got.is_some(), expected, "{at:?}");
+            if let Some(r) = got {
+                assert_eq!(r.outcome, FluxOutcome::Timeout);
+                assert_eq!(
+                    r.message.as_deref(),
+                    Some("helm-controller did not answer within 10m")
+                );
+            }
+        }
+    }
 }

@@ -286,12 +286,7 @@ impl AppGate {
             return GateOutcome::Done(last.state);
         };
         let flux = match operation::handed_back(app, &nonce) {
-            Some(HandBack::Applied { revision }) => FluxResult {
-                outcome: FluxOutcome::Applied,
-                applied_revision: Some(revision.to_string()),
-                message: None,
-                attempted_revision: None,
-            },
+            Some(HandBack::Applied { revision }) => FluxResult::applied(Some(revision.to_string())),
             Some(HandBack::Failed {
                 revision,
                 phase,
@@ -301,33 +296,20 @@ impl AppGate {
                 if immutable {
                     last.warnings.push(FAILED_AGAIN.to_string());
                 }
-                FluxResult {
-                    outcome: FluxOutcome::Failed,
-                    applied_revision: None,
-                    message: Some(format!("{phase}: {message}")),
-                    attempted_revision: Some(revision.to_string()).filter(|r| !r.is_empty()),
-                }
+                FluxResult::failed(
+                    format!("{phase}: {message}"),
+                    Some(revision.to_string()).filter(|r| !r.is_empty()),
+                )
             }
-            None => {
-                let timeout = self.config.handoff_timeout;
-                let now = jiff::Timestamp::now();
-                if !last
-                    .handoff
-                    .as_ref()
-                    .is_some_and(|h| h.waited(timeout, now))
-                {
-                    return GateOutcome::Done(RevisionState::Converged);
-                }
-                FluxResult {
-                    outcome: FluxOutcome::Timeout,
-                    applied_revision: None,
-                    message: Some(format!(
-                        "Argo CD did not finish the sync handed back within {}",
-                        humantime::format_duration(self.config.handoff_timeout)
-                    )),
-                    attempted_revision: None,
-                }
-            }
+            None => match FluxResult::unanswered(
+                last.handoff.as_ref(),
+                self.config.handoff_timeout,
+                jiff::Timestamp::now(),
+                "Argo CD did not finish the sync handed back",
+            ) {
+                Some(timeout) => timeout,
+                None => return GateOutcome::Done(RevisionState::Converged),
+            },
         };
         tracing::info!(application = %app.key(), outcome = ?flux.outcome, "hand-back answered");
         last.flux = Some(flux);

@@ -244,12 +244,7 @@ impl HelmGate {
         };
         let answer = act::handed_back(hr, &token, newest);
         let flux = match answer {
-            Some(HandBack::Applied { version }) => FluxResult {
-                outcome: FluxOutcome::Applied,
-                applied_revision: version,
-                message: None,
-                attempted_revision: None,
-            },
+            Some(HandBack::Applied { version }) => FluxResult::applied(version),
             Some(HandBack::Failed {
                 version,
                 message,
@@ -261,33 +256,17 @@ impl HelmGate {
                             .to_string(),
                     );
                 }
-                FluxResult {
-                    outcome: FluxOutcome::Failed,
-                    applied_revision: None,
-                    message: Some(message),
-                    attempted_revision: version,
-                }
+                FluxResult::failed(message, version)
             }
-            None => {
-                let timeout = self.config.handoff_timeout;
-                let now = jiff::Timestamp::now();
-                if !last
-                    .handoff
-                    .as_ref()
-                    .is_some_and(|h| h.waited(timeout, now))
-                {
-                    return GateOutcome::Done(RevisionState::Converged);
-                }
-                FluxResult {
-                    outcome: FluxOutcome::Timeout,
-                    applied_revision: None,
-                    message: Some(format!(
-                        "helm-controller did not handle the request within {}",
-                        humantime::format_duration(self.config.handoff_timeout)
-                    )),
-                    attempted_revision: None,
-                }
-            }
+            None => match FluxResult::unanswered(
+                last.handoff.as_ref(),
+                self.config.handoff_timeout,
+                jiff::Timestamp::now(),
+                "helm-controller did not handle the request",
+            ) {
+                Some(timeout) => timeout,
+                None => return GateOutcome::Done(RevisionState::Converged),
+            },
         };
         tracing::info!(helmrelease = %hr.key(), outcome = ?flux.outcome, "hand-back answered");
         last.flux = Some(flux);
