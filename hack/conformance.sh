@@ -36,7 +36,7 @@ out=target/conformance/v1.$minor
 mkdir -p "$out"
 kubeconfig="$out/fake.kubeconfig"
 rm -f "$kubeconfig"
-"target/$profile/examples/fake-apiserver" --listen 127.0.0.1:0 --kubeconfig-out "$kubeconfig" \
+"${CARGO_TARGET_DIR:-target}/$profile/examples/fake-apiserver" --listen 127.0.0.1:0 --kubeconfig-out "$kubeconfig" \
     --controllers --minor "$minor" 2>"$out/fake.log" &
 fake_pid=$!
 trap 'kill "$fake_pid" 2>/dev/null || true' EXIT

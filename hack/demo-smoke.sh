@@ -16,7 +16,7 @@ case "$profile" in
 esac
 start=$(date +%s.%N)
 status=0
-"./target/$dir/examples/demo" --no-wait "$@" || status=$?
+"${CARGO_TARGET_DIR:-./target}/$dir/examples/demo" --no-wait "$@" || status=$?
 end=$(date +%s.%N)
 awk -v s="$start" -v e="$end" -v c="$status" 'BEGIN { printf "demo walk: %.1f s (exit %d)\n", e - s, c }' >&2
 exit "$status"
