@@ -1926,11 +1926,17 @@ async fn e2e_a_revision_flux_fails_is_opened_again_on_its_retry_schedule_until_a
     .await;
     let handoff = record.handoff.as_ref().unwrap();
     let answers: Vec<_> = handoff.attempts.iter().map(|a| a.outcome).collect();
-    assert_eq!(
-        answers,
-        [FluxOutcome::Failed, FluxOutcome::Applied],
-        "{handoff:#?}"
-    );
+    // The gate re-opened on Flux's retry schedule and Flux applied it then; or, on a slow
+    // machine, Flux's own retry applied it before the close that followed the failure took
+    // effect, and the due re-open found it applied (said on the record, not re-opened).
+    let raced = record.flux.as_ref().and_then(|f| f.message.as_deref())
+        == Some("Flux applied it on its own retry before the gate closed");
+    let expected: &[FluxOutcome] = if raced {
+        &[FluxOutcome::Failed]
+    } else {
+        &[FluxOutcome::Failed, FluxOutcome::Applied]
+    };
+    assert_eq!(answers, expected, "{handoff:#?}");
     assert_eq!(
         handoff.attempts[0].message.as_deref(),
         Some(DEPENDENCY_NOT_READY)

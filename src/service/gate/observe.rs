@@ -477,6 +477,16 @@ impl Observer {
                 if let Some(h) = &mut record.handoff {
                     h.retry_at = None;
                 }
+                // Flux's own retry applied it while the gate was still open (before the close
+                // that followed its failure took effect): the record says so, not the failure.
+                if applied {
+                    record.flux = Some(FluxResult {
+                        message: Some(
+                            "Flux applied it on its own retry before the gate closed".to_string(),
+                        ),
+                        ..FluxResult::applied(Some(reopen.revision.clone()))
+                    });
+                }
             })
             .await;
             return;
