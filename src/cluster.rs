@@ -125,20 +125,10 @@ pub trait Cluster: Send + Sync {
         &self,
         object: &StatefulSet,
     ) -> impl Future<Output = Result<StatefulSet, CallError>> + Send;
-    /// Sets `spec.resources.requests.storage` of one claim (field manager `flux-converger`),
-    /// only if the claim is still at `resource_version` (the version the decision was made
-    /// on): otherwise a 409 Conflict ([`is_conflict`]), so a request someone raised meanwhile
-    /// is never lowered.
-    fn resize_claim(
-        &self,
-        namespace: &str,
-        claim: &str,
-        storage: &str,
-        resource_version: &str,
-    ) -> impl Future<Output = Result<(), CallError>> + Send;
     /// Patches a claim's request and/or VolumeAttributesClass ([`ClaimPatch`]) in one merge
     /// patch (field manager `flux-converger`), only if the claim is still at
-    /// `resource_version`: otherwise a 409 Conflict ([`is_conflict`]).
+    /// `resource_version` (the version the decision was made on): otherwise a 409 Conflict
+    /// ([`is_conflict`]), so a request someone raised meanwhile is never lowered.
     fn patch_claim(
         &self,
         namespace: &str,
@@ -153,7 +143,7 @@ pub trait Cluster: Send + Sync {
         &self,
         names: &std::collections::BTreeSet<String>,
     ) -> impl Future<Output = Result<crate::decide::AttributeClasses, CallError>> + Send;
-    /// [`Cluster::resize_claim`] with `dryRun=All`: whether the server would take the claim's
+    /// A storage-only [`Cluster::patch_claim`] with `dryRun=All`: whether the server would take the claim's
     /// new request (a recovery asks this of every claim it lowers before the first write).
     fn resize_claim_dry_run(
         &self,
@@ -717,21 +707,6 @@ impl Cluster for KubeCluster {
         .await
     }
 
-    async fn resize_claim(
-        &self,
-        namespace: &str,
-        claim: &str,
-        storage: &str,
-        resource_version: &str,
-    ) -> Result<(), CallError> {
-        let patch = ClaimPatch {
-            storage: Some(storage.to_string()),
-            attributes_class: None,
-        };
-        self.patch_claim_request(namespace, claim, &patch, resource_version, false)
-            .await
-    }
-
     async fn patch_claim(
         &self,
         namespace: &str,
@@ -757,10 +732,7 @@ impl Cluster for KubeCluster {
         storage: &str,
         resource_version: &str,
     ) -> Result<(), CallError> {
-        let patch = ClaimPatch {
-            storage: Some(storage.to_string()),
-            attributes_class: None,
-        };
+        let patch = ClaimPatch::storage(storage);
         self.patch_claim_request(namespace, claim, &patch, resource_version, true)
             .await
     }
@@ -917,18 +889,6 @@ impl<T: Cluster> Cluster for &T {
 
     async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
         (**self).dry_run_create(object).await
-    }
-
-    async fn resize_claim(
-        &self,
-        namespace: &str,
-        claim: &str,
-        storage: &str,
-        resource_version: &str,
-    ) -> Result<(), CallError> {
-        (**self)
-            .resize_claim(namespace, claim, storage, resource_version)
-            .await
     }
 
     async fn resize_claim_dry_run(

@@ -16,6 +16,14 @@ pub struct ClaimPatch {
 }
 
 impl ClaimPatch {
+    /// A new request and nothing else.
+    pub fn storage(storage: &str) -> ClaimPatch {
+        ClaimPatch {
+            storage: Some(storage.to_string()),
+            attributes_class: None,
+        }
+    }
+
     /// The merge patch, with the resourceVersion it is conditional on.
     pub fn body(&self, resource_version: &str) -> serde_json::Value {
         let mut spec = serde_json::Map::new();

@@ -125,18 +125,6 @@ impl Cluster for TenantCluster {
         self.tenant.get_claim(namespace, name).await
     }
 
-    async fn resize_claim(
-        &self,
-        namespace: &str,
-        claim: &str,
-        storage: &str,
-        resource_version: &str,
-    ) -> Result<(), CallError> {
-        self.tenant
-            .resize_claim(namespace, claim, storage, resource_version)
-            .await
-    }
-
     async fn patch_claim(
         &self,
         namespace: &str,

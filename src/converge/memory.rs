@@ -265,21 +265,6 @@ impl Cluster for World {
             .cloned())
     }
 
-    async fn resize_claim(
-        &self,
-        namespace: &str,
-        claim: &str,
-        storage: &str,
-        resource_version: &str,
-    ) -> Result<(), CallError> {
-        let patch = crate::cluster::ClaimPatch {
-            storage: Some(storage.to_string()),
-            attributes_class: None,
-        };
-        self.patch_claim(namespace, claim, &patch, resource_version)
-            .await
-    }
-
     async fn attribute_classes(
         &self,
         _names: &std::collections::BTreeSet<String>,

@@ -175,7 +175,7 @@ impl<C: Cluster, J: Journal> Run<'_, C, J> {
                 self.writing();
                 let lowered = self
                     .cluster
-                    .resize_claim(ns, &r.claim, r.to.as_str(), &version)
+                    .patch_claim(ns, &r.claim, &ClaimPatch::storage(r.to.as_str()), &version)
                     .await;
                 match lowered {
                     Ok(()) => break,

@@ -1512,15 +1512,6 @@ impl Cluster for Meddled {
     async fn dry_run_create(&self, object: &StatefulSet) -> Result<StatefulSet, CallError> {
         self.inner.dry_run_create(object).await
     }
-    async fn resize_claim(
-        &self,
-        ns: &str,
-        claim: &str,
-        storage: &str,
-        rv: &str,
-    ) -> Result<(), CallError> {
-        self.inner.resize_claim(ns, claim, storage, rv).await
-    }
     async fn patch_claim(
         &self,
         ns: &str,

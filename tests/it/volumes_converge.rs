@@ -95,7 +95,12 @@ async fn world(
         .unwrap()
         .to_string();
     cluster
-        .resize_claim(NS, "data-db-0", template, &rv)
+        .patch_claim(
+            NS,
+            "data-db-0",
+            &flux_converger::cluster::ClaimPatch::storage(template),
+            &rv,
+        )
         .await
         .unwrap();
     let journal = ConfigMapJournal::new(client, JOURNAL_NS, Duration::from_secs(5));

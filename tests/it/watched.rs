@@ -116,15 +116,6 @@ impl Cluster for Copied {
     async fn dry_run_create(&self, o: &StatefulSet) -> Result<StatefulSet, CallError> {
         self.inner.dry_run_create(o).await
     }
-    async fn resize_claim(
-        &self,
-        ns: &str,
-        claim: &str,
-        storage: &str,
-        version: &str,
-    ) -> Result<(), CallError> {
-        self.inner.resize_claim(ns, claim, storage, version).await
-    }
     async fn patch_claim(
         &self,
         ns: &str,
