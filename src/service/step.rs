@@ -20,12 +20,12 @@ use crate::converge::prove::InPlaceMemory;
 use crate::converge::{self, ConvergeError};
 use crate::flux::objects;
 use crate::flux::render::RenderedStatefulSet;
-use crate::gated::Desired;
+use crate::gated::{Desired, Gated};
 use crate::journal::watched::{IntentCache, WatchedJournal};
 use crate::journal::{SecretJournal, Shard};
-use crate::model::{Key, Kind, RevisionRecord, RevisionState, StatefulSetEntry};
+use crate::model::{GateOutcome, Key, Kind, RevisionRecord, RevisionState, StatefulSetEntry};
 use crate::records::entry;
-use crate::records::events::EventTarget;
+use crate::records::events::{EventSink, EventTarget, RevisionEvent};
 use crate::records::metrics::Metrics;
 use crate::records::results::Results;
 use crate::service::volumes::VolumeFollower;
@@ -136,6 +136,41 @@ impl ConvergeStep {
             .find(|r| r.revision == record.revision && r.started_at == record.started_at)
             .unwrap_or_else(|| record.clone());
         follower.follow(key.kind, key, &kept, target, true);
+    }
+
+    /// Persists `record` in `results`; a failure is logged (the in-memory history still shows
+    /// it, and the next write of the history carries it).
+    pub async fn save(&self, results: &Results, key: &Key, record: &RevisionRecord) {
+        if let Err(error) = results.put(&key.namespace, &key.name, record.clone()).await {
+            tracing::warn!(kind = %key.kind, object = %key, revision = %record.revision, %error,
+                "could not persist the record");
+        }
+    }
+
+    /// How a run of a reactive kind (a HelmRelease, an Application) ends: `record` finished
+    /// now, saved, its claims handed to the follower, counted, and `event` (its revision's, as
+    /// that kind words it) published on `object`.
+    pub async fn finish<G: Gated>(
+        &self,
+        results: &Results,
+        events: &EventSink,
+        object: &G,
+        record: &mut RevisionRecord,
+        event: impl FnOnce(&RevisionRecord) -> Option<RevisionEvent>,
+    ) -> GateOutcome {
+        let key = object.key();
+        record.finished_at = Some(jiff::Timestamp::now().to_string());
+        self.save(results, &key, record).await;
+        self.follow_volumes(&key, results, record, EventTarget::of(object));
+        self.config
+            .metrics
+            .revision(key.kind, record.state.as_str());
+        if let Some(event) = event(record) {
+            events.publish(object, &event).await;
+        }
+        tracing::info!(kind = %key.kind, object = %key, revision = %record.revision,
+            state = record.state.as_str(), "revision finished");
+        GateOutcome::Done(record.state)
     }
 
     /// What the follower knows of the claims' last expansions for `key` (empty without a

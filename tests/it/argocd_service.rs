@@ -596,7 +596,6 @@ impl Stopped {
                     Kind::APPLICATION,
                 ),
                 events: EventSink::new(client, None, Some("flux-converger-0".into())).unwrap(),
-                metrics: Metrics::default(),
                 call_timeout: T,
                 handoff_timeout: Duration::from_secs(60),
                 default_service_account: None,

@@ -177,7 +177,6 @@ pub(crate) fn helm_gate(fake: &FakeApiServer) -> HelmGate {
                 Kind::HELM_RELEASE,
             ),
             events: EventSink::new(fake.client(), None, Some("flux-converger-0".into())).unwrap(),
-            metrics: Metrics::default(),
             call_timeout: Duration::from_secs(5),
             handoff_timeout: Duration::from_secs(60),
             default_service_account: None,

@@ -72,7 +72,6 @@ async fn a_helmreleases_grown_claims_are_followed_into_its_own_record() {
             client: fake.client(),
             results: hr_results.clone(),
             events,
-            metrics: Metrics::default(),
             call_timeout: T,
             handoff_timeout: Duration::from_secs(60),
             default_service_account: None,

@@ -46,8 +46,7 @@ use crate::model::{
 };
 use crate::records::answer_event::answer_event;
 use crate::records::entry;
-use crate::records::events::{EventSink, EventTarget};
-use crate::records::metrics::Metrics;
+use crate::records::events::EventSink;
 use crate::records::results::Results;
 use crate::records::revision_event::revision_event_answered_by;
 use crate::service::step::ConvergeStep;
@@ -70,7 +69,6 @@ pub struct AppConfig {
     /// The Applications' records (their own ConfigMaps: `Results::of_kind`).
     pub results: Results,
     pub events: EventSink,
-    pub metrics: Metrics,
     pub call_timeout: Duration,
     /// How long a hand-back waits for Argo CD's answer before it is recorded as timed out
     /// (`--handoff-timeout`).
@@ -594,33 +592,19 @@ impl AppGate {
         GateOutcome::Failed { message }
     }
 
-    /// Saves `record` as final, counts it and publishes its Event on the Application.
+    /// Saves `record` as final, counts it and publishes its Event on the Application (its
+    /// answer is Argo CD's).
     async fn finish(&self, app: &Application, record: &mut RevisionRecord) -> GateOutcome {
         let c = &self.config;
-        let key = app.key();
-        record.finished_at = Some(now());
-        self.save(&key, record).await;
         self.step
-            .follow_volumes(&key, &c.results, record, EventTarget::of(app));
-        c.metrics.revision(Kind::APPLICATION, record.state.as_str());
-        if let Some(event) = revision_event_answered_by(record, "Argo CD") {
-            c.events.publish(app, &event).await;
-        }
-        tracing::info!(application = %key, revision = %record.revision,
-            state = record.state.as_str(), "Application revision finished");
-        GateOutcome::Done(record.state)
+            .finish(&c.results, &c.events, app, record, |r| {
+                revision_event_answered_by(r, "Argo CD")
+            })
+            .await
     }
 
     async fn save(&self, key: &Key, record: &RevisionRecord) {
-        if let Err(e) = self
-            .config
-            .results
-            .put(&key.namespace, &key.name, record.clone())
-            .await
-        {
-            tracing::warn!(application = %key, revision = %record.revision, error = %e,
-                "could not persist the record");
-        }
+        self.step.save(&self.config.results, key, record).await;
     }
 }
 

@@ -41,7 +41,6 @@ use crate::model::{
 use crate::records::answer_event::answer_event;
 use crate::records::entry;
 use crate::records::events::EventSink;
-use crate::records::metrics::Metrics;
 use crate::records::results::Results;
 use crate::records::revision_event::revision_event;
 use crate::service::step::ConvergeStep;
@@ -53,7 +52,6 @@ pub struct HelmConfig {
     /// The HelmReleases' records (their own ConfigMaps: `Results::of_kind`).
     pub results: Results,
     pub events: EventSink,
-    pub metrics: Metrics,
     pub call_timeout: Duration,
     /// How long a hand-back waits for helm-controller's answer before it is recorded as
     /// timed out (`--handoff-timeout`).
@@ -403,35 +401,13 @@ impl HelmGate {
     /// Saves `record` as final, counts it and publishes its Event on the HelmRelease.
     async fn finish(&self, hr: &HelmRelease, record: &mut RevisionRecord) -> GateOutcome {
         let c = &self.config;
-        let key = hr.key();
-        record.finished_at = Some(now());
-        self.save(&key, record).await;
-        self.step.follow_volumes(
-            &key,
-            &c.results,
-            record,
-            crate::records::events::EventTarget::of(hr),
-        );
-        c.metrics
-            .revision(Kind::HELM_RELEASE, record.state.as_str());
-        if let Some(event) = revision_event(record) {
-            c.events.publish(hr, &event).await;
-        }
-        tracing::info!(helmrelease = %key, revision = %record.revision,
-            state = record.state.as_str(), "release record finished");
-        GateOutcome::Done(record.state)
+        self.step
+            .finish(&c.results, &c.events, hr, record, revision_event)
+            .await
     }
 
     async fn save(&self, key: &Key, record: &RevisionRecord) {
-        if let Err(e) = self
-            .config
-            .results
-            .put(&key.namespace, &key.name, record.clone())
-            .await
-        {
-            tracing::warn!(helmrelease = %key, revision = %record.revision, error = %e,
-                "could not persist the record");
-        }
+        self.step.save(&self.config.results, key, record).await;
     }
 }
 
