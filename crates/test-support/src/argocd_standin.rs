@@ -976,17 +976,27 @@ impl Controller {
         }
         let patch: json_patch::Patch =
             serde_json::from_value(json!(ops)).map_err(|e| e.to_string())?;
-        self.apps
-            .patch(name, &self.params(), &Patch::<()>::Json(patch))
-            .await
-            .map_err(|e| format!("operation state of {name}: {e}"))?;
-        lock(&self.log).push(StateWritten {
+        // Logged before the write is visible, so a test that sees the state on the
+        // Application finds it in `states()`; taken back if the write fails.
+        let written = StateWritten {
             app: name.to_owned(),
             phase: str_at(state, "/phase").to_owned(),
             message: str_at(state, "/message").to_owned(),
             retry_count: state["retryCount"].as_i64().unwrap_or(0),
             completed,
-        });
+        };
+        lock(&self.log).push(written.clone());
+        let answer = self
+            .apps
+            .patch(name, &self.params(), &Patch::<()>::Json(patch))
+            .await;
+        if let Err(e) = answer {
+            let mut log = lock(&self.log);
+            if let Some(at) = log.iter().rposition(|w| *w == written) {
+                log.remove(at);
+            }
+            return Err(format!("operation state of {name}: {e}"));
+        }
         Ok(())
     }
 

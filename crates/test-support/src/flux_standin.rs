@@ -706,13 +706,9 @@ async fn reconcile_all(
                 |n| n.checked_sub(1),
             )
             .is_ok();
-        let done = reconcile(client, &options.resolver, &ks, why, fail).await;
-        match done {
-            Ok(r) => log.lock().unwrap_or_else(|e| e.into_inner()).push(r),
-            Err(error) => {
-                tracing::warn!(kustomization = %format!("{namespace}/{name}"), %error,
-                    "kustomize-controller stand-in could not write the status")
-            }
+        if let Err(error) = reconcile(client, &options.resolver, &ks, why, fail, log).await {
+            tracing::warn!(kustomization = %format!("{namespace}/{name}"), %error,
+                "kustomize-controller stand-in could not write the status");
         }
     }
     Ok(())
@@ -735,14 +731,17 @@ async fn source_revision(client: &kube::Client, ks: &Value, namespace: &str) -> 
         .map(str::to_string)
 }
 
-/// One reconcile: progressing status, render, apply stage by stage, final status.
+/// One reconcile: progressing status, render, apply stage by stage, the attempt logged, final
+/// status. The attempt enters the log before its status is written, so a test that sees the
+/// status (`lastAppliedRevision`, `Ready`) finds the attempt in [`KustomizeController::reconciled`].
 async fn reconcile(
     client: &kube::Client,
     resolver: &Resolver,
     ks: &Value,
     why: Why,
     fail: bool,
-) -> Result<Reconciled, StandinError> {
+    log: &Mutex<Vec<Reconciled>>,
+) -> Result<(), StandinError> {
     let namespace = ks
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
@@ -820,6 +819,18 @@ async fn reconcile(
             Err(message.clone())
         }
     };
+    tracing::info!(kustomization = %format!("{namespace}/{name}"), revision = %revision,
+        ok = outcome.is_ok(), "kustomize-controller stand-in reconciled");
+    log.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Reconciled {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            revision,
+            why,
+            result: outcome,
+            at,
+        });
     api.patch_status(
         name,
         &PatchParams::default(),
@@ -829,16 +840,7 @@ async fn reconcile(
     .map_err(kube_err(format!(
         "status of Kustomization {namespace}/{name}"
     )))?;
-    tracing::info!(kustomization = %format!("{namespace}/{name}"), revision = %revision,
-        ok = outcome.is_ok(), "kustomize-controller stand-in reconciled");
-    Ok(Reconciled {
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-        revision,
-        why,
-        result: outcome,
-        at,
-    })
+    Ok(())
 }
 
 /// Applies `objects` as kustomize-controller does: stage by stage, each stage dry-run whole
