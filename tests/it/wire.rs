@@ -359,7 +359,7 @@ async fn the_services_converge_with_warm_caches_costs_n_plus_7_requests() {
     let intent_reads = |fake: &FakeApiServer| {
         fake.requests()
             .iter()
-            .filter(|r| r.method == http::Method::GET && r.path.contains("/configmaps/"))
+            .filter(|r| r.method == http::Method::GET && r.path.contains("/secrets/"))
             .count()
     };
     // And the StatefulSet watch holds the re-created object.
@@ -396,7 +396,7 @@ async fn the_services_converge_with_warm_caches_costs_n_plus_7_requests() {
         .filter(|r| {
             !(r.watch
                 && (r.path.contains("/storageclasses")
-                    || r.path.contains("/configmaps")
+                    || r.path.contains("/secrets")
                     || r.path == "/apis/apps/v1/statefulsets"))
         })
         .collect();
