@@ -103,7 +103,7 @@ async fn world_on(fake: FakeApiServer) -> FakeApiServer {
             .await
             .unwrap();
     }
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if CLAIMS.iter().all(|c| {
             fake.get("v1", "PersistentVolumeClaim", Some(NS), c)
                 .is_some()
@@ -907,7 +907,7 @@ async fn reference() -> (Value, Vec<fake_apiserver::RequestRecord>) {
 
 /// Gives the fake's controllers a moment to adopt pods (they run beside the API).
 async fn settle(fake: &FakeApiServer) {
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if pods_adopted(fake) {
             return;
         }

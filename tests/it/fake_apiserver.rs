@@ -3305,7 +3305,7 @@ async fn writes_into_a_missing_or_terminating_namespace_are_refused_like_the_rea
     .await;
     assert_eq!(code, 200);
     // The controller may need a few passes; bounded by attempts, not by time.
-    for _ in 0..200 {
+    for _ in 0..1500 {
         if fake.get("v1", "Namespace", None, REC_NS).is_none() {
             break;
         }

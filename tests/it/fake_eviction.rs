@@ -40,7 +40,7 @@ pub async fn cluster(version: KubeVersion) -> FakeApiServer {
                  "template": {"metadata": {"labels": {"app": "db"}},
                               "spec": {"containers": [{"name": "db", "image": "postgres:16"}]}}},
     }));
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if (0..3).all(|i| pod(&fake, i).is_some_and(|p| ready(&p))) {
             return fake;
         }

@@ -330,7 +330,7 @@ async fn pods_are_restarted_one_at_a_time_highest_ordinal_first() {
         .map(|r| format!("{} {}", r.verb, r.resource_path()))
         .collect();
     assert_eq!(pod_writes, ["create pods/eviction"; 3]);
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if w.published("VolumeRestarted") == 3 {
             break;
         }
@@ -388,7 +388,7 @@ async fn a_disruption_budget_s_429_is_waited_out_never_worked_around() {
         .filter(|r| r.resource == "pods" && r.verb == "delete")
         .count();
     assert_eq!(pod_writes, 0);
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if !w.events("VolumeRestartBlocked").is_empty() {
             break;
         }

@@ -266,7 +266,7 @@ async fn each_state_is_recorded_once_as_the_resizer_drives_the_claim() {
     assert!(last.volumes.unwrap().all_grown());
 
     // One record write per state change (resizing, filesystem-pending, grown), not per event.
-    for _ in 0..100 {
+    for _ in 0..3000 {
         if w.events().iter().any(|(r, _, _)| r == "VolumesGrown") {
             break;
         }
@@ -371,7 +371,7 @@ async fn an_error_is_followed_on_and_infeasible_is_as_loud_as_a_refusal() {
         .await
         .unwrap();
     w.recorded("data-db-0", VolumeState::Infeasible).await;
-    for _ in 0..200 {
+    for _ in 0..3000 {
         let infeasible = w.volumes()[0].clone();
         if infeasible
             .message
@@ -392,7 +392,7 @@ async fn an_error_is_followed_on_and_infeasible_is_as_loud_as_a_refusal() {
     assert!(message.contains("maximum of 1Gi"), "{message}");
     let summary = w.results.last(FLUX_NS, "apps").unwrap().volumes.unwrap();
     assert_eq!(summary.infeasible, 1);
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if w.events()
             .iter()
             .any(|(r, _, _)| r == "VolumeResizeInfeasible")
@@ -463,7 +463,7 @@ async fn past_the_resize_timeout_a_claim_is_stalled_with_a_warning() {
     w.follow(vec![volume("data-db-0", VolumeState::Requested)])
         .await;
     w.recorded("data-db-0", VolumeState::Stalled).await;
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if w.events()
             .iter()
             .any(|(r, _, _)| r == "VolumeResizeStalled")
@@ -511,7 +511,7 @@ async fn while_nothing_resizes_the_follower_sends_no_request() {
         true,
     );
     // Every claim grew already: `VolumesGrown`, once, and nothing else.
-    for _ in 0..200 {
+    for _ in 0..3000 {
         if w.events().iter().any(|(r, _, _)| r == "VolumesGrown") {
             break;
         }
