@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flux_converger::argocd::recreate::with_last_applied;
 use futures::StreamExt;
@@ -450,27 +450,10 @@ impl ArgoCdController {
         ArgoCdController { log, task }
     }
 
-    /// Every operation state written so far, oldest first.
+    /// Every operation state written so far, oldest first (with one being written: a test
+    /// that has seen it on the Application finds it here).
     pub fn states(&self) -> Vec<StateWritten> {
         lock(&self.log).clone()
-    }
-
-    /// Waits (polling) until a written state matches `pred`, or `timeout`.
-    pub async fn wait_for(
-        &self,
-        timeout: Duration,
-        pred: impl Fn(&StateWritten) -> bool,
-    ) -> Option<StateWritten> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.states().into_iter().find(|s| pred(s)) {
-                return Some(s);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
     }
 }
 

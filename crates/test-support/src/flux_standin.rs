@@ -505,7 +505,7 @@ pub struct KustomizeOptions {
 
 /// A running kustomize-controller stand-in; stopped when dropped.
 pub struct KustomizeController {
-    log: Arc<Mutex<Vec<Reconciled>>>,
+    log: Arc<Log>,
     passes: Arc<Passes>,
     behaviour: Behaviour,
     task: tokio::task::JoinHandle<()>,
@@ -528,7 +528,7 @@ impl KustomizeController {
         options: KustomizeOptions,
         behaviour: Behaviour,
     ) -> Self {
-        let log = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::new(Log::default());
         let passes = Arc::new(Passes::default());
         let task = tokio::spawn(run(
             client,
@@ -552,9 +552,10 @@ impl KustomizeController {
             .store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Every reconcile finished so far, oldest first.
+    /// Every reconcile so far, oldest first: each applied (or failed) and its final status
+    /// written or being written, so a test that has seen the status finds it here.
     pub fn reconciled(&self) -> Vec<Reconciled> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.log.all()
     }
 
     /// Waits until a pass that started after this call has finished: every change made before
@@ -569,7 +570,8 @@ impl KustomizeController {
         }
     }
 
-    /// Waits (polling the log) until a reconcile matching `pred` has finished, or `timeout`.
+    /// Waits (polling the log) until a reconcile matching `pred` has finished, its final
+    /// status written (a test may read it next), or `timeout`.
     pub async fn wait_for(
         &self,
         timeout: Duration,
@@ -577,7 +579,7 @@ impl KustomizeController {
     ) -> Option<Reconciled> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(r) = self.reconciled().into_iter().find(|r| pred(r)) {
+            if let Some(r) = self.log.finished().into_iter().find(|r| pred(r)) {
                 return Some(r);
             }
             if Instant::now() >= deadline {
@@ -585,6 +587,44 @@ impl KustomizeController {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// The stand-in's record of its reconciles. An attempt enters it before its final status is
+/// written, so a test that sees the status finds the attempt ([`Log::all`]), and is marked
+/// finished once the status is written, so a test that waited for the attempt
+/// ([`Log::finished`]) then reads its status.
+#[derive(Default)]
+struct Log(Mutex<Vec<(Reconciled, bool)>>);
+
+impl Log {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Vec<(Reconciled, bool)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Logs an attempt about to write its final status; its place in the log.
+    fn begin(&self, attempt: Reconciled) -> usize {
+        let mut entries = self.entries();
+        entries.push((attempt, false));
+        entries.len() - 1
+    }
+
+    fn status_written(&self, at: usize) {
+        if let Some(entry) = self.entries().get_mut(at) {
+            entry.1 = true;
+        }
+    }
+
+    fn all(&self) -> Vec<Reconciled> {
+        self.entries().iter().map(|(r, _)| r.clone()).collect()
+    }
+
+    fn finished(&self) -> Vec<Reconciled> {
+        self.entries()
+            .iter()
+            .filter(|(_, written)| *written)
+            .map(|(r, _)| r.clone())
+            .collect()
     }
 }
 
@@ -598,7 +638,7 @@ struct Passes {
 async fn run(
     client: kube::Client,
     options: KustomizeOptions,
-    log: Arc<Mutex<Vec<Reconciled>>>,
+    log: Arc<Log>,
     passes: Arc<Passes>,
     behaviour: Behaviour,
 ) {
@@ -655,7 +695,7 @@ async fn reconcile_all(
     client: &kube::Client,
     ks_api: &Api<DynamicObject>,
     options: &KustomizeOptions,
-    log: &Arc<Mutex<Vec<Reconciled>>>,
+    log: &Log,
     attempted: &mut HashMap<(String, String), Instant>,
     behaviour: &Behaviour,
 ) -> Result<(), StandinError> {
@@ -740,7 +780,7 @@ async fn reconcile(
     ks: &Value,
     why: Why,
     fail: bool,
-    log: &Mutex<Vec<Reconciled>>,
+    log: &Log,
 ) -> Result<(), StandinError> {
     let namespace = ks
         .pointer("/metadata/namespace")
@@ -821,16 +861,14 @@ async fn reconcile(
     };
     tracing::info!(kustomization = %format!("{namespace}/{name}"), revision = %revision,
         ok = outcome.is_ok(), "kustomize-controller stand-in reconciled");
-    log.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(Reconciled {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            revision,
-            why,
-            result: outcome,
-            at,
-        });
+    let logged = log.begin(Reconciled {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        revision,
+        why,
+        result: outcome,
+        at,
+    });
     api.patch_status(
         name,
         &PatchParams::default(),
@@ -840,6 +878,7 @@ async fn reconcile(
     .map_err(kube_err(format!(
         "status of Kustomization {namespace}/{name}"
     )))?;
+    log.status_written(logged);
     Ok(())
 }
 
