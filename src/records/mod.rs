@@ -13,6 +13,7 @@ pub mod results;
 pub mod revision_event;
 pub mod status_cache;
 pub mod volume_event;
+pub mod write_lock;
 
 use crate::model::{Key, RevisionRecord};
 

@@ -32,6 +32,7 @@ use super::codec::{configmap, scope};
 pub use super::history::{
     BUDGET, FIRST_CAP, HISTORY, fit, insert, is_repeat, is_same_failure, truncate_text,
 };
+use super::write_lock::WriteLocks;
 /// Optimistic-concurrency retries before a put gives up.
 const ATTEMPTS: usize = 5;
 
@@ -206,6 +207,9 @@ struct Inner {
     generation: AtomicU64,
     /// Whose records these are.
     kind: Kind,
+    /// One write at a time per history: a save and the forget of the same key never
+    /// interleave.
+    writes: WriteLocks<(String, String)>,
 }
 
 /// The revision history of every Kustomization this replica handles: the one results store.
@@ -294,6 +298,7 @@ impl Results {
                 loaded_signal: tokio::sync::Notify::new(),
                 budget,
                 generation: AtomicU64::new(0),
+                writes: WriteLocks::default(),
             }),
         }
     }
@@ -540,6 +545,12 @@ impl Results {
     /// one last seen (or, never seen, on its carrying this shard's label): a ConfigMap another
     /// shard has written since (its Kustomization moved there) is left alone.
     pub async fn remove(&self, namespace: &str, name: &str) -> Result<bool, ResultsError> {
+        // After a save of this history still in flight, so its write is the one deleted.
+        let _alone = self
+            .inner
+            .writes
+            .lock(&(namespace.to_string(), name.to_string()))
+            .await;
         let removed = {
             let mut entries = self.entries();
             let removed = entries.remove(&(namespace.to_string(), name.to_string()));
@@ -707,6 +718,7 @@ impl Results {
         change: impl Fn(&mut Vec<RevisionRecord>) -> bool,
     ) -> Result<bool, ResultsError> {
         let key = (namespace.to_string(), name.to_string());
+        let _alone = self.inner.writes.lock(&key).await;
         let budget = self.inner.budget;
         let merged = |entry: &mut Entry| {
             let mut records = entry.history.records();

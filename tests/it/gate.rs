@@ -980,6 +980,48 @@ async fn concurrent_writers_merge_instead_of_losing_records() {
     assert_eq!(conflicts, 2);
 }
 
+/// The forget of a gone Kustomization's results waits for a save of them still in flight, and
+/// deletes what it wrote: without it the delete's precondition named the version the save was
+/// replacing (409, kept as "written since") and the save put the history back in memory, so
+/// the results of a deleted Kustomization stayed until the next resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgetting_results_waits_for_a_save_in_flight_and_deletes_what_it_wrote() {
+    let fake = FakeApiServer::new();
+    let results = Results::new(fake.client(), FLUX_NS.into(), T);
+    results
+        .put("apps", "web", record("main@sha1:a", 10))
+        .await
+        .unwrap();
+    // The next save's replace is held by the server for a while.
+    fake.add_fault(fake_apiserver::FaultRule {
+        method: Some(Method::PUT),
+        path_contains: "/configmaps/flux-converger-results".into(),
+        nth: 0,
+        action: fake_apiserver::Fault::Delay(Duration::from_millis(500)),
+    });
+    let saving = {
+        let results = results.clone();
+        tokio::spawn(async move { results.put("apps", "web", record("main@sha1:b", 10)).await })
+    };
+    // The forget starts once the save's request is at the server.
+    for _ in 0..3000 {
+        if fake.requests().iter().any(|r| r.method == Method::PUT) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(results.remove("apps", "web").await.unwrap());
+    saving.await.unwrap().unwrap();
+    let left: Vec<_> = fake
+        .list("v1", "ConfigMap", Some(FLUX_NS))
+        .into_iter()
+        .filter_map(|cm| cm["metadata"]["name"].as_str().map(String::from))
+        .filter(|name| name.starts_with("flux-converger-results"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(results.history("apps", "web").is_empty());
+}
+
 #[tokio::test]
 async fn a_claim_not_yet_bound_is_a_warning_and_the_revision_is_rechecked() {
     let w = World::new("suspend", true, None).await;
