@@ -31,12 +31,14 @@ pub struct Held<'a, K: Eq + Hash> {
     guard: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
-impl<K: Clone + Eq + Hash> WriteLocks<K> {
+impl<K: Eq + Hash> WriteLocks<K> {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<K, Arc<tokio::sync::Mutex<()>>>> {
         // Each change of the map is one statement: a poisoned lock is still consistent.
         self.locks.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
+impl<K: Clone + Eq + Hash> WriteLocks<K> {
     /// Waits for the writes of `key` started earlier to finish; the caller's write then runs
     /// alone until the returned guard drops.
     pub async fn lock(&self, key: &K) -> Held<'_, K> {
@@ -63,7 +65,7 @@ impl<K: Eq + Hash> Drop for Held<'_, K> {
     fn drop(&mut self) {
         // Released first, so the count below sees only the map's own handle and the waiters'.
         drop(self.guard.take());
-        let mut map = self.locks.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.locks.map();
         if map
             .get(&self.key)
             .is_some_and(|lock| Arc::strong_count(lock) == 1)
